@@ -4,6 +4,23 @@
 // relay, STUN and node code only ever see a Network, the very same code runs
 // on real sockets and inside an emulated topology, in one process, without
 // root.
+//
+// That is why no Lattice package calls net.Dial, net.Listen or
+// net.ListenPacket itself: a single direct call would escape the emulated
+// topology, bypass its NATs, impairments and packet captures, and make a
+// scenario pass or fail for reasons the lab cannot see. Taking a Network also
+// keeps tests hermetic: a test gets a fresh lab host instead of a port on the
+// machine it happens to run on.
+//
+// Libraries that bring their own networking abstraction are adapted in one
+// place: PionNet turns a Network into the transport.Net that pion/ice agents
+// run on. The package netxtest holds the conformance suite every Network
+// implementation must pass.
+//
+// Listening on an empty host ("", ":0") follows package net and binds every
+// local address. Lattice components do not rely on that: when their Config
+// leaves a listen address empty they default to 127.0.0.1, so nothing is
+// exposed beyond the host unless someone asks for it.
 package netx
 
 import (
@@ -17,7 +34,16 @@ import (
 //
 // Addresses are "host:port" strings as in package net. Implementations other
 // than OS may accept only IP literals (no name resolution); an empty host means
-// every local address when listening.
+// every local address when listening. A Network that can resolve names says
+// so by also implementing Resolver.
+//
+// Errors from Dial, Listen and ListenPacket should be, or wrap, a
+// *net.OpError, so callers can inspect them with errors.As whichever
+// Network they run on. Errors from the returned connections (deadlines,
+// Close) follow package net: a deadline expiry is a net.Error whose Timeout
+// reports true, and operations on a closed connection fail.
+//
+// The netxtest package checks these properties; every implementation runs it.
 type Network interface {
 	// Dial connects to address on the named network: "tcp", "tcp4",
 	// "tcp6", "udp", "udp4" or "udp6". The context bounds connection
