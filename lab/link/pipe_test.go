@@ -1,0 +1,441 @@
+package link
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestNew(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{name: "minimal", cfg: Config{Deliver: func([]byte) {}}},
+		{name: "no deliver", cfg: Config{Name: "a"}, wantErr: "link: config: Deliver is required"},
+		{name: "bad impairments", cfg: Config{Deliver: func([]byte) {}, Impairments: Impairments{Loss: 1.5}}, wantErr: "link: loss 1.5 outside [0,1]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := New(tt.cfg)
+			if tt.wantErr != "" {
+				require.EqualError(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, p.Close())
+		})
+	}
+	_, err := New(Config{})
+	assert.True(t, errors.Is(err, ErrNoDeliver))
+}
+
+func TestZeroIsSynchronous(t *testing.T) {
+	for _, im := range []Impairments{{}, {MTU: 1500}} {
+		p, s := newTestPipe(t, im, 1)
+		for i := range 100 {
+			p.Send(packet(uint32(i), 100))
+			require.Equal(t, i+1, s.count(), "packet %d not delivered before Send returned", i)
+		}
+		assert.Equal(t, Stats{Sent: 100, Delivered: 100, Bytes: 100 * 100}, p.Stats())
+		assert.False(t, p.q.started, "zero impairments started the scheduler")
+	}
+}
+
+func TestZeroDoesNotAllocate(t *testing.T) {
+	p, err := New(Config{Deliver: func([]byte) {}})
+	require.NoError(t, err)
+	defer p.Close()
+	pkt := make([]byte, 1400)
+	allocs := testing.AllocsPerRun(1000, func() { p.Send(pkt) })
+	assert.Zero(t, allocs)
+}
+
+func TestLoss(t *testing.T) {
+	const n = 10000
+	run := func(seed uint64) []uint32 {
+		p, s := newTestPipe(t, Impairments{Loss: 0.1}, seed)
+		for i := range n {
+			p.Send(packet(uint32(i), 64))
+		}
+		st := p.Stats()
+		assert.Equal(t, uint64(n), st.Sent)
+		assert.Equal(t, st.DroppedLoss, uint64(s.released.Load()), "every lost packet released")
+		checkAccounting(t, st)
+		return s.seqs()
+	}
+	a := run(42)
+	lost := n - len(a)
+	assert.InDelta(t, 0.10, float64(lost)/n, 0.02, "loss rate")
+	assert.True(t, slices.IsSorted(a), "loss reordered packets")
+	assert.Equal(t, a, run(42), "same seed, different drop pattern")
+	assert.NotEqual(t, a, run(43), "different seeds, same drop pattern")
+}
+
+func TestDuplicate(t *testing.T) {
+	const n = 5000
+	for _, tt := range []struct {
+		name string
+		im   Impairments
+	}{
+		{name: "direct", im: Impairments{Duplicate: 0.2}},
+		{name: "scheduled", im: Impairments{Duplicate: 0.2, Latency: time.Millisecond}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, s := newTestPipe(t, tt.im, 7)
+			s.keep = true
+			for i := range n {
+				p.Send(packet(uint32(i), 100))
+			}
+			st := p.Stats()
+			waitDelivered(t, s, n+int(st.Duplicated), 5*time.Second)
+			assert.InDelta(t, 0.2, float64(st.Duplicated)/n, 0.02, "duplicate rate")
+			got := s.deliveries()
+			assert.Len(t, got, n+int(st.Duplicated))
+			for i := 1; i < len(got); i++ {
+				require.LessOrEqual(t, got[i-1].seq, got[i].seq, "out of order at %d", i)
+				if got[i-1].seq == got[i].seq {
+					assert.True(t, bytes.Equal(got[i-1].pkt, got[i].pkt), "copy differs")
+					assert.NotSame(t, &got[i-1].pkt[0], &got[i].pkt[0], "copy shares the buffer")
+				}
+			}
+			checkAccounting(t, p.Stats())
+		})
+	}
+}
+
+// late counts packets delivered after one sent later than them.
+func late(seqs []uint32) int {
+	n, maxSeen := 0, int64(-1)
+	for _, s := range seqs {
+		if int64(s) < maxSeen {
+			n++
+		}
+		maxSeen = max(maxSeen, int64(s))
+	}
+	return n
+}
+
+func TestReorder(t *testing.T) {
+	const n = 5000
+	p, s := newTestPipe(t, Impairments{Reorder: 0.1, ReorderDelay: 10 * time.Millisecond}, 3)
+	for i := range n {
+		p.Send(packet(uint32(i), 64))
+	}
+	// A held-back packet is overtaken only by packets sent within
+	// ReorderDelay of it: keep traffic flowing past the last one.
+	trailer := n
+	for start := time.Now(); time.Since(start) < 15*time.Millisecond; trailer++ {
+		p.Send(packet(uint32(trailer), 64))
+		time.Sleep(100 * time.Microsecond)
+	}
+	waitDelivered(t, s, trailer, 5*time.Second)
+
+	st := p.Stats()
+	assert.InDelta(t, 0.1, float64(st.Reordered)/float64(trailer), 0.02, "reorder rate")
+	var first []uint32
+	for _, seq := range s.seqs() {
+		if seq < n {
+			first = append(first, seq)
+		}
+	}
+	assert.Equal(t, int(st.Reordered), late(s.seqs()), "every held-back packet overtaken, no other")
+	assert.Len(t, first, n)
+	assert.False(t, s.concurrent.Load(), "Deliver called concurrently")
+	checkAccounting(t, st)
+}
+
+func TestReorderDefaultDelay(t *testing.T) {
+	p, s := newTestPipe(t, Impairments{Reorder: 1}, 1)
+	start := time.Now()
+	p.Send(packet(0, 64))
+	waitDelivered(t, s, 1, time.Second)
+	got := s.deliveries()[0].at.Sub(start)
+	assert.InDelta(t, float64(time.Millisecond), float64(got), float64(time.Millisecond), "default ReorderDelay, got %v", got)
+}
+
+// measureDelays sends n packets paced by gap and returns each packet's
+// send-to-deliver delay in send order, after checking they arrived in order.
+func measureDelays(t *testing.T, p *Pipe, s *sink, n int, gap time.Duration) []time.Duration {
+	t.Helper()
+	sent := make([]time.Time, n)
+	for i := range n {
+		sent[i] = time.Now()
+		p.Send(packet(uint32(i), 200))
+		time.Sleep(gap)
+	}
+	waitDelivered(t, s, n, 5*time.Second)
+	got := s.deliveries()
+	delays := make([]time.Duration, n)
+	for i, d := range got {
+		require.Equal(t, uint32(i), d.seq, "delivery %d out of order", i)
+		delays[i] = d.at.Sub(sent[i])
+	}
+	return delays
+}
+
+func TestLatency(t *testing.T) {
+	const target = 20 * time.Millisecond
+	p, s := newTestPipe(t, Impairments{Latency: target}, 1)
+	delays := measureDelays(t, p, s, 300, 500*time.Microsecond)
+	med, p90 := percentile(delays, 0.5), percentile(delays, 0.9)
+	t.Logf("latency %v: min %v median %v p90 %v max %v", target,
+		percentile(delays, 0), med, p90, percentile(delays, 1))
+	assert.InDelta(t, float64(target), float64(med), float64(time.Millisecond), "median %v", med)
+	assert.InDelta(t, float64(target), float64(p90), float64(time.Millisecond), "p90 %v", p90)
+}
+
+func TestJitter(t *testing.T) {
+	const latency, jitter = 10 * time.Millisecond, 5 * time.Millisecond
+	p, s := newTestPipe(t, Impairments{Latency: latency, Jitter: jitter}, 1)
+	delays := measureDelays(t, p, s, 300, 500*time.Microsecond) // checks order
+	lo, hi := percentile(delays, 0), percentile(delays, 1)
+	t.Logf("latency %v ± %v: min %v median %v max %v", latency, jitter, lo, percentile(delays, 0.5), hi)
+	assert.GreaterOrEqual(t, lo, latency-jitter-time.Millisecond, "delay below Latency-Jitter")
+	assert.LessOrEqual(t, percentile(delays, 0.98), latency+jitter+time.Millisecond, "delay above Latency+Jitter")
+	assert.Greater(t, hi-lo, jitter, "jitter did not spread delays")
+	assert.Zero(t, p.Stats().Reordered)
+}
+
+func TestJitterNeverBelowZero(t *testing.T) {
+	p, s := newTestPipe(t, Impairments{Jitter: 2 * time.Millisecond}, 9)
+	const n = 200
+	for i := range n {
+		p.Send(packet(uint32(i), 64))
+	}
+	waitDelivered(t, s, n, 2*time.Second)
+	assert.True(t, slices.IsSorted(s.seqs()), "jitter reordered")
+}
+
+func TestBandwidth(t *testing.T) {
+	const rate, size = 50 * Mbit, 1400
+	// Recycle buffers through Deliver and Release, as the fabric does, so
+	// the sender is not slowed down by the garbage collector.
+	s := &sink{}
+	free := make(chan []byte, 4096)
+	recycle := func(pkt []byte) {
+		select {
+		case free <- pkt:
+		default:
+		}
+	}
+	p, err := New(Config{
+		Impairments: Impairments{Rate: rate},
+		Deliver:     func(pkt []byte) { s.deliver(pkt); recycle(pkt) },
+		Release:     func(pkt []byte) { s.release(pkt); recycle(pkt) },
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	queue := newShape(p.Impairments()).queueBytes
+
+	var maxBacklog, maxPending float64 // bytes
+	sent := 0
+	for start := time.Now(); time.Since(start) < time.Second; sent++ {
+		var pkt []byte
+		select {
+		case pkt = <-free:
+		default:
+			pkt = make([]byte, size)
+		}
+		binary.BigEndian.PutUint32(pkt, uint32(sent))
+		p.Send(pkt)
+		if sent%64 == 0 {
+			p.mu.Lock()
+			backlog := float64(p.q.linkFree-nanotime()) * float64(rate) / 8e9
+			maxBacklog = max(maxBacklog, backlog)
+			maxPending = max(maxPending, float64(p.q.bytes))
+			p.mu.Unlock()
+		}
+	}
+	st := p.Stats()
+	waitDelivered(t, s, int(st.Sent-st.DroppedQueue), 2*time.Second)
+
+	got := s.deliveries()
+	span := got[len(got)-1].at.Sub(got[0].at)
+	bps := float64((len(got)-1)*size*8) / span.Seconds()
+	t.Logf("sent %d, delivered %d over %v: %.2f Mbit/s; backlog peak %.0f, pending peak %.0f, queue %d bytes",
+		sent, len(got), span, bps/1e6, maxBacklog, maxPending, queue)
+	assert.InEpsilon(t, float64(rate), bps, 0.10, "throughput %.2f Mbit/s", bps/1e6)
+	assert.Greater(t, p.Stats().DroppedQueue, uint64(0), "no tail drops")
+	assert.LessOrEqual(t, maxBacklog, float64(queue+size), "limiter backlog exceeded QueueBytes")
+	// Besides the backlog, the pipe holds serialized packets the scheduler
+	// has yet to wake up for: bounded by how late it runs on a busy
+	// machine, nowhere near the hundreds of megabytes offered.
+	assert.Less(t, maxPending, float64(queue)+float64(rate)/8, "pending bytes unbounded")
+	assert.True(t, slices.IsSorted(s.seqs()), "rate limiter reordered")
+	checkAccounting(t, p.Stats())
+}
+
+func TestQueueTailDrop(t *testing.T) {
+	// 1000-byte packets take 8ms each at 1 Mbit/s, so a burst fills a
+	// 10000-byte queue: the first packet enters an empty queue, nine more
+	// fit behind it, the rest are dropped.
+	p, s := newTestPipe(t, Impairments{Rate: Mbit, QueueBytes: 10000}, 1)
+	for i := range 100 {
+		p.Send(packet(uint32(i), 1000))
+	}
+	st := p.Stats()
+	assert.Equal(t, uint64(90), st.DroppedQueue)
+	assert.Equal(t, int64(90), s.released.Load())
+	waitDelivered(t, s, 10, 2*time.Second)
+	assert.Equal(t, []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, s.seqs())
+	checkAccounting(t, p.Stats())
+}
+
+func TestMTU(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		im   Impairments
+	}{
+		{name: "direct", im: Impairments{MTU: 1000}},
+		{name: "scheduled", im: Impairments{MTU: 1000, Latency: time.Millisecond}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, s := newTestPipe(t, tt.im, 1)
+			p.Send(packet(0, 999))
+			p.Send(packet(1, 1000))
+			p.Send(packet(2, 1001))
+			p.Send(packet(3, 64))
+			waitDelivered(t, s, 3, time.Second)
+			assert.Equal(t, []uint32{0, 1, 3}, s.seqs())
+			st := p.Stats()
+			assert.Equal(t, uint64(1), st.DroppedMTU)
+			assert.Equal(t, int64(1), s.released.Load())
+			assert.Equal(t, uint64(999+1000+64), st.Bytes)
+		})
+	}
+}
+
+func TestDown(t *testing.T) {
+	p, s := newTestPipe(t, Impairments{Down: true, Latency: time.Millisecond}, 1)
+	for i := range 10 {
+		p.Send(packet(uint32(i), 64))
+	}
+	assert.Equal(t, uint64(10), p.Stats().DroppedDown)
+	assert.Equal(t, int64(10), s.released.Load())
+	require.NoError(t, p.Set(Impairments{}))
+	p.Send(packet(10, 64))
+	assert.Equal(t, []uint32{10}, s.seqs())
+	checkAccounting(t, p.Stats())
+}
+
+func TestSetWhileFlowing(t *testing.T) {
+	const n = 300
+	p, s := newTestPipe(t, Impairments{}, 1)
+	sent := make([]time.Time, n)
+	for i := range n {
+		switch i {
+		case 100:
+			require.NoError(t, p.Set(Impairments{Latency: 30 * time.Millisecond}))
+		case 200:
+			require.NoError(t, p.Set(Impairments{}))
+		}
+		sent[i] = time.Now()
+		p.Send(packet(uint32(i), 100))
+		time.Sleep(100 * time.Microsecond)
+	}
+	waitDelivered(t, s, n, 2*time.Second)
+	got := s.deliveries()
+	require.Len(t, got, n)
+	for i, d := range got {
+		require.Equal(t, uint32(i), d.seq, "delivery %d out of order", i)
+	}
+	assert.Less(t, got[50].at.Sub(sent[50]), time.Millisecond, "before the change")
+	assert.InDelta(t, float64(30*time.Millisecond), float64(got[150].at.Sub(sent[150])), float64(time.Millisecond), "during the change")
+	assert.Less(t, got[n-1].at.Sub(sent[n-1]), time.Millisecond, "after the change")
+
+	// Once drained, the direct path is back.
+	p.Send(packet(n, 100))
+	assert.Equal(t, n+1, s.count())
+	assert.Equal(t, Impairments{}, p.Impairments())
+	checkAccounting(t, p.Stats())
+}
+
+func TestSetValidates(t *testing.T) {
+	p, _ := newTestPipe(t, Impairments{Latency: time.Millisecond}, 1)
+	require.EqualError(t, p.Set(Impairments{Jitter: -time.Millisecond}), "link: negative jitter -1ms")
+	assert.Equal(t, Impairments{Latency: time.Millisecond}, p.Impairments())
+}
+
+func TestClose(t *testing.T) {
+	p, s := newTestPipe(t, Impairments{Latency: time.Hour, Duplicate: 0.5}, 1)
+	for i := range 10 {
+		p.Send(packet(uint32(i), 64))
+	}
+	dups := p.Stats().Duplicated
+	require.NoError(t, p.Close())
+	goleak.VerifyNone(t)
+	assert.Equal(t, int64(10+dups), s.released.Load(), "pending packets released")
+
+	p.Send(packet(10, 64))
+	assert.Equal(t, int64(11+dups), s.released.Load(), "Send after Close releases")
+	assert.Zero(t, s.count())
+	require.NoError(t, p.Close(), "second Close")
+	assert.ErrorIs(t, p.Set(Impairments{}), ErrClosed)
+
+	st := p.Stats()
+	assert.Equal(t, 11+dups, st.DroppedClosed)
+	checkAccounting(t, st)
+}
+
+func TestCloseDirect(t *testing.T) {
+	p, s := newTestPipe(t, Impairments{}, 1)
+	p.Send(packet(0, 64))
+	require.NoError(t, p.Close())
+	p.Send(packet(1, 64))
+	assert.Equal(t, []uint32{0}, s.seqs())
+	assert.Equal(t, int64(1), s.released.Load())
+}
+
+// TestConcurrent has several senders race impairment changes: Deliver must
+// never run twice at once, each sender's packets stay in order, and every
+// packet is accounted for.
+func TestConcurrent(t *testing.T) {
+	const senders, each = 4, 3000
+	p, s := newTestPipe(t, Impairments{}, 1)
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			for i := range each {
+				p.Send(packet(uint32(g<<24|i), 64))
+			}
+		})
+	}
+	settings := []Impairments{
+		{Latency: time.Millisecond},
+		{},
+		{Loss: 0.1, Duplicate: 0.1},
+		{Jitter: 500 * time.Microsecond, Rate: 100 * Mbit},
+		{MTU: 100},
+	}
+	for i := 0; i < 50; i++ {
+		require.NoError(t, p.Set(settings[i%len(settings)]))
+		time.Sleep(200 * time.Microsecond)
+	}
+	wg.Wait()
+	require.NoError(t, p.Set(Impairments{}))
+	waitFor(t, 5*time.Second, "scheduler to drain", func() bool { return p.pending.Load() == 0 })
+
+	assert.False(t, s.concurrent.Load(), "Deliver called concurrently")
+	last := make([]int, senders)
+	for g := range last {
+		last[g] = -1
+	}
+	for _, seq := range s.seqs() {
+		g, i := int(seq>>24), int(seq&0xffffff)
+		require.GreaterOrEqual(t, i, last[g], "sender %d reordered", g)
+		last[g] = i
+	}
+	st := p.Stats()
+	assert.Equal(t, uint64(senders*each), st.Sent)
+	checkAccounting(t, st)
+}
