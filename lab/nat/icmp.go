@@ -36,7 +36,7 @@ func parseQuote(p *packet) (quote, dropClass, string) {
 	q := quote{off: p.l4 + 8}
 	b := p.b[q.off:]
 	if len(b) < 20 || b[0]>>4 != 4 || int(b[0]&0x0f)*4 < 20 || len(b) < int(b[0]&0x0f)*4+8 {
-		return q, dropMalformed, fmt.Sprintf("malformed: %s quotes a truncated or non-IPv4 packet (%d bytes)", p, len(b))
+		return q, dropMalformed, fmt.Sprintf("malformed: %s quotes a truncated or non-IPv4 packet (%d bytes)", p.String(), len(b))
 	}
 	ihl := int(b[0]&0x0f) * 4
 	q.l4 = q.off + ihl
@@ -55,12 +55,12 @@ func parseQuote(p *packet) (quote, dropClass, string) {
 	case ipProtoICMP:
 		q.proto = ICMP
 		if l4[0] != icmpEchoRequest && l4[0] != icmpEchoReply {
-			return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes icmp type %d", p, l4[0])
+			return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes icmp type %d", p.String(), l4[0])
 		}
 		sport = binary.BigEndian.Uint16(l4[4:])
 		dport = sport
 	default:
-		return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes ip protocol %d", p, b[9])
+		return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes ip protocol %d", p.String(), b[9])
 	}
 	q.src = netip.AddrPortFrom(src, sport)
 	q.dst = netip.AddrPortFrom(dst, dport)
@@ -87,25 +87,25 @@ func (q *quote) remote(ep netip.AddrPort) netip.AddrPort {
 // the NAT sent out: the quote's source is the public endpoint of a mapping.
 func (n *NAT) inboundICMPErrorLocked(now time.Time, p *packet) Result {
 	if !isICMPError(p.icmpType) {
-		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: inbound %s", p))
+		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: inbound %s", p.String()))
 	}
 	q, class, reason := parseQuote(p)
 	if class != dropNone {
 		return n.dropLocked(class, reason)
 	}
 	if p.dst != n.cfg.Public || q.src.Addr() != n.cfg.Public {
-		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: %s about %s does not concern the public address %s", p, &q, n.cfg.Public))
+		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: %s about %s does not concern the public address %s", p.String(), &q, n.cfg.Public))
 	}
 	m := n.lookupInboundLocked(now, n.tableLocked(q.proto), q.src.Port())
 	if m == nil {
-		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped by %s filtering: no mapping for %s about %s", n.cfg.Filtering, p, &q))
+		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped by %s filtering: no mapping for %s about %s", n.cfg.Filtering, p.String(), &q))
 	}
 	// Filter on the quoted destination, not the error's source: a router on
 	// the path (traceroute, PMTU discovery) reports errors about packets
 	// to a remote the internal endpoint did send to.
 	if !n.permits(m, q.remote(q.dst)) {
 		return n.dropLocked(dropFiltered, fmt.Sprintf("dropped by %s filtering: %s has not sent to %s (%s about %s)",
-			n.cfg.Filtering, m.key.inside, q.dst.Addr(), p, &q))
+			n.cfg.Filtering, m.key.inside, q.dst.Addr(), p.String(), &q))
 	}
 	inside := m.key.inside
 	p.setDst(netip.AddrPortFrom(inside.Addr(), p.dport))
@@ -118,7 +118,7 @@ func (n *NAT) inboundICMPErrorLocked(now time.Time, p *packet) Result {
 // NAT let in: the quote's destination is the internal endpoint of a mapping.
 func (n *NAT) outboundICMPErrorLocked(now time.Time, p *packet) Result {
 	if !isICMPError(p.icmpType) {
-		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: outbound %s", p))
+		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: outbound %s", p.String()))
 	}
 	q, class, reason := parseQuote(p)
 	if class != dropNone {
@@ -127,7 +127,7 @@ func (n *NAT) outboundICMPErrorLocked(now time.Time, p *packet) Result {
 	k := flowKey{inside: q.dst, remote: n.mapKey(q.remote(q.src))}
 	m := n.lookupOutboundLocked(now, n.tableLocked(q.proto), k)
 	if m == nil {
-		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: no mapping for %s about %s", p, &q))
+		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: no mapping for %s about %s", p.String(), &q))
 	}
 	// Whoever inside sent the error (the host or a router), outside it
 	// must come from the NAT.

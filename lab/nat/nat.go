@@ -287,13 +287,13 @@ func (n *NAT) mapOutboundLocked(now time.Time, p *packet) (m *mapping, isNew boo
 		if p.proto == TCP && p.tcpFlags&tcpSYN == 0 {
 			// RFC 5382 section 5: only a SYN opens a mapping; anything
 			// else belongs to a connection the NAT does not know.
-			return nil, false, n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: no mapping for %s and it is not a SYN", p))
+			return nil, false, n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: no mapping for %s and it is not a SYN", p.String()))
 		}
 		var class dropClass
 		var reason string
 		m, class, reason = n.createLocked(now, p.proto, k)
 		if m == nil {
-			return nil, false, n.dropLocked(class, fmt.Sprintf("dropped: %s: %s", reason, p))
+			return nil, false, n.dropLocked(class, fmt.Sprintf("dropped: %s: %s", reason, p.String()))
 		}
 		isNew = true
 	}
@@ -306,7 +306,7 @@ func (n *NAT) outboundLocked(now time.Time, p *packet) Result {
 		return n.outboundICMPErrorLocked(now, p)
 	}
 	if p.proto == ICMP && p.icmpType != icmpEchoRequest {
-		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: outbound %s (inbound pings are not forwarded)", p))
+		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: outbound %s (inbound pings are not forwarded)", p.String()))
 	}
 	if res, ok := n.firewallLocked(p); !ok {
 		return res
@@ -336,10 +336,10 @@ func (n *NAT) inboundLocked(now time.Time, p *packet) Result {
 		return n.inboundICMPErrorLocked(now, p)
 	}
 	if p.proto == ICMP && p.icmpType != icmpEchoReply {
-		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: inbound %s (answering pings to the public address is the router's job)", p))
+		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: inbound %s (answering pings to the public address is the router's job)", p.String()))
 	}
 	if p.dst != n.cfg.Public {
-		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: %s is not addressed to the public address %s", p, n.cfg.Public))
+		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped: %s is not addressed to the public address %s", p.String(), n.cfg.Public))
 	}
 	m := n.lookupInboundLocked(now, n.tableLocked(p.proto), p.dport)
 	if res, ok := n.admitLocked(m, p, remoteEP(p, false)); !ok {
@@ -355,7 +355,7 @@ func (n *NAT) inboundLocked(now time.Time, p *packet) Result {
 // remote addressed to mapping m (nil if there is none).
 func (n *NAT) admitLocked(m *mapping, p *packet, remote netip.AddrPort) (Result, bool) {
 	if m == nil {
-		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped by %s filtering: no mapping for %s", n.cfg.Filtering, p)), false
+		return n.dropLocked(dropNoMapping, fmt.Sprintf("dropped by %s filtering: no mapping for %s", n.cfg.Filtering, p.String())), false
 	}
 	if n.permits(m, remote) {
 		return Result{}, true
@@ -365,7 +365,7 @@ func (n *NAT) admitLocked(m *mapping, p *packet, remote netip.AddrPort) (Result,
 		from = remote.Addr().String()
 	}
 	return n.dropLocked(dropFiltered, fmt.Sprintf("dropped by %s filtering: %s has not sent to %s (%s)",
-		n.cfg.Filtering, m.key.inside, from, p)), false
+		n.cfg.Filtering, m.key.inside, from, p.String())), false
 }
 
 // hairpinLocked handles a packet from inside to the public address (RFC
@@ -374,10 +374,10 @@ func (n *NAT) admitLocked(m *mapping, p *packet, remote netip.AddrPort) (Result,
 // through the receiver's mapping, filtered like any inbound packet.
 func (n *NAT) hairpinLocked(now time.Time, p *packet) Result {
 	if !n.cfg.Hairpin {
-		return n.dropLocked(dropHairpinDisabled, fmt.Sprintf("hairpinning disabled: %s", p))
+		return n.dropLocked(dropHairpinDisabled, fmt.Sprintf("hairpinning disabled: %s", p.String()))
 	}
 	if p.proto == ICMP {
-		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: hairpinned %s", p))
+		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: hairpinned %s", p.String()))
 	}
 	if res, ok := n.firewallLocked(p); !ok {
 		return res
