@@ -46,6 +46,9 @@ type Result struct {
 	// were rewritten, and the router must route it again by its new
 	// destination.
 	Hairpin bool
+	// Firewall is set when a firewall rule, not the NAT's filtering,
+	// dropped the packet.
+	Firewall bool
 	// Reason says why a packet was dropped, e.g. "dropped by
 	// address-and-port-dependent filtering: no mapping for udp
 	// 198.51.100.7:3478 → 203.0.113.10:40001", "dropped by firewall rule 2
@@ -251,7 +254,7 @@ func (n *NAT) dropLocked(class dropClass, reason string) Result {
 	if c := counters[class]; c != nil {
 		*c++
 	}
-	return Result{Verdict: Drop, Reason: reason}
+	return Result{Verdict: Drop, Reason: reason, Firewall: class == dropFirewall}
 }
 
 // remoteEP is the outside endpoint of a packet: its destination if it goes

@@ -1,0 +1,206 @@
+package fabric
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/link/loopback"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// HostConfig declares an in-process host: a gVisor network stack of its own,
+// attached to one or more networks.
+type HostConfig struct {
+	// Name identifies the host. Required, unique among hosts and routers.
+	Name string
+	// Interfaces attach the host to its networks; at least one.
+	Interfaces []InterfaceConfig
+	// Gateway is the default route's next hop; it must be on one of the
+	// host's networks. If zero, the host reaches only its own networks and
+	// Routes.
+	Gateway netip.Addr
+	// Routes are static routes besides the connected ones.
+	Routes []Route
+}
+
+// Host is an emulated machine: its own gVisor TCP/IP stack (TCP, UDP, ICMP
+// echo) with a loopback interface and one interface per attached network. It
+// implements netx.Network, so any Lattice component can run on it.
+type Host struct {
+	f      *Fabric
+	name   string
+	log    *slog.Logger
+	stack  *stack.Stack
+	ifcs   []*Interface
+	eps    []*endpoint
+	closed atomic.Bool
+	once   sync.Once
+}
+
+var _ netx.Network = (*Host)(nil)
+
+const (
+	loopbackNIC tcpip.NICID = 1
+	// TCP buffer sizes follow Linux's defaults (net.ipv4.tcp_rmem/wmem) so
+	// throughput in the lab resembles throughput between real hosts.
+	tcpRecvMin, tcpRecvDefault, tcpRecvMax = 4 << 10, 128 << 10, 6 << 20
+	tcpSendMin, tcpSendDefault, tcpSendMax = 4 << 10, 16 << 10, 4 << 20
+)
+
+// AddHost adds a host and brings its stack up.
+func (f *Fabric) AddHost(cfg HostConfig) (*Host, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if err := f.nameFreeLocked("host", cfg.Name); err != nil {
+		return nil, err
+	}
+	ifcs, err := f.buildInterfacesLocked(cfg.Name, cfg.Interfaces)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{f: f, name: cfg.Name, log: f.log.With("host", cfg.Name), ifcs: ifcs}
+	fail := func(err error) (*Host, error) {
+		if h.stack != nil {
+			h.stack.Close()
+			h.stack.Wait()
+		}
+		for _, ifc := range ifcs {
+			ifc.close()
+		}
+		return nil, err
+	}
+	routes, err := buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Routes)
+	if err != nil {
+		return fail(err)
+	}
+	if err := h.buildStack(routes); err != nil {
+		return fail(fmt.Errorf("host %q: %w", cfg.Name, err))
+	}
+	if err := attachLocked(ifcs); err != nil {
+		return fail(err)
+	}
+	for _, ifc := range ifcs {
+		ifc.start()
+	}
+	f.hosts[cfg.Name] = h
+	return h, nil
+}
+
+func (h *Host) buildStack(routes routeTable) error {
+	s := stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+		HandleLocal:        true,
+	})
+	h.stack = s
+	opts := []tcpip.SettableTransportProtocolOption{
+		new(tcpip.TCPSACKEnabled),
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpRecvMin, Default: tcpRecvDefault, Max: tcpRecvMax},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: tcpSendMin, Default: tcpSendDefault, Max: tcpSendMax},
+		new(tcpip.TCPModerateReceiveBufferOption),
+	}
+	*opts[0].(*tcpip.TCPSACKEnabled) = true
+	*opts[3].(*tcpip.TCPModerateReceiveBufferOption) = true
+	for _, o := range opts {
+		if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, o); err != nil {
+			return fmt.Errorf("tcp option %T: %s", o, err)
+		}
+	}
+	if err := s.CreateNICWithOptions(loopbackNIC, loopback.New(), stack.NICOptions{Name: "lo"}); err != nil {
+		return fmt.Errorf("create lo: %s", err)
+	}
+	if err := s.AddProtocolAddress(loopbackNIC, tcpip.ProtocolAddress{
+		Protocol:          ipv4.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4([4]byte{127, 0, 0, 1}), PrefixLen: 8},
+	}, stack.AddressProperties{}); err != nil {
+		return fmt.Errorf("lo address: %s", err)
+	}
+	var table []tcpip.Route
+	table = append(table, tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("127.0.0.0/8")), NIC: loopbackNIC})
+	nicOf := map[*Interface]tcpip.NICID{}
+	for i, ifc := range h.ifcs {
+		id := tcpip.NICID(i + 2)
+		nicOf[ifc] = id
+		ep := newEndpoint(ifc)
+		h.eps = append(h.eps, ep)
+		if err := s.CreateNICWithOptions(id, ep, stack.NICOptions{Name: ifc.name}); err != nil {
+			return fmt.Errorf("create %s: %s", ifc.name, err)
+		}
+		for _, a := range ifc.Addrs() {
+			if err := s.AddProtocolAddress(id, tcpip.ProtocolAddress{
+				Protocol:          ipv4.ProtocolNumber,
+				AddressWithPrefix: tcpip.AddressWithPrefix{Address: addrToTCPIP(a), PrefixLen: ifc.network.prefix.Bits()},
+			}, stack.AddressProperties{}); err != nil {
+				return fmt.Errorf("address %v on %s: %s", a, ifc.name, err)
+			}
+		}
+	}
+	for _, rt := range routes {
+		r := tcpip.Route{Destination: mustSubnet(rt.dst), NIC: nicOf[rt.ifc]}
+		if rt.via.IsValid() {
+			r.Gateway = addrToTCPIP(rt.via)
+		}
+		table = append(table, r)
+	}
+	s.SetRouteTable(table)
+	return nil
+}
+
+func mustSubnet(p netip.Prefix) tcpip.Subnet {
+	mask := net.CIDRMask(p.Bits(), p.Addr().BitLen())
+	sn, err := tcpip.NewSubnet(addrToTCPIP(p.Masked().Addr()), tcpip.MaskFromBytes(mask))
+	if err != nil {
+		panic(fmt.Sprintf("fabric: subnet %v: %v", p, err)) // unreachable: p is validated and masked
+	}
+	return sn
+}
+
+// Name returns the host's name.
+func (h *Host) Name() string { return h.name }
+
+// Addr returns the address of the host's first interface.
+func (h *Host) Addr() netip.Addr { return h.ifcs[0].addr }
+
+// Interface returns the named interface or nil.
+func (h *Host) Interface(name string) *Interface {
+	for _, ifc := range h.ifcs {
+		if ifc.name == name {
+			return ifc
+		}
+	}
+	return nil
+}
+
+// FabricInterfaces returns the host's fabric interfaces (not loopback).
+func (h *Host) FabricInterfaces() []*Interface { return append([]*Interface(nil), h.ifcs...) }
+
+// Stack returns the host's gVisor stack, for callers that need more than
+// netx.Network offers.
+func (h *Host) Stack() *stack.Stack { return h.stack }
+
+func (h *Host) close() error {
+	h.once.Do(func() {
+		h.closed.Store(true)
+		h.stack.Close()
+		h.stack.Wait()
+		for _, ifc := range h.ifcs {
+			ifc.close()
+		}
+	})
+	return nil
+}

@@ -1,0 +1,279 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/latticelab/lattice/lab/link"
+)
+
+// InterfaceConfig attaches a host or router to a network.
+type InterfaceConfig struct {
+	// Name is the interface name. If empty, "eth0", "eth1", … in order.
+	Name string
+	// Network is the name of the network to attach to. Required.
+	Network string
+	// Addr is the interface's address; it must lie inside the network's
+	// prefix and not be its network or broadcast address. Required.
+	Addr netip.Addr
+	// Aliases are further addresses on the same interface, e.g. the second
+	// address an RFC 5780 STUN server needs. Same rules as Addr.
+	Aliases []netip.Addr
+	// MTU is the largest IP packet the interface sends. If zero, the
+	// network's MTU.
+	MTU int
+	// Egress impairs frames from this interface onto the network; Ingress
+	// impairs frames from the network to this interface. Zero values mean a
+	// perfect link.
+	Egress, Ingress link.Impairments
+}
+
+// Direction names one direction of an interface's link.
+type Direction int
+
+const (
+	// Egress is from the interface onto its network.
+	Egress Direction = iota
+	// Ingress is from the network into the interface.
+	Ingress
+)
+
+func (d Direction) String() string {
+	if d == Egress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// Interface is one attachment of a host or router to a network: an address,
+// a MAC, an impairable link in each direction and a receive queue drained by
+// the interface's own goroutine.
+type Interface struct {
+	name    string
+	owner   string // host or router name
+	network *Network
+	addr    netip.Addr
+	aliases []netip.Addr
+	mtu     int
+	port    uint16
+	mac     mac
+
+	egress  *link.Pipe // interface → network
+	ingress *link.Pipe // network → interface
+	rx      *rxQueue
+
+	tap atomic.Pointer[tap]
+
+	// handle consumes a batch of received frames; it owns them.
+	handle func(batch [][]byte)
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Interface, error) {
+	name := cfg.Name
+	if name == "" {
+		name = fmt.Sprintf("eth%d", idx)
+	}
+	n := f.networks[cfg.Network]
+	if n == nil {
+		return nil, fmt.Errorf("%w: %s/%s: unknown network %q", ErrInvalid, owner, name, cfg.Network)
+	}
+	if !cfg.Addr.IsValid() {
+		return nil, fmt.Errorf("%w: %s/%s: no address on network %q", ErrInvalid, owner, name, cfg.Network)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, a := range append([]netip.Addr{cfg.Addr}, cfg.Aliases...) {
+		if !a.IsValid() || !n.prefix.Contains(a) {
+			return nil, fmt.Errorf("%w: %s/%s: address %v is outside %v", ErrInvalid, owner, name, a, n)
+		}
+		if a == n.prefix.Masked().Addr() || (n.prefix.Bits() < 31 && a == broadcast(n.prefix)) {
+			return nil, fmt.Errorf("%w: %s/%s: address %v is the network or broadcast address of %v", ErrInvalid, owner, name, a, n)
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("%w: %s/%s: address %v given twice", ErrInvalid, owner, name, a)
+		}
+		seen[a] = true
+	}
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = n.mtu
+	}
+	if mtu < 576 || mtu > 65535 {
+		return nil, fmt.Errorf("%w: %s/%s: MTU %d outside 576..65535", ErrInvalid, owner, name, mtu)
+	}
+	ifc := &Interface{
+		name:    name,
+		owner:   owner,
+		network: n,
+		addr:    cfg.Addr,
+		aliases: append([]netip.Addr(nil), cfg.Aliases...),
+		mtu:     mtu,
+		rx:      newRXQueue(f.cfg.RXQueueLen),
+		stop:    make(chan struct{}),
+	}
+	var err error
+	ifc.egress, err = link.New(link.Config{
+		Name:        ifc.String() + " egress",
+		Impairments: cfg.Egress,
+		Seed:        f.seedFor(ifc.String() + "/egress"),
+		Deliver:     n.switchFrame,
+		Release:     putFrame,
+		Logger:      f.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s egress: %w", ErrInvalid, ifc, err)
+	}
+	ifc.ingress, err = link.New(link.Config{
+		Name:        ifc.String() + " ingress",
+		Impairments: cfg.Ingress,
+		Seed:        f.seedFor(ifc.String() + "/ingress"),
+		Deliver:     ifc.receive,
+		Release:     putFrame,
+		Logger:      f.log,
+	})
+	if err != nil {
+		ifc.egress.Close()
+		return nil, fmt.Errorf("%w: %s ingress: %w", ErrInvalid, ifc, err)
+	}
+	return ifc, nil
+}
+
+func broadcast(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	bits := p.Bits()
+	for i := bits; i < 32; i++ {
+		a[i/8] |= 1 << (7 - uint(i%8))
+	}
+	return netip.AddrFrom4(a)
+}
+
+// start launches the receive goroutine; handle must be set.
+func (ifc *Interface) start() {
+	ifc.wg.Add(1)
+	go ifc.rxLoop()
+}
+
+func (ifc *Interface) rxLoop() {
+	defer ifc.wg.Done()
+	var spare [][]byte
+	for {
+		select {
+		case <-ifc.stop:
+			return
+		case <-ifc.rx.wake:
+		}
+		batch := ifc.rx.drain(spare)
+		if len(batch) > 0 {
+			ifc.handle(batch)
+			clear(batch)
+		}
+		spare = batch
+	}
+}
+
+// receive is the ingress pipe's Deliver: capture, then queue for the owner.
+func (ifc *Interface) receive(f []byte) {
+	if t := ifc.tap.Load(); t != nil {
+		t.write(f, dirIn, "")
+	}
+	ifc.rx.push(f)
+}
+
+// transmit sends a complete frame onto the network, taking ownership.
+func (ifc *Interface) transmit(f []byte) {
+	if t := ifc.tap.Load(); t != nil {
+		t.write(f, dirOut, "")
+	}
+	ifc.egress.Send(f)
+}
+
+// traceDrop records a frame the owner dropped, with why, in the interface's
+// capture (as a packet comment) and the debug log.
+func (ifc *Interface) traceDrop(f []byte, log *slog.Logger, reason string) {
+	if t := ifc.tap.Load(); t != nil {
+		t.write(f, dirIn, reason)
+	}
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("drop", "interface", ifc.String(), "reason", reason)
+	}
+}
+
+// close stops the receive goroutine and both pipes. Idempotent.
+func (ifc *Interface) close() {
+	ifc.once.Do(func() {
+		close(ifc.stop)
+		ifc.wg.Wait()
+		ifc.egress.Close()
+		ifc.ingress.Close()
+		ifc.rx.close()
+	})
+}
+
+// Name returns the interface name, e.g. "eth0".
+func (ifc *Interface) Name() string { return ifc.name }
+
+// Addr returns the interface's address.
+func (ifc *Interface) Addr() netip.Addr { return ifc.addr }
+
+// Addrs returns the interface's address followed by its aliases.
+func (ifc *Interface) Addrs() []netip.Addr {
+	return append([]netip.Addr{ifc.addr}, ifc.aliases...)
+}
+
+// Network returns the network the interface is attached to.
+func (ifc *Interface) Network() *Network { return ifc.network }
+
+// MTU returns the interface's MTU.
+func (ifc *Interface) MTU() int { return ifc.mtu }
+
+// String returns "owner/name".
+func (ifc *Interface) String() string { return ifc.owner + "/" + ifc.name }
+
+// SetImpairments changes one direction of the interface's link while traffic
+// flows. It returns an error naming the bad field if im is invalid.
+func (ifc *Interface) SetImpairments(dir Direction, im link.Impairments) error {
+	p := ifc.egress
+	if dir == Ingress {
+		p = ifc.ingress
+	}
+	if err := p.Set(im); err != nil {
+		return fmt.Errorf("%s %s: %w", ifc, dir, err)
+	}
+	return nil
+}
+
+// Impairments returns one direction's current impairments.
+func (ifc *Interface) Impairments(dir Direction) link.Impairments {
+	if dir == Ingress {
+		return ifc.ingress.Impairments()
+	}
+	return ifc.egress.Impairments()
+}
+
+// SetDown takes the link down (every frame in both directions dropped) or
+// brings it back up, keeping the other impairments.
+func (ifc *Interface) SetDown(down bool) {
+	for _, p := range []*link.Pipe{ifc.egress, ifc.ingress} {
+		im := p.Impairments()
+		im.Down = down
+		_ = p.Set(im) // toggling Down cannot make valid impairments invalid
+	}
+}
+
+// LinkStats reports one direction's link counters.
+func (ifc *Interface) LinkStats(dir Direction) link.Stats {
+	if dir == Ingress {
+		return ifc.ingress.Stats()
+	}
+	return ifc.egress.Stats()
+}
+
+// RXDropped counts frames refused because the receive queue was full.
+func (ifc *Interface) RXDropped() uint64 { return ifc.rx.dropped.Load() }

@@ -1,0 +1,117 @@
+package fabric
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// Route sends traffic for Dst through the gateway Via, which must be on one
+// of the node's networks.
+type Route struct {
+	Dst netip.Prefix
+	Via netip.Addr
+}
+
+type routeEntry struct {
+	dst netip.Prefix
+	ifc *Interface
+	via netip.Addr // invalid for connected routes: the destination itself is the next hop
+}
+
+// routeTable is ordered longest prefix first, so the first match wins.
+type routeTable []routeEntry
+
+// buildRoutes makes a node's table: a connected route per interface, then
+// static routes and the default route through gateway.
+func buildRoutes(owner string, ifcs []*Interface, gateway netip.Addr, routes []Route) (routeTable, error) {
+	var t routeTable
+	for _, ifc := range ifcs {
+		t = append(t, routeEntry{dst: ifc.network.prefix, ifc: ifc})
+	}
+	if gateway.IsValid() {
+		routes = append(append([]Route(nil), routes...), Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Via: gateway})
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, r := range routes {
+		if !r.Dst.IsValid() || !r.Dst.Addr().Is4() {
+			return nil, fmt.Errorf("%w: %q: route to %v: destination must be an IPv4 prefix", ErrInvalid, owner, r.Dst)
+		}
+		if r.Dst != r.Dst.Masked() {
+			return nil, fmt.Errorf("%w: %q: route to %v has host bits set (did you mean %v?)", ErrInvalid, owner, r.Dst, r.Dst.Masked())
+		}
+		if seen[r.Dst] {
+			return nil, fmt.Errorf("%w: %q: two routes to %v", ErrInvalid, owner, r.Dst)
+		}
+		seen[r.Dst] = true
+		ifc := addrOnLink(ifcs, r.Via)
+		if !r.Via.IsValid() || ifc == nil {
+			return nil, fmt.Errorf("%w: %q: route to %v via %v: gateway is not on any of its networks", ErrInvalid, owner, r.Dst, r.Via)
+		}
+		if r.Via == ifc.addr {
+			return nil, fmt.Errorf("%w: %q: route to %v via %v: gateway is its own address", ErrInvalid, owner, r.Dst, r.Via)
+		}
+		t = append(t, routeEntry{dst: r.Dst, ifc: ifc, via: r.Via})
+	}
+	sort.SliceStable(t, func(i, j int) bool { return t[i].dst.Bits() > t[j].dst.Bits() })
+	return t, nil
+}
+
+func (t routeTable) lookup(a netip.Addr) *routeEntry {
+	for i := range t {
+		if t[i].dst.Contains(a) {
+			return &t[i]
+		}
+	}
+	return nil
+}
+
+// checkLoopsLocked follows every static route of every router hop by hop and
+// reports a destination whose path returns to a router it already visited.
+// Routes through gateways not attached yet are followed as far as they go;
+// the check runs again whenever a router is added.
+func (f *Fabric) checkLoopsLocked(extra *Router) error {
+	routers := make([]*Router, 0, len(f.routers)+1)
+	for _, r := range f.routers {
+		routers = append(routers, r)
+	}
+	if extra != nil {
+		routers = append(routers, extra)
+	}
+	sort.Slice(routers, func(i, j int) bool { return routers[i].name < routers[j].name })
+	byAddr := map[netip.Addr]*Router{}
+	for _, r := range routers {
+		for _, ifc := range r.ifcs {
+			byAddr[ifc.addr] = r
+		}
+	}
+	for _, start := range routers {
+		for _, rt := range start.routes {
+			if !rt.via.IsValid() {
+				continue
+			}
+			probe := rt.dst.Addr()
+			path := []string{start.name}
+			visited := map[*Router]bool{start: true}
+			cur := start
+			for hop := 0; hop < 256; hop++ {
+				e := cur.routes.lookup(probe)
+				if e == nil || !e.via.IsValid() {
+					break
+				}
+				next := byAddr[e.via]
+				if next == nil {
+					break // a host, or a gateway not attached yet
+				}
+				path = append(path, next.name)
+				if visited[next] {
+					return fmt.Errorf("%w: route loop for %v: %s", ErrInvalid, rt.dst, strings.Join(path, " → "))
+				}
+				visited[next] = true
+				cur = next
+			}
+		}
+	}
+	return nil
+}

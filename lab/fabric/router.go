@@ -1,0 +1,348 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/latticelab/lattice/lab/nat"
+)
+
+// RouterConfig declares a router joining two or more networks.
+type RouterConfig struct {
+	// Name identifies the router. Required, unique among hosts and routers.
+	Name string
+	// Interfaces attach the router to its networks; at least one.
+	Interfaces []InterfaceConfig
+	// Gateway is the default route's next hop. If zero, no default route.
+	Gateway netip.Addr
+	// Routes are static routes besides the connected ones.
+	Routes []Route
+	// NAT, when set, translates every packet leaving through the uplink
+	// and every packet arriving on it, with the RFC 4787 / RFC 5382
+	// behaviour it describes (see nat.Profile for the common ones). Its
+	// Public address is set to the uplink's address.
+	NAT *nat.Config
+	// Firewall filters packets leaving through the uplink on a router
+	// without NAT (with NAT, use NAT.Firewall).
+	Firewall *nat.Firewall
+	// Uplink names the outside interface for NAT and Firewall. If empty,
+	// the interface on the Gateway's network.
+	Uplink string
+}
+
+// Router forwards IPv4 between its networks: it validates each packet,
+// decrements the TTL, routes by longest prefix, translates on its NAT uplink
+// and answers pings to its own addresses. Malformed packets are counted and
+// dropped, never trusted.
+type Router struct {
+	f      *Fabric
+	name   string
+	log    *slog.Logger
+	ifcs   []*Interface
+	routes routeTable
+	uplink *Interface
+	nat    *nat.NAT
+	fw     *nat.Firewall
+
+	stats routerCounters
+	once  sync.Once
+}
+
+// RouterStats counts what a router did with the packets it received.
+type RouterStats struct {
+	Forwarded  uint64 // packets sent on towards their destination
+	Local      uint64 // packets addressed to the router itself (pings answered)
+	Malformed  uint64 // failed header validation
+	TTL        uint64 // TTL expired
+	NoRoute    uint64 // no route to the destination
+	NoNeighbor uint64 // next hop not present on the egress network
+	TooBig     uint64 // larger than the egress MTU
+	NAT        uint64 // dropped by the NAT: filtering, no mapping, table full, hairpin off
+	Firewall   uint64 // dropped by a firewall rule
+	Other      uint64 // unsupported protocols and packets for the router it ignores
+}
+
+type routerCounters struct {
+	forwarded, local, malformed, ttl, noRoute, noNeighbor, tooBig, nat, firewall, other atomic.Uint64
+}
+
+// AddRouter adds a router and starts forwarding.
+func (f *Fabric) AddRouter(cfg RouterConfig) (*Router, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if err := f.nameFreeLocked("router", cfg.Name); err != nil {
+		return nil, err
+	}
+	ifcs, err := f.buildInterfacesLocked(cfg.Name, cfg.Interfaces)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{f: f, name: cfg.Name, log: f.log.With("router", cfg.Name), ifcs: ifcs, fw: cfg.Firewall}
+	fail := func(err error) (*Router, error) {
+		for _, ifc := range ifcs {
+			ifc.close()
+		}
+		return nil, err
+	}
+	if r.routes, err = buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Routes); err != nil {
+		return fail(err)
+	}
+	if cfg.NAT != nil || cfg.Firewall != nil || cfg.Uplink != "" {
+		for _, ifc := range ifcs {
+			if ifc.name == cfg.Uplink || (cfg.Uplink == "" && cfg.Gateway.IsValid() && ifc.network.prefix.Contains(cfg.Gateway)) {
+				r.uplink = ifc
+			}
+		}
+		if r.uplink == nil {
+			if cfg.Uplink != "" {
+				return fail(fmt.Errorf("%w: router %q: uplink %q is not one of its interfaces", ErrInvalid, cfg.Name, cfg.Uplink))
+			}
+			return fail(fmt.Errorf("%w: router %q: NAT or firewall needs an uplink: name one or set a gateway", ErrInvalid, cfg.Name))
+		}
+	}
+	if cfg.Firewall != nil {
+		if err := cfg.Firewall.Validate(); err != nil {
+			return fail(fmt.Errorf("%w: router %q firewall: %w", ErrInvalid, cfg.Name, err))
+		}
+	}
+	if cfg.NAT != nil {
+		nc := *cfg.NAT
+		nc.Public = r.uplink.addr
+		if nc.Seed == 0 {
+			nc.Seed = f.seedFor(cfg.Name + "/nat")
+		}
+		if r.nat, err = nat.New(nc); err != nil {
+			return fail(fmt.Errorf("%w: router %q: %w", ErrInvalid, cfg.Name, err))
+		}
+	}
+	if err := f.checkRealmsLocked(cfg.Name, r); err != nil {
+		return fail(err)
+	}
+	if err := f.checkLoopsLocked(r); err != nil {
+		return fail(err)
+	}
+	if err := attachLocked(ifcs); err != nil {
+		return fail(err)
+	}
+	for _, ifc := range ifcs {
+		in := ifc
+		in.handle = func(batch [][]byte) {
+			for _, fr := range batch {
+				r.input(in, fr)
+			}
+		}
+		in.start()
+	}
+	f.routers[cfg.Name] = r
+	return r, nil
+}
+
+// Name returns the router's name.
+func (r *Router) Name() string { return r.name }
+
+// Interfaces returns the router's interfaces.
+func (r *Router) Interfaces() []*Interface { return append([]*Interface(nil), r.ifcs...) }
+
+// Interface returns the named interface or nil.
+func (r *Router) Interface(name string) *Interface {
+	for _, ifc := range r.ifcs {
+		if ifc.name == name {
+			return ifc
+		}
+	}
+	return nil
+}
+
+// Uplink returns the NAT/firewall uplink, or nil.
+func (r *Router) Uplink() *Interface { return r.uplink }
+
+// NAT returns the router's NAT, or nil. Use it to Reboot the NAT, list
+// mappings or read its counters.
+func (r *Router) NAT() *nat.NAT { return r.nat }
+
+// Stats returns the router's counters.
+func (r *Router) Stats() RouterStats {
+	c := &r.stats
+	return RouterStats{
+		Forwarded: c.forwarded.Load(), Local: c.local.Load(), Malformed: c.malformed.Load(),
+		TTL: c.ttl.Load(), NoRoute: c.noRoute.Load(), NoNeighbor: c.noNeighbor.Load(),
+		TooBig: c.tooBig.Load(), NAT: c.nat.Load(), Firewall: c.firewall.Load(), Other: c.other.Load(),
+	}
+}
+
+func (r *Router) close() {
+	r.once.Do(func() {
+		for _, ifc := range r.ifcs {
+			ifc.close()
+		}
+	})
+}
+
+// drop releases a frame after recording why it went no further.
+func (r *Router) drop(in *Interface, f []byte, counter *atomic.Uint64, reason string) {
+	counter.Add(1)
+	in.traceDrop(f, r.log, reason)
+	putFrame(f)
+}
+
+// input handles one frame received on interface in. It owns f. This is the
+// router's packet entry point; it must survive any bytes at all.
+func (r *Router) input(in *Interface, f []byte) {
+	c := &r.stats
+	if len(f) < ethHeaderLen {
+		r.drop(in, f, &c.malformed, "malformed: runt frame")
+		return
+	}
+	if binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {
+		r.drop(in, f, &c.other, fmt.Sprintf("unsupported ethertype %#04x", binary.BigEndian.Uint16(f[12:14])))
+		return
+	}
+	p, err := checkIPv4(f[ethHeaderLen:])
+	if err != nil {
+		r.drop(in, f, &c.malformed, err.Error())
+		return
+	}
+	f = f[:ethHeaderLen+len(p)]
+	if p[8] <= 1 {
+		r.drop(in, f, &c.ttl, "ttl exceeded")
+		return
+	}
+	now := r.f.clock.Now()
+	if in == r.uplink && r.nat != nil {
+		if res := r.nat.Process(now, p, nat.FromOutside); res.Verdict == nat.Drop {
+			r.drop(in, f, &c.nat, res.Reason)
+			return
+		}
+	}
+	dst := netip.AddrFrom4([4]byte(p[16:20]))
+	if local := r.localIfc(dst); local != nil {
+		if local == r.uplink && r.nat != nil && in != r.uplink {
+			// Inside host addressing the NAT's public address: hairpin.
+			res := r.nat.Process(now, p, nat.FromInside)
+			if res.Verdict == nat.Drop {
+				r.drop(in, f, &c.nat, res.Reason)
+				return
+			}
+			dst = netip.AddrFrom4([4]byte(p[16:20]))
+		} else {
+			r.local(in, f, p)
+			return
+		}
+	}
+	rt := r.routes.lookup(dst)
+	if rt == nil {
+		r.drop(in, f, &c.noRoute, "no route to "+dst.String())
+		return
+	}
+	out := rt.ifc
+	if out == r.uplink && in != r.uplink {
+		if r.nat != nil {
+			if res := r.nat.Process(now, p, nat.FromInside); res.Verdict == nat.Drop {
+				counter := &c.nat
+				if res.Firewall {
+					counter = &c.firewall
+				}
+				r.drop(in, f, counter, res.Reason)
+				return
+			}
+		} else if r.fw != nil {
+			if ok, reason := r.fw.Check(nat.Proto(p[9]), dstPort(p)); !ok {
+				r.drop(in, f, &c.firewall, reason)
+				return
+			}
+		}
+	}
+	r.output(in, out, rt, f, p)
+}
+
+// output sends an already translated packet p (inside frame f) out of
+// interface out along route rt.
+func (r *Router) output(in, out *Interface, rt *routeEntry, f, p []byte) {
+	c := &r.stats
+	if len(p) > out.mtu {
+		r.drop(in, f, &c.tooBig, fmt.Sprintf("%d-byte packet exceeds %s MTU %d", len(p), out, out.mtu))
+		return
+	}
+	nh := rt.via
+	if !nh.IsValid() {
+		nh = netip.AddrFrom4([4]byte(p[16:20]))
+	}
+	nb := out.network.neighbor(nh)
+	if nb == nil {
+		r.drop(in, f, &c.noNeighbor, fmt.Sprintf("no neighbour %v on %v", nh, out.network))
+		return
+	}
+	decTTL(p)
+	writeEth(f, nb.mac, out.mac, etherTypeIPv4)
+	c.forwarded.Add(1)
+	out.transmit(f)
+}
+
+// localIfc returns the router interface owning dst, if any.
+func (r *Router) localIfc(dst netip.Addr) *Interface {
+	for _, ifc := range r.ifcs {
+		if ifc.addr == dst {
+			return ifc
+		}
+		for _, a := range ifc.aliases {
+			if a == dst {
+				return ifc
+			}
+		}
+	}
+	return nil
+}
+
+// local handles a packet addressed to the router: echo requests are
+// answered, everything else is dropped.
+func (r *Router) local(in *Interface, f, p []byte) {
+	c := &r.stats
+	ihl := int(p[0]&0x0f) * 4
+	if p[9] != protoICMP || len(p) < ihl+8 || p[ihl] != 8 || p[ihl+1] != 0 || binary.BigEndian.Uint16(p[6:8])&0x3fff != 0 {
+		r.drop(in, f, &c.other, "addressed to the router: not an echo request")
+		return
+	}
+	c.local.Add(1)
+	// Echo reply: swap addresses, type 8 → 0, fresh TTL.
+	var src, dst [4]byte
+	copy(src[:], p[12:16])
+	copy(dst[:], p[16:20])
+	copy(p[12:16], dst[:])
+	copy(p[16:20], src[:])
+	p[8] = 64
+	setIPv4Checksum(p)
+	icmp := p[ihl:]
+	old := binary.BigEndian.Uint16(icmp[0:2])
+	icmp[0] = 0
+	binary.BigEndian.PutUint16(icmp[2:4], csumUpdate(binary.BigEndian.Uint16(icmp[2:4]), old, binary.BigEndian.Uint16(icmp[0:2])))
+	back := netip.AddrFrom4(src)
+	rt := r.routes.lookup(back)
+	if rt == nil {
+		r.drop(in, f, &c.noRoute, "no route back to "+back.String())
+		return
+	}
+	if rt.ifc == r.uplink && r.nat != nil && in != r.uplink {
+		r.drop(in, f, &c.other, "echo reply would leave through the NAT")
+		return
+	}
+	p[8]++ // output decrements it
+	setIPv4Checksum(p)
+	r.output(in, rt.ifc, rt, f, p)
+}
+
+// dstPort returns the destination address and, for TCP and UDP, port.
+func dstPort(p []byte) netip.AddrPort {
+	dst := netip.AddrFrom4([4]byte(p[16:20]))
+	ihl := int(p[0]&0x0f) * 4
+	if (p[9] == protoTCP || p[9] == protoUDP) && len(p) >= ihl+4 && binary.BigEndian.Uint16(p[6:8])&0x1fff == 0 {
+		return netip.AddrPortFrom(dst, binary.BigEndian.Uint16(p[ihl+2:ihl+4]))
+	}
+	return netip.AddrPortFrom(dst, 0)
+}
