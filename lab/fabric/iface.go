@@ -187,9 +187,13 @@ func (ifc *Interface) receive(f []byte) {
 }
 
 // transmit sends a complete frame onto the network, taking ownership.
-func (ifc *Interface) transmit(f []byte) {
+func (ifc *Interface) transmit(f []byte) { ifc.transmitNote(f, "") }
+
+// transmitNote is transmit with a note for the capture, such as the NAT
+// mapping the frame created.
+func (ifc *Interface) transmitNote(f []byte, note string) {
 	if t := ifc.tap.Load(); t != nil {
-		t.write(f, dirOut, "")
+		t.write(f, dirOut, note)
 	}
 	ifc.egress.Send(f)
 }

@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
@@ -242,15 +243,24 @@ func (r *Router) input(in *Interface, f []byte) {
 		return
 	}
 	out := rt.ifc
+	var note string
 	if out == r.uplink && in != r.uplink {
 		if r.nat != nil {
-			if res := r.nat.Process(now, p, nat.FromInside); res.Verdict == nat.Drop {
+			res := r.nat.Process(now, p, nat.FromInside)
+			if res.Verdict == nat.Drop {
 				counter := &c.nat
 				if res.Firewall {
 					counter = &c.firewall
 				}
 				r.drop(in, f, counter, res.Reason)
 				return
+			}
+			if res.Reason != "" {
+				// A new mapping: trace it like a drop is traced.
+				note = "nat: " + res.Reason
+				if r.log.Enabled(context.Background(), slog.LevelDebug) {
+					r.log.Debug("nat", "mapping", res.Reason)
+				}
 			}
 		} else if r.fw != nil {
 			if ok, reason := r.fw.Check(nat.Proto(p[9]), dstPort(p)); !ok {
@@ -259,12 +269,12 @@ func (r *Router) input(in *Interface, f []byte) {
 			}
 		}
 	}
-	r.output(in, out, rt, f, p)
+	r.output(in, out, rt, f, p, note)
 }
 
 // output sends an already translated packet p (inside frame f) out of
 // interface out along route rt.
-func (r *Router) output(in, out *Interface, rt *routeEntry, f, p []byte) {
+func (r *Router) output(in, out *Interface, rt *routeEntry, f, p []byte, note string) {
 	c := &r.stats
 	if len(p) > out.mtu {
 		r.drop(in, f, &c.tooBig, fmt.Sprintf("%d-byte packet exceeds %s MTU %d", len(p), out, out.mtu))
@@ -282,7 +292,7 @@ func (r *Router) output(in, out *Interface, rt *routeEntry, f, p []byte) {
 	decTTL(p)
 	writeEth(f, nb.mac, out.mac, etherTypeIPv4)
 	c.forwarded.Add(1)
-	out.transmit(f)
+	out.transmitNote(f, note)
 }
 
 // localIfc returns the router interface owning dst, if any.
@@ -334,7 +344,7 @@ func (r *Router) local(in *Interface, f, p []byte) {
 	}
 	p[8]++ // output decrements it
 	setIPv4Checksum(p)
-	r.output(in, rt.ifc, rt, f, p)
+	r.output(in, rt.ifc, rt, f, p, "")
 }
 
 // dstPort returns the destination address and, for TCP and UDP, port.

@@ -1,10 +1,6 @@
 package pcapng
 
 import (
-	"bytes"
-	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,60 +8,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/pcapng/pcapngtest"
 )
-
-// requireTshark returns tshark's path. A missing tshark fails the test: the
-// interop check is the only proof Wireshark reads our files, so it must
-// not vanish silently. LATTICE_NO_TSHARK=1 turns the failure into a skip.
-func requireTshark(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("tshark")
-	if err == nil {
-		return path
-	}
-	const msg = "tshark not found: run 'make deps' (apt-get install tshark)"
-	if os.Getenv("LATTICE_NO_TSHARK") == "1" {
-		t.Skip(msg)
-	}
-	t.Fatal(msg)
-	return ""
-}
-
-// tshark runs tshark with args and returns its standard output. HOME points
-// at an empty directory so personal preferences cannot change the output.
-func tshark(t *testing.T, bin string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	home := t.TempDir()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "tshark %s\nstderr: %s", strings.Join(args, " "), stderr.String())
-	return stdout.String()
-}
-
-// commentField returns the name this tshark gives packet comments:
-// frame.comment since 3.6, pkt_comment before. Asking for a field tshark
-// does not know is an error, so look it up.
-func commentField(t *testing.T, bin string) string {
-	t.Helper()
-	fields := tshark(t, bin, "-G", "fields")
-	for _, name := range []string{"frame.comment", "pkt_comment"} {
-		if strings.Contains(fields, "\t"+name+"\t") {
-			return name
-		}
-	}
-	t.Fatal("tshark knows neither frame.comment nor pkt_comment")
-	return ""
-}
 
 // TestTsharkReadsCapture writes what the lab writes (raw IPv4 on two capture
 // points, directions, NAT comments) and checks tshark decodes every field.
 func TestTsharkReadsCapture(t *testing.T) {
-	bin := requireTshark(t)
-	comment := commentField(t, bin)
+	ts := pcapngtest.Require(t)
+	comment := ts.CommentField(t)
 
 	path := filepath.Join(t.TempDir(), "nat.pcapng")
 	w, err := Create(path, Options{Comment: "interop test"})
@@ -92,7 +43,7 @@ func TestTsharkReadsCapture(t *testing.T) {
 	}
 	require.NoError(t, w.Close())
 
-	got := tshark(t, bin, "-r", path, "-T", "fields",
+	got := ts.Run(t, "-r", path, "-T", "fields",
 		"-e", "frame.interface_name", "-e", "ip.src", "-e", "ip.dst", "-e", "udp.dstport", "-e", comment)
 	assert.Equal(t, strings.Join([]string{
 		"nat-a/lan\t10.0.0.2\t198.51.100.7\t3478\tmapped 10.0.0.2:40000 to 203.0.113.1:40000 (endpoint-independent mapping)",
@@ -106,7 +57,7 @@ func TestTsharkReadsCapture(t *testing.T) {
 	// Directions (epb_flags), nanosecond timestamps, lengths, and
 	// checksums tshark verifies itself (1 = good), so the test packets are
 	// what they claim to be.
-	got = tshark(t, bin, "-r", path, "-T", "fields",
+	got = ts.Run(t, "-r", path, "-T", "fields",
 		"-o", "ip.check_checksum:TRUE", "-o", "udp.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
 		"-e", "frame.interface_id", "-e", "frame.packet_flags_direction", "-e", "frame.time_epoch",
 		"-e", "frame.len", "-e", "frame.cap_len",

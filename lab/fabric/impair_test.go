@@ -1,0 +1,161 @@
+package fabric
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/link"
+)
+
+// medianPing pings dst n times and returns the median round trip.
+func medianPing(t *testing.T, h *Host, dst netip.Addr, n int) time.Duration {
+	t.Helper()
+	var rtts []time.Duration
+	for range n {
+		rtt, err := h.Ping(ctxT(t, 2*time.Second), dst)
+		require.NoError(t, err)
+		rtts = append(rtts, rtt)
+	}
+	slices.Sort(rtts)
+	return rtts[n/2]
+}
+
+func TestImpairedLatency(t *testing.T) {
+	w := newWorld(t, Config{})
+	s := w.addSite(t, profile(t, "full-cone"), 1)
+	h := s.hosts[0]
+	base := medianPing(t, h, serverIP, 15)
+	ifc := h.FabricInterfaces()[0]
+
+	// One impaired direction of one link: the tolerance, 1ms.
+	require.NoError(t, ifc.SetImpairments(Egress, link.Impairments{Latency: 20 * time.Millisecond}))
+	got := medianPing(t, h, serverIP, 15)
+	t.Logf("baseline %v, 20ms on one link: %v (error %v)", base, got, got-base-20*time.Millisecond)
+	assert.InDelta(t, float64(20*time.Millisecond), float64(got-base), float64(time.Millisecond), "added latency")
+
+	// Both directions of two links (host and router uplink): 40ms more,
+	// each of four delays within its 1ms. Changing impairments takes
+	// effect at once.
+	require.NoError(t, ifc.SetImpairments(Egress, link.Impairments{Latency: 15 * time.Millisecond}))
+	require.NoError(t, ifc.SetImpairments(Ingress, link.Impairments{Latency: 15 * time.Millisecond}))
+	require.NoError(t, s.router.Uplink().SetImpairments(Egress, link.Impairments{Latency: 5 * time.Millisecond}))
+	require.NoError(t, s.router.Uplink().SetImpairments(Ingress, link.Impairments{Latency: 5 * time.Millisecond}))
+	got = medianPing(t, h, serverIP, 15)
+	t.Logf("40ms over four link directions: %v (error %v)", got, got-base-40*time.Millisecond)
+	assert.InDelta(t, float64(40*time.Millisecond), float64(got-base), float64(4*time.Millisecond), "added latency")
+
+	require.NoError(t, ifc.SetImpairments(Egress, link.Impairments{}))
+	require.NoError(t, ifc.SetImpairments(Ingress, link.Impairments{}))
+	got = medianPing(t, h, serverIP, 9)
+	assert.InDelta(t, float64(10*time.Millisecond), float64(got-base), float64(2*time.Millisecond), "after removing the host's delay")
+}
+
+func TestImpairedLoss(t *testing.T) {
+	w := newWorld(t, Config{Seed: 42})
+	s := w.addSite(t, profile(t, "full-cone"), 1)
+	ctx := ctxT(t, 30*time.Second)
+	sink, err := w.server.ListenPacket(ctx, "udp4", "203.0.113.100:9000")
+	require.NoError(t, err)
+	defer sink.Close()
+	got := make(chan int)
+	go func() {
+		n := 0
+		buf := make([]byte, 2048)
+		for {
+			_ = sink.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			if _, _, err := sink.ReadFrom(buf); err != nil {
+				got <- n
+				return
+			}
+			n++
+		}
+	}()
+	ifc := s.hosts[0].FabricInterfaces()[0]
+	require.NoError(t, ifc.SetImpairments(Egress, link.Impairments{Loss: 0.10}))
+	c, err := s.hosts[0].Dial(ctx, "udp4", "203.0.113.100:9000")
+	require.NoError(t, err)
+	defer c.Close()
+	const total = 10000
+	msg := make([]byte, 100)
+	for i := range total {
+		_, err := c.Write(msg)
+		require.NoError(t, err)
+		if i%200 == 199 {
+			time.Sleep(time.Millisecond) // let the receiver keep up: only the link may drop
+		}
+	}
+	received := <-got
+	st := ifc.LinkStats(Egress)
+	lossRate := 1 - float64(received)/total
+	t.Logf("sent %d, received %d, loss %.2f%%, link stats %+v", total, received, 100*lossRate, st)
+	assert.InDelta(t, 0.10, lossRate, 0.02, "measured loss")
+	assert.Equal(t, uint64(total-received), st.DroppedLoss, "every missing datagram was dropped by the loss model")
+}
+
+func TestImpairedBandwidth(t *testing.T) {
+	w := newWorld(t, Config{})
+	s := w.addSite(t, profile(t, "full-cone"), 1)
+	ctx := ctxT(t, 30*time.Second)
+	const rate = 40e6 // bit/s
+	require.NoError(t, s.router.Uplink().SetImpairments(Egress, link.Impairments{Rate: rate}))
+	l, err := w.server.Listen(ctx, "tcp4", "203.0.113.100:5001")
+	require.NoError(t, err)
+	defer l.Close()
+	done := make(chan time.Duration, 1)
+	const size = 6 << 20
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			done <- 0
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		// Time from the first byte, so the handshake does not count.
+		if _, err := io.ReadAtLeast(c, buf, 1); err != nil {
+			done <- 0
+			return
+		}
+		start := time.Now()
+		_, _ = io.CopyBuffer(io.Discard, c, buf)
+		done <- time.Since(start)
+	}()
+	c, err := s.hosts[0].Dial(ctx, "tcp4", "203.0.113.100:5001")
+	require.NoError(t, err)
+	_, err = c.Write(make([]byte, size))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	elapsed := <-done
+	require.NotZero(t, elapsed)
+	// Each 1500-byte packet carries 1448 bytes of payload (20 IP + 32 TCP
+	// with timestamps) in a 1514-byte frame: the goodput ceiling.
+	ceiling := rate * 1448 / 1514
+	goodput := float64(size*8) / elapsed.Seconds()
+	t.Logf("goodput %.1f Mbit/s, ceiling %.1f Mbit/s (%.1f%%)", goodput/1e6, ceiling/1e6, 100*goodput/ceiling)
+	assert.InEpsilon(t, ceiling, goodput, 0.10, "goodput within 10%% of the configured rate")
+}
+
+func TestInterfaceDown(t *testing.T) {
+	w := newWorld(t, Config{})
+	s := w.addSite(t, profile(t, "full-cone"), 1)
+	h := s.hosts[0]
+	_, err := h.Ping(ctxT(t, 2*time.Second), serverIP)
+	require.NoError(t, err)
+	s.router.Uplink().SetDown(true)
+	_, err = h.Ping(ctxT(t, 300*time.Millisecond), serverIP)
+	require.Error(t, err, "ping through a router whose uplink is down")
+	ifcs, err := h.Interfaces()
+	require.NoError(t, err)
+	assert.NotZero(t, ifcs[1].Flags&net.FlagUp, "the host's own link is still up")
+	s.router.Uplink().SetDown(false)
+	_, err = h.Ping(ctxT(t, 2*time.Second), serverIP)
+	require.NoError(t, err, "ping after the link came back")
+	assert.Positive(t, s.router.Uplink().LinkStats(Egress).DroppedDown)
+}
