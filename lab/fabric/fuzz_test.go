@@ -1,0 +1,94 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+)
+
+// ipv4Frame builds an Ethernet frame carrying an IPv4 packet with a valid
+// header checksum (the transport checksum is left zero).
+func ipv4Frame(dst, src mac, proto byte, from, to netip.AddrPort, payload int) []byte {
+	l4 := 8
+	if proto == protoTCP {
+		l4 = 20
+	}
+	f := make([]byte, ethHeaderLen+20+l4+payload)
+	writeEth(f, dst, src, etherTypeIPv4)
+	p := f[ethHeaderLen:]
+	p[0], p[8], p[9] = 0x45, 64, proto
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	copy(p[12:16], from.Addr().AsSlice())
+	copy(p[16:20], to.Addr().AsSlice())
+	binary.BigEndian.PutUint16(p[20:], from.Port())
+	binary.BigEndian.PutUint16(p[22:], to.Port())
+	switch proto {
+	case protoUDP:
+		binary.BigEndian.PutUint16(p[24:], uint16(8+payload))
+	case protoTCP:
+		p[32] = 5 << 4
+		p[33] = 0x02 // SYN
+	case protoICMP:
+		p[20], p[21] = 8, 0
+	}
+	setIPv4Checksum(p)
+	return f
+}
+
+// total counts the packets the router disposed of. A ping to the router is
+// counted twice, as Local and as its forwarded (or dropped) reply, so Local
+// is left out.
+func (s RouterStats) total() uint64 {
+	return s.Forwarded + s.Malformed + s.TTL + s.NoRoute + s.NoNeighbor + s.TooBig + s.NAT + s.Firewall + s.Other
+}
+
+// FuzzRouterInput feeds arbitrary frames to a NAT router's inside and
+// outside interfaces. The router must not panic, and must account for
+// every frame exactly once: forwarded, answered, or dropped and counted.
+//
+// The router stands alone, so nothing but the fuzzer sends it frames:
+// forwarded frames find no neighbour and are counted as such.
+func FuzzRouterInput(f *testing.F) {
+	fab, err := New(Config{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { fab.Close() })
+	for _, n := range []NetworkConfig{{Name: "lan", Prefix: lan}, {Name: "internet", Prefix: internet}} {
+		if _, err := fab.AddNetwork(n); err != nil {
+			f.Fatal(err)
+		}
+	}
+	cfg := profile(f, "port-restricted-cone")
+	r, err := fab.AddRouter(RouterConfig{Name: "nat", Interfaces: []InterfaceConfig{
+		{Name: "lan", Network: "lan", Addr: ip("192.168.1.1")},
+		{Name: "wan", Network: "internet", Addr: ip("203.0.113.10")},
+	}, Uplink: "wan", NAT: cfg})
+	if err != nil {
+		f.Fatal(err)
+	}
+	lanIfc, wanIfc := r.Interface("lan"), r.Interface("wan")
+	host, srv := netip.MustParseAddrPort("192.168.1.2:4000"), netip.MustParseAddrPort("203.0.113.100:3478")
+	pub := netip.MustParseAddrPort("203.0.113.10:4000")
+	var other mac
+	f.Add(ipv4Frame(lanIfc.mac, other, protoUDP, host, srv, 100), false)
+	f.Add(ipv4Frame(lanIfc.mac, other, protoTCP, host, srv, 0), false)
+	f.Add(ipv4Frame(lanIfc.mac, other, protoICMP, host, netip.AddrPortFrom(ip("192.168.1.1"), 0), 32), false)
+	f.Add(ipv4Frame(lanIfc.mac, other, protoUDP, host, pub, 10), false) // hairpin
+	f.Add(ipv4Frame(wanIfc.mac, other, protoUDP, srv, pub, 100), true)
+	f.Add(ipv4Frame(wanIfc.mac, other, protoICMP, srv, netip.AddrPortFrom(ip("203.0.113.10"), 0), 8), true)
+	f.Add([]byte{1, 2, 3}, false)
+	f.Fuzz(func(t *testing.T, frame []byte, outside bool) {
+		in := lanIfc
+		if outside {
+			in = wanIfc
+		}
+		before := r.Stats().total()
+		fr := getFrame(len(frame))
+		copy(fr, frame)
+		r.input(in, fr)
+		if got := r.Stats().total() - before; got != 1 {
+			t.Fatalf("frame accounted %d times: %+v", got, r.Stats())
+		}
+	})
+}
