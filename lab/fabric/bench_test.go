@@ -1,0 +1,223 @@
+package fabric
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// The fabric benchmarks push traffic between two hosts behind two NAT
+// routers (host → NAT → internet → NAT → host: four links, two
+// translations each way) at the internet's MTU, 1500, over a path opened by
+// hole punching as Lattice nodes open theirs. The Loopback benchmarks run
+// the same workload over the operating system's 127.0.0.1 in the same run:
+// the baseline the fabric's figures are compared with.
+
+// natPair builds two full-cone NAT sites; the hosts are 192.168.1.2 behind
+// 203.0.113.10 and 203.0.113.11.
+func natPair(b *testing.B) (a, c *Host) {
+	w := newWorld(b, Config{})
+	return w.addSite(b, profile(b, "full-cone"), 1).hosts[0], w.addSite(b, profile(b, "full-cone"), 1).hosts[0]
+}
+
+var (
+	benchLocalA  = netip.MustParseAddrPort("192.168.1.2:5201")
+	benchLocalB  = netip.MustParseAddrPort("192.168.1.2:5202")
+	benchPublicA = netip.MustParseAddrPort("203.0.113.10:5201")
+	benchPublicB = netip.MustParseAddrPort("203.0.113.11:5202")
+)
+
+// punchTCP connects a and c by TCP simultaneous open through their NATs.
+func punchTCP(b *testing.B, a, c *Host) (net.Conn, net.Conn) {
+	ctx := ctxT(b, 10*time.Second)
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	dial := func(h *Host, local, remote netip.AddrPort, out chan<- res) {
+		var err error
+		for ctx.Err() == nil {
+			var conn net.Conn
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			conn, err = h.DialTCPFrom(dctx, local, remote)
+			cancel()
+			if err == nil {
+				out <- res{c: conn}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out <- res{err: err}
+	}
+	ca, cc := make(chan res, 1), make(chan res, 1)
+	go dial(a, benchLocalA, benchPublicB, ca)
+	go dial(c, benchLocalB, benchPublicA, cc)
+	ra, rc := <-ca, <-cc
+	if ra.err != nil || rc.err != nil {
+		b.Fatalf("punch: %v / %v", ra.err, rc.err)
+	}
+	return ra.c, rc.c
+}
+
+func BenchmarkFabricTCP(b *testing.B) {
+	a, c := natPair(b)
+	send, recv := punchTCP(b, a, c)
+	benchTCP(b, send, recv)
+}
+
+func BenchmarkLoopbackTCP(b *testing.B) {
+	ctx := ctxT(b, time.Minute)
+	l, err := netx.OS.Listen(ctx, "tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	send, err := netx.OS.Dial(ctx, "tcp4", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	recv := <-accepted
+	if recv == nil {
+		b.Fatal("accept failed")
+	}
+	benchTCP(b, send, recv)
+}
+
+// benchTCP makes b.N 64 KiB writes on send, reads them all on recv, and
+// reports goodput in Gbit/s.
+func benchTCP(b *testing.B, send, recv net.Conn) {
+	defer send.Close()
+	defer recv.Close()
+	const chunk = 64 << 10
+	buf := make([]byte, chunk)
+	done := make(chan int64)
+	go func() {
+		n, _ := io.CopyBuffer(io.Discard, recv, make([]byte, chunk))
+		done <- n
+	}()
+	b.SetBytes(chunk)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := send.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := send.Close(); err != nil {
+		b.Fatal(err)
+	}
+	n := <-done
+	b.StopTimer()
+	if n != int64(b.N)*chunk {
+		b.Fatalf("received %d of %d bytes", n, int64(b.N)*chunk)
+	}
+	b.ReportMetric(float64(n)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+}
+
+func BenchmarkFabricUDP(b *testing.B) {
+	a, c := natPair(b)
+	ctx := ctxT(b, time.Minute)
+	rx, err := c.ListenPacket(ctx, "udp4", benchLocalB.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tx, err := a.ListenPacket(ctx, "udp4", benchLocalA.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Punch: both sides send to the other's public endpoint until a
+	// datagram gets through, as ICE connectivity checks do.
+	buf := make([]byte, 64)
+	for i := 0; ; i++ {
+		if i == 20 {
+			b.Fatal("punch: no datagram got through")
+		}
+		_, _ = tx.WriteTo([]byte("punch"), net.UDPAddrFromAddrPort(benchPublicB))
+		_, _ = rx.WriteTo([]byte("punch"), net.UDPAddrFromAddrPort(benchPublicA))
+		_ = rx.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, _, err := rx.ReadFrom(buf); err == nil {
+			break
+		}
+	}
+	_ = rx.SetReadDeadline(time.Time{})
+	benchUDP(b, tx, rx, benchPublicB)
+}
+
+func BenchmarkLoopbackUDP(b *testing.B) {
+	ctx := ctxT(b, time.Minute)
+	rx, err := netx.OS.ListenPacket(ctx, "udp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tx, err := netx.OS.ListenPacket(ctx, "udp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchUDP(b, tx, rx, rx.LocalAddr().(*net.UDPAddr).AddrPort())
+}
+
+// udpWindow bounds the datagrams in flight: the sender waits while more
+// than this many are sent but not yet received. Without it the sender
+// outruns the path and the benchmark measures the cost of dropping, not the
+// rate the path delivers. Loss still happens (and is reported) when a queue
+// on the path is smaller than the window.
+const udpWindow = 256
+
+// benchUDP sends b.N 1400-byte datagrams from tx to dst, where rx reads
+// them, and reports the delivered rate in pps and the loss in percent.
+func benchUDP(b *testing.B, tx, rx net.PacketConn, dst netip.AddrPort) {
+	defer tx.Close()
+	defer rx.Close()
+	var got atomic.Int64
+	rxDone := make(chan struct{})
+	go func() {
+		defer close(rxDone)
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := rx.ReadFrom(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	to := net.UDPAddrFromAddrPort(dst)
+	msg := make([]byte, 1400)
+	b.SetBytes(int64(len(msg)))
+	b.ResetTimer()
+	for i := range b.N {
+		// A lost datagram would shrink the window for good: give up
+		// waiting after a while, as a sender's timer would.
+		for start := time.Now(); int64(i)-got.Load() > udpWindow && time.Since(start) < 10*time.Millisecond; {
+			runtime.Gosched()
+		}
+		if _, err := tx.WriteTo(msg, to); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Wait for the tail: until everything arrived or nothing more does.
+	for last := int64(-1); ; {
+		n := got.Load()
+		if n == int64(b.N) || n == last {
+			break
+		}
+		last = n
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.StopTimer()
+	n := got.Load()
+	rx.Close()
+	<-rxDone
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "pps")
+	b.ReportMetric(100*(1-float64(n)/float64(b.N)), "%loss")
+}
