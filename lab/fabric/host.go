@@ -102,10 +102,13 @@ func (f *Fabric) AddHost(cfg HostConfig) (*Host, error) {
 }
 
 func (h *Host) buildStack(routes routeTable) error {
+	rnd := newSeededRand(h.f.seedFor("host/" + h.name))
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 		HandleLocal:        true,
+		RandSource:         rnd,
+		SecureRNG:          rnd,
 	})
 	h.stack = s
 	opts := []tcpip.SettableTransportProtocolOption{

@@ -80,10 +80,18 @@ func (f *Fabric) checkLoopsLocked(extra *Router) error {
 		routers = append(routers, extra)
 	}
 	sort.Slice(routers, func(i, j int) bool { return routers[i].name < routers[j].name })
-	byAddr := map[netip.Addr]*Router{}
+	// Next hops resolve on the network the route leaves through: sites
+	// behind different NATs may reuse the same addresses.
+	type hop struct {
+		network *Network
+		addr    netip.Addr
+	}
+	byAddr := map[hop]*Router{}
 	for _, r := range routers {
 		for _, ifc := range r.ifcs {
-			byAddr[ifc.addr] = r
+			for _, a := range ifc.Addrs() {
+				byAddr[hop{ifc.network, a}] = r
+			}
 		}
 	}
 	for _, start := range routers {
@@ -95,12 +103,12 @@ func (f *Fabric) checkLoopsLocked(extra *Router) error {
 			path := []string{start.name}
 			visited := map[*Router]bool{start: true}
 			cur := start
-			for hop := 0; hop < 256; hop++ {
+			for range 256 {
 				e := cur.routes.lookup(probe)
 				if e == nil || !e.via.IsValid() {
 					break
 				}
-				next := byAddr[e.via]
+				next := byAddr[hop{e.ifc.network, e.via}]
 				if next == nil {
 					break // a host, or a gateway not attached yet
 				}

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -143,4 +144,69 @@ func TestRefusedElementLeavesFabricWorking(t *testing.T) {
 	// The name is free again.
 	_, err = w.f.AddRouter(RouterConfig{Name: "bad", Interfaces: []InterfaceConfig{{Network: "internet", Addr: ip("203.0.113.99")}}})
 	require.NoError(t, err)
+}
+
+// TestRouteLoopWithReusedAddresses builds two sites that reuse the same
+// router addresses, one with a loop, in both orders: the loop is found
+// whichever site came first.
+func TestRouteLoopWithReusedAddresses(t *testing.T) {
+	for _, loopFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("loop-site-first=%t", loopFirst), func(t *testing.T) {
+			f, err := New(Config{})
+			require.NoError(t, err)
+			defer f.Close()
+			for _, n := range []string{"site-a", "site-b"} {
+				_, err := f.AddNetwork(NetworkConfig{Name: n, Prefix: lan})
+				require.NoError(t, err)
+			}
+			clean := func() {
+				for i, name := range []string{"a1", "a2"} {
+					_, err := f.AddRouter(RouterConfig{Name: name, Interfaces: []InterfaceConfig{{Network: "site-a", Addr: ip(fmt.Sprintf("192.168.1.%d", i+1))}}})
+					require.NoError(t, err)
+				}
+			}
+			loop := func() error {
+				if _, err := f.AddRouter(RouterConfig{Name: "b1", Interfaces: []InterfaceConfig{{Network: "site-b", Addr: ip("192.168.1.1")}},
+					Routes: []Route{{Dst: pfx("172.16.0.0/12"), Via: ip("192.168.1.2")}}}); err != nil {
+					return err
+				}
+				_, err := f.AddRouter(RouterConfig{Name: "b2", Interfaces: []InterfaceConfig{{Network: "site-b", Addr: ip("192.168.1.2")}},
+					Gateway: ip("192.168.1.1")})
+				return err
+			}
+			if !loopFirst {
+				clean()
+			}
+			err = loop()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "route loop for 172.16.0.0/12")
+			assert.Contains(t, err.Error(), "b1")
+			if loopFirst {
+				clean() // a clean site with the same addresses is fine
+			}
+		})
+	}
+}
+
+// TestSeedRepeatable builds the same topology twice with one seed: the
+// ephemeral port a host picks, and so the NAT mapping, are the same.
+func TestSeedRepeatable(t *testing.T) {
+	mapped := func(seed uint64) string {
+		w := newWorld(t, Config{Seed: seed})
+		s := w.addSite(t, profile(t, "port-restricted-cone"), 1)
+		ctx := ctxT(t, 5*time.Second)
+		spc, err := w.server.ListenPacket(ctx, "udp4", "203.0.113.100:3478")
+		require.NoError(t, err)
+		defer spc.Close()
+		go udpEcho(spc)
+		c, err := s.hosts[0].ListenPacket(ctx, "udp4", ":0")
+		require.NoError(t, err)
+		defer c.Close()
+		got, _, err := roundTrip(c, netip.MustParseAddrPort("203.0.113.100:3478"), "x", 2*time.Second)
+		require.NoError(t, err)
+		return got
+	}
+	a, b, c := mapped(7), mapped(7), mapped(8)
+	assert.Equal(t, a, b, "same seed, same mapping")
+	assert.NotEqual(t, a, c, "another seed, another port")
 }

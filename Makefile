@@ -1,0 +1,48 @@
+# Lattice build. `make test` is what CI runs (.ci/run); `make lab` runs the
+# emulation lab on the default topology.
+GO       ?= go
+EDITION  ?= community
+TAGS     := $(if $(filter pro,$(EDITION)),pro,)
+BIN      ?= bin
+# The suite must finish well inside CI's 90 minutes on 2 cores.
+TEST_TIMEOUT ?= 30m
+FUZZTIME ?= 30s
+
+.PHONY: all build test test-community test-pro lint bench fuzz deps lab clean help
+
+all: build
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build the binaries into bin/ (EDITION=pro for the Pro edition)
+	$(GO) build -tags '$(TAGS)' -o $(BIN)/ ./cmd/...
+
+deps: ## install what the tests need (tshark) when missing
+	@scripts/deps.sh
+
+test: deps lint test-community test-pro ## vet, lint and test both editions
+
+test-community:
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+
+test-pro:
+	$(GO) build -tags pro ./...
+	$(GO) vet -tags pro ./...
+
+lint: ## gofmt, go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: ## run the benchmarks the issues name (figures via b.ReportMetric)
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./lab/...
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@scripts/fuzz.sh $(FUZZTIME)
+
+lab: ## run lattice-lab on the default topology
+	$(GO) run ./cmd/lattice-lab run
+
+clean:
+	rm -rf $(BIN)
