@@ -16,6 +16,7 @@ import (
 // every neighbour's MAC.
 type endpoint struct {
 	ifc        *Interface
+	udp        *udpStack // claims UDP datagrams before gVisor sees them
 	mtu        atomic.Uint32
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 
@@ -24,8 +25,8 @@ type endpoint struct {
 
 var _ stack.LinkEndpoint = (*endpoint)(nil)
 
-func newEndpoint(ifc *Interface) *endpoint {
-	e := &endpoint{ifc: ifc}
+func newEndpoint(ifc *Interface, udp *udpStack) *endpoint {
+	e := &endpoint{ifc: ifc, udp: udp}
 	e.mtu.Store(uint32(ifc.mtu))
 	ifc.handle = e.deliver
 	return e
@@ -67,6 +68,9 @@ func (e *endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 func (e *endpoint) deliver(batch [][]byte) {
 	dp := e.dispatcher.Load()
 	for _, f := range batch {
+		if e.udp.deliver(f) {
+			continue // the socket owns the frame now
+		}
 		if dp != nil && len(f) > ethHeaderLen {
 			var proto tcpip.NetworkProtocolNumber
 			switch uint16(f[12])<<8 | uint16(f[13]) {

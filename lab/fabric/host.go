@@ -45,6 +45,8 @@ type Host struct {
 	stack  *stack.Stack
 	ifcs   []*Interface
 	eps    []*endpoint
+	routes routeTable
+	udp    *udpStack
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -75,6 +77,9 @@ func (f *Fabric) AddHost(cfg HostConfig) (*Host, error) {
 	}
 	h := &Host{f: f, name: cfg.Name, log: f.log.With("host", cfg.Name), ifcs: ifcs}
 	fail := func(err error) (*Host, error) {
+		if h.udp != nil {
+			h.udp.close()
+		}
 		if h.stack != nil {
 			h.stack.Close()
 			h.stack.Wait()
@@ -88,6 +93,7 @@ func (f *Fabric) AddHost(cfg HostConfig) (*Host, error) {
 	if err != nil {
 		return fail(err)
 	}
+	h.routes = routes
 	if err := h.buildStack(routes); err != nil {
 		return fail(fmt.Errorf("host %q: %w", cfg.Name, err))
 	}
@@ -103,6 +109,7 @@ func (f *Fabric) AddHost(cfg HostConfig) (*Host, error) {
 
 func (h *Host) buildStack(routes routeTable) error {
 	rnd := newSeededRand(h.f.seedFor("host/" + h.name))
+	h.udp = newUDPStack(h, newSeededRand(h.f.seedFor("udp/"+h.name)))
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -139,7 +146,7 @@ func (h *Host) buildStack(routes routeTable) error {
 	for i, ifc := range h.ifcs {
 		id := tcpip.NICID(i + 2)
 		nicOf[ifc] = id
-		ep := newEndpoint(ifc)
+		ep := newEndpoint(ifc, h.udp)
 		h.eps = append(h.eps, ep)
 		if err := s.CreateNICWithOptions(id, ep, stack.NICOptions{Name: ifc.name}); err != nil {
 			return fmt.Errorf("create %s: %s", ifc.name, err)
@@ -199,6 +206,7 @@ func (h *Host) Stack() *stack.Stack { return h.stack }
 func (h *Host) close() error {
 	h.once.Do(func() {
 		h.closed.Store(true)
+		h.udp.close()
 		h.stack.Close()
 		h.stack.Wait()
 		for _, ifc := range h.ifcs {

@@ -79,9 +79,9 @@ func (h *Host) Dial(ctx context.Context, network, address string) (net.Conn, err
 		return nil, err
 	}
 	if network[:3] == "udp" {
-		c, err := gonet.DialUDP(h.stack, nil, &fa, ipv4.ProtocolNumber)
+		c, err := h.udp.bind("dial", network, netip.AddrPortFrom(netip.IPv4Unspecified(), 0), fullToAddrPort(fa))
 		if err != nil {
-			return nil, fmt.Errorf("%s: dial %s %s: %w", h.name, network, address, err)
+			return nil, fmt.Errorf("%s: %w", h.name, err)
 		}
 		return c, nil
 	}
@@ -149,9 +149,9 @@ func (h *Host) ListenPacket(_ context.Context, network, address string) (net.Pac
 	if err != nil {
 		return nil, err
 	}
-	c, err := gonet.DialUDP(h.stack, &fa, nil, ipv4.ProtocolNumber)
+	c, err := h.udp.bind("listen", network, fullToAddrPort(fa), netip.AddrPort{})
 	if err != nil {
-		return nil, fmt.Errorf("%s: listen %s %s: %w", h.name, network, address, err)
+		return nil, fmt.Errorf("%s: %w", h.name, err)
 	}
 	return c, nil
 }
@@ -231,4 +231,14 @@ func (h *Host) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error) 
 			return time.Since(start), nil
 		}
 	}
+}
+
+// fullToAddrPort converts a parsed address; an empty address is the IPv4
+// wildcard.
+func fullToAddrPort(fa tcpip.FullAddress) netip.AddrPort {
+	a := netip.IPv4Unspecified()
+	if fa.Addr.BitLen() != 0 {
+		a = tcpipToAddr(fa.Addr)
+	}
+	return netip.AddrPortFrom(a, fa.Port)
 }

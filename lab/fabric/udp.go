@@ -1,0 +1,355 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+)
+
+// A host's UDP sockets are served by the fabric itself, not by its gVisor
+// stack. UDP is the data path of everything Lattice measures (WireGuard,
+// QUIC, STUN, ICE), and a datagram's trip through gVisor's socket layer
+// costs several times what the rest of the fabric does; a lab whose hosts
+// cost more than the code under test would measure itself. So sending a
+// datagram here is: look up the route, write the Ethernet, IPv4 and UDP
+// headers into a pooled frame, copy the payload, transmit. Receiving is:
+// validate, find the socket by port, queue the frame. TCP and ICMP stay
+// with gVisor, which owns every UDP datagram no socket here claims and so
+// answers it with a port unreachable, as a real host does.
+//
+// Semantics follow Linux where a program could tell the difference: weak
+// host model (any local address is accepted on any interface), ephemeral
+// ports from 32768-60999, a datagram larger than the interface MTU fails
+// with EMSGSIZE (the fabric does not fragment), a full receive queue drops,
+// a read with a small buffer truncates, WriteTo on a connected socket fails
+// as it does in package net.
+
+const (
+	udpEphemeralMin, udpEphemeralMax = 32768, 60999
+	// udpRecvQueueBytes bounds a socket's queued payload, like SO_RCVBUF.
+	// Linux's default (net.core.rmem_default, 208 KiB) is tuned below what
+	// WireGuard and QUIC ask for (they raise it to several MiB), so the lab
+	// starts where those programs end up.
+	udpRecvQueueBytes = 4 << 20
+	udpMaxPayload     = 65507
+	ipv4HeaderLen     = 20
+	udpHeaderLen      = 8
+	defaultTTL        = 64
+)
+
+// udpStack holds a host's UDP sockets.
+type udpStack struct {
+	h     *Host
+	local map[netip.Addr]bool // the host's addresses, 127.0.0.1 included
+	rnd   *seededRand
+	ipID  atomic.Uint32
+
+	mu     sync.RWMutex
+	ports  map[uint16][]*udpConn
+	closed bool
+
+	// Counters, for tests and the lab report.
+	badChecksum, queueFull, noNeighbor atomic.Uint64
+}
+
+func newUDPStack(h *Host, rnd *seededRand) *udpStack {
+	u := &udpStack{h: h, rnd: rnd, ports: map[uint16][]*udpConn{}, local: map[netip.Addr]bool{loopbackAddr: true}}
+	for _, ifc := range h.ifcs {
+		for _, a := range ifc.Addrs() {
+			u.local[a] = true
+		}
+	}
+	return u
+}
+
+var loopbackAddr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// bind creates a socket on local (unspecified address: every address; port
+// 0: an ephemeral port) connected to remote if remote is valid.
+func (u *udpStack) bind(op, network string, local, remote netip.AddrPort) (*udpConn, error) {
+	fail := func(err error) (*udpConn, error) {
+		return nil, &net.OpError{Op: op, Net: network, Source: udpAddrOrNil(local), Addr: udpAddrOrNil(remote), Err: err}
+	}
+	la := local.Addr()
+	if !la.IsUnspecified() && !u.local[la] {
+		return fail(fmt.Errorf("bind %v: %w", la, syscall.EADDRNOTAVAIL))
+	}
+	if remote.IsValid() {
+		if remote.Port() == 0 || remote.Addr().IsUnspecified() {
+			return fail(&net.AddrError{Err: "invalid remote address", Addr: remote.String()})
+		}
+		if la.IsUnspecified() {
+			// connect(2) fixes the source address by route.
+			src, err := u.sourceFor(remote.Addr())
+			if err != nil {
+				return fail(err)
+			}
+			la = src
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return fail(net.ErrClosed)
+	}
+	port := local.Port()
+	if port == 0 {
+		var ok bool
+		if port, ok = u.ephemeralLocked(la); !ok {
+			return fail(fmt.Errorf("no free ephemeral port: %w", syscall.EADDRINUSE))
+		}
+	} else if !u.freeLocked(la, port) {
+		return fail(fmt.Errorf("bind %v: %w", netip.AddrPortFrom(la, port), syscall.EADDRINUSE))
+	}
+	c := &udpConn{
+		u:      u,
+		local:  netip.AddrPortFrom(la, port),
+		remote: remote,
+		notify: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		limit:  udpRecvQueueBytes,
+	}
+	c.rd.init()
+	c.wd.init()
+	u.ports[port] = append(u.ports[port], c)
+	return c, nil
+}
+
+// freeLocked reports whether addr:port may be bound: no socket holds the
+// port on the same address or on the wildcard, as without SO_REUSEADDR.
+func (u *udpStack) freeLocked(addr netip.Addr, port uint16) bool {
+	for _, c := range u.ports[port] {
+		if c.local.Addr() == addr || c.local.Addr().IsUnspecified() || addr.IsUnspecified() {
+			return false
+		}
+	}
+	return true
+}
+
+func (u *udpStack) ephemeralLocked(addr netip.Addr) (uint16, bool) {
+	const n = udpEphemeralMax - udpEphemeralMin + 1
+	start := int(u.rnd.Uint64() % n)
+	for i := range n {
+		p := uint16(udpEphemeralMin + (start+i)%n)
+		if u.freeLocked(addr, p) {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+func (u *udpStack) unbind(c *udpConn) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	list := u.ports[c.local.Port()]
+	for i, o := range list {
+		if o == c {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(u.ports, c.local.Port())
+	} else {
+		u.ports[c.local.Port()] = list
+	}
+}
+
+func (u *udpStack) close() {
+	u.mu.Lock()
+	var all []*udpConn
+	for _, l := range u.ports {
+		all = append(all, l...)
+	}
+	u.closed = true
+	u.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
+
+// sourceFor returns the address a datagram to dst leaves from.
+func (u *udpStack) sourceFor(dst netip.Addr) (netip.Addr, error) {
+	if dst.IsLoopback() {
+		return loopbackAddr, nil
+	}
+	if u.local[dst] {
+		return dst, nil
+	}
+	rt := u.h.routes.lookup(dst)
+	if rt == nil {
+		return netip.Addr{}, fmt.Errorf("no route to %v: %w", dst, syscall.ENETUNREACH)
+	}
+	return rt.ifc.addr, nil
+}
+
+// send transmits one datagram from src (its address may be unspecified) to
+// dst.
+func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
+	if len(payload) > udpMaxPayload {
+		return fmt.Errorf("%d-byte datagram: %w", len(payload), syscall.EMSGSIZE)
+	}
+	da := dst.Addr()
+	if !da.Is4() || dst.Port() == 0 {
+		return &net.AddrError{Err: "invalid destination", Addr: dst.String()}
+	}
+	if da.IsUnspecified() {
+		da = loopbackAddr // as on Linux, 0.0.0.0 is this host
+	}
+	if da.IsLoopback() || u.local[da] {
+		if !src.Addr().IsUnspecified() && src.Addr().IsLoopback() != da.IsLoopback() {
+			return fmt.Errorf("from %v to %v: %w", src.Addr(), da, syscall.EINVAL)
+		}
+		from := da
+		if da.IsLoopback() {
+			from = loopbackAddr
+		}
+		if !src.Addr().IsUnspecified() {
+			from = src.Addr()
+		}
+		f := getFrame(ethHeaderLen + ipv4HeaderLen + udpHeaderLen + len(payload))
+		writeEth(f, mac{}, mac{}, etherTypeIPv4)
+		u.build(f, netip.AddrPortFrom(from, src.Port()), netip.AddrPortFrom(da, dst.Port()), payload)
+		if !u.deliver(f) {
+			putFrame(f) // nobody listening: a port unreachable nobody would see
+		}
+		return nil
+	}
+	rt := u.h.routes.lookup(da)
+	if rt == nil {
+		return fmt.Errorf("no route to %v: %w", da, syscall.ENETUNREACH)
+	}
+	ifc := rt.ifc
+	if n := ipv4HeaderLen + udpHeaderLen + len(payload); n > ifc.mtu {
+		return fmt.Errorf("%d-byte packet exceeds %s MTU %d: %w", n, ifc, ifc.mtu, syscall.EMSGSIZE)
+	}
+	if src.Addr().IsUnspecified() {
+		src = netip.AddrPortFrom(ifc.addr, src.Port())
+	}
+	nh := rt.via
+	if !nh.IsValid() {
+		nh = da
+	}
+	nb := ifc.network.neighbor(nh)
+	if nb == nil {
+		u.noNeighbor.Add(1) // as after a failed ARP: the datagram is lost
+		return nil
+	}
+	f := getFrame(ethHeaderLen + ipv4HeaderLen + udpHeaderLen + len(payload))
+	writeEth(f, nb.mac, ifc.mac, etherTypeIPv4)
+	u.build(f, src, dst, payload)
+	ifc.transmit(f)
+	return nil
+}
+
+// build writes the IPv4 and UDP headers and the payload into f after its
+// Ethernet header.
+func (u *udpStack) build(f []byte, src, dst netip.AddrPort, payload []byte) {
+	p := f[ethHeaderLen:]
+	total := ipv4HeaderLen + udpHeaderLen + len(payload)
+	p[0], p[1] = 0x45, 0
+	binary.BigEndian.PutUint16(p[2:], uint16(total))
+	binary.BigEndian.PutUint16(p[4:], uint16(u.ipID.Add(1)))
+	binary.BigEndian.PutUint16(p[6:], 0x4000) // DF: the fabric never fragments
+	p[8], p[9] = defaultTTL, protoUDP
+	p[10], p[11] = 0, 0
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(p[12:16], s4[:])
+	copy(p[16:20], d4[:])
+	setIPv4Checksum(p)
+	udp := p[ipv4HeaderLen:total]
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	udp[6], udp[7] = 0, 0
+	copy(udp[udpHeaderLen:], payload)
+	sum := ^checksum.Checksum(udp, pseudoSum(p[12:16], p[16:20], len(udp)))
+	if sum == 0 {
+		sum = 0xffff // RFC 768: zero means "no checksum"
+	}
+	binary.BigEndian.PutUint16(udp[6:], sum)
+}
+
+// pseudoSum is the one's complement sum of the UDP pseudo-header.
+func pseudoSum(src, dst []byte, n int) uint16 {
+	var b [12]byte
+	copy(b[0:4], src)
+	copy(b[4:8], dst)
+	b[9] = protoUDP
+	binary.BigEndian.PutUint16(b[10:], uint16(n))
+	return checksum.Checksum(b[:], 0)
+}
+
+// deliver queues a received frame on the socket it is for and reports
+// whether it took the frame; if not, the frame belongs to gVisor.
+func (u *udpStack) deliver(f []byte) bool {
+	if len(f) < ethHeaderLen+ipv4HeaderLen+udpHeaderLen || binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {
+		return false
+	}
+	p := f[ethHeaderLen:]
+	ihl := int(p[0]&0x0f) * 4
+	if p[0]>>4 != 4 || p[9] != protoUDP || ihl < ipv4HeaderLen || binary.BigEndian.Uint16(p[6:8])&0x3fff != 0 {
+		return false // not UDP, or a fragment: gVisor's to handle or refuse
+	}
+	total := int(binary.BigEndian.Uint16(p[2:4]))
+	if total > len(p) || total < ihl+udpHeaderLen {
+		return false
+	}
+	udp := p[ihl:total]
+	ulen := int(binary.BigEndian.Uint16(udp[4:6]))
+	if ulen < udpHeaderLen || ulen > len(udp) {
+		return false
+	}
+	udp = udp[:ulen]
+	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[16:20])), binary.BigEndian.Uint16(udp[2:4]))
+	src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[12:16])), binary.BigEndian.Uint16(udp[0:2]))
+	u.mu.RLock()
+	c := u.lookupLocked(dst, src)
+	u.mu.RUnlock()
+	if c == nil {
+		return false
+	}
+	if binary.BigEndian.Uint16(udp[6:8]) != 0 && checksum.Checksum(udp, pseudoSum(p[12:16], p[16:20], len(udp))) != 0xffff {
+		u.badChecksum.Add(1)
+		putFrame(f)
+		return true
+	}
+	off := ethHeaderLen + ihl + udpHeaderLen
+	if !c.push(f, off, ulen-udpHeaderLen, src) {
+		u.queueFull.Add(1)
+		putFrame(f)
+	}
+	return true
+}
+
+// lookupLocked finds the socket for a datagram: a connected socket whose
+// peer sent it beats one bound to the address, which beats the wildcard.
+func (u *udpStack) lookupLocked(dst, src netip.AddrPort) *udpConn {
+	var best *udpConn
+	score := -1
+	for _, c := range u.ports[dst.Port()] {
+		s := 0
+		switch {
+		case c.local.Addr() == dst.Addr():
+			s = 1
+		case !c.local.Addr().IsUnspecified():
+			continue
+		}
+		if c.remote.IsValid() {
+			if c.remote != src {
+				continue
+			}
+			s += 2
+		}
+		if s > score {
+			best, score = c, s
+		}
+	}
+	return best
+}

@@ -1,0 +1,303 @@
+package fabric
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// dgram is a queued datagram: its payload is f[off:off+n].
+type dgram struct {
+	f      []byte
+	off, n int
+	from   netip.AddrPort
+}
+
+// udpConn is a UDP socket on a lab host. It implements net.PacketConn and,
+// when connected (Dial), net.Conn.
+type udpConn struct {
+	u      *udpStack
+	local  netip.AddrPort
+	remote netip.AddrPort // valid when connected
+
+	mu     sync.Mutex
+	queue  []dgram
+	head   int
+	bytes  int
+	limit  int
+	closed bool
+
+	notify chan struct{} // signalled when a datagram is queued
+	done   chan struct{} // closed by Close
+	once   sync.Once
+	rd, wd deadline
+}
+
+var (
+	_ net.PacketConn = (*udpConn)(nil)
+	_ net.Conn       = (*udpConn)(nil)
+)
+
+func (c *udpConn) push(f []byte, off, n int, from netip.AddrPort) bool {
+	c.mu.Lock()
+	if c.closed || (c.bytes > 0 && c.bytes+n > c.limit) {
+		c.mu.Unlock()
+		return false
+	}
+	c.queue = append(c.queue, dgram{f: f, off: off, n: n, from: from})
+	c.bytes += n
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// pop returns the oldest datagram, if any. c.mu must be held.
+func (c *udpConn) popLocked() (dgram, bool) {
+	if c.head == len(c.queue) {
+		return dgram{}, false
+	}
+	d := c.queue[c.head]
+	c.queue[c.head] = dgram{}
+	c.head++
+	c.bytes -= d.n
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	}
+	return d, true
+}
+
+func (c *udpConn) opError(op string, addr net.Addr, err error) error {
+	return &net.OpError{Op: op, Net: "udp", Source: net.UDPAddrFromAddrPort(c.local), Addr: addr, Err: err}
+}
+
+func (c *udpConn) read(b []byte) (int, netip.AddrPort, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, netip.AddrPort{}, net.ErrClosed
+		}
+		if d, ok := c.popLocked(); ok {
+			c.mu.Unlock()
+			n := copy(b, d.f[d.off:d.off+d.n]) // the rest is discarded, as recvfrom(2) does
+			putFrame(d.f)
+			return n, d.from, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.notify:
+		case <-c.rd.expired():
+			return 0, netip.AddrPort{}, os.ErrDeadlineExceeded
+		case <-c.done:
+		}
+	}
+}
+
+// ReadFrom implements net.PacketConn.
+func (c *udpConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, from, err := c.read(b)
+	if err != nil {
+		return 0, nil, c.opError("read", nil, err)
+	}
+	return n, net.UDPAddrFromAddrPort(from), nil
+}
+
+// Read implements net.Conn.
+func (c *udpConn) Read(b []byte) (int, error) {
+	n, _, err := c.read(b)
+	if err != nil {
+		return 0, c.opError("read", c.RemoteAddr(), err)
+	}
+	return n, nil
+}
+
+func (c *udpConn) write(b []byte, to netip.AddrPort) error {
+	select {
+	case <-c.done:
+		return net.ErrClosed
+	case <-c.wd.expired():
+		return os.ErrDeadlineExceeded
+	default:
+	}
+	return c.u.send(c.local, to, b)
+}
+
+// WriteTo implements net.PacketConn.
+func (c *udpConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if c.remote.IsValid() {
+		return 0, c.opError("write", addr, net.ErrWriteToConnected)
+	}
+	to, err := toAddrPort(addr)
+	if err != nil {
+		return 0, c.opError("write", addr, err)
+	}
+	if err := c.write(b, to); err != nil {
+		return 0, c.opError("write", addr, err)
+	}
+	return len(b), nil
+}
+
+// Write implements net.Conn.
+func (c *udpConn) Write(b []byte) (int, error) {
+	if !c.remote.IsValid() {
+		return 0, c.opError("write", nil, syscall.EDESTADDRREQ)
+	}
+	if err := c.write(b, c.remote); err != nil {
+		return 0, c.opError("write", c.RemoteAddr(), err)
+	}
+	return len(b), nil
+}
+
+// Close implements net.PacketConn. Queued datagrams are discarded.
+func (c *udpConn) Close() error {
+	first := false
+	c.once.Do(func() {
+		first = true
+		c.u.unbind(c)
+		c.mu.Lock()
+		c.closed = true
+		for {
+			d, ok := c.popLocked()
+			if !ok {
+				break
+			}
+			putFrame(d.f)
+		}
+		c.mu.Unlock()
+		close(c.done)
+		c.rd.stop()
+		c.wd.stop()
+	})
+	if !first {
+		return c.opError("close", nil, net.ErrClosed)
+	}
+	return nil
+}
+
+// LocalAddr implements net.PacketConn.
+func (c *udpConn) LocalAddr() net.Addr { return net.UDPAddrFromAddrPort(c.local) }
+
+// RemoteAddr implements net.Conn; nil for an unconnected socket.
+func (c *udpConn) RemoteAddr() net.Addr {
+	if !c.remote.IsValid() {
+		return nil
+	}
+	return net.UDPAddrFromAddrPort(c.remote)
+}
+
+func (c *udpConn) SetDeadline(t time.Time) error {
+	c.rd.set(t)
+	c.wd.set(t)
+	return nil
+}
+func (c *udpConn) SetReadDeadline(t time.Time) error  { c.rd.set(t); return nil }
+func (c *udpConn) SetWriteDeadline(t time.Time) error { c.wd.set(t); return nil }
+
+// SetReadBuffer bounds the bytes queued for reading, as SO_RCVBUF does.
+func (c *udpConn) SetReadBuffer(n int) error {
+	if n <= 0 {
+		return c.opError("set", nil, syscall.EINVAL)
+	}
+	c.mu.Lock()
+	c.limit = n
+	c.mu.Unlock()
+	return nil
+}
+
+// SetWriteBuffer is accepted for compatibility: sends never queue.
+func (c *udpConn) SetWriteBuffer(n int) error {
+	if n <= 0 {
+		return c.opError("set", nil, syscall.EINVAL)
+	}
+	return nil
+}
+
+func toAddrPort(a net.Addr) (netip.AddrPort, error) {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		if a == nil {
+			return netip.AddrPort{}, syscall.EINVAL
+		}
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+	case nil:
+		return netip.AddrPort{}, syscall.EDESTADDRREQ
+	default:
+		ap, err := netip.ParseAddrPort(a.String())
+		if err != nil {
+			return netip.AddrPort{}, &net.AddrError{Err: "not a UDP address", Addr: a.String()}
+		}
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+	}
+}
+
+func udpAddrOrNil(ap netip.AddrPort) net.Addr {
+	if !ap.IsValid() {
+		return nil
+	}
+	return net.UDPAddrFromAddrPort(ap)
+}
+
+// deadline turns a time into a channel that is closed when it passes.
+type deadline struct {
+	mu    sync.Mutex
+	timer *time.Timer
+	ch    chan struct{}
+	fired bool
+	gen   uint64 // bumped by every set, so a stale timer cannot fire
+}
+
+func (d *deadline) init() { d.ch = make(chan struct{}) }
+
+// expired returns a channel closed once the deadline has passed.
+func (d *deadline) expired() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ch
+}
+
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+	d.gen++
+	if d.fired {
+		d.ch, d.fired = make(chan struct{}), false
+	}
+	if t.IsZero() {
+		return
+	}
+	gen := d.gen
+	fire := func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.gen == gen && !d.fired {
+			d.fired = true
+			close(d.ch)
+		}
+	}
+	if dur := time.Until(t); dur > 0 {
+		d.timer = time.AfterFunc(dur, fire)
+		return
+	}
+	d.fired = true
+	close(d.ch)
+}
+
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}
