@@ -190,8 +190,12 @@ func TestLatency(t *testing.T) {
 	med, p90 := percentile(delays, 0.5), percentile(delays, 0.9)
 	t.Logf("latency %v: min %v median %v p90 %v max %v", target,
 		percentile(delays, 0), med, p90, percentile(delays, 1))
+	// The median is the 1 ms tolerance. The tail is only sanity
+	// checked: on a loaded 2-core machine (CI runs packages in parallel)
+	// a timer can fire milliseconds late.
 	assert.InDelta(t, float64(target), float64(med), float64(time.Millisecond), "median %v", med)
-	assert.InDelta(t, float64(target), float64(p90), float64(time.Millisecond), "p90 %v", p90)
+	assert.GreaterOrEqual(t, percentile(delays, 0.05), target-time.Millisecond, "delivered early")
+	assert.Less(t, p90, target+10*time.Millisecond, "p90 %v", p90)
 }
 
 func TestJitter(t *testing.T) {
@@ -200,8 +204,12 @@ func TestJitter(t *testing.T) {
 	delays := measureDelays(t, p, s, 300, 500*time.Microsecond) // checks order
 	lo, hi := percentile(delays, 0), percentile(delays, 1)
 	t.Logf("latency %v ± %v: min %v median %v max %v", latency, jitter, lo, percentile(delays, 0.5), hi)
+	// Early delivery cannot come from load, so its bound is tight; late
+	// delivery can (see TestLatency), so the tail's bound is loose. (The
+	// median sits above Latency: keeping order holds packets back behind
+	// earlier ones that drew a longer delay.)
 	assert.GreaterOrEqual(t, lo, latency-jitter-time.Millisecond, "delay below Latency-Jitter")
-	assert.LessOrEqual(t, percentile(delays, 0.98), latency+jitter+time.Millisecond, "delay above Latency+Jitter")
+	assert.LessOrEqual(t, percentile(delays, 0.9), latency+jitter+5*time.Millisecond, "delay far above Latency+Jitter")
 	assert.Greater(t, hi-lo, jitter, "jitter did not spread delays")
 	assert.Zero(t, p.Stats().Reordered)
 }
