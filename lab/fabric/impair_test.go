@@ -139,7 +139,68 @@ func TestImpairedBandwidth(t *testing.T) {
 	ceiling := rate * 1448 / 1514
 	goodput := float64(size*8) / elapsed.Seconds()
 	t.Logf("goodput %.1f Mbit/s, ceiling %.1f Mbit/s (%.1f%%)", goodput/1e6, ceiling/1e6, 100*goodput/ceiling)
-	assert.InEpsilon(t, ceiling, goodput, 0.10, "goodput within 10%% of the configured rate")
+	// TCP's share of the link depends on CPU (gVisor, the race detector,
+	// parallel tests); the shaper itself is checked with UDP below.
+	assert.Greater(t, goodput, 0.7*ceiling, "TCP uses most of the configured rate")
+}
+
+// TestImpairedBandwidthUDP offers UDP at 1.5 times the configured rate and
+// measures what arrives: the shaper's rate, within 10%.
+func TestImpairedBandwidthUDP(t *testing.T) {
+	w := newWorld(t, Config{})
+	s := w.addSite(t, profile(t, "full-cone"), 1)
+	ctx := ctxT(t, 30*time.Second)
+	const rate = 20e6 // bit/s
+	require.NoError(t, s.router.Uplink().SetImpairments(Egress, link.Impairments{Rate: rate}))
+	sink, err := w.server.ListenPacket(ctx, "udp4", "203.0.113.100:9000")
+	require.NoError(t, err)
+	defer sink.Close()
+	type arrival struct {
+		n     int
+		first time.Time
+		last  time.Time
+	}
+	got := make(chan arrival)
+	go func() {
+		var a arrival
+		buf := make([]byte, 2048)
+		for {
+			_ = sink.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, _, err := sink.ReadFrom(buf); err != nil {
+				got <- a
+				return
+			}
+			now := time.Now()
+			if a.n == 0 {
+				a.first = now
+			}
+			a.last = now
+			a.n++
+		}
+	}()
+	c, err := s.hosts[0].Dial(ctx, "udp4", "203.0.113.100:9000")
+	require.NoError(t, err)
+	defer c.Close()
+	const payload = 1400
+	frame := float64(ethHeaderLen + 20 + 8 + payload) // what the shaper counts
+	offered := 1.5 * rate / (frame * 8)               // datagrams per second
+	msg := make([]byte, payload)
+	start := time.Now()
+	for sent := 0; time.Since(start) < 1500*time.Millisecond; {
+		for float64(sent) < offered*time.Since(start).Seconds() {
+			_, err := c.Write(msg)
+			require.NoError(t, err)
+			sent++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a := <-got
+	require.Greater(t, a.n, 100)
+	measured := float64(a.n-1) * frame * 8 / a.last.Sub(a.first).Seconds()
+	st := s.router.Uplink().LinkStats(Egress)
+	t.Logf("configured %.1f Mbit/s, measured %.2f Mbit/s over %d datagrams, %d tail-dropped", rate/1e6, measured/1e6, a.n, st.DroppedQueue)
+	assert.InEpsilon(t, rate, measured, 0.10, "delivered rate within 10%% of the configured rate")
+	assert.Positive(t, st.DroppedQueue, "the excess was tail-dropped by the bounded queue")
 }
 
 func TestInterfaceDown(t *testing.T) {
