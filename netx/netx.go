@@ -19,8 +19,8 @@
 //
 // Listening on an empty host ("", ":0") follows package net and binds every
 // local address. Lattice components do not rely on that: when their Config
-// leaves a listen address empty they default to 127.0.0.1, so nothing is
-// exposed beyond the host unless someone asks for it.
+// leaves a listen address empty they default to 127.0.0.1 or refuse to start,
+// so nothing is exposed beyond the host unless someone asks for it.
 package netx
 
 import (

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -78,7 +79,7 @@ func (h *Host) Dial(ctx context.Context, network, address string) (net.Conn, err
 	if err != nil {
 		return nil, err
 	}
-	if network[:3] == "udp" {
+	if strings.HasPrefix(network, "udp") {
 		c, err := h.udp.bind("dial", network, netip.AddrPortFrom(netip.IPv4Unspecified(), 0), fullToAddrPort(fa))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", h.name, err)
@@ -113,7 +114,7 @@ func (h *Host) Listen(_ context.Context, network, address string) (net.Listener,
 	if err := h.checkOpen("listen", network); err != nil {
 		return nil, err
 	}
-	if network[:3] != "tcp" {
+	if !strings.HasPrefix(network, "tcp") {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: net.UnknownNetworkError(network)}
 	}
 	fa, err := parseHostAddr("listen", network, address)
@@ -142,7 +143,7 @@ func (h *Host) ListenPacket(_ context.Context, network, address string) (net.Pac
 	if err := h.checkOpen("listen", network); err != nil {
 		return nil, err
 	}
-	if network[:3] != "udp" {
+	if !strings.HasPrefix(network, "udp") {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: net.UnknownNetworkError(network)}
 	}
 	fa, err := parseHostAddr("listen", network, address)

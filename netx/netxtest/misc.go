@@ -220,3 +220,29 @@ func testCloseUnblocks(t *testing.T, env Env) {
 		})
 	}
 }
+
+// testBadNetwork: unknown or malformed network names are errors shaped like
+// package net's (a *net.OpError), never a panic.
+func testBadNetwork(t *testing.T, env Env) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	addr := netip.AddrPortFrom(env.ServerAddr, 1).String()
+	for _, network := range []string{"", "ip", "tc", "unix", "tcpx", "udp9"} {
+		var oe *net.OpError
+		if c, err := env.Client.Dial(ctx, network, addr); assert.Error(t, err, "Dial %q", network) {
+			assert.ErrorAs(t, err, &oe, "Dial %q", network)
+		} else {
+			c.Close()
+		}
+		if l, err := env.Server.Listen(ctx, network, addr); assert.Error(t, err, "Listen %q", network) {
+			assert.ErrorAs(t, err, &oe, "Listen %q", network)
+		} else {
+			l.Close()
+		}
+		if pc, err := env.Server.ListenPacket(ctx, network, addr); assert.Error(t, err, "ListenPacket %q", network) {
+			assert.ErrorAs(t, err, &oe, "ListenPacket %q", network)
+		} else {
+			pc.Close()
+		}
+	}
+}

@@ -59,6 +59,7 @@ func Run(t *testing.T, setup func(t *testing.T) Env) {
 		{"Interfaces", testInterfaces},
 		{"Concurrent", testConcurrent},
 		{"CloseUnblocks", testCloseUnblocks},
+		{"BadNetwork", testBadNetwork},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

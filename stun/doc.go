@@ -1,0 +1,65 @@
+// Package stun is Lattice's STUN server and client: the Binding method of
+// RFC 8489 and the NAT behaviour discovery of RFC 5780. Messages are
+// encoded and decoded with github.com/pion/stun; this package adds the
+// server, the RFC 5780 socket layout and the discovery logic.
+//
+// # How Lattice uses it
+//
+// Nodes learn their server-reflexive address (the address their NAT gives
+// them) with Bind on the very socket that carries WireGuard and ICE, and the
+// ICE agent gathers candidates from the same servers. Discover classifies
+// the NAT a node sits behind in RFC 4787 terms, so a node can say why a peer
+// is relayed. The lab runs Server on emulated hosts, on the same code paths
+// as production, because every socket comes from a netx.Network.
+//
+// # Server
+//
+// Given only Config.Primary the server is a plain RFC 8489 Binding server on
+// one socket. Given Config.Alternate too (a second address and a second
+// port) it listens on all four combinations of address and port and
+// implements RFC 5780 section 6:
+//
+//   - every success response carries XOR-MAPPED-ADDRESS, MAPPED-ADDRESS
+//     (RFC 5780 section 6.1 requires both), SOFTWARE and FINGERPRINT;
+//   - in RFC 5780 mode also RESPONSE-ORIGIN (the socket the response leaves
+//     from) and OTHER-ADDRESS (the other address and other port relative to
+//     the socket the request arrived on);
+//   - CHANGE-REQUEST's "change IP" and "change port" flags make the response
+//     leave from the socket with the other address and/or port (RFC 5780
+//     Table 1).
+//
+// Error responses:
+//
+//   - 420 Unknown Attribute, with UNKNOWN-ATTRIBUTES, for comprehension-
+//     required attributes the server does not understand (RFC 8489 section
+//     6.3.1). CHANGE-REQUEST sent to a server without an alternate address
+//     and port is one of them: RFC 5780 section 6.1 says "the server MUST
+//     generate an error response of type 420" in that case, so a client
+//     learns the server cannot run the filtering tests instead of timing
+//     out. PADDING and RESPONSE-PORT (RFC 5780) are not supported and get
+//     the same answer.
+//   - 400 Bad Request for a CHANGE-REQUEST whose value is not 4 bytes.
+//
+// The server understands (and, for this unauthenticated Binding usage,
+// ignores) the other comprehension-required attributes RFC 8489 defines,
+// such as USERNAME and MESSAGE-INTEGRITY.
+//
+// Everything else is dropped without an answer and counted in Stats:
+// datagrams that are not STUN (too short, first two bits set, no magic
+// cookie; RFC 3489 "classic STUN" requests have none and are dropped too),
+// malformed messages (length field disagreeing with the datagram, broken
+// attribute encoding), a FINGERPRINT that is wrong or not last (RFC 8489
+// section 7.3), indications and responses, requests for methods other than
+// Binding (this is not a TURN server; silence avoids one more reflection
+// vector), and datagrams larger than 1500 bytes. The packet path never logs
+// and never panics on any input (see FuzzHandler).
+//
+// # Client
+//
+// Bind performs one Binding transaction on an existing socket, with RFC 8489
+// retransmissions (RTO 500 ms, doubling, 7 requests). Discover runs the
+// mapping tests of RFC 5780 section 4.3 and the filtering tests of section
+// 4.4 against an RFC 5780 server, learning the alternate address from
+// OTHER-ADDRESS, and reports the result as Behavior values whose String
+// forms are those of the lab's NAT package.
+package stun

@@ -1,0 +1,257 @@
+package stun
+
+import (
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/pion/stun/v4"
+)
+
+const (
+	// maxDatagram bounds the datagrams the server reads. A Binding request
+	// is a few dozen bytes; 1500 leaves room for any sane attribute set on
+	// an Ethernet-sized path while keeping the per-socket buffer small.
+	maxDatagram = 1500
+
+	headerSize = 20
+	// fingerprintLen is the FINGERPRINT attribute with its header.
+	fingerprintLen = 8
+	magicCookie    = 0x2112A442
+
+	// CHANGE-REQUEST flags (RFC 5780 section 7.2).
+	flagChangeIP   = 0x04
+	flagChangePort = 0x02
+)
+
+// sock names one of the server's four sockets by the address and port it
+// uses: with altAddr set the alternate address, with altPort set the
+// alternate port. A plain RFC 8489 server has only sock 0.
+type sock uint8
+
+const (
+	altAddr sock = 1 << iota
+	altPort
+)
+
+// handler is the server's packet logic: it decides the answer to one
+// datagram, counts, and does no I/O, so tests and the fuzzer drive it
+// directly. It is safe for concurrent use with one scratch per goroutine.
+type handler struct {
+	software stun.Software
+	// rfc5780 is set when the server has an alternate address and port.
+	rfc5780 bool
+	// local holds the endpoint of each socket; only local[0] without
+	// rfc5780.
+	local [4]netip.AddrPort
+	stats *counters
+}
+
+// scratch is one goroutine's reusable state, so that answering a request
+// allocates nothing.
+type scratch struct {
+	req, resp stun.Message
+	unknown   stun.UnknownAttributes
+	ip        [16]byte
+}
+
+func newScratch() *scratch {
+	return &scratch{
+		req:     stun.Message{Attributes: make(stun.Attributes, 0, 16)},
+		resp:    stun.Message{Raw: make([]byte, 0, 256), Attributes: make(stun.Attributes, 0, 8)},
+		unknown: make(stun.UnknownAttributes, 0, 8),
+	}
+}
+
+// netIP returns a in the scratch's IP buffer, valid until the next call.
+func (sc *scratch) netIP(a netip.Addr) net.IP {
+	if a.Is4() {
+		b := a.As4()
+		copy(sc.ip[:], b[:])
+		return sc.ip[:4]
+	}
+	sc.ip = a.As16()
+	return sc.ip[:]
+}
+
+// handle answers the datagram in, which arrived from src on socket at. When
+// ok, out is the response (valid until the next call with sc) and via the
+// socket to send it from; otherwise the datagram was dropped and counted.
+func (h *handler) handle(sc *scratch, in []byte, src netip.AddrPort, at sock) (out []byte, via sock, ok bool) {
+	h.stats.datagrams.Add(1)
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	switch {
+	case len(in) > maxDatagram:
+		return h.drop(&h.stats.oversize)
+	case len(in) < headerSize || in[0]&0xC0 != 0 || binary.BigEndian.Uint32(in[4:8]) != magicCookie:
+		// RFC 8489 section 5: the two most significant bits are zero and
+		// the magic cookie is fixed; anything else is another protocol.
+		return h.drop(&h.stats.notSTUN)
+	case headerSize+int(binary.BigEndian.Uint16(in[2:4])) != len(in) || len(in)%4 != 0:
+		// One message per datagram, padded to 4 bytes (RFC 8489 section 5).
+		return h.drop(&h.stats.malformed)
+	case !src.Addr().IsValid():
+		// Nowhere to answer; the server's read loop never passes this.
+		return h.drop(&h.stats.malformed)
+	}
+	req := &sc.req
+	req.Raw = in
+	if err := req.Decode(); err != nil {
+		return h.drop(&h.stats.malformed)
+	}
+	if !fingerprintOK(req) {
+		return h.drop(&h.stats.badFingerprint)
+	}
+	if req.Type.Class != stun.ClassRequest {
+		return h.drop(&h.stats.notRequest)
+	}
+	if req.Type.Method != stun.MethodBinding {
+		return h.drop(&h.stats.unsupportedMethod)
+	}
+	h.stats.requests.Add(1)
+
+	var change uint32
+	sc.unknown = sc.unknown[:0]
+	for _, a := range req.Attributes {
+		switch {
+		case a.Type == stun.AttrChangeRequest && h.rfc5780:
+			if len(a.Value) != 4 {
+				h.stats.badRequest.Add(1)
+				return h.errorResponse(sc, stun.CodeBadRequest, at)
+			}
+			change = binary.BigEndian.Uint32(a.Value)
+		case a.Type.Required() && !understood(a.Type):
+			sc.unknown = append(sc.unknown, a.Type)
+		}
+	}
+	if len(sc.unknown) > 0 {
+		h.stats.unknownAttribute.Add(1)
+		return h.errorResponse(sc, stun.CodeUnknownAttribute, at)
+	}
+
+	via = at
+	if change&flagChangeIP != 0 {
+		via ^= altAddr
+	}
+	if change&flagChangePort != 0 {
+		via ^= altPort
+	}
+	h.stats.responses.Add(1)
+	if via != at {
+		h.stats.changed.Add(1)
+	}
+	if err := h.success(sc, src, at, via); err != nil {
+		h.stats.sendErrors.Add(1)
+		return nil, 0, false
+	}
+	return sc.resp.Raw, via, true
+}
+
+func (h *handler) drop(c *atomic.Uint64) ([]byte, sock, bool) {
+	c.Add(1)
+	return nil, 0, false
+}
+
+// understood reports whether the server knows a comprehension-required
+// attribute: those RFC 8489 defines. XOR-MAPPED-ADDRESS also stands for
+// its pre-RFC 5389 code 0x8020, which pion folds into it. CHANGE-REQUEST
+// is handled by the caller: it is understood only in RFC 5780 mode.
+func understood(t stun.AttrType) bool {
+	switch t {
+	case stun.AttrMappedAddress, stun.AttrUsername, stun.AttrMessageIntegrity,
+		stun.AttrErrorCode, stun.AttrUnknownAttributes, stun.AttrRealm,
+		stun.AttrNonce, stun.AttrMessageIntegritySHA256, stun.AttrPasswordAlgorithm,
+		stun.AttrUserhash, stun.AttrXORMappedAddress:
+		return true
+	}
+	return false
+}
+
+// fingerprintOK reports whether m's FINGERPRINT, if any, is valid: present
+// once, the last attribute of the message, with the right CRC (RFC 8489
+// section 14.7). A message without FINGERPRINT passes.
+func fingerprintOK(m *stun.Message) bool {
+	n := 0
+	for _, a := range m.Attributes {
+		if a.Type == stun.AttrFingerprint {
+			n++
+		}
+	}
+	if n == 0 {
+		return true
+	}
+	last := m.Attributes[len(m.Attributes)-1]
+	raw := m.Raw
+	if n > 1 || last.Type != stun.AttrFingerprint || len(last.Value) != 4 || len(raw) < headerSize+fingerprintLen {
+		return false
+	}
+	// pion skips attributes that follow MESSAGE-INTEGRITY, so "last in
+	// the list" must also be checked as "last in the datagram".
+	if &last.Value[0] != &raw[len(raw)-4] {
+		return false
+	}
+	return binary.BigEndian.Uint32(last.Value) == stun.FingerprintValue(raw[:len(raw)-fingerprintLen])
+}
+
+// success builds the Binding success response in sc.resp.
+func (h *handler) success(sc *scratch, src netip.AddrPort, at, via sock) error {
+	req, resp := &sc.req, &sc.resp
+	resp.Reset()
+	resp.Type = stun.BindingSuccess
+	resp.TransactionID = req.TransactionID
+	resp.WriteHeader()
+	port := int(src.Port())
+	if err := (stun.XORMappedAddress{IP: sc.netIP(src.Addr()), Port: port}).AddTo(resp); err != nil {
+		return err
+	}
+	if err := (&stun.MappedAddress{IP: sc.netIP(src.Addr()), Port: port}).AddTo(resp); err != nil {
+		return err
+	}
+	if h.rfc5780 {
+		origin := h.local[via]
+		if err := (&stun.ResponseOrigin{IP: sc.netIP(origin.Addr()), Port: int(origin.Port())}).AddTo(resp); err != nil {
+			return err
+		}
+		// OTHER-ADDRESS is the other address and the other port relative
+		// to where the request arrived (RFC 5780 section 6.1, Table 1).
+		other := h.local[at^altAddr^altPort]
+		if err := (&stun.OtherAddress{IP: sc.netIP(other.Addr()), Port: int(other.Port())}).AddTo(resp); err != nil {
+			return err
+		}
+	}
+	return h.finish(resp)
+}
+
+// errorResponse builds an error response with code in sc.resp, listing
+// sc.unknown for 420. Error responses leave from the socket the request
+// arrived on.
+func (h *handler) errorResponse(sc *scratch, code stun.ErrorCode, at sock) ([]byte, sock, bool) {
+	req, resp := &sc.req, &sc.resp
+	resp.Reset()
+	resp.Type = stun.BindingError
+	resp.TransactionID = req.TransactionID
+	resp.WriteHeader()
+	err := code.AddTo(resp)
+	if err == nil && code == stun.CodeUnknownAttribute {
+		err = sc.unknown.AddTo(resp)
+	}
+	if err == nil {
+		err = h.finish(resp)
+	}
+	if err != nil {
+		h.stats.sendErrors.Add(1)
+		return nil, 0, false
+	}
+	return resp.Raw, at, true
+}
+
+// finish adds SOFTWARE and FINGERPRINT, which end every response.
+func (h *handler) finish(resp *stun.Message) error {
+	if len(h.software) > 0 {
+		if err := h.software.AddTo(resp); err != nil {
+			return err
+		}
+	}
+	return stun.Fingerprint.AddTo(resp)
+}
