@@ -1,0 +1,236 @@
+// Package control is Lattice's control plane: nodes register with a join
+// token and their WireGuard public key, get an overlay address in
+// 100.64.0.0/10, the relay and STUN endpoints and their peers, and from then
+// on receive peer updates and relay ICE signaling to each other over NATS.
+//
+// Registration is a NATS request on SubjectRegister, or POST /v1/register
+// over HTTP; both give the same answer. Every node then connects to NATS as
+// its own user, which may only publish and subscribe under its own subject
+// (NodeSubject) and inbox: one node cannot read another's peer updates or
+// signaling. Signaling payloads are sealed by the nodes; control routes them
+// by the sender's identity, which the NATS permissions guarantee, and never
+// reads them.
+//
+// The registry lives in a Store: a JSON file for a single control instance,
+// or a NATS JetStream key-value bucket, which lets several stateless
+// instances share it.
+package control
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"time"
+)
+
+// Subjects. The version is part of every subject so that a later protocol
+// can run beside this one.
+const (
+	SubjectRegister = "lattice.v1.register"
+	subjectNodes    = "lattice.v1.node."
+	// InboxPrefix is where a node's NATS replies arrive: the node sets its
+	// connection's inbox prefix to InboxPrefix + "." + its NATS user.
+	InboxPrefix = "_INBOX"
+)
+
+// Node subjects, below NodeSubject(id, ...).
+const (
+	LeafPeers      = "peers"      // control → node: PeerEvent
+	LeafSignalIn   = "signal.in"  // control → node: a peer's signal, header HeaderFrom
+	LeafSignalOut  = "signal.out" // node → control: a signal for HeaderTo
+	LeafPeerList   = "peers.get"  // node → control, request: the current peer list
+	LeafDeregister = "deregister" // node → control, request: leave the network
+)
+
+// Signaling headers.
+const (
+	HeaderTo   = "Lattice-To"
+	HeaderFrom = "Lattice-From"
+)
+
+// NodeSubject returns a node's subject for leaf.
+func NodeSubject(nodeID, leaf string) string { return subjectNodes + nodeID + "." + leaf }
+
+// Limits on what a registration may carry.
+const (
+	MaxRequestBytes = 16 << 10
+	MaxTokenBytes   = 512
+	MaxSignalBytes  = 16 << 10
+)
+
+// RegisterRequest is what a node sends to join.
+type RegisterRequest struct {
+	Token     string `json:"token"`
+	Name      string `json:"name"`
+	PublicKey Key    `json:"public_key"`
+}
+
+// RegisterResponse is what a node gets back.
+type RegisterResponse struct {
+	NodeID string `json:"node_id"`
+	// Address is the node's overlay address with the overlay's prefix
+	// length, e.g. 100.64.12.34/10.
+	Address    netip.Prefix `json:"address"`
+	Relays     []Relay      `json:"relays,omitempty"`
+	RelayToken string       `json:"relay_token,omitempty"`
+	STUN       []string     `json:"stun,omitempty"`
+	Peers      []Peer       `json:"peers"`
+	NATS       NATSCreds    `json:"nats"`
+}
+
+// Relay is an LRP relay a node may use.
+type Relay struct {
+	Addr string `json:"addr"`
+	// Fingerprint pins a self-signed relay certificate (hex SHA-256 of
+	// the DER), empty when the certificate chains to a trusted root.
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// NATSCreds are the node's own NATS credentials.
+type NATSCreds struct {
+	URL      string `json:"url,omitempty"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+	// Inbox is the inbox prefix the node must use for requests.
+	Inbox string `json:"inbox"`
+}
+
+// Peer is another node, as a node sees it.
+type Peer struct {
+	NodeID    string       `json:"node_id"`
+	Name      string       `json:"name"`
+	PublicKey Key          `json:"public_key"`
+	Address   netip.Prefix `json:"address"`
+}
+
+// PeerEventType says what happened to a peer.
+type PeerEventType string
+
+// Peer event types.
+const (
+	PeerAdded   PeerEventType = "add"
+	PeerUpdated PeerEventType = "update"
+	PeerRemoved PeerEventType = "remove"
+)
+
+// PeerEvent is pushed on a node's LeafPeers subject.
+type PeerEvent struct {
+	Type PeerEventType `json:"type"`
+	Peer Peer          `json:"peer"`
+}
+
+// Error is the body of a refused request, over NATS and HTTP alike.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Error codes.
+const (
+	CodeBadRequest = "bad_request"
+	CodeBadToken   = "bad_token"
+	CodeNameTaken  = "name_taken"
+	CodeFull       = "address_pool_exhausted"
+	CodeInternal   = "internal"
+	CodeNotFound   = "not_found"
+)
+
+// errorReply wraps an Error for the wire: {"error": {...}}.
+type errorReply struct {
+	Error *Error `json:"error"`
+}
+
+// Key is a WireGuard public key; it travels as standard base64.
+type Key [32]byte
+
+// ParseKey decodes a base64 WireGuard key.
+func ParseKey(s string) (Key, error) {
+	var k Key
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return k, fmt.Errorf("public key %q is not base64: %w", truncate(s, 60), err)
+	}
+	if len(b) != len(k) {
+		return k, fmt.Errorf("public key is %d bytes, want 32", len(b))
+	}
+	copy(k[:], b)
+	return k, nil
+}
+
+func (k Key) String() string { return base64.StdEncoding.EncodeToString(k[:]) }
+
+// IsZero reports whether k is all zeros (no key).
+func (k Key) IsZero() bool { return k == Key{} }
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *Key) UnmarshalText(b []byte) error {
+	p, err := ParseKey(string(b))
+	if err != nil {
+		return err
+	}
+	*k = p
+	return nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Validate checks a request's fields, naming the first bad one.
+func (r *RegisterRequest) Validate() error {
+	switch {
+	case r.Token == "":
+		return &Error{Code: CodeBadToken, Message: "no join token"}
+	case len(r.Token) > MaxTokenBytes:
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(r.Token), MaxTokenBytes)}
+	case r.Name == "":
+		return &Error{Code: CodeBadRequest, Message: "name is empty"}
+	case !nameRE.MatchString(r.Name):
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("name %q: use 1-63 lowercase letters, digits and inner hyphens", truncate(r.Name, 80))}
+	case r.PublicKey.IsZero():
+		return &Error{Code: CodeBadRequest, Message: "public key is missing or all zeros"}
+	}
+	return nil
+}
+
+// decodeRequest parses a registration body strictly.
+func decodeRequest(b []byte) (*RegisterRequest, error) {
+	if len(b) > MaxRequestBytes {
+		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("request is %d bytes, at most %d", len(b), MaxRequestBytes)}
+	}
+	var r RegisterRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, &Error{Code: CodeBadRequest, Message: "malformed request: " + err.Error()}
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Node is a registered node as the registry stores it.
+type Node struct {
+	ID        string       `json:"id"`
+	Name      string       `json:"name"`
+	PublicKey Key          `json:"public_key"`
+	Address   netip.Prefix `json:"address"`
+	// SecretHash is the SHA-256 of the node's NATS password.
+	SecretHash []byte    `json:"secret_hash"`
+	Registered time.Time `json:"registered"`
+}
+
+func (n *Node) peer() Peer {
+	return Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address}
+}

@@ -1,0 +1,198 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// Dialer adapts a netx.Network to nats.go's CustomDialer.
+func Dialer(n netx.Network) nats.CustomDialer { return netDialer{n} }
+
+type netDialer struct{ n netx.Network }
+
+func (d netDialer) Dial(network, address string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.n.Dial(ctx, network, address)
+}
+
+// decodeReply turns a reply body into v or the Error it carries.
+func decodeReply(b []byte, v any) error {
+	var e errorReply
+	if err := json.Unmarshal(b, &e); err == nil && e.Error != nil {
+		return e.Error
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("malformed reply: %w", err)
+	}
+	return nil
+}
+
+// RegisterNATS registers over NATS at url: it connects as a joining
+// client (the join token is its password), sends the request and returns
+// the answer. An *Error reports a refusal.
+func RegisterNATS(ctx context.Context, n netx.Network, url string, req RegisterRequest) (*RegisterResponse, error) {
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:])
+	user := joinPrefix + fmt.Sprintf("%x", rnd)
+	nc, err := nats.Connect(url, nats.SetCustomDialer(Dialer(n)), nats.UserInfo(user, req.Token),
+		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
+			return nil, &Error{Code: CodeBadToken, Message: "NATS refused the join token"}
+		}
+		return nil, fmt.Errorf("register: connect to %s: %w", url, err)
+	}
+	defer nc.Close()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	m, err := nc.RequestWithContext(ctx, SubjectRegister, body)
+	if err != nil {
+		return nil, fmt.Errorf("register over NATS: %w", err)
+	}
+	var resp RegisterResponse
+	if err := decodeReply(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("register over NATS: %w", err)
+	}
+	return &resp, nil
+}
+
+// RegisterHTTP registers with POST baseURL/v1/register.
+func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, req RegisterRequest) (*RegisterResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(baseURL, "/")+"/v1/register", bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("register over HTTP: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Transport: &http.Transport{DialContext: n.Dial}}
+	defer client.CloseIdleConnections()
+	hresp, err := client.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("register over HTTP: %w", err)
+	}
+	defer hresp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(hresp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("register over HTTP: read reply: %w", err)
+	}
+	var resp RegisterResponse
+	if err := decodeReply(b, &resp); err != nil {
+		return nil, fmt.Errorf("register over HTTP (%s): %w", hresp.Status, err)
+	}
+	return &resp, nil
+}
+
+// Session is a registered node's NATS connection: peer events in, signals
+// both ways.
+type Session struct {
+	id string
+	nc *nats.Conn
+
+	onPeer   func(PeerEvent)
+	onSignal func(from string, payload []byte)
+}
+
+// Connect opens a node's session with the credentials registration gave.
+// onPeer and onSignal run on NATS's delivery goroutine; either may be nil.
+func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, onPeer func(PeerEvent), onSignal func(string, []byte)) (*Session, error) {
+	s := &Session{id: nodeID, onPeer: onPeer, onSignal: onSignal}
+	nc, err := nats.Connect(creds.URL, nats.SetCustomDialer(Dialer(n)), nats.UserInfo(creds.User, creds.Password),
+		nats.CustomInboxPrefix(creds.Inbox), nats.Name("lattice-node "+nodeID), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("node %s: connect to %s: %w", nodeID, creds.URL, err)
+	}
+	s.nc = nc
+	if _, err := nc.Subscribe(NodeSubject(nodeID, LeafPeers), s.peerMsg); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("node %s: subscribe to peer events: %w", nodeID, err)
+	}
+	if _, err := nc.Subscribe(NodeSubject(nodeID, LeafSignalIn), s.signalMsg); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("node %s: subscribe to signals: %w", nodeID, err)
+	}
+	if err := nc.FlushWithContext(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("node %s: %w", nodeID, err)
+	}
+	return s, nil
+}
+
+func (s *Session) peerMsg(m *nats.Msg) {
+	var ev PeerEvent
+	if json.Unmarshal(m.Data, &ev) != nil || s.onPeer == nil {
+		return
+	}
+	s.onPeer(ev)
+}
+
+func (s *Session) signalMsg(m *nats.Msg) {
+	if s.onSignal != nil && len(m.Data) <= MaxSignalBytes {
+		s.onSignal(m.Header.Get(HeaderFrom), m.Data)
+	}
+}
+
+// Conn exposes the NATS connection (tests use it to probe permissions).
+func (s *Session) Conn() *nats.Conn { return s.nc }
+
+// Signal sends payload to node to through control and waits for control
+// to accept it.
+func (s *Session) Signal(ctx context.Context, to string, payload []byte) error {
+	m := nats.NewMsg(NodeSubject(s.id, LeafSignalOut))
+	m.Header.Set(HeaderTo, to)
+	m.Data = payload
+	r, err := s.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return fmt.Errorf("signal %s: %w", to, err)
+	}
+	var ok struct{}
+	if err := decodeReply(r.Data, &ok); err != nil {
+		return fmt.Errorf("signal %s: %w", to, err)
+	}
+	return nil
+}
+
+// Peers asks control for the current peer list.
+func (s *Session) Peers(ctx context.Context) ([]Peer, error) {
+	r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPeerList), nil)
+	if err != nil {
+		return nil, fmt.Errorf("peer list: %w", err)
+	}
+	var peers []Peer
+	if err := decodeReply(r.Data, &peers); err != nil {
+		return nil, fmt.Errorf("peer list: %w", err)
+	}
+	return peers, nil
+}
+
+// Deregister leaves the network: the address is released and peers are
+// told. The session stays open until Close.
+func (s *Session) Deregister(ctx context.Context) error {
+	r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafDeregister), nil)
+	if err != nil {
+		return fmt.Errorf("deregister: %w", err)
+	}
+	var ok struct{}
+	return decodeReply(r.Data, &ok)
+}
+
+// Close closes the session.
+func (s *Session) Close() { s.nc.Close() }

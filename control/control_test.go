@@ -1,0 +1,384 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+const testToken = "join-token-0123456789abcdef"
+
+func newKey(t testing.TB) Key {
+	t.Helper()
+	var k Key
+	_, err := rand.Read(k[:])
+	require.NoError(t, err)
+	return k
+}
+
+type testEnv struct {
+	srv   *Server
+	store string
+	url   string
+	http  string
+}
+
+// startServer runs control on loopback with embedded NATS and HTTP and a
+// file store at path (a fresh one if empty).
+func startServer(t testing.TB, path string, mutate ...func(*Config)) *testEnv {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "registry.json")
+	}
+	st, err := OpenFileStore(path)
+	require.NoError(t, err)
+	cfg := Config{
+		Tokens:       []JoinToken{{Value: testToken}},
+		Store:        st,
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
+		HTTPListen:   "127.0.0.1:0",
+		Relays:       []Relay{{Addr: "127.0.0.1:4443"}},
+		STUN:         []string{"127.0.0.1:3478"},
+		RelayToken:   func(k Key, now time.Time) (string, error) { return "relay-token-for-" + k.String()[:8], nil },
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	srv, err := New(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	return &testEnv{srv: srv, store: path, url: srv.NATS().URL(), http: "http://" + srv.HTTPAddr().String()}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestRegisterNATSAndHTTP(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	ka, kb := newKey(t), newKey(t)
+
+	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: ka})
+	require.NoError(t, err)
+	assert.True(t, Overlay.Contains(a.Address.Addr()), "address %v outside %v", a.Address, Overlay)
+	assert.Equal(t, 10, a.Address.Bits())
+	assert.Empty(t, a.Peers)
+	assert.Equal(t, "relay-token-for-"+ka.String()[:8], a.RelayToken)
+	assert.Equal(t, []string{"127.0.0.1:3478"}, a.STUN)
+	assert.Equal(t, env.url, a.NATS.URL)
+
+	// alpha connects and waits for news of beta.
+	events := make(chan PeerEvent, 4)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, func(ev PeerEvent) { events <- ev }, nil)
+	require.NoError(t, err)
+	defer sa.Close()
+
+	b, err := RegisterHTTP(ctx, netx.OS, env.http, RegisterRequest{Token: testToken, Name: "beta", PublicKey: kb})
+	require.NoError(t, err)
+	require.Len(t, b.Peers, 1)
+	assert.Equal(t, Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka, Address: a.Address}, b.Peers[0])
+	assert.NotEqual(t, a.Address, b.Address)
+
+	select {
+	case ev := <-events:
+		assert.Equal(t, PeerAdded, ev.Type)
+		assert.Equal(t, "beta", ev.Peer.Name)
+		assert.Equal(t, kb, ev.Peer.PublicKey)
+	case <-ctx.Done():
+		t.Fatal("alpha never heard of beta")
+	}
+	peers, err := sa.Peers(ctx)
+	require.NoError(t, err)
+	require.Len(t, peers, 1)
+	assert.Equal(t, b.NodeID, peers[0].NodeID)
+	assert.Equal(t, uint64(2), env.srv.Stats().Registered)
+}
+
+func TestSameKeySameAddressAcrossRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.json")
+	k := newKey(t)
+	env := startServer(t, path)
+	first, err := RegisterNATS(ctxT(t), netx.OS, env.url, RegisterRequest{Token: testToken, Name: "laptop", PublicKey: k})
+	require.NoError(t, err)
+	require.NoError(t, env.srv.Close())
+
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the registry holds secret hashes")
+
+	env = startServer(t, path)
+	again, err := RegisterHTTP(ctxT(t), netx.OS, env.http, RegisterRequest{Token: testToken, Name: "laptop", PublicKey: k})
+	require.NoError(t, err)
+	assert.Equal(t, first.NodeID, again.NodeID)
+	assert.Equal(t, first.Address, again.Address)
+	assert.NotEqual(t, first.NATS.Password, again.NATS.Password, "re-registering issues a new secret")
+
+	// The old secret no longer works; the new one does.
+	_, err = Connect(ctxT(t), netx.OS, first.NodeID, first.NATS, nil, nil)
+	require.Error(t, err)
+	s, err := Connect(ctxT(t), netx.OS, again.NodeID, again.NATS, nil, nil)
+	require.NoError(t, err)
+	s.Close()
+}
+
+func TestBadTokens(t *testing.T) {
+	now := time.Now()
+	env := startServer(t, "", func(c *Config) {
+		c.Tokens = append(c.Tokens, JoinToken{Value: "expired-token-0123456789", Expires: now.Add(-time.Minute)})
+	})
+	ctx := ctxT(t)
+	for _, tc := range []struct{ token, want string }{
+		{"wrong-token-0123456789abcdef", "not accepted"},
+		{"expired-token-0123456789", "expired"},
+		{testToken[:len(testToken)-1], "not accepted"},
+	} {
+		req := RegisterRequest{Token: tc.token, Name: "mallory", PublicKey: newKey(t)}
+		_, err := RegisterHTTP(ctx, netx.OS, env.http, req)
+		var e *Error
+		require.ErrorAs(t, err, &e, "HTTP with %q", tc.token)
+		assert.Equal(t, CodeBadToken, e.Code)
+		assert.Contains(t, e.Message, tc.want)
+
+		_, err = RegisterNATS(ctx, netx.OS, env.url, req)
+		require.ErrorAs(t, err, &e, "NATS with %q", tc.token)
+		assert.Equal(t, CodeBadToken, e.Code)
+	}
+	nodes, err := env.srv.cfg.Store.List(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, nodes)
+}
+
+func TestBadRegistrations(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	k := newKey(t)
+	_, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "taken", PublicKey: k})
+	require.NoError(t, err)
+
+	post := func(body string) (int, *Error) {
+		resp, err := http.Post(env.http+"/v1/register", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var er errorReply
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&er))
+		require.NotNil(t, er.Error, "status %d without an error body", resp.StatusCode)
+		return resp.StatusCode, er.Error
+	}
+	key := `"` + newKey(t).String() + `"`
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		want       string
+	}{
+		{"not json", `{"token":`, 400, "malformed request"},
+		{"bad key", `{"token":"` + testToken + `","name":"x","public_key":"!!!"}`, 400, "not base64"},
+		{"short key", `{"token":"` + testToken + `","name":"x","public_key":"AAAA"}`, 400, "3 bytes, want 32"},
+		{"no key", `{"token":"` + testToken + `","name":"x"}`, 400, "public key is missing"},
+		{"empty name", `{"token":"` + testToken + `","name":"","public_key":` + key + `}`, 400, "name is empty"},
+		{"bad name", `{"token":"` + testToken + `","name":"Bad Name!","public_key":` + key + `}`, 400, `name "Bad Name!"`},
+		{"long name", `{"token":"` + testToken + `","name":"` + strings.Repeat("a", 64) + `","public_key":` + key + `}`, 400, "1-63"},
+		{"huge token", `{"token":"` + strings.Repeat("t", 600) + `","name":"x","public_key":` + key + `}`, 400, "at most 512"},
+		{"oversized", `{"token":"` + strings.Repeat("t", MaxRequestBytes) + `"}`, 413, "over 16384 bytes"},
+		{"name taken", `{"token":"` + testToken + `","name":"taken","public_key":` + key + `}`, 409, "belongs to another node"},
+		{"no token", `{"name":"x","public_key":` + key + `}`, 401, "no join token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, e := post(tc.body)
+			assert.Equal(t, tc.status, status)
+			assert.Contains(t, e.Message, tc.want)
+		})
+	}
+	nodes, err := env.srv.cfg.Store.List(ctx)
+	require.NoError(t, err)
+	assert.Len(t, nodes, 1, "only the valid node is stored")
+	assert.Equal(t, "taken", nodes[0].Name)
+}
+
+// permissionErrors connects with creds and collects the server's
+// permission violations.
+func permissionErrors(t *testing.T, url, user, pass, inbox string) (*nats.Conn, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []string
+	nc, err := nats.Connect(url, nats.UserInfo(user, pass), nats.CustomInboxPrefix(inbox),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			errs = append(errs, err.Error())
+			mu.Unlock()
+		}))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), errs...)
+	}
+}
+
+func TestNodeConfinedToItsSubjects(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	require.NoError(t, err)
+
+	nc, errs := permissionErrors(t, env.url, a.NATS.User, a.NATS.Password, a.NATS.Inbox)
+	got := make(chan *nats.Msg, 10)
+	for _, subj := range []string{NodeSubject(b.NodeID, LeafPeers), NodeSubject(b.NodeID, LeafSignalIn), "lattice.v1.>", "_INBOX." + b.NodeID + ".>"} {
+		_, err := nc.ChanSubscribe(subj, got)
+		require.NoError(t, err)
+	}
+	require.NoError(t, nc.Publish(NodeSubject(b.NodeID, LeafSignalIn), []byte("forged")))
+	require.NoError(t, nc.Publish(SubjectRegister, []byte("{}")))
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool { return len(errs()) >= 6 }, 5*time.Second, 10*time.Millisecond, "violations: %v", errs())
+	for _, e := range errs() {
+		assert.Contains(t, strings.ToLower(e), "permissions violation")
+	}
+	// And nothing arrives when beta gets news.
+	_, err = RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "gamma", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	select {
+	case m := <-got:
+		t.Fatalf("alpha read %s", m.Subject)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A joining client cannot listen to other joiners' replies either.
+	jc, jerrs := permissionErrors(t, env.url, "join.0123456789abcdef0123", testToken, "_INBOX.join.0123456789abcdef0123")
+	_, err = jc.SubscribeSync("_INBOX.>")
+	require.NoError(t, err)
+	require.NoError(t, jc.Flush())
+	require.Eventually(t, func() bool { return len(jerrs()) >= 1 }, 5*time.Second, 10*time.Millisecond)
+}
+
+func TestSignaling(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	type sig struct {
+		from string
+		data string
+	}
+	got := make(chan sig, 1)
+	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, nil, func(from string, p []byte) { got <- sig{from, string(p)} })
+	require.NoError(t, err)
+	defer sb.Close()
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, nil, nil)
+	require.NoError(t, err)
+	defer sa.Close()
+
+	require.NoError(t, sa.Signal(ctx, b.NodeID, []byte("sealed offer")))
+	select {
+	case s := <-got:
+		assert.Equal(t, sig{a.NodeID, "sealed offer"}, s, "control stamps the sender it authenticated")
+	case <-ctx.Done():
+		t.Fatal("no signal")
+	}
+	err = sa.Signal(ctx, "nobody", []byte("x"))
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, CodeNotFound, e.Code)
+	err = sa.Signal(ctx, b.NodeID, make([]byte, MaxSignalBytes+1))
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, CodeBadRequest, e.Code)
+	assert.Equal(t, uint64(1), env.srv.Stats().SignalsRelayed)
+}
+
+func TestDeregister(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	events := make(chan PeerEvent, 1)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, func(ev PeerEvent) { events <- ev }, nil)
+	require.NoError(t, err)
+	defer sa.Close()
+	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, sb.Deregister(ctx))
+	sb.Close()
+	ev := <-events
+	assert.Equal(t, PeerRemoved, ev.Type)
+	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
+	_, err = env.srv.cfg.Store.Get(ctx, b.NodeID)
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = Connect(ctx, netx.OS, b.NodeID, b.NATS, nil, nil)
+	require.Error(t, err, "a deregistered node's credentials are revoked")
+}
+
+func TestConfigErrors(t *testing.T) {
+	st, err := OpenFileStore(filepath.Join(t.TempDir(), "r.json"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Store: st}, "no join tokens"},
+		{Config{Store: st, Tokens: []JoinToken{{Value: "short"}}}, "at least 16"},
+		{Config{Tokens: []JoinToken{{Value: testToken}}}, "no Store"},
+		{Config{Store: st, Tokens: []JoinToken{{Value: testToken}}}, "neither EmbeddedNATS nor NATSURL"},
+	} {
+		_, err := New(t.Context(), tc.cfg)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+func TestCorruptRegistryRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "registry.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"version":1,"nodes":[`), 0o600))
+	_, err := OpenFileStore(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path)
+	assert.Contains(t, err.Error(), "corrupt")
+	b, _ := os.ReadFile(path)
+	assert.Equal(t, `{"version":1,"nodes":[`, string(b), "left as is")
+	_ = errors.New
+}
+
+func TestPreferredAddrs(t *testing.T) {
+	k := newKey(t)
+	var first []string
+	n := 0
+	for a := range preferredAddrs(k) {
+		first = append(first, a.String())
+		if n++; n == 3 {
+			break
+		}
+	}
+	var again []string
+	n = 0
+	for a := range preferredAddrs(k) {
+		again = append(again, a.String())
+		if n++; n == 3 {
+			break
+		}
+	}
+	assert.Equal(t, first, again, "deterministic per key")
+	assert.Equal(t, nodeID(k), nodeID(k))
+	assert.NotEqual(t, nodeID(k), nodeID(newKey(t)))
+}

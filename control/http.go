@@ -1,0 +1,77 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// serveHTTP starts POST /v1/register and GET /healthz on HTTPListen.
+func (s *Server) serveHTTP(ctx context.Context) error {
+	ln, err := s.cfg.Network.Listen(ctx, "tcp", s.cfg.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("control: listen HTTP on %s: %w", s.cfg.HTTPListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/register", s.httpRegister)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	s.httpLn = ln
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	s.log.Info("HTTP registration listening", "addr", ln.Addr().String())
+	return nil
+}
+
+func (s *Server) httpRegister(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		s.refused.Add(1)
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("request over %d bytes", MaxRequestBytes)}})
+		return
+	}
+	resp, err := s.handleRegister(r.Context(), body)
+	if err != nil {
+		e := asError(err)
+		writeJSON(w, httpStatus(e.Code), errorReply{e})
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func httpStatus(code string) int {
+	switch code {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeBadToken:
+		return http.StatusUnauthorized
+	case CodeNameTaken:
+		return http.StatusConflict
+	case CodeFull:
+		return http.StatusServiceUnavailable
+	case CodeNotFound:
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,447 @@
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// Config configures a control Server. Tokens and Store are required.
+type Config struct {
+	// Network to listen and dial on. If nil, netx.OS.
+	Network netx.Network
+	// Logger. If nil, logs are discarded.
+	Logger *slog.Logger
+	// Now is the clock for token expiry. If nil, time.Now.
+	Now func() time.Time
+
+	// Tokens admit nodes; at least one, each 16+ characters.
+	Tokens []JoinToken
+	// Store keeps the registry.
+	Store Store
+
+	// EmbeddedNATS starts a NATS server in-process. If nil, control
+	// connects to NATSURL as NATSUser/NATSPassword, and the NATS
+	// operator enforces node permissions (see docs).
+	EmbeddedNATS *EmbeddedNATSConfig
+	NATSURL      string
+	NATSUser     string
+	NATSPassword string
+	// AdvertiseNATS is the NATS URL given to nodes. If empty, the
+	// embedded server's URL or NATSURL.
+	AdvertiseNATS string
+
+	// HTTPListen serves POST /v1/register there. If empty, no HTTP.
+	HTTPListen string
+
+	// Relays, STUN: what nodes are told to use.
+	Relays []Relay
+	STUN   []string
+	// RelayToken issues a node's relay token. If nil, nodes get none.
+	RelayToken func(key Key, now time.Time) (string, error)
+}
+
+// Stats counts what a Server did.
+type Stats struct {
+	Registered, Refused, Deregistered uint64
+	SignalsRelayed, SignalsDropped    uint64
+}
+
+// Server is the control service.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	tokens tokenSet
+
+	nats   *EmbeddedNATS
+	nc     *nats.Conn
+	http   *http.Server
+	httpLn net.Listener
+	wg     sync.WaitGroup
+
+	mu      sync.RWMutex
+	secrets map[string][]byte // node ID → SHA-256 of its NATS password
+	regMu   sync.Mutex        // serializes registrations in this instance
+
+	registered, refused, deregistered, relayed, dropped atomic.Uint64
+}
+
+// New validates cfg and starts the server: NATS (embedded or external),
+// its subscriptions, and HTTP if configured. Close stops everything.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Network == nil {
+		cfg.Network = netx.OS
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("control: no Store")
+	}
+	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), secrets: map[string][]byte{}}
+	if err := s.tokens.validate(); err != nil {
+		return nil, err
+	}
+	nodes, err := cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("control: load registry: %w", err)
+	}
+	for _, n := range nodes {
+		s.secrets[n.ID] = n.SecretHash
+	}
+	if err := s.connectNATS(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.subscribe(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if cfg.HTTPListen != "" {
+		if err := s.serveHTTP(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	log.Info("control started", "nodes", len(nodes), "nats", s.natsURL())
+	return s, nil
+}
+
+func (s *Server) connectNATS(ctx context.Context) error {
+	opts := []nats.Option{nats.Name("lattice-control"), nats.MaxReconnects(-1)}
+	if s.cfg.EmbeddedNATS != nil {
+		pass := randomSecret()
+		auth := &authenticator{
+			controlPass: pass,
+			tokens:      func(t string) error { return s.tokens.check(t, s.cfg.Now()) },
+			secrets:     s.secretHash,
+		}
+		e, err := startEmbeddedNATS(ctx, *s.cfg.EmbeddedNATS, auth)
+		if err != nil {
+			return err
+		}
+		s.nats = e
+		opts = append(opts, nats.InProcessServer(e.Server()), nats.UserInfo(controlUser, pass))
+		nc, err := nats.Connect("", opts...)
+		if err != nil {
+			return fmt.Errorf("control: connect to embedded NATS: %w", err)
+		}
+		s.nc = nc
+		return nil
+	}
+	if s.cfg.NATSURL == "" {
+		return errors.New("control: neither EmbeddedNATS nor NATSURL set")
+	}
+	opts = append(opts, nats.SetCustomDialer(Dialer(s.cfg.Network)), nats.UserInfo(s.cfg.NATSUser, s.cfg.NATSPassword))
+	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
+	if err != nil {
+		return fmt.Errorf("control: connect to NATS %s: %w", s.cfg.NATSURL, err)
+	}
+	s.nc = nc
+	return nil
+}
+
+// Conn is control's own NATS connection (e.g. for a JetStream KV store).
+func (s *Server) Conn() *nats.Conn { return s.nc }
+
+// NATS is the embedded server, nil when control uses an external one.
+func (s *Server) NATS() *EmbeddedNATS { return s.nats }
+
+// HTTPAddr is where HTTP registration listens, nil without HTTP.
+func (s *Server) HTTPAddr() net.Addr {
+	if s.httpLn == nil {
+		return nil
+	}
+	return s.httpLn.Addr()
+}
+
+func (s *Server) natsURL() string {
+	switch {
+	case s.cfg.AdvertiseNATS != "":
+		return s.cfg.AdvertiseNATS
+	case s.nats != nil:
+		return s.nats.URL()
+	}
+	return s.cfg.NATSURL
+}
+
+func (s *Server) secretHash(id string) []byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.secrets[id]
+}
+
+func (s *Server) subscribe() error {
+	const queue = "lattice-control"
+	subs := []struct {
+		subject string
+		h       nats.MsgHandler
+	}{
+		{SubjectRegister, s.onRegister},
+		{subjectNodes + "*." + LeafSignalOut, s.onSignal},
+		{subjectNodes + "*." + LeafPeerList, s.onPeerList},
+		{subjectNodes + "*." + LeafDeregister, s.onDeregister},
+	}
+	for _, sub := range subs {
+		if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
+			return fmt.Errorf("control: subscribe %s: %w", sub.subject, err)
+		}
+	}
+	return s.nc.Flush()
+}
+
+// nodeOf extracts the node ID from lattice.v1.node.<id>.<leaf…>.
+func nodeOf(subject string) string {
+	rest := subject[len(subjectNodes):]
+	for i := range len(rest) {
+		if rest[i] == '.' {
+			return rest[:i]
+		}
+	}
+	return ""
+}
+
+func reply(m *nats.Msg, v any) {
+	if m.Reply == "" {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(errorReply{&Error{Code: CodeInternal, Message: err.Error()}})
+	}
+	_ = m.Respond(b)
+}
+
+func asError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+func (s *Server) onRegister(m *nats.Msg) {
+	resp, err := s.handleRegister(context.Background(), m.Data)
+	if err != nil {
+		reply(m, errorReply{asError(err)})
+		return
+	}
+	reply(m, resp)
+}
+
+// handleRegister is the registration both transports share.
+func (s *Server) handleRegister(ctx context.Context, body []byte) (*RegisterResponse, error) {
+	req, err := decodeRequest(body)
+	if err == nil {
+		err = s.tokens.check(req.Token, s.cfg.Now())
+	}
+	if err != nil {
+		s.refused.Add(1)
+		s.log.Info("registration refused", "err", err)
+		return nil, err
+	}
+	resp, err := s.register(ctx, req)
+	if err != nil {
+		s.refused.Add(1)
+		s.log.Warn("registration failed", "name", req.Name, "err", err)
+		return nil, err
+	}
+	s.registered.Add(1)
+	return resp, nil
+}
+
+func (s *Server) register(ctx context.Context, req *RegisterRequest) (*RegisterResponse, error) {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	id := nodeID(req.PublicKey)
+	secret := randomSecret()
+	hash := sha256.Sum256([]byte(secret))
+	now := s.cfg.Now()
+	event := PeerUpdated
+	n, err := s.cfg.Store.Get(ctx, id)
+	switch {
+	case err == nil:
+		if n.Name != req.Name {
+			return nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("this key is registered as %q; deregister it to change its name", n.Name)}
+		}
+		n.SecretHash, n.Registered = hash[:], now
+		if err := s.cfg.Store.Update(ctx, n); err != nil {
+			return nil, fmt.Errorf("update %s: %w", id, err)
+		}
+	case errors.Is(err, ErrNotFound):
+		event = PeerAdded
+		n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash[:], Registered: now}
+		placed := false
+		for a := range preferredAddrs(req.PublicKey) {
+			n.Address = netip.PrefixFrom(a, Overlay.Bits())
+			err := s.cfg.Store.Create(ctx, n)
+			if errors.Is(err, ErrAddressTaken) {
+				continue
+			}
+			if errors.Is(err, ErrNameTaken) {
+				return nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("name %q belongs to another node", req.Name)}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("store %s: %w", id, err)
+			}
+			placed = true
+			break
+		}
+		if !placed {
+			return nil, &Error{Code: CodeFull, Message: fmt.Sprintf("no free address in %v", Overlay)}
+		}
+	default:
+		return nil, fmt.Errorf("look up %s: %w", id, err)
+	}
+	s.mu.Lock()
+	s.secrets[id] = hash[:]
+	s.mu.Unlock()
+
+	all, err := s.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list peers: %w", err)
+	}
+	resp := &RegisterResponse{
+		NodeID:  id,
+		Address: n.Address,
+		Relays:  s.cfg.Relays,
+		STUN:    s.cfg.STUN,
+		Peers:   []Peer{},
+		NATS:    NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id},
+	}
+	if s.cfg.RelayToken != nil {
+		if resp.RelayToken, err = s.cfg.RelayToken(req.PublicKey, now); err != nil {
+			return nil, fmt.Errorf("issue relay token: %w", err)
+		}
+	}
+	ev, _ := json.Marshal(PeerEvent{Type: event, Peer: n.peer()})
+	for _, o := range all {
+		if o.ID == id {
+			continue
+		}
+		resp.Peers = append(resp.Peers, o.peer())
+		if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
+			s.log.Warn("peer event", "to", o.ID, "err", err)
+		}
+	}
+	s.log.Info("node registered", "id", id, "name", n.Name, "address", n.Address, "event", event)
+	return resp, nil
+}
+
+func (s *Server) onSignal(m *nats.Msg) {
+	from := nodeOf(m.Subject)
+	to := m.Header.Get(HeaderTo)
+	switch {
+	case len(m.Data) > MaxSignalBytes:
+		s.dropped.Add(1)
+		reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), MaxSignalBytes)}})
+		return
+	case s.secretHash(to) == nil:
+		s.dropped.Add(1)
+		reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}})
+		return
+	}
+	out := nats.NewMsg(NodeSubject(to, LeafSignalIn))
+	out.Header.Set(HeaderFrom, from)
+	out.Data = m.Data
+	if err := s.nc.PublishMsg(out); err != nil {
+		s.dropped.Add(1)
+		reply(m, errorReply{asError(err)})
+		return
+	}
+	s.relayed.Add(1)
+	reply(m, struct{}{})
+}
+
+func (s *Server) onPeerList(m *nats.Msg) {
+	self := nodeOf(m.Subject)
+	all, err := s.cfg.Store.List(context.Background())
+	if err != nil {
+		reply(m, errorReply{asError(err)})
+		return
+	}
+	peers := []Peer{}
+	for _, n := range all {
+		if n.ID != self {
+			peers = append(peers, n.peer())
+		}
+	}
+	reply(m, peers)
+}
+
+func (s *Server) onDeregister(m *nats.Msg) {
+	id := nodeOf(m.Subject)
+	ctx := context.Background()
+	n, err := s.cfg.Store.Get(ctx, id)
+	if err == nil {
+		err = s.cfg.Store.Delete(ctx, id)
+	}
+	if err != nil {
+		reply(m, errorReply{asError(err)})
+		return
+	}
+	s.mu.Lock()
+	delete(s.secrets, id)
+	s.mu.Unlock()
+	s.deregistered.Add(1)
+	ev, _ := json.Marshal(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
+	if all, err := s.cfg.Store.List(ctx); err == nil {
+		for _, o := range all {
+			_ = s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev)
+		}
+	}
+	s.log.Info("node deregistered", "id", id, "name", n.Name)
+	reply(m, struct{}{})
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Registered: s.registered.Load(), Refused: s.refused.Load(), Deregistered: s.deregistered.Load(),
+		SignalsRelayed: s.relayed.Load(), SignalsDropped: s.dropped.Load(),
+	}
+}
+
+// Close stops HTTP, NATS and the store's users; it does not close Store.
+func (s *Server) Close() error {
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.http.Shutdown(ctx)
+		cancel()
+	}
+	s.wg.Wait()
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.nats != nil {
+		return s.nats.Close()
+	}
+	return nil
+}
+
+func randomSecret() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error()) // cannot happen on Linux
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
