@@ -51,7 +51,7 @@ type EmbeddedNATSConfig struct {
 // authenticator decides who may connect and with which permissions.
 type authenticator struct {
 	controlPass string
-	tokens      func(string) error    // checks a join token
+	tokens      func(string) error     // checks a join token
 	secrets     func(id string) []byte // a node's secret hash, nil if unknown
 }
 
