@@ -339,7 +339,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{Config{Store: st}, "no join tokens"},
 		{Config{Store: st, Tokens: []JoinToken{{Value: "short"}}}, "at least 16"},
-		{Config{Tokens: []JoinToken{{Value: testToken}}}, "no Store"},
+		{Config{Tokens: []JoinToken{{Value: testToken}}}, "no Store and no KVBucket"},
 		{Config{Store: st, Tokens: []JoinToken{{Value: testToken}}}, "neither EmbeddedNATS nor NATSURL"},
 	} {
 		_, err := New(t.Context(), tc.cfg)
@@ -381,4 +381,47 @@ func TestPreferredAddrs(t *testing.T) {
 	assert.Equal(t, first, again, "deterministic per key")
 	assert.Equal(t, nodeID(k), nodeID(k))
 	assert.NotEqual(t, nodeID(k), nodeID(newKey(t)))
+}
+
+// TestKVStoreSurvivesRestart runs control on JetStream KV: the registry
+// outlives the control instance and its NATS server.
+func TestKVStoreSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() *Server {
+		srv, err := New(t.Context(), Config{
+			Tokens:       []JoinToken{{Value: testToken}},
+			KVBucket:     "lattice-registry",
+			EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: dir},
+		})
+		require.NoError(t, err)
+		return srv
+	}
+	srv := start()
+	ctx := ctxT(t)
+	k := newKey(t)
+	first, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: k})
+	require.NoError(t, err)
+	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: newKey(t)})
+	var e *Error
+	require.ErrorAs(t, err, &e, "the name is claimed in the bucket")
+	assert.Equal(t, CodeNameTaken, e.Code)
+	require.NoError(t, srv.Close())
+
+	srv = start()
+	defer srv.Close()
+	again, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: k})
+	require.NoError(t, err)
+	assert.Equal(t, first.Address, again.Address)
+	assert.Equal(t, first.NodeID, again.NodeID)
+	nodes, err := srv.Store().List(ctx)
+	require.NoError(t, err)
+	assert.Len(t, nodes, 1)
+
+	// Deregistration frees address and name in the bucket.
+	s, err := Connect(ctx, netx.OS, again.NodeID, again.NATS, nil, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Deregister(ctx))
+	s.Close()
+	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: newKey(t)})
+	require.NoError(t, err, "the name is free again")
 }

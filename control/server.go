@@ -32,8 +32,11 @@ type Config struct {
 
 	// Tokens admit nodes; at least one, each 16+ characters.
 	Tokens []JoinToken
-	// Store keeps the registry.
-	Store Store
+	// Store keeps the registry. If nil, KVBucket must name a JetStream
+	// key-value bucket on control's NATS, which is then the store (the
+	// embedded server needs a StoreDir for that).
+	Store    Store
+	KVBucket string
 
 	// EmbeddedNATS starts a NATS server in-process. If nil, control
 	// connects to NATSURL as NATSUser/NATSPassword, and the NATS
@@ -94,24 +97,40 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Store == nil {
-		return nil, errors.New("control: no Store")
+	switch {
+	case cfg.Store == nil && cfg.KVBucket == "":
+		return nil, errors.New("control: no Store and no KVBucket")
+	case cfg.Store != nil && cfg.KVBucket != "":
+		return nil, errors.New("control: both Store and KVBucket set; choose one")
+	case cfg.KVBucket != "" && cfg.EmbeddedNATS != nil && cfg.EmbeddedNATS.StoreDir == "":
+		return nil, errors.New("control: KVBucket with embedded NATS needs EmbeddedNATS.StoreDir for JetStream")
 	}
 	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), secrets: map[string][]byte{}}
 	if err := s.tokens.validate(); err != nil {
 		return nil, err
 	}
-	nodes, err := cfg.Store.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("control: load registry: %w", err)
-	}
-	for _, n := range nodes {
-		s.secrets[n.ID] = n.SecretHash
-	}
 	if err := s.connectNATS(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
+	if cfg.KVBucket != "" {
+		kv, err := OpenKVStore(ctx, s.nc, cfg.KVBucket)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("control: %w", err)
+		}
+		s.cfg.Store = kv
+	}
+	nodes, err := s.cfg.Store.List(ctx)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("control: load registry: %w", err)
+	}
+	s.mu.Lock()
+	for _, n := range nodes {
+		s.secrets[n.ID] = n.SecretHash
+	}
+	s.mu.Unlock()
 	if err := s.subscribe(); err != nil {
 		s.Close()
 		return nil, err
@@ -421,7 +440,10 @@ func (s *Server) Stats() Stats {
 	}
 }
 
-// Close stops HTTP, NATS and the store's users; it does not close Store.
+// Store is the registry in use.
+func (s *Server) Store() Store { return s.cfg.Store }
+
+// Close stops HTTP and NATS; it does not close a Store given in Config.
 func (s *Server) Close() error {
 	if s.http != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
