@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netx"
+)
+
+type controlFlags struct {
+	httpListen, natsListen, natsURL, natsUser, natsPassFile, advertise string
+	embedded                                                          bool
+	tokenFile, store, dataDir                                         string
+	relays, stuns                                                     []string
+}
+
+func newControlCmd() *cobra.Command {
+	var fl controlFlags
+	cmd := &cobra.Command{
+		Use:   "control",
+		Short: "Run the control plane: registration, IPAM, peer updates, signaling",
+		Long: `control admits nodes that present a join token, gives each an overlay address
+in 100.64.0.0/10 (the same key always gets the same address), tells it the
+relays and STUN servers to use and who its peers are, pushes peer changes, and
+relays ICE signaling between nodes over NATS.
+
+Nodes register with a NATS request on lattice.v1.register or with
+POST /v1/register over HTTP, then connect to NATS as their own user, which
+may only use its own subjects.
+
+Join tokens come from --token-file: one per line, optionally followed by an
+expiry in RFC 3339 ("tok-123… 2027-01-01T00:00:00Z"); '#' starts a comment.
+The file must not be readable by others.
+
+The registry is a JSON file (--store file:PATH, the default under --data-dir)
+or a JetStream key-value bucket (--store kv:BUCKET), which lets several
+control instances share one registry.`,
+		Example: `  # Everything embedded, listening on loopback
+  lattice control --embedded-nats --token-file tokens.txt
+
+  # Reachable by remote nodes, registry in JetStream
+  lattice control --embedded-nats --nats-listen 0.0.0.0:4222 \
+      --advertise-nats nats://control.example.net:4222 \
+      --listen-http 0.0.0.0:8080 --store kv:lattice --token-file tokens.txt \
+      --relay relay.example.net:443 --stun stun.example.net:3478`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.httpListen, "listen-http", "127.0.0.1:8080", `HTTP registration address ("" to disable)`)
+	f.BoolVar(&fl.embedded, "embedded-nats", false, "run NATS in-process")
+	f.StringVar(&fl.natsListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client address")
+	f.StringVar(&fl.natsURL, "nats-url", "", "external NATS to use instead of --embedded-nats")
+	f.StringVar(&fl.natsUser, "nats-user", "", "user on the external NATS")
+	f.StringVar(&fl.natsPassFile, "nats-password-file", "", "file holding the external NATS password")
+	f.StringVar(&fl.advertise, "advertise-nats", "", "NATS URL given to nodes (default: the one control uses)")
+	f.StringVar(&fl.tokenFile, "token-file", "", "file of join tokens (required)")
+	f.StringVar(&fl.store, "store", "", "registry: file:PATH or kv:BUCKET (default file:DATA-DIR/registry.json)")
+	f.StringVar(&fl.dataDir, "data-dir", "lattice-control", "directory for the registry and JetStream")
+	f.StringArrayVar(&fl.relays, "relay", nil, "relay for nodes, ADDR or ADDR,FINGERPRINT (repeatable)")
+	f.StringArrayVar(&fl.stuns, "stun", nil, "STUN server for nodes, ADDR (repeatable)")
+	logger := logFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runControl(cmd, fl, logger) }
+	return cmd
+}
+
+func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger) error {
+	if fl.tokenFile == "" {
+		return usagef("--token-file is required: nodes need a join token")
+	}
+	tokens, err := readTokens(fl.tokenFile)
+	if err != nil {
+		return err
+	}
+	if fl.embedded == (fl.natsURL != "") {
+		return usagef("use exactly one of --embedded-nats and --nats-url")
+	}
+	if err := os.MkdirAll(fl.dataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	cfg := control.Config{
+		Network:       netx.OS,
+		Logger:        logger(),
+		Tokens:        tokens,
+		HTTPListen:    fl.httpListen,
+		AdvertiseNATS: fl.advertise,
+		STUN:          fl.stuns,
+	}
+	for _, r := range fl.relays {
+		addr, fp, _ := strings.Cut(r, ",")
+		cfg.Relays = append(cfg.Relays, control.Relay{Addr: addr, Fingerprint: fp})
+	}
+	store := fl.store
+	if store == "" {
+		store = "file:" + filepath.Join(fl.dataDir, "registry.json")
+	}
+	kind, arg, _ := strings.Cut(store, ":")
+	switch {
+	case kind == "file" && arg != "":
+		st, err := control.OpenFileStore(arg)
+		if err != nil {
+			return err
+		}
+		cfg.Store = st
+	case kind == "kv" && arg != "":
+		cfg.KVBucket = arg
+	default:
+		return usagef("--store %q: want file:PATH or kv:BUCKET", store)
+	}
+	if fl.embedded {
+		cfg.EmbeddedNATS = &control.EmbeddedNATSConfig{Network: netx.OS, Listen: fl.natsListen, Logger: cfg.Logger}
+		if cfg.KVBucket != "" {
+			cfg.EmbeddedNATS.StoreDir = filepath.Join(fl.dataDir, "jetstream")
+		}
+	} else {
+		cfg.NATSURL, cfg.NATSUser = fl.natsURL, fl.natsUser
+		if fl.natsPassFile != "" {
+			b, err := readSecretFile(fl.natsPassFile)
+			if err != nil {
+				return err
+			}
+			cfg.NATSPassword = strings.TrimSpace(string(b))
+		}
+	}
+	srv, err := control.New(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	out := cmd.OutOrStdout()
+	if n := srv.NATS(); n != nil {
+		fmt.Fprintf(out, "control: NATS on %s\n", n.URL())
+	}
+	if a := srv.HTTPAddr(); a != nil {
+		fmt.Fprintf(out, "control: HTTP registration on http://%s/v1/register\n", a)
+	}
+	<-cmd.Context().Done()
+	st := srv.Stats()
+	fmt.Fprintf(out, "control: stopped (%d registered, %d refused)\n", st.Registered, st.Refused)
+	return nil
+}
+
+// readTokens parses a token file: "TOKEN [RFC3339-EXPIRY]" per line.
+func readTokens(path string) ([]control.JoinToken, error) {
+	b, err := readSecretFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []control.JoinToken
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = strings.TrimSpace(text[:i])
+		}
+		if text == "" {
+			continue
+		}
+		fields := strings.Fields(text)
+		t := control.JoinToken{Value: fields[0]}
+		switch len(fields) {
+		case 1:
+		case 2:
+			exp, err := time.Parse(time.RFC3339, fields[1])
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: expiry %q is not RFC 3339 (e.g. 2027-01-01T00:00:00Z)", path, line, fields[1])
+			}
+			t.Expires = exp
+		default:
+			return nil, fmt.Errorf("%s:%d: want TOKEN [EXPIRY], got %d fields", path, line, len(fields))
+		}
+		if len(t.Value) < 16 {
+			return nil, fmt.Errorf("%s:%d: token is %d characters; use at least 16", path, line, len(t.Value))
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no tokens", path)
+	}
+	return out, nil
+}

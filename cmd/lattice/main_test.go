@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netx"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe to read while the command writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs lattice with args until the test ends, returning its output
+// and a function that stops it and returns the exit code.
+func start(t *testing.T, args ...string) (*syncBuffer, *syncBuffer, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- execute(ctx, args, &out, &errOut) }()
+	var once sync.Once
+	code := 0
+	stop := func() int {
+		once.Do(func() {
+			cancel()
+			code = <-done
+		})
+		return code
+	}
+	t.Cleanup(func() { stop() })
+	return &out, &errOut, stop
+}
+
+func writeFile(t *testing.T, name, content string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(p, []byte(content), mode))
+	return p
+}
+
+func TestControlCommand(t *testing.T) {
+	tokens := writeFile(t, "tokens", "# join tokens\ncli-test-token-0123456789\nold-token-0123456789abc 2020-01-01T00:00:00Z\n", 0o600)
+	out, errOut, stop := start(t, "control", "--embedded-nats", "--nats-listen", "127.0.0.1:0",
+		"--listen-http", "127.0.0.1:0", "--token-file", tokens, "--data-dir", t.TempDir(), "--stun", "127.0.0.1:3478")
+	re := regexp.MustCompile(`HTTP registration on (http://[0-9.:]+)/v1/register`)
+	require.Eventually(t, func() bool { return re.MatchString(out.String()) }, 10*time.Second, 10*time.Millisecond, "output: %s\n%s", out, errOut)
+	base := re.FindStringSubmatch(out.String())[1]
+
+	var k control.Key
+	_, _ = rand.Read(k[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := control.RegisterHTTP(ctx, netx.OS, base, control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "cli-node", PublicKey: k})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"127.0.0.1:3478"}, resp.STUN)
+	_, err = control.RegisterHTTP(ctx, netx.OS, base, control.RegisterRequest{Token: "old-token-0123456789abc", Name: "late", PublicKey: k})
+	require.ErrorContains(t, err, "expired")
+
+	assert.Equal(t, exitOK, stop())
+	assert.Contains(t, out.String(), "control: stopped (1 registered, 1 refused)")
+}
+
+func TestControlUsageErrors(t *testing.T) {
+	good := writeFile(t, "tokens", "cli-test-token-0123456789\n", 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no tokens", []string{"control", "--embedded-nats"}, exitUsage, "--token-file is required"},
+		{"world-readable tokens", []string{"control", "--embedded-nats", "--token-file", writeFile(t, "t", "cli-test-token-0123456789\n", 0o644)}, exitFailure, "chmod 600"},
+		{"short token", []string{"control", "--embedded-nats", "--token-file", writeFile(t, "t", "# c\nshort\n", 0o600)}, exitFailure, ":2: token is 5 characters"},
+		{"bad expiry", []string{"control", "--embedded-nats", "--token-file", writeFile(t, "t", "cli-test-token-0123456789 tomorrow\n", 0o600)}, exitFailure, ":1: expiry \"tomorrow\""},
+		{"no nats", []string{"control", "--token-file", good}, exitUsage, "exactly one of --embedded-nats and --nats-url"},
+		{"bad store", []string{"control", "--embedded-nats", "--token-file", good, "--store", "s3:x", "--data-dir", t.TempDir()}, exitUsage, "want file:PATH or kv:BUCKET"},
+		{"stun bad listen", []string{"stun", "--listen", "nowhere"}, exitUsage, "--listen \"nowhere\""},
+		{"unknown flag", []string{"control", "--frobnicate"}, exitUsage, "unknown flag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := execute(context.Background(), tc.args, &out, &errOut)
+			assert.Equal(t, tc.code, code, "stderr: %s", errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+}
+
+func TestSTUNCommand(t *testing.T) {
+	out, errOut, stop := start(t, "stun", "--listen", "127.0.0.1:0")
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "stun: serving on 127.0.0.1:") }, 5*time.Second, 10*time.Millisecond, "%s%s", out, errOut)
+	assert.Equal(t, exitOK, stop())
+	assert.Contains(t, out.String(), "stun: stopped after 0 requests")
+}
