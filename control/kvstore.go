@@ -41,7 +41,9 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, bucket string) (*KVStore, e
 	return &KVStore{kv: kv}, nil
 }
 
-func addrKey(n *Node) string { return "addr." + strings.ReplaceAll(n.Address.Addr().String(), ".", "-") }
+func addrKey(n *Node) string {
+	return "addr." + strings.ReplaceAll(n.Address.Addr().String(), ".", "-")
+}
 func nameKey(n *Node) string { return "name." + n.Name }
 
 func (s *KVStore) Get(ctx context.Context, id string) (*Node, error) {

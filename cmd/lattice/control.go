@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -18,9 +18,9 @@ import (
 
 type controlFlags struct {
 	httpListen, natsListen, natsURL, natsUser, natsPassFile, advertise string
-	embedded                                                          bool
-	tokenFile, store, dataDir                                         string
-	relays, stuns                                                     []string
+	embedded                                                           bool
+	tokenFile, store, dataDir                                          string
+	relays, stuns                                                      []string
 }
 
 func newControlCmd() *cobra.Command {
