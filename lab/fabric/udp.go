@@ -115,8 +115,6 @@ func (u *udpStack) bind(op, network string, local, remote netip.AddrPort) (*udpC
 		done:   make(chan struct{}),
 		limit:  udpRecvQueueBytes,
 	}
-	c.rd.init()
-	c.wd.init()
 	u.ports[port] = append(u.ports[port], c)
 	return c, nil
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/latticelab/lattice/internal/deadline"
 )
 
 // dgram is a queued datagram: its payload is f[off:off+n].
@@ -33,7 +35,7 @@ type udpConn struct {
 	notify chan struct{} // signalled when a datagram is queued
 	done   chan struct{} // closed by Close
 	once   sync.Once
-	rd, wd deadline
+	rd, wd deadline.Deadline
 }
 
 var (
@@ -92,7 +94,7 @@ func (c *udpConn) read(b []byte) (int, netip.AddrPort, error) {
 		c.mu.Unlock()
 		select {
 		case <-c.notify:
-		case <-c.rd.expired():
+		case <-c.rd.Expired():
 			return 0, netip.AddrPort{}, os.ErrDeadlineExceeded
 		case <-c.done:
 		}
@@ -121,7 +123,7 @@ func (c *udpConn) write(b []byte, to netip.AddrPort) error {
 	select {
 	case <-c.done:
 		return net.ErrClosed
-	case <-c.wd.expired():
+	case <-c.wd.Expired():
 		return os.ErrDeadlineExceeded
 	default:
 	}
@@ -171,8 +173,8 @@ func (c *udpConn) Close() error {
 		}
 		c.mu.Unlock()
 		close(c.done)
-		c.rd.stop()
-		c.wd.stop()
+		c.rd.Stop()
+		c.wd.Stop()
 	})
 	if !first {
 		return c.opError("close", nil, net.ErrClosed)
@@ -192,12 +194,12 @@ func (c *udpConn) RemoteAddr() net.Addr {
 }
 
 func (c *udpConn) SetDeadline(t time.Time) error {
-	c.rd.set(t)
-	c.wd.set(t)
+	c.rd.Set(t)
+	c.wd.Set(t)
 	return nil
 }
-func (c *udpConn) SetReadDeadline(t time.Time) error  { c.rd.set(t); return nil }
-func (c *udpConn) SetWriteDeadline(t time.Time) error { c.wd.set(t); return nil }
+func (c *udpConn) SetReadDeadline(t time.Time) error  { c.rd.Set(t); return nil }
+func (c *udpConn) SetWriteDeadline(t time.Time) error { c.wd.Set(t); return nil }
 
 // SetReadBuffer bounds the bytes queued for reading, as SO_RCVBUF does.
 func (c *udpConn) SetReadBuffer(n int) error {
@@ -242,62 +244,4 @@ func udpAddrOrNil(ap netip.AddrPort) net.Addr {
 		return nil
 	}
 	return net.UDPAddrFromAddrPort(ap)
-}
-
-// deadline turns a time into a channel that is closed when it passes.
-type deadline struct {
-	mu    sync.Mutex
-	timer *time.Timer
-	ch    chan struct{}
-	fired bool
-	gen   uint64 // bumped by every set, so a stale timer cannot fire
-}
-
-func (d *deadline) init() { d.ch = make(chan struct{}) }
-
-// expired returns a channel closed once the deadline has passed.
-func (d *deadline) expired() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ch
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	d.gen++
-	if d.fired {
-		d.ch, d.fired = make(chan struct{}), false
-	}
-	if t.IsZero() {
-		return
-	}
-	gen := d.gen
-	fire := func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.gen == gen && !d.fired {
-			d.fired = true
-			close(d.ch)
-		}
-	}
-	if dur := time.Until(t); dur > 0 {
-		d.timer = time.AfterFunc(dur, fire)
-		return
-	}
-	d.fired = true
-	close(d.ch)
-}
-
-func (d *deadline) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
 }

@@ -1,0 +1,279 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latticelab/lattice/internal/deadline"
+)
+
+// PacketKind is what the mux decided a datagram is.
+type PacketKind int
+
+// Packet kinds.
+const (
+	KindOther PacketKind = iota
+	KindSTUN
+	KindWireGuard
+)
+
+// Classify tells STUN from WireGuard by their headers alone.
+//
+// STUN (RFC 8489 §5): the two top bits of the first byte are zero, bytes
+// 4-7 are the magic cookie 0x2112A442, and the length field plus the
+// 20-byte header is the datagram's size, a multiple of 4.
+//
+// WireGuard: a message type 1-4 followed by three zero bytes, with the
+// exact size of a handshake initiation (148), response (92) or cookie
+// reply (64), or a transport message of at least 32 bytes whose payload is
+// a whole number of 16-byte blocks.
+func Classify(b []byte) PacketKind {
+	n := len(b)
+	if n >= 20 && b[0]&0xc0 == 0 && binary.BigEndian.Uint32(b[4:8]) == 0x2112a442 &&
+		int(binary.BigEndian.Uint16(b[2:4]))+20 == n && n%4 == 0 {
+		return KindSTUN
+	}
+	if n >= 4 && b[1] == 0 && b[2] == 0 && b[3] == 0 {
+		switch b[0] {
+		case 1:
+			if n == 148 {
+				return KindWireGuard
+			}
+		case 2:
+			if n == 92 {
+				return KindWireGuard
+			}
+		case 3:
+			if n == 64 {
+				return KindWireGuard
+			}
+		case 4:
+			if n >= 32 && (n-16)%16 == 0 {
+				return KindWireGuard
+			}
+		}
+	}
+	return KindOther
+}
+
+// MuxStats counts what the mux saw.
+type MuxStats struct {
+	STUN, WireGuard, Other       uint64 // datagrams received, by kind
+	STUNDropped, WireGuardDroped uint64 // their queue was full
+}
+
+// datagram is a received packet with its source.
+type datagram struct {
+	buf  *[]byte
+	n    int
+	from netip.AddrPort
+}
+
+const (
+	muxBufSize   = 2048
+	muxQueueLen  = 1024
+	muxSTUNQueue = 256
+)
+
+var muxPool = sync.Pool{New: func() any { b := make([]byte, muxBufSize); return &b }}
+
+// Mux shares one UDP socket between ICE and WireGuard, as NetBird's
+// ICEBind does: its read loop sends STUN to the ICE agents' UDPMux (so
+// their server-reflexive candidates are this socket's mapping) and
+// WireGuard to the Bind; everything else is counted and dropped. Both
+// sides send through the same socket.
+type Mux struct {
+	pc   net.PacketConn
+	log  *slog.Logger
+	stun *muxConn
+	wg   chan datagram
+	done chan struct{}
+	once sync.Once
+	loop sync.WaitGroup
+
+	stunN, wgN, other, stunDrop, wgDrop atomic.Uint64
+}
+
+// NewMux starts the read loop on pc. Close stops it and closes pc.
+func NewMux(pc net.PacketConn, log *slog.Logger) *Mux {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Mux{pc: pc, log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
+	m.stun = &muxConn{m: m, in: make(chan datagram, muxSTUNQueue)}
+	m.loop.Add(1)
+	go m.readLoop()
+	return m
+}
+
+func (m *Mux) readLoop() {
+	defer m.loop.Done()
+	for {
+		bp := muxPool.Get().(*[]byte)
+		n, addr, err := m.pc.ReadFrom(*bp)
+		if err != nil {
+			muxPool.Put(bp)
+			select {
+			case <-m.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			m.log.Debug("mux read", "err", err)
+			continue
+		}
+		d := datagram{buf: bp, n: n, from: addrPortOf(addr)}
+		switch Classify((*bp)[:n]) {
+		case KindSTUN:
+			m.stunN.Add(1)
+			select {
+			case m.stun.in <- d:
+			default:
+				m.stunDrop.Add(1)
+				muxPool.Put(bp)
+			}
+		case KindWireGuard:
+			m.wgN.Add(1)
+			select {
+			case m.wg <- d:
+			default:
+				m.wgDrop.Add(1)
+				muxPool.Put(bp)
+			}
+		default:
+			m.other.Add(1)
+			muxPool.Put(bp)
+		}
+	}
+}
+
+func addrPortOf(a net.Addr) netip.AddrPort {
+	if u, ok := a.(*net.UDPAddr); ok {
+		ap := u.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
+
+// STUNConn is the socket as ICE sees it: it reads only STUN and writes
+// through the shared socket. Give it to pion's UDPMux.
+func (m *Mux) STUNConn() net.PacketConn { return m.stun }
+
+// ReadWireGuard fills bufs with received WireGuard datagrams, blocking
+// for the first one; it returns how many it filled.
+func (m *Mux) ReadWireGuard(bufs [][]byte, sizes []int, from []netip.AddrPort) (int, error) {
+	var d datagram
+	select {
+	case d = <-m.wg:
+	case <-m.done:
+		return 0, net.ErrClosed
+	}
+	i := 0
+	for {
+		sizes[i] = copy(bufs[i], (*d.buf)[:d.n])
+		from[i] = d.from
+		muxPool.Put(d.buf)
+		i++
+		if i == len(bufs) {
+			return i, nil
+		}
+		select {
+		case d = <-m.wg:
+		default:
+			return i, nil
+		}
+	}
+}
+
+// WriteTo sends b to addr through the shared socket.
+func (m *Mux) WriteTo(b []byte, addr netip.AddrPort) error {
+	_, err := m.pc.WriteTo(b, net.UDPAddrFromAddrPort(addr))
+	return err
+}
+
+// LocalAddr is the shared socket's address.
+func (m *Mux) LocalAddr() net.Addr { return m.pc.LocalAddr() }
+
+// Stats returns the mux's counters.
+func (m *Mux) Stats() MuxStats {
+	return MuxStats{STUN: m.stunN.Load(), WireGuard: m.wgN.Load(), Other: m.other.Load(),
+		STUNDropped: m.stunDrop.Load(), WireGuardDroped: m.wgDrop.Load()}
+}
+
+// Close stops the read loop and closes the socket.
+func (m *Mux) Close() error {
+	var err error
+	m.once.Do(func() {
+		close(m.done)
+		err = m.pc.Close()
+		m.loop.Wait()
+		for {
+			select {
+			case d := <-m.wg:
+				muxPool.Put(d.buf)
+				continue
+			case d := <-m.stun.in:
+				muxPool.Put(d.buf)
+				continue
+			default:
+			}
+			break
+		}
+	})
+	return err
+}
+
+// muxConn is the STUN side of the mux as a net.PacketConn.
+type muxConn struct {
+	m      *Mux
+	in     chan datagram
+	closed atomic.Bool
+	rd     deadline.Deadline
+}
+
+func (c *muxConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	if c.closed.Load() {
+		return 0, nil, net.ErrClosed
+	}
+	select {
+	case d := <-c.in:
+		n := copy(b, (*d.buf)[:d.n])
+		muxPool.Put(d.buf)
+		return n, net.UDPAddrFromAddrPort(d.from), nil
+	case <-c.rd.Expired():
+		return 0, nil, os.ErrDeadlineExceeded
+	case <-c.m.done:
+		return 0, nil, net.ErrClosed
+	}
+}
+
+func (c *muxConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.m.pc.WriteTo(b, addr)
+}
+
+// Close detaches ICE; the shared socket stays open for WireGuard.
+func (c *muxConn) Close() error {
+	c.closed.Store(true)
+	return nil
+}
+
+func (c *muxConn) LocalAddr() net.Addr { return c.m.pc.LocalAddr() }
+func (c *muxConn) SetDeadline(t time.Time) error {
+	c.rd.Set(t)
+	return nil
+}
+func (c *muxConn) SetReadDeadline(t time.Time) error { c.rd.Set(t); return nil }
+func (c *muxConn) SetWriteDeadline(time.Time) error  { return nil }

@@ -1,0 +1,125 @@
+package node
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/nacl/box"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// Signal is one ICE signaling message between two nodes. Control routes
+// it by the sender's authenticated NATS identity but cannot read it: it
+// travels sealed with NaCl box between the two nodes' WireGuard keys.
+type Signal struct {
+	Kind SignalKind `json:"kind"`
+	// Session identifies the sender's ICE agent; a new session means the
+	// sender restarted ICE and the receiver must too.
+	Session uint64 `json:"session"`
+	// Seq increases with every signal of a session; replays are refused.
+	Seq uint64 `json:"seq"`
+	// Time is when it was sealed (Unix ms); stale signals are refused.
+	Time      int64  `json:"time"`
+	Ufrag     string `json:"ufrag,omitempty"`
+	Pwd       string `json:"pwd,omitempty"`
+	Candidate string `json:"candidate,omitempty"`
+}
+
+// SignalKind says what a Signal carries.
+type SignalKind string
+
+// Signal kinds.
+const (
+	SignalCredentials SignalKind = "credentials" // Ufrag, Pwd: start or restart ICE
+	SignalCandidate   SignalKind = "candidate"   // Candidate: one more candidate
+)
+
+// signalMaxAge bounds clock skew and delay: older (or newer) signals are
+// refused as replays.
+const signalMaxAge = 2 * time.Minute
+
+const nonceLen = 24
+
+// Errors from OpenSignal.
+var (
+	ErrSignalForged = errors.New("signal does not open with the peer's key")
+	ErrSignalReplay = errors.New("signal replayed or out of date")
+	ErrSignalBad    = errors.New("malformed signal")
+)
+
+// SealSignal seals s for peer with priv.
+func SealSignal(priv, peer control.Key, s *Signal) ([]byte, error) {
+	msg, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("seal signal: %w", err)
+	}
+	var nonce [nonceLen]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("seal signal: %w", err)
+	}
+	pk, sk := [32]byte(peer), [32]byte(priv)
+	return box.Seal(nonce[:], msg, &nonce, &pk, &sk), nil
+}
+
+// OpenSignal opens a sealed signal from peer; it checks nothing about
+// freshness (see replayGuard).
+func OpenSignal(priv, peer control.Key, b []byte) (*Signal, error) {
+	if len(b) < nonceLen+box.Overhead || len(b) > control.MaxSignalBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrSignalBad, len(b))
+	}
+	nonce := [nonceLen]byte(b[:nonceLen])
+	pk, sk := [32]byte(peer), [32]byte(priv)
+	msg, ok := box.Open(nil, b[nonceLen:], &nonce, &pk, &sk)
+	if !ok {
+		return nil, ErrSignalForged
+	}
+	var s Signal
+	if err := json.Unmarshal(msg, &s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSignalBad, err)
+	}
+	switch s.Kind {
+	case SignalCredentials:
+		if s.Ufrag == "" || s.Pwd == "" || len(s.Ufrag) > 256 || len(s.Pwd) > 256 {
+			return nil, fmt.Errorf("%w: credentials without ufrag/pwd", ErrSignalBad)
+		}
+	case SignalCandidate:
+		if s.Candidate == "" || len(s.Candidate) > 1024 {
+			return nil, fmt.Errorf("%w: empty or oversized candidate", ErrSignalBad)
+		}
+	default:
+		return nil, fmt.Errorf("%w: kind %q", ErrSignalBad, s.Kind)
+	}
+	return &s, nil
+}
+
+// replayGuard refuses signals older than the newest seen from a peer's
+// session, and signals outside signalMaxAge of now.
+type replayGuard struct {
+	mu      sync.Mutex
+	session uint64
+	seq     uint64
+}
+
+func (g *replayGuard) admit(s *Signal, now time.Time) error {
+	age := now.Sub(time.UnixMilli(s.Time))
+	if age > signalMaxAge || age < -signalMaxAge {
+		return fmt.Errorf("%w: sealed %v ago", ErrSignalReplay, age.Round(time.Second))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case s.Session == g.session && s.Seq <= g.seq:
+		return fmt.Errorf("%w: seq %d after %d", ErrSignalReplay, s.Seq, g.seq)
+	case s.Session != g.session && s.Kind != SignalCredentials:
+		return fmt.Errorf("%w: candidate for unknown session %d", ErrSignalReplay, s.Session)
+	case s.Session < g.session:
+		return fmt.Errorf("%w: session %d is older than %d", ErrSignalReplay, s.Session, g.session)
+	}
+	g.session, g.seq = s.Session, s.Seq
+	return nil
+}

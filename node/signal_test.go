@@ -1,0 +1,144 @@
+package node
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control"
+)
+
+func keys(t testing.TB) (control.Key, control.Key) {
+	t.Helper()
+	k, err := NewPrivateKey()
+	require.NoError(t, err)
+	return k, PublicKey(k)
+}
+
+func TestSignalSealOpen(t *testing.T) {
+	aPriv, aPub := keys(t)
+	bPriv, bPub := keys(t)
+	_, mPub := keys(t)
+	now := time.Now()
+	s := &Signal{Kind: SignalCredentials, Session: 7, Seq: 1, Time: now.UnixMilli(), Ufrag: "uf", Pwd: "pw"}
+	b, err := SealSignal(aPriv, bPub, s)
+	require.NoError(t, err)
+
+	got, err := OpenSignal(bPriv, aPub, b)
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+
+	_, err = OpenSignal(bPriv, mPub, b)
+	require.ErrorIs(t, err, ErrSignalForged, "opened with the wrong sender")
+	b[len(b)-1] ^= 1
+	_, err = OpenSignal(bPriv, aPub, b)
+	require.ErrorIs(t, err, ErrSignalForged, "a flipped bit")
+	_, err = OpenSignal(bPriv, aPub, b[:10])
+	require.ErrorIs(t, err, ErrSignalBad)
+
+	bad, err := SealSignal(aPriv, bPub, &Signal{Kind: "offer"})
+	require.NoError(t, err)
+	_, err = OpenSignal(bPriv, aPub, bad)
+	require.ErrorIs(t, err, ErrSignalBad)
+}
+
+func TestReplayGuard(t *testing.T) {
+	now := time.Now()
+	at := func(d time.Duration) int64 { return now.Add(d).UnixMilli() }
+	var g replayGuard
+	creds := func(sess, seq uint64, d time.Duration) *Signal {
+		return &Signal{Kind: SignalCredentials, Session: sess, Seq: seq, Time: at(d), Ufrag: "u", Pwd: "p"}
+	}
+	cand := func(sess, seq uint64) *Signal {
+		return &Signal{Kind: SignalCandidate, Session: sess, Seq: seq, Time: at(0), Candidate: "c"}
+	}
+	require.NoError(t, g.admit(creds(5, 1, 0), now))
+	require.NoError(t, g.admit(cand(5, 2), now))
+	for name, s := range map[string]*Signal{
+		"replayed":        cand(5, 2),
+		"older seq":       cand(5, 1),
+		"unknown session": cand(6, 3),
+		"older session":   creds(4, 9, 0),
+		"stale":           creds(9, 1, -3*time.Minute),
+		"from the future": creds(9, 1, 3*time.Minute),
+	} {
+		err := g.admit(s, now)
+		assert.True(t, errors.Is(err, ErrSignalReplay), "%s: %v", name, err)
+	}
+	require.NoError(t, g.admit(creds(6, 1, 0), now), "a new session restarts")
+	require.NoError(t, g.admit(cand(6, 2), now))
+}
+
+func FuzzOpenSignal(f *testing.F) {
+	aPriv, aPub := keys(f)
+	bPriv, bPub := keys(f)
+	good, _ := SealSignal(aPriv, bPub, &Signal{Kind: SignalCandidate, Session: 1, Seq: 1, Time: 1, Candidate: "x"})
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add(make([]byte, 40))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := OpenSignal(bPriv, aPub, b)
+		if err == nil && s == nil {
+			t.Fatal("nil signal without an error")
+		}
+		var g replayGuard
+		if s != nil {
+			_ = g.admit(s, time.Now())
+		}
+	})
+}
+
+func TestCredentials(t *testing.T) {
+	dir := t.TempDir()
+	st := OpenCredentials(dir + "/node.json")
+	id, created, err := LoadOrCreate(st, "laptop")
+	require.NoError(t, err)
+	assert.True(t, created)
+	id.NodeID = "nabc"
+	require.NoError(t, st.Save(id))
+	again, created, err := LoadOrCreate(OpenCredentials(dir+"/node.json"), "laptop")
+	require.NoError(t, err)
+	assert.False(t, created)
+	assert.Equal(t, id, again)
+	assert.Equal(t, id.PublicKey(), again.PublicKey())
+
+	_, _, err = LoadOrCreate(OpenCredentials(dir+"/node.json"), "desktop")
+	require.ErrorContains(t, err, `stored identity is "laptop"`)
+
+	mem := OpenCredentials("mem:")
+	_, err = mem.Load()
+	require.ErrorIs(t, err, ErrNoCredentials)
+}
+
+func TestCredentialsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := dir + "/node.json"
+	write := func(content string, mode os.FileMode) {
+		require.NoError(t, os.WriteFile(path, []byte(content), mode))
+		require.NoError(t, os.Chmod(path, mode))
+	}
+	for _, tc := range []struct {
+		name, content string
+		mode          os.FileMode
+		want          string
+	}{
+		{"corrupt", `{"version":1,"private_key":`, 0o600, "corrupt (left untouched"},
+		{"readable by others", `{"version":1}`, 0o644, "chmod 600"},
+		{"no key", `{"version":1,"name":"x"}`, 0o600, "no private key"},
+		{"bad key", `{"version":1,"private_key":"!!"}`, 0o600, "corrupt"},
+		{"future version", `{"version":2}`, 0o600, "unsupported version 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write(tc.content, tc.mode)
+			_, _, err := LoadOrCreate(OpenCredentials(path), "x")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+			b, _ := os.ReadFile(path)
+			assert.Equal(t, tc.content, string(b), "never replaced with a new identity")
+		})
+	}
+}
