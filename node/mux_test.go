@@ -57,4 +57,3 @@ func FuzzClassify(f *testing.F) {
 		}
 	})
 }
-
