@@ -170,11 +170,14 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 func (m *Mux) STUNConn() net.PacketConn { return m.stun }
 
 // ReadWireGuard fills bufs with received WireGuard datagrams, blocking
-// for the first one; it returns how many it filled.
-func (m *Mux) ReadWireGuard(bufs [][]byte, sizes []int, from []netip.AddrPort) (int, error) {
+// for the first one until one arrives, cancel is closed or the mux closes;
+// it returns how many it filled.
+func (m *Mux) ReadWireGuard(cancel <-chan struct{}, bufs [][]byte, sizes []int, from []netip.AddrPort) (int, error) {
 	var d datagram
 	select {
 	case d = <-m.wg:
+	case <-cancel:
+		return 0, net.ErrClosed
 	case <-m.done:
 		return 0, net.ErrClosed
 	}

@@ -106,7 +106,7 @@ func TestMuxSharesSocket(t *testing.T) {
 	bufs := [][]byte{make([]byte, 2048), make([]byte, 2048)}
 	sizes := make([]int, 2)
 	from := make([]netip.AddrPort, 2)
-	n, err := mux.ReadWireGuard(bufs, sizes, from)
+	n, err := mux.ReadWireGuard(nil, bufs, sizes, from)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	assert.Equal(t, wgData, bufs[0][:sizes[0]])

@@ -1,0 +1,334 @@
+package node
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.zx2c4.com/wireguard/conn"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// RelaySender sends a WireGuard packet to a peer through the relay.
+type RelaySender interface {
+	Send(dst control.Key, pkt []byte) error
+}
+
+// Bind is the node's wireguard-go conn.Bind. Each peer's endpoint is the
+// peer itself, not an address: Send looks up the peer's current path,
+// direct (the nominated ICE pair, written through the shared mux socket)
+// or relay, so switching paths never touches WireGuard's state. Received
+// packets map back to the peer whichever path they came on; direct
+// packets from addresses that are no peer's direct path are counted and
+// dropped.
+type Bind struct {
+	mux *Mux
+
+	mu     sync.RWMutex
+	peers  map[control.Key]*Path
+	byAddr map[netip.AddrPort]*Path
+	relay  RelaySender
+
+	relayIn   chan relayed
+	open      chan struct{} // closed by Close; replaced by Open
+	isOpen    bool
+	unknown   atomic.Uint64
+	relayDrop atomic.Uint64
+}
+
+type relayed struct {
+	path *Path
+	buf  *[]byte
+	n    int
+}
+
+var _ conn.Bind = (*Bind)(nil)
+
+// NewBind returns a Bind over mux.
+func NewBind(mux *Mux) *Bind {
+	return &Bind{
+		mux:     mux,
+		peers:   map[control.Key]*Path{},
+		byAddr:  map[netip.AddrPort]*Path{},
+		relayIn: make(chan relayed, muxQueueLen),
+	}
+}
+
+// Path is one peer's path state, shared by the Bind and the peer's path
+// manager.
+type Path struct {
+	Key    control.Key
+	direct atomic.Pointer[netip.AddrPort] // nil: relay
+
+	lastDirectRx                         atomic.Int64  // Unix ns of the last direct packet
+	TxDirect, TxRelay, RxDirect, RxRelay atomic.Uint64 // bytes
+}
+
+// Direct returns the direct address in use, if any.
+func (p *Path) Direct() (netip.AddrPort, bool) {
+	if a := p.direct.Load(); a != nil {
+		return *a, true
+	}
+	return netip.AddrPort{}, false
+}
+
+// LastDirectReceive is when the last packet arrived on the direct path.
+func (p *Path) LastDirectReceive() time.Time {
+	if ns := p.lastDirectRx.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Peer returns the path for key, creating it.
+func (b *Bind) Peer(key control.Key) *Path {
+	b.mu.RLock()
+	p := b.peers[key]
+	b.mu.RUnlock()
+	if p != nil {
+		return p
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p = b.peers[key]; p == nil {
+		p = &Path{Key: key}
+		b.peers[key] = p
+	}
+	return p
+}
+
+// RemovePeer forgets a peer.
+func (b *Bind) RemovePeer(key control.Key) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.peers[key]; p != nil {
+		if a, ok := p.Direct(); ok {
+			delete(b.byAddr, a)
+		}
+		delete(b.peers, key)
+	}
+}
+
+// SetDirect switches a peer to the direct path at addr; an invalid addr
+// switches it to the relay.
+func (b *Bind) SetDirect(p *Path, addr netip.AddrPort) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old, ok := p.Direct(); ok {
+		delete(b.byAddr, old)
+	}
+	if !addr.IsValid() {
+		p.direct.Store(nil)
+		return
+	}
+	b.byAddr[addr] = p
+	p.lastDirectRx.Store(0)
+	p.direct.Store(&addr)
+}
+
+// SetRelay sets the relay client packets without a direct path go to.
+func (b *Bind) SetRelay(r RelaySender) {
+	b.mu.Lock()
+	b.relay = r
+	b.mu.Unlock()
+}
+
+// DeliverRelayed hands WireGuard a packet the relay received from src. It
+// copies pkt. Packets from unknown peers are dropped.
+func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
+	b.mu.RLock()
+	p := b.peers[src]
+	b.mu.RUnlock()
+	if p == nil || len(pkt) > muxBufSize || Classify(pkt) != KindWireGuard {
+		b.unknown.Add(1)
+		return
+	}
+	bp := muxPool.Get().(*[]byte)
+	n := copy(*bp, pkt)
+	select {
+	case b.relayIn <- relayed{path: p, buf: bp, n: n}:
+	default:
+		b.relayDrop.Add(1)
+		muxPool.Put(bp)
+	}
+}
+
+// Unknown counts packets dropped because no peer matched their source.
+func (b *Bind) Unknown() uint64 { return b.unknown.Load() }
+
+// Open implements conn.Bind. The port is the mux's; WireGuard does not
+// choose it.
+func (b *Bind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.isOpen {
+		return nil, 0, conn.ErrBindAlreadyOpen
+	}
+	b.isOpen = true
+	stop := make(chan struct{})
+	b.open = stop
+	var port uint16
+	if u, ok := b.mux.LocalAddr().(*net.UDPAddr); ok {
+		port = uint16(u.Port)
+	}
+	return []conn.ReceiveFunc{b.receiveDirect(stop), b.receiveRelayed(stop)}, port, nil
+}
+
+func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
+	from := make([]netip.AddrPort, conn.IdealBatchSize)
+	return func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
+		for {
+			n, err := b.mux.ReadWireGuard(stop, bufs, sizes, from[:min(len(bufs), len(from))])
+			if err != nil {
+				return 0, err
+			}
+			out := 0
+			now := time.Now().UnixNano()
+			b.mu.RLock()
+			for i := range n {
+				p := b.byAddr[from[i]]
+				if p == nil {
+					b.unknown.Add(1)
+					continue
+				}
+				p.lastDirectRx.Store(now)
+				p.RxDirect.Add(uint64(sizes[i]))
+				if out != i {
+					// wireguard-go reads its own arrays by index, so the
+					// packet must move, not the slice header.
+					sizes[out] = copy(bufs[out], bufs[i][:sizes[i]])
+				}
+				eps[out] = &Endpoint{Path: p}
+				out++
+			}
+			b.mu.RUnlock()
+			if out > 0 {
+				return out, nil
+			}
+		}
+	}
+}
+
+func (b *Bind) receiveRelayed(stop chan struct{}) conn.ReceiveFunc {
+	return func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
+		var r relayed
+		select {
+		case r = <-b.relayIn:
+		case <-stop:
+			return 0, net.ErrClosed
+		}
+		i := 0
+		for {
+			sizes[i] = copy(bufs[i], (*r.buf)[:r.n])
+			muxPool.Put(r.buf)
+			r.path.RxRelay.Add(uint64(sizes[i]))
+			eps[i] = &Endpoint{Path: r.path}
+			i++
+			if i == len(bufs) {
+				return i, nil
+			}
+			select {
+			case r = <-b.relayIn:
+			default:
+				return i, nil
+			}
+		}
+	}
+}
+
+// Close implements conn.Bind: the receive functions return; the mux stays
+// open for ICE.
+func (b *Bind) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.isOpen {
+		close(b.open)
+		b.isOpen = false
+	}
+	return nil
+}
+
+// SetMark implements conn.Bind (no fwmark on a user-space socket).
+func (b *Bind) SetMark(uint32) error { return nil }
+
+// BatchSize implements conn.Bind.
+func (b *Bind) BatchSize() int { return conn.IdealBatchSize }
+
+// Send implements conn.Bind.
+func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
+	e, ok := ep.(*Endpoint)
+	if !ok {
+		return fmt.Errorf("node: foreign endpoint %T", ep)
+	}
+	p := e.Path
+	if a, ok := p.Direct(); ok {
+		for _, buf := range bufs {
+			if err := b.mux.WriteTo(buf, a); err != nil {
+				return err
+			}
+			p.TxDirect.Add(uint64(len(buf)))
+		}
+		return nil
+	}
+	b.mu.RLock()
+	r := b.relay
+	b.mu.RUnlock()
+	if r == nil {
+		return errors.New("node: no direct path and no relay")
+	}
+	for _, buf := range bufs {
+		if err := r.Send(p.Key, buf); err != nil {
+			return err
+		}
+		p.TxRelay.Add(uint64(len(buf)))
+	}
+	return nil
+}
+
+// endpointPrefix marks the endpoints the node writes into WireGuard's
+// configuration: the peer's key, not an address.
+const endpointPrefix = "lattice:"
+
+// EndpointString is the endpoint= value naming a peer.
+func EndpointString(key control.Key) string {
+	return endpointPrefix + base64.RawURLEncoding.EncodeToString(key[:])
+}
+
+// ParseEndpoint implements conn.Bind.
+func (b *Bind) ParseEndpoint(s string) (conn.Endpoint, error) {
+	rest, ok := strings.CutPrefix(s, endpointPrefix)
+	if !ok {
+		return nil, fmt.Errorf("node: endpoint %q is not a lattice peer", s)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil || len(raw) != 32 {
+		return nil, fmt.Errorf("node: endpoint %q: bad key", s)
+	}
+	return &Endpoint{Path: b.Peer(control.Key(raw))}, nil
+}
+
+// Endpoint is a peer as WireGuard sees it.
+type Endpoint struct{ Path *Path }
+
+var _ conn.Endpoint = (*Endpoint)(nil)
+
+func (e *Endpoint) ClearSrc()           {}
+func (e *Endpoint) SrcToString() string { return "" }
+func (e *Endpoint) DstToString() string { return EndpointString(e.Path.Key) }
+func (e *Endpoint) DstToBytes() []byte  { return e.Path.Key[:] }
+func (e *Endpoint) SrcIP() netip.Addr   { return netip.Addr{} }
+
+// DstIP is the direct address's IP, or invalid on the relay.
+func (e *Endpoint) DstIP() netip.Addr {
+	if a, ok := e.Path.Direct(); ok {
+		return a.Addr()
+	}
+	return netip.Addr{}
+}
