@@ -1,0 +1,492 @@
+package relay
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// ClientConfig configures a Client. Server, Key and Token are required.
+type ClientConfig struct {
+	// Network is where the client dials. If nil, netx.OS.
+	Network netx.Network
+	// Server is the relay's host:port (one port for QUIC and TCP).
+	// Required. A host name needs a Network that implements
+	// netx.Resolver.
+	Server string
+	// ServerName is the name the server's certificate is verified
+	// against. If empty, the host part of Server.
+	ServerName string
+	// Fingerprint pins the server's certificate (see CertFingerprint), as
+	// control publishes it for a relay with a self-signed certificate.
+	// When set, it replaces chain and name verification. If empty, the
+	// certificate is verified against RootCAs.
+	Fingerprint string
+	// RootCAs verifies the server's certificate when no Fingerprint is
+	// set. If nil, the system roots.
+	RootCAs *x509.CertPool
+	// Key is this node's WireGuard public key. Required.
+	Key Key
+	// Token is the relay token control issued for Key. Required; replace
+	// it with SetToken before it expires.
+	Token Token
+	// Logger receives the client's logs. If nil, logs are discarded.
+	Logger *slog.Logger
+	// OnPeerGone is called when the relay reports that a peer this client
+	// sent to is not connected, or has disconnected. It runs on the
+	// client's read goroutine and must not block. If nil, reports are
+	// only counted.
+	OnPeerGone func(peer Key, reason GoneReason)
+	// Transport restricts the client to "quic" or "tcp". If empty, both
+	// are raced and QUIC is preferred.
+	Transport string
+	// TCPDelay is how long QUIC gets a head start before TCP is tried as
+	// well (TCP starts at once if QUIC fails sooner). If zero, 300ms.
+	TCPDelay time.Duration
+	// QUICGrace is how long a TCP connection that authenticated first
+	// waits for a QUIC attempt still running before it is used. If zero,
+	// 100ms.
+	QUICGrace time.Duration
+	// DialTimeout bounds one connection attempt, handshake and HELLO
+	// included. If zero, 10s.
+	DialTimeout time.Duration
+	// QueueLen bounds packets waiting to be written; Send blocks while it
+	// is full. If zero, 256.
+	QueueLen int
+	// RecvQueueLen bounds received packets waiting for Recv; beyond it
+	// they are dropped and counted. If zero, 1024.
+	RecvQueueLen int
+	// MinBackoff and MaxBackoff bound the jittered exponential delay
+	// between connection attempts. If zero, 100ms and 30s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+func (c *ClientConfig) setDefaults() error {
+	if c.Network == nil {
+		c.Network = netx.OS
+	}
+	if c.Server == "" {
+		return errors.New("relay: client config: no Server")
+	}
+	if _, _, err := net.SplitHostPort(c.Server); err != nil {
+		return fmt.Errorf("relay: client config: server %q: %w", c.Server, err)
+	}
+	if c.Key.IsZero() {
+		return errors.New("relay: client config: zero Key")
+	}
+	if c.Token == "" {
+		return errors.New("relay: client config: no Token")
+	}
+	switch c.Transport {
+	case "", transportQUIC, transportTCP:
+	default:
+		return fmt.Errorf("relay: client config: unknown transport %q (want quic, tcp or empty)", c.Transport)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.TCPDelay, 300*time.Millisecond)
+	def(&c.QUICGrace, 100*time.Millisecond)
+	def(&c.DialTimeout, 10*time.Second)
+	def(&c.MinBackoff, 100*time.Millisecond)
+	def(&c.MaxBackoff, 30*time.Second)
+	c.MaxBackoff = max(c.MaxBackoff, c.MinBackoff)
+	if c.QueueLen <= 0 {
+		c.QueueLen = 256
+	}
+	if c.RecvQueueLen <= 0 {
+		c.RecvQueueLen = 1024
+	}
+	return nil
+}
+
+// stableAfter is how long a connection must last for the next failure to
+// start the backoff over; shorter ones keep escalating it, so two clients
+// fighting over one key (see CloseReplaced) do not reconnect in a loop.
+const stableAfter = 10 * time.Second
+
+// Client is a node's connection to one relay. It connects in the
+// background, racing QUIC and TCP, and reconnects with jittered
+// exponential backoff whenever the connection is lost. Send and Recv are
+// what a WireGuard Bind needs: packets to and from peers by key.
+type Client struct {
+	cfg   ClientConfig
+	log   *slog.Logger
+	tls   *tls.Config
+	recvq chan inPacket
+	cur   atomic.Pointer[cconn] // the live connection, or nil
+	stats clientCounters
+
+	ctx       context.Context // cancelled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	mu      sync.Mutex // guards the following
+	token   Token
+	lastErr error         // why the last attempt or connection ended
+	changed chan struct{} // closed and replaced on every state change
+}
+
+type inPacket struct {
+	src Key
+	pkt []byte
+}
+
+// cconn is one established connection of a Client.
+type cconn struct {
+	w         *wire
+	sendq     chan outPacket
+	keepalive time.Duration
+}
+
+// ClientStats counts what a Client did.
+type ClientStats struct {
+	Connects        uint64 // connections established, first and reconnects
+	PacketsSent     uint64
+	BytesSent       uint64
+	PacketsReceived uint64
+	BytesReceived   uint64
+	RecvDropped     uint64 // received packets dropped because Recv fell behind
+	PeerGone        uint64 // PEER_GONE reports received
+}
+
+type clientCounters struct {
+	connects, packetsSent, bytesSent, packetsReceived, bytesReceived, recvDropped, peerGone atomic.Uint64
+}
+
+// NewClient validates cfg and starts connecting in the background; use
+// WaitConnected to wait for the first connection.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(cfg.Server)
+	tc, err := clientTLS(&cfg, host)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "relay-client", "server", cfg.Server),
+		tls:     tc,
+		recvq:   make(chan inPacket, cfg.RecvQueueLen),
+		ctx:     ctx,
+		cancel:  cancel,
+		token:   cfg.Token,
+		changed: make(chan struct{}),
+	}
+	c.wg.Add(1)
+	go c.run()
+	return c, nil
+}
+
+// Key returns the client's node key.
+func (c *Client) Key() Key { return c.cfg.Key }
+
+// SetToken replaces the relay token used from the next connection
+// attempt on, e.g. when control issued a fresh one before expiry.
+func (c *Client) SetToken(t Token) {
+	c.mu.Lock()
+	c.token = t
+	c.mu.Unlock()
+}
+
+// Transport returns "quic" or "tcp" while connected, "" otherwise.
+func (c *Client) Transport() string {
+	if cc := c.cur.Load(); cc != nil {
+		return cc.w.transport
+	}
+	return ""
+}
+
+// Stats returns a snapshot of the client's counters.
+func (c *Client) Stats() ClientStats {
+	s := &c.stats
+	return ClientStats{
+		Connects:        s.connects.Load(),
+		PacketsSent:     s.packetsSent.Load(),
+		BytesSent:       s.bytesSent.Load(),
+		PacketsReceived: s.packetsReceived.Load(),
+		BytesReceived:   s.bytesReceived.Load(),
+		RecvDropped:     s.recvDropped.Load(),
+		PeerGone:        s.peerGone.Load(),
+	}
+}
+
+// WaitConnected returns nil once the client is connected. It returns
+// early with the relay's *CloseError when the relay refused the token
+// (the client keeps retrying in the background; SetToken can fix it),
+// with ErrClosed after Close, and with ctx's error, joined with the last
+// attempt's, when ctx ends first.
+func (c *Client) WaitConnected(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		changed, last := c.changed, c.lastErr
+		c.mu.Unlock()
+		if c.cur.Load() != nil {
+			return nil
+		}
+		if ce := (*CloseError)(nil); errors.As(last, &ce) && ce.Code.IsAuth() {
+			return fmt.Errorf("relay: connect to %s: %w", c.cfg.Server, last)
+		}
+		select {
+		case <-changed:
+		case <-c.ctx.Done():
+			return ErrClosed
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("relay: connect to %s: %w (last attempt: %w)", c.cfg.Server, ctx.Err(), last)
+			}
+			return fmt.Errorf("relay: connect to %s: %w", c.cfg.Server, ctx.Err())
+		}
+	}
+}
+
+// Send queues pkt for the peer dst; pkt is copied, so the caller may reuse
+// it. It blocks while the send queue is full, like a socket, and fails at
+// once with ErrNotConnected while the client has no connection (packets
+// are not buffered across reconnects: WireGuard retransmits what
+// matters). Delivery is not guaranteed.
+func (c *Client) Send(dst Key, pkt []byte) error {
+	if len(pkt) == 0 || len(pkt) > MaxPacketSize {
+		return fmt.Errorf("relay: send %d bytes to %s: %w", len(pkt), dst.ShortString(), ErrPacketSize)
+	}
+	cc := c.cur.Load()
+	if cc == nil {
+		if c.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return ErrNotConnected
+	}
+	if w := cc.w; w.qc != nil {
+		// Fast path: an acknowledged peer's datagram goes straight to
+		// quic-go from the caller's goroutine, which blocks (like a
+		// socket) while quic-go's send queue is full.
+		if id, ok := w.out.ackedID(dst); ok {
+			buf := packetPool.Get().(*[]byte)
+			sent, err := w.sendDatagram((*buf)[:0:cap(*buf)], id, pkt)
+			packetPool.Put(buf)
+			if sent {
+				return nil
+			}
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return ErrClosed
+				}
+				return fmt.Errorf("relay: send to %s: %w: %w", dst.ShortString(), ErrNotConnected, err)
+			}
+		}
+	}
+	p := copyPacket(dst, pkt)
+	select {
+	case cc.sendq <- p:
+		return nil
+	default:
+	}
+	select {
+	case cc.sendq <- p:
+		return nil
+	case <-cc.w.done:
+		p.release()
+		return ErrNotConnected
+	case <-c.ctx.Done():
+		p.release()
+		return ErrClosed
+	}
+}
+
+// Recv returns the next packet a peer sent through the relay. The packet
+// is the caller's. It fails with ErrClosed after Close and with ctx's
+// error when ctx ends first.
+func (c *Client) Recv(ctx context.Context) (src Key, pkt []byte, err error) {
+	select {
+	case p := <-c.recvq:
+		return p.src, p.pkt, nil
+	case <-ctx.Done():
+		return Key{}, nil, ctx.Err()
+	case <-c.ctx.Done():
+		return Key{}, nil, ErrClosed
+	}
+}
+
+// Close closes the connection (telling the relay) and stops reconnecting.
+// It returns when every goroutine the client started has returned.
+// Idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.wg.Wait()
+	})
+	return nil
+}
+
+// setState publishes the live connection (or its absence) and why the
+// last one ended.
+func (c *Client) setState(cc *cconn, err error) {
+	c.cur.Store(cc)
+	c.mu.Lock()
+	if err != nil || cc != nil {
+		c.lastErr = err
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+func (c *Client) currentToken() Token {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.token
+}
+
+// run connects, serves and reconnects until Close.
+func (c *Client) run() {
+	defer c.wg.Done()
+	failures := 0
+	for c.ctx.Err() == nil {
+		cc, err := c.dial(c.ctx)
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			failures++
+			d := c.backoff(failures)
+			c.setState(nil, err)
+			c.log.Warn("relay connect failed", "err", err, "retry_in", d)
+			if !c.sleep(d) {
+				return
+			}
+			continue
+		}
+		start := time.Now()
+		c.stats.connects.Add(1)
+		c.setState(cc, nil)
+		c.log.Info("relay connected", "transport", cc.w.transport)
+		err = c.serve(cc)
+		c.setState(nil, err)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) >= stableAfter {
+			failures = 0
+		}
+		failures++
+		d := c.backoff(failures)
+		c.log.Warn("relay connection lost", "transport", cc.w.transport, "err", err, "retry_in", d)
+		if !c.sleep(d) {
+			return
+		}
+	}
+}
+
+// backoff returns the delay before attempt n+1: MinBackoff doubled per
+// failure up to MaxBackoff, then drawn uniformly from its upper half so
+// clients that lost one relay together do not return together.
+func (c *Client) backoff(failures int) time.Duration {
+	d := c.cfg.MaxBackoff
+	if shift := failures - 1; shift < 30 {
+		d = min(d, c.cfg.MinBackoff<<shift)
+	}
+	return d/2 + rand.N(d/2+1) // #nosec G404 -- jitter needs no cryptographic randomness
+}
+
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// serve runs an established connection until it fails or Close.
+func (c *Client) serve(cc *cconn) error {
+	w := cc.w
+	stop := context.AfterFunc(c.ctx, func() { w.fail(CloseNormal, "client closing", nil, false) })
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() { w.writeLoop(cc.sendq) })
+	wg.Go(func() { w.watchdog(cc.keepalive, false) })
+	if w.qc != nil {
+		wg.Go(func() { w.readDatagrams(c.deliver, func(dropReason) {}) })
+	}
+	c.readLoop(w)
+	wg.Wait()
+	w.closeConn()
+	for {
+		select {
+		case p := <-cc.sendq:
+			p.release()
+		default:
+			return w.closeErr()
+		}
+	}
+}
+
+func (c *Client) readLoop(w *wire) {
+	for {
+		f, err := readFrame(w.br)
+		if err != nil {
+			w.readError(err)
+			return
+		}
+		w.markSeen()
+		switch f.typ {
+		case frameRecv:
+			c.deliver(f.key, append([]byte(nil), f.data...))
+		case framePing:
+			w.queueCtrl(frame{typ: framePong, ping: f.ping})
+		case framePong:
+		case framePeerGone:
+			c.stats.peerGone.Add(1)
+			if c.cfg.OnPeerGone != nil {
+				c.cfg.OnPeerGone(f.key, GoneReason(f.reason))
+			}
+		case frameBind, frameBindAck:
+			if err := w.handleIDFrame(&f); err != nil {
+				w.fail(CloseProtocol, err.Error(), err, false)
+				return
+			}
+		case frameClose:
+			w.fail(CloseCode(f.reason), string(f.data), nil, true)
+			return
+		default:
+			if f.typ >= firstUnknownFrame {
+				continue
+			}
+			err := fmt.Errorf("%w: unexpected %s from the relay", ErrProtocol, f.typ)
+			w.fail(CloseProtocol, err.Error(), err, false)
+			return
+		}
+	}
+}
+
+// deliver queues a received packet for Recv; pkt must be owned.
+func (c *Client) deliver(src Key, pkt []byte) {
+	select {
+	case c.recvq <- inPacket{src: src, pkt: pkt}:
+		c.stats.packetsReceived.Add(1)
+		c.stats.bytesReceived.Add(uint64(len(pkt)))
+	default:
+		c.stats.recvDropped.Add(1)
+	}
+}

@@ -1,0 +1,103 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/relay"
+)
+
+// TestLabUDPBlockedClientLandsOnTCP puts the relay on a public server and
+// two clients behind NATs: one behind a firewall that blocks UDP and allows
+// only TCP 80 and 443 (nat profile "udp-blocked"), one behind a full-cone
+// NAT. The relay listens on 443 so TCP gets through. Nobody tells the
+// first client which transport to use: it must end up on TCP by itself
+// while the other uses QUIC, and packets must flow between them.
+func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
+	f, err := fabric.New(fabric.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	require.NoError(t, err)
+	server, err := f.AddHost(fabric.HostConfig{Name: "relay", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
+	require.NoError(t, err)
+	blockedHost, blockedRouter := labSite(t, f, "blocked", "udp-blocked", 10)
+	openHost, _ := labSite(t, f, "open", "full-cone", 11)
+
+	secret := bytes.Repeat([]byte{7}, relay.MinSecretSize)
+	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+
+	dial := func(h *fabric.Host, key relay.Key) *relay.Client {
+		c, err := relay.NewClient(relay.ClientConfig{
+			Network:     h,
+			Server:      s.Addr().String(),
+			Fingerprint: s.Fingerprint(),
+			Key:         key,
+			Token:       relay.IssueToken(secret, key, time.Now().Add(time.Hour)),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, c.WaitConnected(ctx))
+		return c
+	}
+	blocked := dial(blockedHost, relay.Key{1})
+	open := dial(openHost, relay.Key{2})
+
+	assert.Equal(t, "tcp", blocked.Transport(), "the client behind the UDP block")
+	assert.Equal(t, "quic", open.Transport(), "the client behind the open NAT")
+	assert.NotZero(t, blockedRouter.Stats().Firewall, "QUIC was never tried (the firewall dropped nothing)")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, pair := range [][2]*relay.Client{{blocked, open}, {open, blocked}} {
+		from, to := pair[0], pair[1]
+		pkt := bytes.Repeat([]byte{byte(i + 1)}, 1400)
+		require.NoError(t, from.Send(to.Key(), pkt))
+		src, got, err := to.Recv(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, from.Key(), src)
+		assert.Equal(t, pkt, got)
+	}
+	st := s.Stats()
+	assert.Equal(t, map[string]int{"quic": 1, "tcp": 1}, st.Clients)
+}
+
+// labSite adds a LAN with one host behind a router whose uplink is
+// 203.0.113.<uplink>, translating with the named NAT profile.
+func labSite(t *testing.T, f *fabric.Fabric, name, profile string, uplink byte) (*fabric.Host, *fabric.Router) {
+	t.Helper()
+	natCfg, err := nat.Profile(profile)
+	require.NoError(t, err)
+	lan := "lan-" + name
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: lan, Prefix: netip.MustParsePrefix("192.168.1.0/24")})
+	require.NoError(t, err)
+	r, err := f.AddRouter(fabric.RouterConfig{
+		Name: "nat-" + name,
+		Interfaces: []fabric.InterfaceConfig{
+			{Name: "lan", Network: lan, Addr: netip.MustParseAddr("192.168.1.1")},
+			{Name: "wan", Network: "internet", Addr: netip.AddrFrom4([4]byte{203, 0, 113, uplink})},
+		},
+		Uplink: "wan",
+		NAT:    &natCfg,
+	})
+	require.NoError(t, err)
+	h, err := f.AddHost(fabric.HostConfig{
+		Name:       name,
+		Interfaces: []fabric.InterfaceConfig{{Network: lan, Addr: netip.MustParseAddr("192.168.1.2")}},
+		Gateway:    netip.MustParseAddr("192.168.1.1"),
+	})
+	require.NoError(t, err)
+	return h, r
+}

@@ -1,0 +1,321 @@
+package relay
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+const (
+	// maxRouteCache bounds a read loop's cache of destinations.
+	maxRouteCache = 4096
+	// maxSenders bounds the keys a client remembers as having sent to it,
+	// which are told when it disconnects.
+	maxSenders = 4096
+	// goneInterval spaces PEER_GONE "not here" notifications about one
+	// destination to one sender: a sender keeps sending to a peer that is
+	// gone until it reacts, and needs telling once, not per packet.
+	goneInterval = time.Second
+)
+
+// sconn is one authenticated client of the server.
+type sconn struct {
+	srv    *Server
+	key    Key
+	w      *wire
+	sendq  chan outPacket // packets for this client; never closed
+	lim    *limiter
+	closed atomic.Bool // set when the connection is being torn down
+
+	mu      sync.Mutex // guards the following
+	senders map[Key]struct{}
+	goneAt  map[Key]time.Time
+}
+
+// routeCache is one read loop's map from destination key to connection,
+// so a packet costs no server-wide lock once its destination is known.
+type routeCache map[Key]*sconn
+
+func (s *Server) serveTCP(nc net.Conn) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	tc := tls.Server(nc, s.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		stop()
+		_ = nc.Close()
+		s.release()
+		s.m.authFail(authTimeout)
+		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "err", err)
+		return
+	}
+	s.handshake(newTCPWire(tc, frameRecv), nc.RemoteAddr(), stop)
+}
+
+func (s *Server) serveQUIC(qc *quic.Conn) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
+	defer cancel()
+	fail := func() {
+		_ = qc.CloseWithError(quic.ApplicationErrorCode(CloseNormal), "no hello")
+	}
+	stop := context.AfterFunc(ctx, fail)
+	qs, err := qc.AcceptStream(ctx)
+	if err != nil {
+		stop()
+		fail()
+		s.release()
+		s.m.authFail(authTimeout)
+		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", err)
+		return
+	}
+	s.handshake(newQUICWire(qc, qs, frameRecv, nil), qc.RemoteAddr(), stop)
+}
+
+// handshake reads and checks the HELLO, registers the client, answers
+// WELCOME and serves the connection. stop disarms the AuthTimeout close;
+// if it already fired the connection is lost.
+func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			s.release()
+		}
+	}
+	defer release()
+	refuse := func(reason authReason, code CloseCode, msg string) {
+		stop()
+		s.m.authFail(reason)
+		s.log.Debug("client refused", "remote", remote, "transport", w.transport, "reason", authNames[reason], "msg", msg)
+		w.fail(code, msg, nil, false)
+		w.writeClose()
+		w.closeConn()
+	}
+
+	f, err := readFrame(w.br)
+	switch {
+	case errors.Is(err, ErrProtocol):
+		refuse(authMalformed, CloseProtocol, err.Error())
+		return
+	case err != nil:
+		refuse(authTimeout, CloseProtocol, "no HELLO")
+		return
+	case f.typ != frameHello:
+		refuse(authMalformed, CloseProtocol, fmt.Sprintf("%s before HELLO", f.typ))
+		return
+	}
+	if f.version != ProtocolVersion {
+		refuse(authVersion, CloseVersion, fmt.Sprintf("version %d unsupported, want %d", f.version, ProtocolVersion))
+		return
+	}
+	key, err := VerifyToken(s.cfg.Secret, Token(f.data), s.cfg.Now())
+	switch {
+	case errors.Is(err, ErrTokenExpired):
+		refuse(authExpired, CloseAuthExpired, "token expired")
+		return
+	case errors.Is(err, ErrTokenInvalid):
+		refuse(authInvalid, CloseAuthInvalid, "token invalid")
+		return
+	case err != nil:
+		refuse(authMalformed, CloseAuthInvalid, "token malformed")
+		return
+	case key != f.key:
+		refuse(authWrongKey, CloseAuthWrongKey, "token issued for another key")
+		return
+	}
+
+	c := &sconn{
+		srv:   s,
+		key:   key,
+		w:     w,
+		sendq: make(chan outPacket, s.cfg.QueueLen),
+		lim:   newLimiter(s.cfg.PacketRate, max(s.cfg.PacketRate/10, s.cfg.QueueLen)),
+	}
+	w.onSent = func(pkt []byte, datagram bool) { s.m.sent(len(pkt), datagram) }
+	w.onFall = s.m.fallback
+	if code, msg, ok := s.register(c); !ok {
+		reason := authFull
+		if code == CloseNormal {
+			reason = authTimeout
+		}
+		refuse(reason, code, msg)
+		return
+	}
+	welcome := frame{typ: frameWelcome, version: ProtocolVersion, keepalive: uint32(s.cfg.KeepAlive.Milliseconds())}
+	err = w.writeFrame(&welcome)
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	if !stop() && err == nil {
+		err = errors.New("authentication timed out")
+	}
+	if err != nil {
+		w.fail(CloseNormal, "", err, false)
+		w.closeConn()
+		s.unregister(c)
+		return
+	}
+	release()
+	s.log.Debug("client connected", "key", key.ShortString(), "remote", remote, "transport", w.transport)
+	c.serve()
+}
+
+// serve runs the connection until it fails: the writer and (QUIC) the
+// datagram reader on their own goroutines, the control stream here.
+func (c *sconn) serve() {
+	s := c.srv
+	stopShutdown := context.AfterFunc(s.ctx, func() {
+		c.w.fail(CloseNormal, "relay shutting down", nil, false)
+	})
+	defer stopShutdown()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.w.writeLoop(c.sendq) })
+	wg.Go(func() { c.w.watchdog(s.cfg.KeepAlive, true) })
+	if c.w.qc != nil {
+		rc := make(routeCache)
+		wg.Go(func() {
+			c.w.readDatagrams(func(dst Key, pkt []byte) {
+				s.m.datagramsIn.Add(1)
+				c.forward(rc, dst, pkt, true)
+			}, s.m.drop)
+		})
+	}
+	c.readLoop()
+	wg.Wait()
+	c.w.closeConn()
+	s.unregister(c)
+	s.log.Debug("client disconnected", "key", c.key.ShortString(), "transport", c.w.transport, "err", c.w.closeErr())
+}
+
+func (c *sconn) readLoop() {
+	rc := make(routeCache)
+	for {
+		f, err := readFrame(c.w.br)
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		c.w.markSeen()
+		switch f.typ {
+		case frameSend:
+			c.forward(rc, f.key, f.data, false)
+		case framePing:
+			c.w.queueCtrl(frame{typ: framePong, ping: f.ping})
+		case framePong:
+		case frameBind, frameBindAck:
+			if err := c.w.handleIDFrame(&f); err != nil {
+				c.protocolError(err)
+				return
+			}
+		case frameClose:
+			c.w.fail(CloseCode(f.reason), string(f.data), nil, true)
+			return
+		default:
+			if f.typ >= firstUnknownFrame {
+				continue // reserved for optional extensions
+			}
+			c.protocolError(fmt.Errorf("%w: unexpected %s from a client", ErrProtocol, f.typ))
+			return
+		}
+	}
+}
+
+func (c *sconn) readFailed(err error) {
+	if c.w.readError(err) {
+		c.srv.m.protocolError()
+	}
+}
+
+func (c *sconn) protocolError(err error) {
+	c.srv.m.protocolError()
+	c.w.fail(CloseProtocol, err.Error(), err, false)
+}
+
+// forward queues pkt for dst. owned means pkt is the caller's to give
+// away (a datagram quic-go allocated); otherwise it is copied.
+func (c *sconn) forward(rc routeCache, dst Key, pkt []byte, owned bool) {
+	s := c.srv
+	s.m.received(len(pkt))
+	if !c.lim.allow(time.Now()) {
+		s.m.drop(dropRateLimited)
+		return
+	}
+	d := rc[dst]
+	if d == nil || d.closed.Load() {
+		if d = s.lookup(dst); d == nil || d.closed.Load() {
+			delete(rc, dst)
+			s.m.drop(dropNoPeer)
+			c.notifyGoneLimited(dst)
+			return
+		}
+		if len(rc) >= maxRouteCache {
+			clear(rc)
+		}
+		rc[dst] = d
+		d.addSender(c.key)
+	}
+	var p outPacket
+	if owned {
+		p = outPacket{key: c.key, pkt: pkt}
+	} else {
+		p = copyPacket(c.key, pkt)
+	}
+	select {
+	case d.sendq <- p:
+	default:
+		p.release()
+		s.m.drop(dropQueueFull)
+	}
+}
+
+func (c *sconn) addSender(k Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.senders == nil {
+		c.senders = make(map[Key]struct{})
+	}
+	if len(c.senders) < maxSenders {
+		c.senders[k] = struct{}{}
+	}
+}
+
+func (c *sconn) takeSenders() []Key {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Key, 0, len(c.senders))
+	for k := range c.senders {
+		out = append(out, k)
+	}
+	c.senders = nil
+	return out
+}
+
+// notifyGoneLimited tells c that dst is not here, at most once per
+// goneInterval per destination.
+func (c *sconn) notifyGoneLimited(dst Key) {
+	now := time.Now()
+	c.mu.Lock()
+	if t, ok := c.goneAt[dst]; ok && now.Sub(t) < goneInterval {
+		c.mu.Unlock()
+		return
+	}
+	if c.goneAt == nil || len(c.goneAt) >= maxRouteCache {
+		c.goneAt = make(map[Key]time.Time)
+	}
+	c.goneAt[dst] = now
+	c.mu.Unlock()
+	c.notifyGone(dst, GoneNotHere)
+}
+
+func (c *sconn) notifyGone(peer Key, reason GoneReason) {
+	if c.w.queueCtrl(frame{typ: framePeerGone, key: peer, reason: uint8(reason)}) {
+		c.srv.m.peerGoneSent()
+	}
+}

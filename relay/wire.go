@@ -1,0 +1,412 @@
+package relay
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+const (
+	// bufSize sizes a connection's read and write buffers. 16 KiB is one
+	// full TLS record, so a flushed batch of frames leaves as one record;
+	// larger frames are read into their own allocation.
+	bufSize = 16 << 10
+	// writeBatch bounds how many queued items the writer handles between
+	// flushes, so control frames never wait behind an endless packet
+	// stream.
+	writeBatch = 64
+	// ctrlQueueLen bounds control frames (PONG, BIND_ACK, PEER_GONE)
+	// waiting for the writer; beyond it they are dropped, which every one
+	// of them tolerates.
+	ctrlQueueLen = 256
+	// idleIntervals is how many keepalive intervals may pass without
+	// anything received before a connection is declared dead.
+	idleIntervals = 3
+	// closeWriteTimeout bounds the final flush and CLOSE frame.
+	closeWriteTimeout = time.Second
+	// maxDatagramSize bounds the datagram scratch buffer; quic-go never
+	// accepts a datagram larger than a QUIC packet.
+	maxDatagramSize = 1500
+)
+
+// quicPacketSize is the QUIC packet size LRP asks quic-go to start with
+// (and never go below). quic-go's default of 1280 leaves datagram room for
+// about 1240-byte packets and its path MTU discovery stops short of its
+// 1452-byte ceiling, so a 1400-byte packet would never fit a datagram.
+// 1452 bytes of UDP payload (1480 bytes of IPv4) crosses any path with a
+// 1500-byte MTU; where the path is narrower the QUIC handshake fails and
+// the client lands on TCP.
+const quicPacketSize = 1452
+
+// wire is one LRP connection seen from either end, over either transport:
+// the framed control stream (the TLS connection itself on TCP, one
+// bidirectional stream on QUIC), QUIC datagrams, the peer-id tables and the
+// writer that owns all output. Whoever builds a wire runs its read loops
+// and its writer, calls fail to end it and closeConn once they returned.
+type wire struct {
+	transport string
+	nc        net.Conn     // TCP: the TLS connection
+	qc        *quic.Conn   // QUIC
+	qs        *quic.Stream // QUIC: the control stream
+	cleanup   func()       // closes what the dialer opened under qc, or nil
+	br        *bufio.Reader
+	bw        *bufio.Writer // owned by the writer once it runs
+	pktFrame  frameType     // SEND on the client, RECV on the server
+
+	out     outIDs                          // QUIC: ids this end assigned
+	in      inIDs                           // QUIC: ids the other end assigned
+	dgCache map[Key]uint32                  // writer-owned: acknowledged ids
+	dgBuf   []byte                          // writer-owned datagram scratch
+	ctrl    chan frame                      // control frames for the writer
+	seen    atomic.Bool                     // something arrived since the last keepalive tick
+	onSent  func(pkt []byte, datagram bool) // counts a packet written, or nil
+	onFall  func()                          // counts a datagram fallback, or nil
+
+	failOnce sync.Once
+	done     chan struct{} // closed by fail
+	code     CloseCode     // set by fail before done closes
+	msg      string
+	remote   bool  // the other end closed first
+	cause    error // why, when it was an error
+
+	connOnce sync.Once
+}
+
+func newTCPWire(nc net.Conn, pktFrame frameType) *wire {
+	return &wire{
+		transport: transportTCP,
+		nc:        nc,
+		br:        bufio.NewReaderSize(nc, bufSize),
+		bw:        bufio.NewWriterSize(nc, bufSize),
+		pktFrame:  pktFrame,
+		ctrl:      make(chan frame, ctrlQueueLen),
+		done:      make(chan struct{}),
+	}
+}
+
+func newQUICWire(qc *quic.Conn, qs *quic.Stream, pktFrame frameType, cleanup func()) *wire {
+	return &wire{
+		transport: transportQUIC,
+		qc:        qc,
+		qs:        qs,
+		cleanup:   cleanup,
+		br:        bufio.NewReaderSize(qs, bufSize),
+		bw:        bufio.NewWriterSize(qs, bufSize),
+		pktFrame:  pktFrame,
+		dgBuf:     make([]byte, 0, maxDatagramSize),
+		ctrl:      make(chan frame, ctrlQueueLen),
+		done:      make(chan struct{}),
+	}
+}
+
+// fail ends the connection once: it records why, wakes every loop (done
+// for the writer; a QUIC close or an immediate read deadline for the
+// readers) and bounds the writer's final flush. Later calls do nothing.
+func (w *wire) fail(code CloseCode, msg string, cause error, remote bool) {
+	w.failOnce.Do(func() {
+		if len(msg) > MaxCloseMessage {
+			msg = msg[:MaxCloseMessage]
+		}
+		w.code, w.msg, w.cause, w.remote = code, msg, cause, remote
+		close(w.done)
+		if w.qc != nil {
+			_ = w.qc.CloseWithError(quic.ApplicationErrorCode(code), msg)
+			return
+		}
+		now := time.Now()
+		_ = w.nc.SetReadDeadline(now)
+		_ = w.nc.SetWriteDeadline(now.Add(closeWriteTimeout))
+	})
+}
+
+// failed reports whether fail was called.
+func (w *wire) failed() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// closeErr describes how the connection ended, for the owner to report.
+func (w *wire) closeErr() error {
+	if w.cause != nil {
+		return w.cause
+	}
+	return &CloseError{Code: w.code, Message: w.msg, Remote: w.remote}
+}
+
+// closeConn releases the connection. Call it after the loops returned.
+func (w *wire) closeConn() {
+	w.connOnce.Do(func() {
+		if w.qc != nil {
+			_ = w.qc.CloseWithError(quic.ApplicationErrorCode(w.code), w.msg)
+		} else {
+			_ = w.nc.Close()
+		}
+		if w.cleanup != nil {
+			w.cleanup()
+		}
+	})
+}
+
+// markSeen records that something arrived. It writes only when the flag
+// changes, so readers on a busy connection do not bounce its cache line.
+func (w *wire) markSeen() {
+	if !w.seen.Load() {
+		w.seen.Store(true)
+	}
+}
+
+// queueCtrl hands a control frame to the writer without blocking.
+func (w *wire) queueCtrl(f frame) bool {
+	select {
+	case w.ctrl <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// writeFrame encodes f into the write buffer. Writer or handshake only.
+func (w *wire) writeFrame(f *frame) error {
+	var scratch [frameHeaderLen + 1 + KeySize + MaxTokenSize]byte
+	b, err := appendFrame(scratch[:0], f)
+	if err != nil {
+		return err
+	}
+	_, err = w.bw.Write(b)
+	return err
+}
+
+// handleIDFrame processes BIND and BIND_ACK, which both ends treat alike.
+func (w *wire) handleIDFrame(f *frame) error {
+	if w.qc == nil {
+		return fmt.Errorf("%w: %s on TCP", ErrProtocol, f.typ)
+	}
+	if f.typ == frameBindAck {
+		return w.out.ack(f.id)
+	}
+	ack, err := w.in.bind(f.id, f.key)
+	if err != nil {
+		return err
+	}
+	if ack {
+		w.queueCtrl(frame{typ: frameBindAck, id: f.id})
+	}
+	return nil
+}
+
+// writePacket sends one packet: as a datagram when the key's id is
+// acknowledged and the packet fits, as a stream frame otherwise. Writer
+// only.
+func (w *wire) writePacket(p *outPacket) error {
+	if w.qc != nil {
+		id, ok := w.out.ackedID(p.key)
+		if !ok {
+			var bind bool
+			id, ok, bind = w.out.lookup(p.key)
+			if bind {
+				if err := w.writeFrame(&frame{typ: frameBind, id: id, key: p.key}); err != nil {
+					return err
+				}
+			}
+		}
+		if ok {
+			sent, err := w.sendDatagram(w.dgBuf, id, p.pkt)
+			if sent || err != nil {
+				return err
+			}
+		}
+	}
+	if err := writePacketFrame(w.bw, w.pktFrame, p.key, p.pkt); err != nil {
+		return err
+	}
+	w.sent(p.pkt, false)
+	return nil
+}
+
+// sendDatagram sends pkt as a datagram for peer id, assembled in scratch
+// (at least maxDatagramSize bytes). sent is false, with a nil error, when
+// the packet does not fit a datagram right now and must go on the stream.
+// Safe for concurrent use (quic-go copies the datagram).
+func (w *wire) sendDatagram(scratch []byte, id uint32, pkt []byte) (sent bool, err error) {
+	if len(pkt) <= maxDatagramSize-datagramHeaderLen {
+		err := w.qc.SendDatagram(appendDatagram(scratch[:0], id, pkt))
+		if err == nil {
+			w.sent(pkt, true)
+			return true, nil
+		}
+		var tooLarge *quic.DatagramTooLargeError
+		if !errors.As(err, &tooLarge) {
+			return false, err
+		}
+	}
+	if w.onFall != nil {
+		w.onFall()
+	}
+	return false, nil
+}
+
+func (w *wire) sent(pkt []byte, datagram bool) {
+	if w.onSent != nil {
+		w.onSent(pkt, datagram)
+	}
+}
+
+// writeLoop owns the connection's output until the wire fails: packets
+// from sendq and control frames. It flushes whenever it runs out of queued
+// work or has handled writeBatch items, so bursts share TLS records and
+// syscalls. On exit it writes a CLOSE frame (TCP) unless the peer closed.
+func (w *wire) writeLoop(sendq <-chan outPacket) {
+	for {
+		var err error
+		select {
+		case <-w.done:
+			w.writeClose()
+			return
+		case f := <-w.ctrl:
+			err = w.writeFrame(&f)
+		case p := <-sendq:
+			err = w.writePacket(&p)
+			p.release()
+		}
+	batch:
+		for i := 0; err == nil && i < writeBatch; i++ {
+			select {
+			case f := <-w.ctrl:
+				err = w.writeFrame(&f)
+			case p := <-sendq:
+				err = w.writePacket(&p)
+				p.release()
+			default:
+				break batch
+			}
+		}
+		if err == nil && w.bw.Buffered() > 0 {
+			err = w.bw.Flush()
+		}
+		if err != nil {
+			if !w.failed() {
+				w.fail(CloseNormal, "", fmt.Errorf("relay: write %s: %w", w.transport, err), false)
+			}
+			return
+		}
+	}
+}
+
+// watchdog fails the wire once nothing has arrived for idleIntervals
+// keepalive intervals and, when ping is set, queues a PING every interval.
+// It runs apart from the writer so that a writer stuck on a dead TCP peer
+// (a full send buffer, retransmitting for minutes) cannot keep the
+// connection alive: fail's deadlines unblock both loops.
+func (w *wire) watchdog(keepalive time.Duration, ping bool) {
+	tick := time.NewTicker(keepalive)
+	defer tick.Stop()
+	idle := 0
+	var seq uint64
+	for {
+		select {
+		case <-w.done:
+			return
+		case <-tick.C:
+		}
+		if w.seen.Swap(false) {
+			idle = 0
+		} else if idle++; idle >= idleIntervals {
+			w.fail(CloseIdle, fmt.Sprintf("nothing received for %v", time.Duration(idle)*keepalive), nil, false)
+			return
+		}
+		if ping {
+			seq++
+			f := frame{typ: framePing}
+			binary.BigEndian.PutUint64(f.ping[:], seq)
+			w.queueCtrl(f)
+		}
+	}
+}
+
+// writeClose tells a TCP peer why the connection ends. QUIC carries the
+// code in CONNECTION_CLOSE instead, sent by fail.
+func (w *wire) writeClose() {
+	if w.qc != nil || w.remote {
+		return
+	}
+	f := frame{typ: frameClose, reason: uint8(w.code), data: []byte(w.msg)}
+	if w.writeFrame(&f) == nil {
+		_ = w.bw.Flush()
+	}
+}
+
+// remoteClose turns a peer's CLOSE frame or QUIC application close into
+// a CloseError.
+func remoteClose(code uint8, msg string) *CloseError {
+	if len(msg) > MaxCloseMessage {
+		msg = msg[:MaxCloseMessage]
+	}
+	return &CloseError{Code: CloseCode(code), Message: strings.ToValidUTF8(msg, "?"), Remote: true}
+}
+
+// asRemoteClose recognises a QUIC error that carries the peer's close code.
+func asRemoteClose(err error) (*CloseError, bool) {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote && ae.ErrorCode <= 0xff {
+		return remoteClose(uint8(ae.ErrorCode), ae.ErrorMessage), true
+	}
+	return nil, false
+}
+
+// readDatagrams delivers QUIC datagrams to handle until the connection
+// ends. cache is this loop's own copy of the id table (ids never change).
+func (w *wire) readDatagrams(handle func(key Key, pkt []byte), dropped func(dropReason)) {
+	ctx := w.qc.Context()
+	cache := make(map[uint32]Key)
+	for {
+		b, err := w.qc.ReceiveDatagram(ctx)
+		if err != nil {
+			return
+		}
+		w.markSeen()
+		id, pkt, err := decodeDatagram(b)
+		if err != nil {
+			dropped(dropMalformed)
+			continue
+		}
+		key, ok := cache[id]
+		if !ok {
+			if key, ok = w.in.lookup(id); !ok {
+				dropped(dropUnknownID)
+				continue
+			}
+			cache[id] = key
+		}
+		handle(key, pkt)
+	}
+}
+
+// readError fails w after its control stream returned err, and reports
+// whether the peer broke the protocol.
+func (w *wire) readError(err error) (protocol bool) {
+	switch {
+	case w.failed():
+		return false
+	case errors.Is(err, ErrProtocol):
+		w.fail(CloseProtocol, err.Error(), err, false)
+		return true
+	}
+	if ce, ok := asRemoteClose(err); ok {
+		w.fail(ce.Code, ce.Message, nil, true)
+		return false
+	}
+	w.fail(CloseNormal, "", fmt.Errorf("relay: read %s: %w", w.transport, err), true)
+	return false
+}
