@@ -24,10 +24,14 @@ type Signal struct {
 	// Seq increases with every signal of a session; replays are refused.
 	Seq uint64 `json:"seq"`
 	// Time is when it was sealed (Unix ms); stale signals are refused.
-	Time      int64  `json:"time"`
-	Ufrag     string `json:"ufrag,omitempty"`
-	Pwd       string `json:"pwd,omitempty"`
-	Candidate string `json:"candidate,omitempty"`
+	Time int64 `json:"time"`
+	// PeerSession, in credentials, is the receiver's session the sender
+	// has heard of (0: none). A receiver whose current session differs
+	// knows its own credentials were lost and sends them again.
+	PeerSession uint64 `json:"peer_session,omitempty"`
+	Ufrag       string `json:"ufrag,omitempty"`
+	Pwd         string `json:"pwd,omitempty"`
+	Candidate   string `json:"candidate,omitempty"`
 }
 
 // SignalKind says what a Signal carries.
@@ -103,6 +107,13 @@ type replayGuard struct {
 	mu      sync.Mutex
 	session uint64
 	seq     uint64
+}
+
+// current is the newest session admitted.
+func (g *replayGuard) current() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.session
 }
 
 func (g *replayGuard) admit(s *Signal, now time.Time) error {

@@ -1,0 +1,346 @@
+package node
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pion/ice/v4"
+	"github.com/pion/logging"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netx"
+)
+
+// Provisioner creates the interface WireGuard drives: a user-space
+// netstack (no privileges) or a kernel TUN device (root).
+type Provisioner interface {
+	// Up creates the interface with the node's overlay address and
+	// returns its TUN device; WireGuard owns and closes it.
+	Up(ctx context.Context, addr netip.Prefix, mtu int) (tun.Device, error)
+}
+
+// RelayClient is a connection to an LRP relay.
+type RelayClient interface {
+	RelaySender
+	Close() error
+}
+
+// RelayDialer connects to a relay as key (the node's private key's public
+// half is the relay identity) with token; deliver receives the packets
+// peers send through the relay.
+type RelayDialer func(ctx context.Context, relay control.Relay, token string, priv control.Key, deliver func(src control.Key, pkt []byte)) (RelayClient, error)
+
+// Config configures a Node.
+type Config struct {
+	// Name is the node's name; required on first start, checked after.
+	Name string
+	// Network the node's sockets and control connections use. Required.
+	Network netx.Network
+	// Control is the registration URL: nats://host:port or
+	// http(s)://host:port. Required.
+	Control string
+	// Token is the join token. Required.
+	Token string
+	// Credentials keep the identity. If nil, an ephemeral one (mem:).
+	Credentials CredentialStore
+	// ListenPort is the shared ICE + WireGuard UDP port. If zero, 51820.
+	ListenPort int
+	// Provisioner makes the interface. Required.
+	Provisioner Provisioner
+	// MTU of the overlay interface. If zero, 1420 (1500 minus WireGuard's
+	// 80 bytes of overhead).
+	MTU int
+	// Relay dials relays. If nil, peers are reachable only directly.
+	Relay RelayDialer
+	// ICE tunes path selection.
+	ICE    ICEConfig
+	Logger *slog.Logger
+}
+
+// Node is a running Lattice node.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	id      *Identity
+	resp    *control.RegisterResponse
+	session *control.Session
+	mux     *Mux
+	udpMux  *ice.UniversalUDPMuxDefault
+	bind    *Bind
+	dev     *device.Device
+	relay   RelayClient
+	env     *peerEnv
+
+	mu     sync.Mutex
+	peers  map[string]*peer // by node ID
+	closed bool
+}
+
+// Start registers the node and brings up its interface, relay and peers.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	switch {
+	case cfg.Network == nil:
+		return nil, errors.New("node: no Network")
+	case cfg.Control == "":
+		return nil, errors.New("node: no control URL")
+	case cfg.Token == "":
+		return nil, errors.New("node: no join token")
+	case cfg.Provisioner == nil:
+		return nil, errors.New("node: no Provisioner")
+	}
+	if cfg.Credentials == nil {
+		cfg.Credentials = OpenCredentials("mem:")
+	}
+	if cfg.ListenPort == 0 {
+		cfg.ListenPort = 51820
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1420
+	}
+	cfg.ICE.defaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{}}
+	if err := n.start(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) start(ctx context.Context) error {
+	id, created, err := LoadOrCreate(n.cfg.Credentials, n.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("node: identity: %w", err)
+	}
+	n.id = id
+	n.log = n.log.With("node", id.Name)
+	req := control.RegisterRequest{Token: n.cfg.Token, Name: id.Name, PublicKey: id.PublicKey()}
+	var resp *control.RegisterResponse
+	switch {
+	case strings.HasPrefix(n.cfg.Control, "nats://"):
+		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
+	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
+		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
+	default:
+		return fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
+	}
+	if err != nil {
+		return fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
+	}
+	n.resp = resp
+	if id.NodeID != "" && (id.NodeID != resp.NodeID || id.Address != resp.Address) {
+		n.log.Warn("control assigned a different identity", "was", id.Address, "now", resp.Address)
+	}
+	id.NodeID, id.Address = resp.NodeID, resp.Address
+	if err := n.cfg.Credentials.Save(id); err != nil {
+		return fmt.Errorf("node: save identity: %w", err)
+	}
+	n.log.Info("registered", "id", resp.NodeID, "address", resp.Address, "new", created, "peers", len(resp.Peers))
+
+	pc, err := n.cfg.Network.ListenPacket(ctx, "udp4", fmt.Sprintf(":%d", n.cfg.ListenPort))
+	if err != nil {
+		return fmt.Errorf("node: UDP socket: %w", err)
+	}
+	n.mux = NewMux(pc, n.log)
+	pn, err := netx.PionNet(n.cfg.Network)
+	if err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn})
+	n.bind = NewBind(n.mux)
+
+	if n.cfg.Relay != nil && len(resp.Relays) > 0 {
+		rc, err := n.cfg.Relay(ctx, resp.Relays[0], resp.RelayToken, id.PrivateKey, n.bind.DeliverRelayed)
+		if err != nil {
+			return fmt.Errorf("node: relay %s: %w", resp.Relays[0].Addr, err)
+		}
+		n.relay = rc
+		n.bind.SetRelay(rc)
+	}
+
+	tdev, err := n.cfg.Provisioner.Up(ctx, resp.Address, n.cfg.MTU)
+	if err != nil {
+		return fmt.Errorf("node: interface: %w", err)
+	}
+	n.dev = device.NewDevice(tdev, n.bind, device.NewLogger(device.LogLevelSilent, ""))
+	if err := n.dev.IpcSet("private_key=" + hex.EncodeToString(id.PrivateKey[:]) + "\n"); err != nil {
+		return fmt.Errorf("node: configure WireGuard: %w", err)
+	}
+	if err := n.dev.Up(); err != nil {
+		return fmt.Errorf("node: WireGuard up: %w", err)
+	}
+
+	var urls []*ice.URL
+	for _, s := range resp.STUN {
+		u, err := ice.ParseURL("stun:" + s)
+		if err != nil {
+			return fmt.Errorf("node: STUN server %q: %w", s, err)
+		}
+		urls = append(urls, u)
+	}
+	keepalive := time.Second
+	n.env = &peerEnv{
+		priv: id.PrivateKey, pub: id.PublicKey(), bind: n.bind, udpMux: n.udpMux, cfg: n.cfg.ICE, log: n.log,
+		now: time.Now,
+		agentOpt: []ice.AgentOption{
+			ice.WithNet(pn),
+			ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(n.udpMux),
+			ice.WithUrls(urls),
+			ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
+			ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
+			ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
+			ice.WithKeepaliveInterval(keepalive),
+			ice.WithCheckInterval(200 * time.Millisecond),
+			ice.WithDisconnectedTimeout(n.cfg.ICE.DeadAfter - keepalive),
+			ice.WithFailedTimeout(2 * n.cfg.ICE.DeadAfter),
+			// Loopback candidates would pair with the peer's own loopback.
+			ice.WithIPFilter(func(ip net.IP) bool { return !ip.IsLoopback() }),
+		},
+	}
+	if os.Getenv("LATTICE_ICE_TRACE") != "" {
+		lf := logging.NewDefaultLoggerFactory()
+		lf.DefaultLogLevel = logging.LogLevelTrace
+		n.env.agentOpt = append(n.env.agentOpt, ice.WithLoggerFactory(lf))
+	}
+	n.env.signal = func(ctx context.Context, to string, payload []byte) error {
+		return n.session.Signal(ctx, to, payload)
+	}
+
+	n.session, err = control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, n.onPeerEvent, n.onSignal)
+	if err != nil {
+		return fmt.Errorf("node: control session: %w", err)
+	}
+	for _, p := range resp.Peers {
+		n.addPeer(p)
+	}
+	return nil
+}
+
+// Identity returns the node's identity.
+func (n *Node) Identity() Identity { return *n.id }
+
+// Address is the node's overlay address.
+func (n *Node) Address() netip.Prefix { return n.id.Address }
+
+func (n *Node) onPeerEvent(ev control.PeerEvent) {
+	switch ev.Type {
+	case control.PeerAdded, control.PeerUpdated:
+		n.addPeer(ev.Peer)
+	case control.PeerRemoved:
+		n.removePeer(ev.Peer)
+	}
+}
+
+func (n *Node) addPeer(info control.Peer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || info.NodeID == n.id.NodeID {
+		return
+	}
+	if old := n.peers[info.NodeID]; old != nil {
+		if old.info == info {
+			return
+		}
+		old.close()
+	}
+	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=25\n",
+		hex.EncodeToString(info.PublicKey[:]), EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32))
+	if err := n.dev.IpcSet(cfg); err != nil {
+		n.log.Warn("add WireGuard peer", "peer", info.Name, "err", err)
+		return
+	}
+	n.peers[info.NodeID] = newPeer(n.env, info)
+}
+
+func (n *Node) removePeer(info control.Peer) {
+	n.mu.Lock()
+	p := n.peers[info.NodeID]
+	delete(n.peers, info.NodeID)
+	n.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.close()
+	_ = n.dev.IpcSet("public_key=" + hex.EncodeToString(info.PublicKey[:]) + "\nremove=true\n")
+	n.bind.RemovePeer(info.PublicKey)
+	n.log.Info("peer removed", "peer", info.Name)
+}
+
+func (n *Node) onSignal(from string, payload []byte) {
+	n.mu.Lock()
+	p := n.peers[from]
+	n.mu.Unlock()
+	if p == nil {
+		n.log.Debug("signal from unknown node", "from", from)
+		return
+	}
+	s, err := OpenSignal(n.id.PrivateKey, p.info.PublicKey, payload)
+	if err != nil {
+		n.log.Debug("signal refused", "from", p.info.Name, "err", err)
+		return
+	}
+	p.post(peerEvent{signal: s})
+}
+
+// Status returns every peer's status, sorted by name.
+func (n *Node) Status() []PeerStatus {
+	n.mu.Lock()
+	peers := make([]*peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		peers = append(peers, p)
+	}
+	n.mu.Unlock()
+	out := make([]PeerStatus, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, p.status())
+	}
+	slices.SortFunc(out, func(a, b PeerStatus) int { return strings.Compare(a.Peer.Name, b.Peer.Name) })
+	return out
+}
+
+// MuxStats returns the shared socket's counters.
+func (n *Node) MuxStats() MuxStats { return n.mux.Stats() }
+
+// Close stops the node: peers, WireGuard, relay, control session, socket.
+// It does not deregister: a restarted node keeps its identity.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	n.closed = true
+	peers := n.peers
+	n.peers = map[string]*peer{}
+	n.mu.Unlock()
+	for _, p := range peers {
+		p.close()
+	}
+	if n.session != nil {
+		n.session.Close()
+	}
+	if n.dev != nil {
+		n.dev.Close()
+	}
+	if n.relay != nil {
+		n.relay.Close()
+	}
+	if n.udpMux != nil {
+		n.udpMux.Close()
+	}
+	if n.mux != nil {
+		n.mux.Close()
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.zx2c4.com/wireguard/tun"
+	wgnetstack "golang.zx2c4.com/wireguard/tun/netstack"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/stun"
+)
+
+const labToken = "node-lab-token-0123456789"
+
+// stockNetstack provisions wireguard-go's own netstack TUN (a stand-in
+// until the batched netstack lands) and keeps its Net for dialing.
+type stockNetstack struct {
+	mu  sync.Mutex
+	net *wgnetstack.Net
+}
+
+func (s *stockNetstack) Up(_ context.Context, addr netip.Prefix, mtu int) (tun.Device, error) {
+	dev, tnet, err := wgnetstack.CreateNetTUN([]netip.Addr{addr.Addr()}, nil, mtu)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.net = tnet
+	s.mu.Unlock()
+	return dev, nil
+}
+
+// labWorld is the internet with control (embedded NATS) and STUN on one
+// public server, plus NATed sites.
+type labWorld struct {
+	f      *fabric.Fabric
+	server *fabric.Host
+	ctrl   *control.Server
+	sites  int
+}
+
+func newLabWorld(t *testing.T) *labWorld {
+	t.Helper()
+	f, err := fabric.New(fabric.Config{Seed: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	require.NoError(t, err)
+	server, err := f.AddHost(fabric.HostConfig{Name: "server", Interfaces: []fabric.InterfaceConfig{{Network: "internet",
+		Addr: netip.MustParseAddr("203.0.113.100"), Aliases: []netip.Addr{netip.MustParseAddr("203.0.113.101")}}}})
+	require.NoError(t, err)
+	st, err := stun.NewServer(stun.Config{Network: server, Primary: netip.MustParseAddrPort("203.0.113.100:3478")})
+	require.NoError(t, err)
+	require.NoError(t, st.Start(t.Context()))
+	t.Cleanup(func() { st.Close() })
+	store, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
+	require.NoError(t, err)
+	ctrl, err := control.New(t.Context(), control.Config{
+		Network: server, Tokens: []control.JoinToken{{Value: labToken}}, Store: store,
+		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: server, Listen: "203.0.113.100:4222"},
+		STUN:         []string{"203.0.113.100:3478"},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { ctrl.Close() })
+	return &labWorld{f: f, server: server, ctrl: ctrl}
+}
+
+// site adds a LAN behind a NAT with the named profile and one host.
+func (w *labWorld) site(t *testing.T, profile string) *fabric.Host {
+	t.Helper()
+	i := w.sites
+	w.sites++
+	lan := fmt.Sprintf("lan%d", i)
+	_, err := w.f.AddNetwork(fabric.NetworkConfig{Name: lan, Prefix: netip.MustParsePrefix("192.168.1.0/24")})
+	require.NoError(t, err)
+	cfg, err := nat.Profile(profile)
+	require.NoError(t, err)
+	_, err = w.f.AddRouter(fabric.RouterConfig{Name: "nat" + lan, Uplink: "wan", NAT: &cfg, Interfaces: []fabric.InterfaceConfig{
+		{Name: "lan", Network: lan, Addr: netip.MustParseAddr("192.168.1.1")},
+		{Name: "wan", Network: "internet", Addr: netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + i)})},
+	}})
+	require.NoError(t, err)
+	h, err := w.f.AddHost(fabric.HostConfig{Name: "host" + lan, Gateway: netip.MustParseAddr("192.168.1.1"),
+		Interfaces: []fabric.InterfaceConfig{{Network: lan, Addr: netip.MustParseAddr("192.168.1.2")}}})
+	require.NoError(t, err)
+	return h
+}
+
+func startNode(t *testing.T, h *fabric.Host, name string, prov node.Provisioner, relay node.RelayDialer) *node.Node {
+	t.Helper()
+	var log *slog.Logger
+	if os.Getenv("LATTICE_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	n, err := node.Start(t.Context(), node.Config{
+		Name: name, Network: h, Control: "nats://203.0.113.100:4222", Token: labToken,
+		Provisioner: prov, Relay: relay, Logger: log,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func waitPath(t *testing.T, n *node.Node, want node.PathKind, within time.Duration) node.PeerStatus {
+	t.Helper()
+	var st []node.PeerStatus
+	ok := assert.Eventually(t, func() bool {
+		st = n.Status()
+		return len(st) == 1 && st[0].Path == want
+	}, within, 20*time.Millisecond)
+	if !ok {
+		t.Fatalf("path never became %s: %+v", want, st)
+	}
+	return st[0]
+}
+
+func TestNodesGoDirectBehindConeNATs(t *testing.T) {
+	w := newLabWorld(t)
+	pa, pb := &stockNetstack{}, &stockNetstack{}
+	a := startNode(t, w.site(t, "port-restricted-cone"), "alpha", pa, nil)
+	b := startNode(t, w.site(t, "restricted-cone"), "beta", pb, nil)
+	defer func() {
+		if t.Failed() {
+			for _, r := range []string{"natlan0", "natlan1"} {
+				t.Logf("%s: %+v", r, w.f.Router(r).Stats())
+			}
+			t.Logf("alpha mux %+v, beta mux %+v", a.MuxStats(), b.MuxStats())
+			t.Logf("beta status %+v", b.Status())
+		}
+	}()
+	sa := waitPath(t, a, node.PathDirect, 10*time.Second)
+	waitPath(t, b, node.PathDirect, 10*time.Second)
+	assert.Equal(t, "203.0.113.11:51820", sa.Endpoint, "alpha reaches beta at beta's NAT mapping")
+
+	l, err := pb.net.ListenTCP(&net.TCPAddr{Port: 80})
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := pa.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.Address().Addr(), 80))
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("over the mesh"))
+	require.NoError(t, err)
+	buf := make([]byte, 13)
+	_, err = io.ReadFull(c, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "over the mesh", string(buf))
+	st := a.Status()[0]
+	assert.Positive(t, st.TxDirect)
+	assert.Zero(t, st.TxRelay)
+}

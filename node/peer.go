@@ -1,0 +1,496 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/pion/ice/v4"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// PathKind is how a peer is reached.
+type PathKind string
+
+// Path kinds.
+const (
+	PathRelay  PathKind = "relay"
+	PathDirect PathKind = "direct"
+)
+
+// PathEvent records a path switch and why it happened.
+type PathEvent struct {
+	Time   time.Time
+	To     PathKind
+	Addr   netip.AddrPort // the direct address, for PathDirect
+	Reason string
+}
+
+// ICEReport says what the last ICE attempt with a peer saw: the answer
+// to "why is this peer relayed?".
+type ICEReport struct {
+	Session         uint64
+	State           string
+	LocalCandidates []string
+	// RemoteCandidates are the ones the peer signaled.
+	RemoteCandidates []string
+	// Pairs lists every candidate pair tried and its state.
+	Pairs []string
+	Err   string
+}
+
+// peerEvent is what drives a peer's goroutine.
+type peerEvent struct {
+	signal    *Signal              // a signal from the peer
+	local     string               // one of our candidates, to signal
+	connected *iceResult           // an ICE attempt finished
+	state     *ice.ConnectionState // the agent's state changed
+	session   uint64               // the session a connected/state event belongs to
+	retry     bool                 // the backoff timer fired
+}
+
+type iceResult struct {
+	addr netip.AddrPort
+	err  error
+}
+
+// ICEConfig tunes ICE and path selection. Its zero value works.
+type ICEConfig struct {
+	// STUN servers for server-reflexive candidates ("host:port").
+	STUN []string
+	// DeadAfter is how long the direct path may be silent (no ICE consent,
+	// no WireGuard) before the peer falls back to the relay. If zero, 5s.
+	DeadAfter time.Duration
+	// RetryMin and RetryMax bound the backoff between direct attempts.
+	// If zero, 2s and 60s.
+	RetryMin, RetryMax time.Duration
+	// AttemptTimeout bounds one ICE attempt. If zero, 10s.
+	AttemptTimeout time.Duration
+}
+
+func (c *ICEConfig) defaults() {
+	if c.DeadAfter == 0 {
+		c.DeadAfter = 5 * time.Second
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 2 * time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 60 * time.Second
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 10 * time.Second
+	}
+}
+
+// peerEnv is what a peer needs from its node.
+type peerEnv struct {
+	priv     control.Key
+	pub      control.Key
+	bind     *Bind
+	udpMux   ice.UniversalUDPMux
+	agentOpt []ice.AgentOption
+	cfg      ICEConfig
+	log      *slog.Logger
+	signal   func(ctx context.Context, to string, payload []byte) error
+	now      func() time.Time
+}
+
+// peer manages one peer: its ICE agent and its path. All its state is
+// owned by its run goroutine; events reach it on a channel.
+type peer struct {
+	env    *peerEnv
+	info   control.Peer
+	path   *Path
+	events chan peerEvent
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	controlling bool
+	session     uint64 // our current ICE session
+	seq         uint64
+	agent       *ice.Agent
+	attemptDone context.CancelFunc
+	haveRemote  bool   // the current agent got the peer's credentials
+	boundRemote uint64 // the peer's session those credentials belong to
+	ufrag, pwd  string // the current agent's credentials
+	localCands  []string
+	remote      replayGuard
+	pending     []*Signal // candidates that came before credentials
+	failures    int
+	retryTimer  *time.Timer
+
+	mu      sync.Mutex // guards what Status reads
+	kind    PathKind
+	history []PathEvent
+	report  ICEReport
+}
+
+const maxHistory = 32
+
+func newPeer(env *peerEnv, info control.Peer) *peer {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &peer{
+		env:         env,
+		info:        info,
+		path:        env.bind.Peer(info.PublicKey),
+		events:      make(chan peerEvent, 64),
+		cancel:      cancel,
+		done:        make(chan struct{}),
+		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
+		kind:        PathRelay,
+	}
+	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
+	go p.run(ctx)
+	return p
+}
+
+// post queues an event; it never blocks the caller (a full queue means
+// the peer is far behind, and the event is dropped).
+func (p *peer) post(ev peerEvent) {
+	select {
+	case p.events <- ev:
+	default:
+		p.env.log.Warn("peer event queue full", "peer", p.info.Name)
+	}
+}
+
+func (p *peer) close() {
+	p.cancel()
+	<-p.done
+}
+
+func (p *peer) run(ctx context.Context) {
+	defer close(p.done)
+	defer p.stopAgent()
+	p.startAttempt(ctx, "first attempt")
+	for {
+		select {
+		case <-ctx.Done():
+			if p.retryTimer != nil {
+				p.retryTimer.Stop()
+			}
+			return
+		case ev := <-p.events:
+			p.handle(ctx, ev)
+		}
+	}
+}
+
+func (p *peer) handle(ctx context.Context, ev peerEvent) {
+	switch {
+	case ev.local != "":
+		if ev.session == p.session {
+			p.localCands = append(p.localCands, ev.local)
+			if err := p.send(ctx, &Signal{Kind: SignalCandidate, Candidate: ev.local}); err != nil {
+				p.env.log.Debug("signal candidate", "peer", p.info.Name, "err", err)
+			}
+		}
+	case ev.signal != nil:
+		p.onSignal(ctx, ev.signal)
+	case ev.connected != nil:
+		if ev.session != p.session {
+			return // a stale attempt
+		}
+		if ev.connected.err != nil {
+			p.setReport(func(r *ICEReport) { r.Err = ev.connected.err.Error() })
+			p.fail(ctx, "ICE attempt failed: "+ev.connected.err.Error())
+			return
+		}
+		p.failures = 0
+		p.env.bind.SetDirect(p.path, ev.connected.addr)
+		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
+	case ev.state != nil:
+		if ev.session != p.session {
+			return
+		}
+		p.setReport(func(r *ICEReport) { r.State = ev.state.String() })
+		switch *ev.state {
+		case ice.ConnectionStateDisconnected, ice.ConnectionStateFailed:
+			if _, direct := p.path.Direct(); direct {
+				p.fail(ctx, "direct path silent (ICE "+ev.state.String()+")")
+			}
+		}
+	case ev.retry:
+		p.retryTimer = nil
+		p.startAttempt(ctx, fmt.Sprintf("retry %d", p.failures))
+	}
+}
+
+// fail falls back to the relay and schedules the next direct attempt.
+func (p *peer) fail(ctx context.Context, reason string) {
+	if _, direct := p.path.Direct(); direct {
+		p.env.bind.SetDirect(p.path, netip.AddrPort{})
+		p.record(PathRelay, netip.AddrPort{}, reason)
+	}
+	p.stopAgent()
+	p.failures++
+	p.scheduleRetry(ctx)
+}
+
+// scheduleRetry backs off exponentially with jitter between RetryMin and
+// RetryMax: attempts never stop, and never come faster than RetryMin.
+func (p *peer) scheduleRetry(ctx context.Context) {
+	if p.retryTimer != nil {
+		return
+	}
+	d := float64(p.env.cfg.RetryMin) * math.Pow(2, float64(min(p.failures-1, 10)))
+	d = min(d, float64(p.env.cfg.RetryMax))
+	d = d/2 + mrand.Float64()*d/2
+	p.retryTimer = time.AfterFunc(time.Duration(d), func() {
+		if ctx.Err() == nil {
+			p.post(peerEvent{retry: true})
+		}
+	})
+}
+
+func (p *peer) stopAgent() {
+	if p.attemptDone != nil {
+		p.attemptDone()
+		p.attemptDone = nil
+	}
+	if p.agent != nil {
+		_ = p.agent.Close()
+		p.agent = nil
+	}
+	p.haveRemote = false
+	p.boundRemote = 0
+	p.localCands = nil
+	p.pending = nil
+}
+
+// startAttempt creates a new ICE agent under a new session and sends our
+// credentials to the peer.
+func (p *peer) startAttempt(ctx context.Context, why string) {
+	p.stopAgent()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	// Sessions only grow, so the peer can tell a restart from a replay.
+	p.session = max(p.session+1, uint64(p.env.now().UnixMilli())<<16|uint64(binary.BigEndian.Uint16(b[:2])))
+	p.seq = 0
+	session := p.session
+	agent, err := ice.NewAgentWithOptions(p.env.agentOpt...)
+	if err != nil {
+		p.env.log.Warn("ICE agent", "peer", p.info.Name, "err", err)
+		p.failures++
+		p.scheduleRetry(ctx)
+		return
+	}
+	p.agent = agent
+	p.setReport(func(r *ICEReport) { *r = ICEReport{Session: session, State: "new"} })
+	_ = agent.OnCandidate(func(c ice.Candidate) {
+		if c == nil {
+			return
+		}
+		p.setReport(func(r *ICEReport) { r.LocalCandidates = append(r.LocalCandidates, c.String()) })
+		p.post(peerEvent{local: c.Marshal(), session: session})
+	})
+	_ = agent.OnConnectionStateChange(func(s ice.ConnectionState) {
+		p.post(peerEvent{state: &s, session: session})
+	})
+	ufrag, pwd, err := agent.GetLocalUserCredentials()
+	p.ufrag, p.pwd = ufrag, pwd
+	if err == nil {
+		err = p.sendCredentials(ctx)
+	}
+	if err == nil {
+		err = agent.GatherCandidates()
+	}
+	if err != nil {
+		p.env.log.Debug("ICE attempt", "peer", p.info.Name, "err", err)
+		p.failures++
+		p.stopAgent()
+		p.scheduleRetry(ctx)
+		return
+	}
+	p.env.log.Debug("ICE attempt", "peer", p.info.Name, "session", session, "why", why, "controlling", p.controlling)
+}
+
+// send seals and signals s under the current session.
+func (p *peer) send(ctx context.Context, s *Signal) error {
+	p.seq++
+	s.Session, s.Seq, s.Time = p.session, p.seq, p.env.now().UnixMilli()
+	b, err := SealSignal(p.env.priv, p.info.PublicKey, s)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return p.env.signal(sctx, p.info.NodeID, b)
+}
+
+func (p *peer) onSignal(ctx context.Context, s *Signal) {
+	if err := p.remote.admit(s, p.env.now()); err != nil {
+		p.env.log.Debug("signal refused", "peer", p.info.Name, "err", err)
+		return
+	}
+	switch s.Kind {
+	case SignalCredentials:
+		if p.haveRemote && s.Session == p.boundRemote {
+			// The same credentials again: the peer has not heard ours.
+			p.resendIfLost(ctx, s)
+			return
+		}
+		if p.agent == nil || p.haveRemote {
+			// The peer restarted ICE (or we were between attempts):
+			// start afresh so both sides run the same attempt.
+			p.startAttempt(ctx, "peer restarted ICE")
+			if p.agent == nil {
+				return
+			}
+		}
+		p.haveRemote = true
+		p.boundRemote = s.Session
+		p.setReport(func(r *ICEReport) { r.RemoteCandidates = nil })
+		p.connect(ctx, s.Ufrag, s.Pwd)
+		for _, c := range p.pending {
+			if c.Session == s.Session {
+				p.addRemote(c)
+			}
+		}
+		p.pending = nil
+		p.resendIfLost(ctx, s)
+	case SignalCandidate:
+		if !p.haveRemote {
+			p.pending = append(p.pending, s)
+			return
+		}
+		p.addRemote(s)
+	}
+}
+
+// sendCredentials signals the current agent's credentials, naming the
+// peer session we have heard of.
+func (p *peer) sendCredentials(ctx context.Context) error {
+	return p.send(ctx, &Signal{Kind: SignalCredentials, Ufrag: p.ufrag, Pwd: p.pwd, PeerSession: p.remote.current()})
+}
+
+// resendIfLost sends our credentials and candidates again when the peer's
+// credentials show it never got them (it signaled before we subscribed,
+// or a message was lost).
+func (p *peer) resendIfLost(ctx context.Context, s *Signal) {
+	if s.PeerSession == p.session || p.agent == nil {
+		return
+	}
+	if err := p.sendCredentials(ctx); err != nil {
+		p.env.log.Debug("resend credentials", "peer", p.info.Name, "err", err)
+		return
+	}
+	for _, c := range p.localCands {
+		if err := p.send(ctx, &Signal{Kind: SignalCandidate, Candidate: c}); err != nil {
+			p.env.log.Debug("resend candidate", "peer", p.info.Name, "err", err)
+			return
+		}
+	}
+}
+
+func (p *peer) addRemote(s *Signal) {
+	c, err := ice.UnmarshalCandidate(s.Candidate)
+	if err != nil {
+		p.env.log.Debug("bad remote candidate", "peer", p.info.Name, "err", err)
+		return
+	}
+	p.setReport(func(r *ICEReport) { r.RemoteCandidates = append(r.RemoteCandidates, c.String()) })
+	if err := p.agent.AddRemoteCandidate(c); err != nil {
+		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
+	}
+}
+
+// connect runs Dial or Accept in the background and posts the outcome.
+func (p *peer) connect(ctx context.Context, ufrag, pwd string) {
+	agent, session := p.agent, p.session
+	actx, cancel := context.WithTimeout(ctx, p.env.cfg.AttemptTimeout)
+	p.attemptDone = cancel
+	go func() {
+		defer cancel()
+		var err error
+		if p.controlling {
+			_, err = agent.Dial(actx, ufrag, pwd)
+		} else {
+			_, err = agent.Accept(actx, ufrag, pwd)
+		}
+		res := &iceResult{err: err}
+		if err == nil {
+			pair, perr := agent.GetSelectedCandidatePair()
+			if perr != nil || pair == nil {
+				res.err = fmt.Errorf("connected without a selected pair: %v", perr)
+			} else {
+				ip, perr := netip.ParseAddr(pair.Remote.Address())
+				if perr != nil {
+					res.err = fmt.Errorf("selected pair address %q: %v", pair.Remote.Address(), perr)
+				} else {
+					res.addr = netip.AddrPortFrom(ip.Unmap(), uint16(pair.Remote.Port()))
+				}
+			}
+		}
+		if err != nil {
+			p.reportPairs(agent)
+		}
+		if ctx.Err() == nil {
+			p.post(peerEvent{connected: res, session: session})
+		}
+	}()
+}
+
+func (p *peer) reportPairs(agent *ice.Agent) {
+	stats := agent.GetCandidatePairsStats()
+	var pairs []string
+	for _, s := range stats {
+		pairs = append(pairs, fmt.Sprintf("%s ↔ %s: %s", s.LocalCandidateID, s.RemoteCandidateID, s.State))
+	}
+	p.setReport(func(r *ICEReport) { r.Pairs = pairs })
+}
+
+func (p *peer) record(kind PathKind, addr netip.AddrPort, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kind = kind
+	p.history = append(p.history, PathEvent{Time: p.env.now(), To: kind, Addr: addr, Reason: reason})
+	if len(p.history) > maxHistory {
+		p.history = p.history[len(p.history)-maxHistory:]
+	}
+	p.env.log.Info("path", "peer", p.info.Name, "to", kind, "addr", addr, "reason", reason)
+}
+
+func (p *peer) setReport(f func(*ICEReport)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.report)
+}
+
+// PeerStatus is what `lattice status` shows for a peer.
+type PeerStatus struct {
+	Peer                                 control.Peer
+	Path                                 PathKind
+	Endpoint                             string
+	TxDirect, TxRelay, RxDirect, RxRelay uint64
+	History                              []PathEvent
+	ICE                                  ICEReport
+}
+
+func (p *peer) status() PeerStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := PeerStatus{
+		Peer: p.info, Path: p.kind, History: append([]PathEvent(nil), p.history...), ICE: p.report,
+		TxDirect: p.path.TxDirect.Load(), TxRelay: p.path.TxRelay.Load(),
+		RxDirect: p.path.RxDirect.Load(), RxRelay: p.path.RxRelay.Load(),
+	}
+	st.ICE.LocalCandidates = append([]string(nil), p.report.LocalCandidates...)
+	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
+	if a, ok := p.path.Direct(); ok {
+		st.Endpoint = a.String()
+	} else {
+		st.Endpoint = "relay"
+	}
+	return st
+}
