@@ -14,6 +14,7 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/relay"
 )
 
 type controlFlags struct {
@@ -21,6 +22,8 @@ type controlFlags struct {
 	embedded                                                           bool
 	tokenFile, store, dataDir                                          string
 	relays, stuns                                                      []string
+	relaySecretFile                                                    string
+	relayTokenTTL                                                      time.Duration
 }
 
 func newControlCmd() *cobra.Command {
@@ -67,6 +70,8 @@ control instances share one registry.`,
 	f.StringVar(&fl.dataDir, "data-dir", "lattice-control", "directory for the registry and JetStream")
 	f.StringArrayVar(&fl.relays, "relay", nil, "relay for nodes, ADDR or ADDR,FINGERPRINT (repeatable)")
 	f.StringArrayVar(&fl.stuns, "stun", nil, "STUN server for nodes, ADDR (repeatable)")
+	f.StringVar(&fl.relaySecretFile, "relay-secret-file", "", "secret shared with the relays, to issue relay tokens (required with --relay)")
+	f.DurationVar(&fl.relayTokenTTL, "relay-token-ttl", 24*time.Hour, "how long a relay token is valid")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runControl(cmd, fl, logger) }
 	return cmd
@@ -97,6 +102,23 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	for _, r := range fl.relays {
 		addr, fp, _ := strings.Cut(r, ",")
 		cfg.Relays = append(cfg.Relays, control.Relay{Addr: addr, Fingerprint: fp})
+	}
+	if len(cfg.Relays) > 0 {
+		if fl.relaySecretFile == "" {
+			return usagef("--relay needs --relay-secret-file: nodes need relay tokens")
+		}
+		secret, err := readSecretFile(fl.relaySecretFile)
+		if err != nil {
+			return err
+		}
+		secret = bytes.TrimSpace(secret)
+		if len(secret) < relay.MinSecretSize {
+			return fmt.Errorf("relay secret in %s is %d bytes; use at least %d", fl.relaySecretFile, len(secret), relay.MinSecretSize)
+		}
+		ttl := fl.relayTokenTTL
+		cfg.RelayToken = func(k control.Key, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, relay.Key(k), now.Add(ttl))), nil
+		}
 	}
 	store := fl.store
 	if store == "" {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/relay"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -121,4 +125,48 @@ func TestSTUNCommand(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "stun: serving on 127.0.0.1:") }, 5*time.Second, 10*time.Millisecond, "%s%s", out, errOut)
 	assert.Equal(t, exitOK, stop())
 	assert.Contains(t, out.String(), "stun: stopped after 0 requests")
+}
+
+// TestRelayAndControlTogether starts a relay and a control that issues
+// tokens for it, registers a node and connects it to the relay with the
+// token and fingerprint control handed out.
+func TestRelayAndControlTogether(t *testing.T) {
+	secret := writeFile(t, "relay.secret", "0123456789abcdef0123456789abcdef-secret\n", 0o600)
+	rout, rerr, rstop := start(t, "relay", "--listen", "127.0.0.1:0", "--secret-file", secret, "--metrics-listen", "127.0.0.1:0")
+	addrRE := regexp.MustCompile(`serving QUIC and TCP on ([0-9.:]+)`)
+	fpRE := regexp.MustCompile(`fingerprint ([0-9a-f]+)`)
+	metricsRE := regexp.MustCompile(`metrics on (http://[0-9.:]+/metrics)`)
+	require.Eventually(t, func() bool { return metricsRE.MatchString(rout.String()) }, 10*time.Second, 10*time.Millisecond, "%s%s", rout, rerr)
+	relayAddr := addrRE.FindStringSubmatch(rout.String())[1]
+	fp := fpRE.FindStringSubmatch(rout.String())[1]
+
+	tokens := writeFile(t, "tokens", "cli-test-token-0123456789\n", 0o600)
+	cout, cerr, cstop := start(t, "control", "--embedded-nats", "--nats-listen", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
+		"--token-file", tokens, "--data-dir", t.TempDir(), "--relay", relayAddr+","+fp, "--relay-secret-file", secret)
+	re := regexp.MustCompile(`HTTP registration on (http://[0-9.:]+)/v1/register`)
+	require.Eventually(t, func() bool { return re.MatchString(cout.String()) }, 10*time.Second, 10*time.Millisecond, "%s%s", cout, cerr)
+
+	priv, err := node.NewPrivateKey()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := control.RegisterHTTP(ctx, netx.OS, re.FindStringSubmatch(cout.String())[1],
+		control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "relayed", PublicKey: node.PublicKey(priv)})
+	require.NoError(t, err)
+	require.Len(t, resp.Relays, 1)
+	assert.Equal(t, fp, resp.Relays[0].Fingerprint)
+	c, err := relay.NewClient(relay.ClientConfig{Server: resp.Relays[0].Addr, Fingerprint: resp.Relays[0].Fingerprint,
+		Key: relay.Key(node.PublicKey(priv)), Token: relay.Token(resp.RelayToken)})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.WaitConnected(ctx), "the relay accepts control's token")
+
+	mresp, err := http.Get(metricsRE.FindStringSubmatch(rout.String())[1])
+	require.NoError(t, err)
+	body, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	assert.Contains(t, string(body), "lattice_relay_")
+	c.Close()
+	assert.Equal(t, exitOK, cstop())
+	assert.Equal(t, exitOK, rstop())
 }

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/relay"
+)
+
+func newRelayCmd() *cobra.Command {
+	var listen, secretFile, certFile, keyFile, metrics string
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Run an LRP relay (QUIC datagrams and TLS over TCP on one port)",
+		Long: `relay forwards WireGuard packets between nodes that have no direct path. Nodes
+authenticate with a relay token that control issues; relay and control share
+the secret in --secret-file (32 bytes or more, file mode 0600).
+
+The relay serves QUIC (unreliable datagrams, ALPN lrp/1) and TLS over TCP on
+the same port number; clients race both and prefer QUIC, so a network that
+blocks UDP still reaches the relay over TCP. Without --cert/--key the relay
+makes a self-signed certificate and prints its fingerprint: give it to control
+as --relay ADDR,FINGERPRINT so nodes can pin it. The wire format is in
+docs/LRP.md.`,
+		Example: `  # A secret for relay and control
+  head -c 32 /dev/urandom | base64 > relay.secret && chmod 600 relay.secret
+
+  # Public relay on 443 with metrics for Prometheus on loopback
+  lattice relay --listen 0.0.0.0:443 --secret-file relay.secret --metrics-listen 127.0.0.1:9090`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:4443", "address:port for QUIC (UDP) and TCP")
+	f.StringVar(&secretFile, "secret-file", "", "relay token secret shared with control (required)")
+	f.StringVar(&certFile, "cert", "", "TLS certificate (PEM); self-signed if empty")
+	f.StringVar(&keyFile, "key", "", "TLS key (PEM)")
+	f.StringVar(&metrics, "metrics-listen", "", "serve Prometheus /metrics here (off if empty)")
+	logger := logFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if secretFile == "" {
+			return usagef("--secret-file is required: relay tokens are checked against it")
+		}
+		if (certFile == "") != (keyFile == "") {
+			return usagef("--cert and --key go together")
+		}
+		secret, err := readSecretFile(secretFile)
+		if err != nil {
+			return err
+		}
+		reg := prometheus.NewRegistry()
+		srv, err := relay.NewServer(relay.ServerConfig{
+			Network: netx.OS, Addr: listen, CertFile: certFile, KeyFile: keyFile,
+			Secret: bytes.TrimSpace(secret), Logger: logger(), Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "relay: serving QUIC and TCP on %s\n", srv.Addr())
+		if certFile == "" {
+			fmt.Fprintf(out, "relay: self-signed certificate, fingerprint %s\n", srv.Fingerprint())
+		}
+		if metrics != "" {
+			ln, err := netx.OS.Listen(cmd.Context(), "tcp", metrics)
+			if err != nil {
+				return fmt.Errorf("metrics listener: %w", err)
+			}
+			mux := http.NewServeMux()
+			mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			errc := make(chan error, 1)
+			go func() { errc <- hs.Serve(ln) }()
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = hs.Shutdown(ctx)
+				if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "relay: metrics server: %v\n", err)
+				}
+			}()
+			fmt.Fprintf(out, "relay: metrics on http://%s/metrics\n", ln.Addr())
+		}
+		<-cmd.Context().Done()
+		fmt.Fprintln(out, "relay: stopped")
+		return nil
+	}
+	return cmd
+}

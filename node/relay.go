@@ -1,0 +1,73 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/relay"
+)
+
+// LRPRelay returns a RelayDialer for LRP relays on network n.
+func LRPRelay(n netx.Network, log *slog.Logger) RelayDialer {
+	return func(ctx context.Context, r control.Relay, token string, priv control.Key, deliver func(control.Key, []byte)) (RelayClient, error) {
+		c, err := relay.NewClient(relay.ClientConfig{
+			Network:     n,
+			Server:      r.Addr,
+			Fingerprint: r.Fingerprint,
+			Key:         relay.Key(PublicKey(priv)),
+			Token:       relay.Token(token),
+			Logger:      log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("relay %s: %w", r.Addr, err)
+		}
+		lc := &lrpClient{c: c, done: make(chan struct{})}
+		ctx, lc.cancel = context.WithCancel(context.Background())
+		lc.wg.Add(1)
+		go lc.recvLoop(ctx, deliver)
+		return lc, nil
+	}
+}
+
+// lrpClient adapts a relay.Client to RelayClient: it sends by peer key and
+// feeds what arrives to the Bind.
+type lrpClient struct {
+	c      *relay.Client
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   chan struct{}
+}
+
+func (l *lrpClient) Send(dst control.Key, pkt []byte) error {
+	err := l.c.Send(relay.Key(dst), pkt)
+	if errors.Is(err, relay.ErrNotConnected) {
+		return nil // the relay is reconnecting: the packet is lost, as on a lossy link
+	}
+	return err
+}
+
+func (l *lrpClient) recvLoop(ctx context.Context, deliver func(control.Key, []byte)) {
+	defer l.wg.Done()
+	for {
+		src, pkt, err := l.c.Recv(ctx)
+		if err != nil {
+			return
+		}
+		deliver(control.Key(src), pkt)
+	}
+}
+
+// Transport is "quic", "tcp" or "" while disconnected.
+func (l *lrpClient) Transport() string { return l.c.Transport() }
+
+func (l *lrpClient) Close() error {
+	l.cancel()
+	err := l.c.Close()
+	l.wg.Wait()
+	return err
+}
