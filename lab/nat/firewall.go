@@ -251,3 +251,15 @@ func (f Firewall) clone() Firewall {
 	}
 	return c
 }
+
+// SetFirewall replaces the NAT's firewall while traffic flows, as an
+// operator editing rules on a live router would; mappings are kept.
+func (n *NAT) SetFirewall(fw Firewall) error {
+	if err := fw.Validate(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cfg.Firewall = fw.clone()
+	return nil
+}

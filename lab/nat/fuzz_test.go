@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -109,5 +110,33 @@ func TestProcessDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("Process allocates %.1f times per round trip, want 0", allocs)
+	}
+}
+
+func TestSetFirewall(t *testing.T) {
+	n := newNAT(t, Config{Mapping: EndpointIndependent, Filtering: EndpointIndependent})
+	now := time.Unix(1000, 0)
+	in, remote := ap("192.168.1.10:4000"), ap("198.51.100.7:3478")
+	_, res := sendOut(t, n, now, in, remote)
+	if res.Verdict != Forward {
+		t.Fatal(res.Reason)
+	}
+	if err := n.SetFirewall(Firewall{Rules: []Rule{{Action: Deny, Proto: UDP, Dst: netip.MustParsePrefix("198.51.100.7/32")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, res := sendOut(t, n, now, in, remote); res.Verdict != Drop || !res.Firewall {
+		t.Fatalf("not blocked: %+v", res)
+	}
+	if _, res := sendOut(t, n, now, in, ap("198.51.100.8:3478")); res.Verdict != Forward {
+		t.Fatalf("other destinations blocked too: %s", res.Reason)
+	}
+	if err := n.SetFirewall(Firewall{Rules: []Rule{{Action: Action(9)}}}); err == nil {
+		t.Fatal("invalid rules accepted")
+	}
+	if err := n.SetFirewall(Firewall{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, res := sendOut(t, n, now, in, remote); res.Verdict != Forward {
+		t.Fatalf("still blocked after clearing: %s", res.Reason)
 	}
 }

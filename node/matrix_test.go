@@ -1,0 +1,174 @@
+package node_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/node"
+)
+
+// expectDirect is ICE theory for two nodes behind the named NATs: a
+// direct path needs UDP, and fails only when a symmetric NAT meets a NAT
+// that filters on port too (its checks come from ports the other side's
+// filter never saw).
+func expectDirect(a, b string) bool {
+	if a == "udp-blocked" || b == "udp-blocked" {
+		return false
+	}
+	portFiltering := func(p string) bool { return p == "symmetric" || p == "port-restricted-cone" }
+	if (a == "symmetric" && portFiltering(b)) || (b == "symmetric" && portFiltering(a)) {
+		return false
+	}
+	return true
+}
+
+func fastICE(c *node.Config) {
+	c.ICE.AttemptTimeout = 3 * time.Second
+	c.ICE.RetryMin = 30 * time.Second // one attempt within the test
+}
+
+// TestPathMatrix checks the path every pair of NAT profiles ends on, and
+// that traffic flows on it.
+func TestPathMatrix(t *testing.T) {
+	profiles := nat.ProfileNames()
+	for i, pa := range profiles {
+		for _, pb := range profiles[i:] {
+			t.Run(pa+"+"+pb, func(t *testing.T) {
+				t.Parallel()
+				w := newLabWorld(t)
+				na, nb := &stockNetstack{}, &stockNetstack{}
+				a := startNode(t, w.site(t, pa), "alpha", na, fastICE)
+				b := startNode(t, w.site(t, pb), "beta", nb, fastICE)
+				var st node.PeerStatus
+				if expectDirect(pa, pb) {
+					st = waitPath(t, a, node.PathDirect, 8*time.Second)
+				} else {
+					require.Eventually(t, func() bool {
+						s := a.Status()
+						return len(s) == 1 && s[0].ICE.Err != ""
+					}, 10*time.Second, 50*time.Millisecond, "ICE never gave up: %+v", a.Status())
+					st = a.Status()[0]
+					assert.Equal(t, node.PathRelay, st.Path, "%+v", st)
+				}
+				echo(t, na, nb, b.Address().Addr())
+				t.Logf("%s ↔ %s: %s %s", pa, pb, st.Path, st.Endpoint)
+			})
+		}
+	}
+}
+
+// echo checks a TCP round trip from a's netstack to b's.
+func echo(t *testing.T, a, b *stockNetstack, to netip.Addr) {
+	t.Helper()
+	l, err := b.net.ListenTCP(&net.TCPAddr{Port: 7})
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	c, err := a.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(to, 7))
+	require.NoError(t, err)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	_, err = c.Write([]byte("ping"))
+	require.NoError(t, err)
+	buf := make([]byte, 4)
+	_, err = io.ReadFull(c, buf)
+	require.NoError(t, err)
+}
+
+// TestDirectCutMidTransfer moves 50 MB while the direct path is cut (a
+// firewall drops UDP between the two NATs) and restored: the relay
+// carries the gap and the data arrives intact.
+func TestDirectCutMidTransfer(t *testing.T) {
+	w := newLabWorld(t)
+	na, nb := &stockNetstack{}, &stockNetstack{}
+	a := startNode(t, w.site(t, "port-restricted-cone"), "alpha", na, func(c *node.Config) {
+		c.ICE.RetryMin, c.ICE.RetryMax = time.Second, 2*time.Second
+	})
+	b := startNode(t, w.site(t, "full-cone"), "beta", nb, func(c *node.Config) {
+		c.ICE.RetryMin, c.ICE.RetryMax = time.Second, 2*time.Second
+	})
+	waitPath(t, a, node.PathDirect, 8*time.Second)
+
+	l, err := nb.net.ListenTCP(&net.TCPAddr{Port: 9})
+	require.NoError(t, err)
+	defer l.Close()
+	const size = 50 << 20
+	sum := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		sum <- [32]byte(h.Sum(nil))
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	c, err := na.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.Address().Addr(), 9))
+	require.NoError(t, err)
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*31 + i>>8)
+	}
+	want := sha256.Sum256(data)
+
+	cut := func(on bool) {
+		for i, r := range []string{"natlan0", "natlan1"} {
+			var fw nat.Firewall
+			if on {
+				other := netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, 113, byte(11 - i)}), 32)
+				fw.Rules = []nat.Rule{{Action: nat.Deny, Proto: nat.UDP, Dst: other}}
+			}
+			require.NoError(t, w.f.Router(r).NAT().SetFirewall(fw))
+		}
+	}
+	written := make(chan error, 1)
+	go func() {
+		_, err := c.Write(data)
+		if err == nil {
+			err = c.Close()
+		}
+		written <- err
+	}()
+	// Cut once a fifth is through, restore once the relay has carried some.
+	require.Eventually(t, func() bool { return a.Status()[0].TxDirect > size/5 }, 30*time.Second, 10*time.Millisecond)
+	cut(true)
+	waitPath(t, a, node.PathRelay, 10*time.Second)
+	relayed := a.Status()[0].TxRelay
+	require.Eventually(t, func() bool { return a.Status()[0].TxRelay > relayed+size/10 }, 30*time.Second, 10*time.Millisecond, "relay carried nothing")
+	cut(false)
+	waitPath(t, a, node.PathDirect, 15*time.Second)
+	require.NoError(t, <-written)
+	select {
+	case got := <-sum:
+		assert.Equal(t, want, got, "SHA-256 of the 50 MB received")
+	case <-ctx.Done():
+		t.Fatal("transfer did not finish")
+	}
+	st := a.Status()[0]
+	t.Logf("direct %d B, relay %d B; history:", st.TxDirect, st.TxRelay)
+	for _, e := range st.History {
+		t.Logf("  %s %s %v: %s", e.Time.Format("15:04:05.000"), e.To, e.Addr, e.Reason)
+	}
+	assert.GreaterOrEqual(t, len(st.History), 4, "relay → direct → relay → direct")
+}
