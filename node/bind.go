@@ -69,6 +69,16 @@ type Path struct {
 
 	lastDirectRx                         atomic.Int64  // Unix ns of the last direct packet
 	TxDirect, TxRelay, RxDirect, RxRelay atomic.Uint64 // bytes
+
+	// Handshake resends: WireGuard retries a lost initiation only after 5
+	// seconds, and the first one is often lost (the peer's relay
+	// connection or NAT mapping is a moment behind its registration), so
+	// the Bind resends it a few times quickly until a response arrives.
+	hsMu       sync.Mutex
+	hsInit     []byte
+	hsResponse bool
+	hsTimer    *time.Timer
+	hsTry      int
 }
 
 // Direct returns the direct address in use, if any.
@@ -112,6 +122,7 @@ func (b *Bind) RemovePeer(key control.Key) {
 		if a, ok := p.Direct(); ok {
 			delete(b.byAddr, a)
 		}
+		p.stopResends()
 		delete(b.peers, key)
 	}
 }
@@ -200,6 +211,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 				}
 				p.lastDirectRx.Store(now)
 				p.RxDirect.Add(uint64(sizes[i]))
+				if sizes[i] == 92 && bufs[i][0] == 2 {
+					b.noteResponse(p)
+				}
 				if out != i {
 					// wireguard-go reads its own arrays by index, so the
 					// packet must move, not the slice header.
@@ -229,6 +243,9 @@ func (b *Bind) receiveRelayed(stop chan struct{}) conn.ReceiveFunc {
 			sizes[i] = copy(bufs[i], (*r.buf)[:r.n])
 			muxPool.Put(r.buf)
 			r.path.RxRelay.Add(uint64(sizes[i]))
+			if sizes[i] == 92 && bufs[i][0] == 2 {
+				b.noteResponse(r.path)
+			}
 			eps[i] = &Endpoint{Path: r.path}
 			i++
 			if i == len(bufs) {
@@ -261,13 +278,73 @@ func (b *Bind) SetMark(uint32) error { return nil }
 // BatchSize implements conn.Bind.
 func (b *Bind) BatchSize() int { return conn.IdealBatchSize }
 
+// handshakeResends are the delays after an initiation at which it is
+// sent again while no response came.
+var handshakeResends = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second}
+
+func (b *Bind) noteInitiation(p *Path, pkt []byte) {
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	p.hsInit = append(p.hsInit[:0], pkt...)
+	p.hsResponse = false
+	p.hsTry = 0
+	if p.hsTimer != nil {
+		p.hsTimer.Stop()
+	}
+	p.hsTimer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+}
+
+func (b *Bind) resendInitiation(p *Path) {
+	p.hsMu.Lock()
+	if p.hsResponse || p.hsInit == nil {
+		p.hsMu.Unlock()
+		return
+	}
+	pkt := append([]byte(nil), p.hsInit...)
+	p.hsTry++
+	if p.hsTry < len(handshakeResends) {
+		p.hsTimer = time.AfterFunc(handshakeResends[p.hsTry]-handshakeResends[p.hsTry-1], func() { b.resendInitiation(p) })
+	}
+	p.hsMu.Unlock()
+	_ = b.send(p, [][]byte{pkt})
+}
+
+func (b *Bind) noteResponse(p *Path) {
+	p.hsMu.Lock()
+	p.hsResponse = true
+	if p.hsTimer != nil {
+		p.hsTimer.Stop()
+		p.hsTimer = nil
+	}
+	p.hsMu.Unlock()
+}
+
+// stopResends cancels pending handshake resends (the peer is gone).
+func (p *Path) stopResends() {
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	p.hsResponse = true
+	if p.hsTimer != nil {
+		p.hsTimer.Stop()
+		p.hsTimer = nil
+	}
+}
+
 // Send implements conn.Bind.
 func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	e, ok := ep.(*Endpoint)
 	if !ok {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
-	p := e.Path
+	for _, buf := range bufs {
+		if len(buf) == 148 && buf[0] == 1 {
+			b.noteInitiation(e.Path, buf)
+		}
+	}
+	return b.send(e.Path, bufs)
+}
+
+func (b *Bind) send(p *Path, bufs [][]byte) error {
 	if a, ok := p.Direct(); ok {
 		for _, buf := range bufs {
 			if err := b.mux.WriteTo(buf, a); err != nil {

@@ -31,8 +31,16 @@ func expectDirect(a, b string) bool {
 	return true
 }
 
+// slow scales a duration for the race detector.
+func slow(d time.Duration) time.Duration {
+	if raceEnabled {
+		return 4 * d
+	}
+	return d
+}
+
 func fastICE(c *node.Config) {
-	c.ICE.AttemptTimeout = 3 * time.Second
+	c.ICE.AttemptTimeout = slow(3 * time.Second)
 	c.ICE.RetryMin = 30 * time.Second // one attempt within the test
 }
 
@@ -50,12 +58,12 @@ func TestPathMatrix(t *testing.T) {
 				b := startNode(t, w.site(t, pb), "beta", nb, fastICE)
 				var st node.PeerStatus
 				if expectDirect(pa, pb) {
-					st = waitPath(t, a, node.PathDirect, 8*time.Second)
+					st = waitPath(t, a, node.PathDirect, slow(8*time.Second))
 				} else {
 					require.Eventually(t, func() bool {
 						s := a.Status()
 						return len(s) == 1 && s[0].ICE.Err != ""
-					}, 10*time.Second, 50*time.Millisecond, "ICE never gave up: %+v", a.Status())
+					}, slow(10*time.Second), 50*time.Millisecond, "ICE never gave up: %+v", a.Status())
 					st = a.Status()[0]
 					assert.Equal(t, node.PathRelay, st.Path, "%+v", st)
 				}
@@ -105,12 +113,17 @@ func TestDirectCutMidTransfer(t *testing.T) {
 	b := startNode(t, w.site(t, "full-cone"), "beta", nb, func(c *node.Config) {
 		c.ICE.RetryMin, c.ICE.RetryMax = time.Second, 2*time.Second
 	})
-	waitPath(t, a, node.PathDirect, 8*time.Second)
+	waitPath(t, a, node.PathDirect, slow(8*time.Second))
 
 	l, err := nb.net.ListenTCP(&net.TCPAddr{Port: 9})
 	require.NoError(t, err)
 	defer l.Close()
-	const size = 50 << 20
+	// 50 MB; under the race detector, which makes it ten times slower,
+	// 8 MB (the full size runs in the suite's non-race pass).
+	size := 50 << 20
+	if raceEnabled {
+		size = 8 << 20
+	}
 	sum := make(chan [32]byte, 1)
 	go func() {
 		c, err := l.Accept()
@@ -122,7 +135,7 @@ func TestDirectCutMidTransfer(t *testing.T) {
 		_, _ = io.Copy(h, c)
 		sum <- [32]byte(h.Sum(nil))
 	}()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), slow(60*time.Second))
 	defer cancel()
 	c, err := na.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.Address().Addr(), 9))
 	require.NoError(t, err)
@@ -151,13 +164,13 @@ func TestDirectCutMidTransfer(t *testing.T) {
 		written <- err
 	}()
 	// Cut once a fifth is through, restore once the relay has carried some.
-	require.Eventually(t, func() bool { return a.Status()[0].TxDirect > size/5 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return a.Status()[0].TxDirect > uint64(size/5) }, slow(30*time.Second), 10*time.Millisecond)
 	cut(true)
-	waitPath(t, a, node.PathRelay, 10*time.Second)
+	waitPath(t, a, node.PathRelay, slow(10*time.Second))
 	relayed := a.Status()[0].TxRelay
-	require.Eventually(t, func() bool { return a.Status()[0].TxRelay > relayed+size/10 }, 30*time.Second, 10*time.Millisecond, "relay carried nothing")
+	require.Eventually(t, func() bool { return a.Status()[0].TxRelay > relayed+uint64(size/10) }, slow(30*time.Second), 10*time.Millisecond, "relay carried nothing")
 	cut(false)
-	waitPath(t, a, node.PathDirect, 15*time.Second)
+	waitPath(t, a, node.PathDirect, slow(15*time.Second))
 	require.NoError(t, <-written)
 	select {
 	case got := <-sum:

@@ -55,8 +55,12 @@ type Config struct {
 	Token string
 	// Credentials keep the identity. If nil, an ephemeral one (mem:).
 	Credentials CredentialStore
-	// ListenPort is the shared ICE + WireGuard UDP port. If zero, 51820.
+	// ListenPort is the shared ICE + WireGuard UDP port. If zero, 51820;
+	// -1 lets the system pick a free one.
 	ListenPort int
+	// ListenAddr restricts the socket to one address (host candidates
+	// then come only from it). If zero, every address.
+	ListenAddr netip.Addr
 	// Provisioner makes the interface. Required.
 	Provisioner Provisioner
 	// MTU of the overlay interface. If zero, 1420 (1500 minus WireGuard's
@@ -103,8 +107,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Credentials == nil {
 		cfg.Credentials = OpenCredentials("mem:")
 	}
-	if cfg.ListenPort == 0 {
+	switch {
+	case cfg.ListenPort == 0:
 		cfg.ListenPort = 51820
+	case cfg.ListenPort < 0:
+		cfg.ListenPort = 0
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1420
@@ -152,7 +159,11 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.log.Info("registered", "id", resp.NodeID, "address", resp.Address, "new", created, "peers", len(resp.Peers))
 
-	pc, err := n.cfg.Network.ListenPacket(ctx, "udp4", fmt.Sprintf(":%d", n.cfg.ListenPort))
+	laddr := ""
+	if n.cfg.ListenAddr.IsValid() {
+		laddr = n.cfg.ListenAddr.String()
+	}
+	pc, err := n.cfg.Network.ListenPacket(ctx, "udp4", net.JoinHostPort(laddr, fmt.Sprint(n.cfg.ListenPort)))
 	if err != nil {
 		return fmt.Errorf("node: UDP socket: %w", err)
 	}
@@ -205,12 +216,30 @@ func (n *Node) start(ctx context.Context) error {
 			ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
 			ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
 			ice.WithKeepaliveInterval(keepalive),
-			ice.WithCheckInterval(200 * time.Millisecond),
+			ice.WithCheckInterval(50 * time.Millisecond),
+			// pion waits 500ms (1s) before accepting a server- (peer-)
+			// reflexive pair in case a better one comes; there is no
+			// better one here (no TURN), and the relay already carries
+			// traffic, so take the first that works.
+			ice.WithSrflxAcceptanceMinWait(20 * time.Millisecond),
+			ice.WithPrflxAcceptanceMinWait(50 * time.Millisecond),
 			ice.WithDisconnectedTimeout(n.cfg.ICE.DeadAfter - keepalive),
 			ice.WithFailedTimeout(2 * n.cfg.ICE.DeadAfter),
-			// Loopback candidates would pair with the peer's own loopback.
-			ice.WithIPFilter(func(ip net.IP) bool { return !ip.IsLoopback() }),
+			ice.WithIPFilter(func(ip net.IP) bool {
+				a, ok := netip.AddrFromSlice(ip)
+				if !ok {
+					return false
+				}
+				if f := n.cfg.ICE.Candidates; f != nil {
+					return f(a.Unmap())
+				}
+				// Loopback candidates would pair with the peer's own loopback.
+				return !a.IsLoopback()
+			}),
 		},
+	}
+	if n.cfg.ICE.Candidates != nil {
+		n.env.agentOpt = append(n.env.agentOpt, ice.WithIncludeLoopback())
 	}
 	if os.Getenv("LATTICE_ICE_TRACE") != "" {
 		lf := logging.NewDefaultLoggerFactory()

@@ -58,7 +58,7 @@ type labWorld struct {
 
 const natsAddr = "203.0.113.101:443"
 
-func newLabWorld(t *testing.T) *labWorld {
+func newLabWorld(t testing.TB) *labWorld {
 	t.Helper()
 	f, err := fabric.New(fabric.Config{Seed: 1})
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func newLabWorld(t *testing.T) *labWorld {
 }
 
 // site adds a LAN behind a NAT with the named profile and one host.
-func (w *labWorld) site(t *testing.T, profile string) *fabric.Host {
+func (w *labWorld) site(t testing.TB, profile string) *fabric.Host {
 	t.Helper()
 	i := w.sites
 	w.sites++
@@ -114,7 +114,7 @@ func (w *labWorld) site(t *testing.T, profile string) *fabric.Host {
 	return h
 }
 
-func startNode(t *testing.T, h *fabric.Host, name string, prov node.Provisioner, opts ...func(*node.Config)) *node.Node {
+func startNode(t testing.TB, h *fabric.Host, name string, prov node.Provisioner, opts ...func(*node.Config)) *node.Node {
 	t.Helper()
 	var log *slog.Logger
 	if os.Getenv("LATTICE_TEST_LOG") != "" {
@@ -122,7 +122,7 @@ func startNode(t *testing.T, h *fabric.Host, name string, prov node.Provisioner,
 	}
 	cfg := node.Config{
 		Name: name, Network: h, Control: "nats://" + natsAddr, Token: labToken,
-		Provisioner: prov, Relay: node.LRPRelay(h, nil), Logger: log,
+		Provisioner: prov, Relay: node.LRPRelay(h, nil, ""), Logger: log,
 	}
 	for _, o := range opts {
 		o(&cfg)

@@ -75,6 +75,12 @@ type ICEConfig struct {
 	RetryMin, RetryMax time.Duration
 	// AttemptTimeout bounds one ICE attempt. If zero, 10s.
 	AttemptTimeout time.Duration
+	// Candidates filters the addresses host candidates may use. If nil,
+	// every address but loopback.
+	Candidates func(netip.Addr) bool
+	// RelayOnly never tries a direct path (for measurements and networks
+	// where direct paths are unwanted).
+	RelayOnly bool
 }
 
 func (c *ICEConfig) defaults() {
@@ -172,6 +178,11 @@ func (p *peer) close() {
 func (p *peer) run(ctx context.Context) {
 	defer close(p.done)
 	defer p.stopAgent()
+	if p.env.cfg.RelayOnly {
+		p.record(PathRelay, netip.AddrPort{}, "direct paths disabled (RelayOnly)")
+		<-ctx.Done()
+		return
+	}
 	p.startAttempt(ctx, "first attempt")
 	for {
 		select {
