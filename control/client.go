@@ -111,12 +111,27 @@ type Session struct {
 	onSignal func(from string, payload []byte)
 }
 
+// Handlers receive a session's events. They run on NATS's delivery
+// goroutines; any may be nil.
+type Handlers struct {
+	Peer   func(PeerEvent)
+	Signal func(from string, payload []byte)
+	// Reconnected runs after the connection to NATS came back: events
+	// published meanwhile are lost, so the node should resync its peers.
+	Reconnected func()
+}
+
 // Connect opens a node's session with the credentials registration gave.
-// onPeer and onSignal run on NATS's delivery goroutine; either may be nil.
-func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, onPeer func(PeerEvent), onSignal func(string, []byte)) (*Session, error) {
-	s := &Session{id: nodeID, onPeer: onPeer, onSignal: onSignal}
-	nc, err := nats.Connect(creds.URL, nats.SetCustomDialer(Dialer(n)), nats.UserInfo(creds.User, creds.Password),
-		nats.CustomInboxPrefix(creds.Inbox), nats.Name("lattice-node "+nodeID), nats.MaxReconnects(-1))
+// It reconnects by itself, forever, with the same credentials.
+func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*Session, error) {
+	s := &Session{id: nodeID, onPeer: h.Peer, onSignal: h.Signal}
+	opts := []nats.Option{nats.SetCustomDialer(Dialer(n)), nats.UserInfo(creds.User, creds.Password),
+		nats.CustomInboxPrefix(creds.Inbox), nats.Name("lattice-node " + nodeID), nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second)}
+	if h.Reconnected != nil {
+		opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) { go h.Reconnected() }))
+	}
+	nc, err := nats.Connect(creds.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: connect to %s: %w", nodeID, creds.URL, err)
 	}
@@ -129,7 +144,9 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 		nc.Close()
 		return nil, fmt.Errorf("node %s: subscribe to signals: %w", nodeID, err)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("node %s: %w", nodeID, err)
 	}

@@ -86,7 +86,7 @@ func TestRegisterNATSAndHTTP(t *testing.T) {
 
 	// alpha connects and waits for news of beta.
 	events := make(chan PeerEvent, 4)
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, func(ev PeerEvent) { events <- ev }, nil)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
 	require.NoError(t, err)
 	defer sa.Close()
 
@@ -131,9 +131,9 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	assert.NotEqual(t, first.NATS.Password, again.NATS.Password, "re-registering issues a new secret")
 
 	// The old secret no longer works; the new one does.
-	_, err = Connect(ctxT(t), netx.OS, first.NodeID, first.NATS, nil, nil)
+	_, err = Connect(ctxT(t), netx.OS, first.NodeID, first.NATS, Handlers{})
 	require.Error(t, err)
-	s, err := Connect(ctxT(t), netx.OS, again.NodeID, again.NATS, nil, nil)
+	s, err := Connect(ctxT(t), netx.OS, again.NodeID, again.NATS, Handlers{})
 	require.NoError(t, err)
 	s.Close()
 }
@@ -282,10 +282,10 @@ func TestSignaling(t *testing.T) {
 		data string
 	}
 	got := make(chan sig, 1)
-	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, nil, func(from string, p []byte) { got <- sig{from, string(p)} })
+	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{Signal: func(from string, p []byte) { got <- sig{from, string(p)} }})
 	require.NoError(t, err)
 	defer sb.Close()
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, nil, nil)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{})
 	require.NoError(t, err)
 	defer sa.Close()
 
@@ -314,10 +314,10 @@ func TestDeregister(t *testing.T) {
 	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
 	require.NoError(t, err)
 	events := make(chan PeerEvent, 1)
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, func(ev PeerEvent) { events <- ev }, nil)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
 	require.NoError(t, err)
 	defer sa.Close()
-	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, nil, nil)
+	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{})
 	require.NoError(t, err)
 	require.NoError(t, sb.Deregister(ctx))
 	sb.Close()
@@ -326,7 +326,7 @@ func TestDeregister(t *testing.T) {
 	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
 	_, err = env.srv.cfg.Store.Get(ctx, b.NodeID)
 	require.ErrorIs(t, err, ErrNotFound)
-	_, err = Connect(ctx, netx.OS, b.NodeID, b.NATS, nil, nil)
+	_, err = Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{})
 	require.Error(t, err, "a deregistered node's credentials are revoked")
 }
 
@@ -418,7 +418,7 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	assert.Len(t, nodes, 1)
 
 	// Deregistration frees address and name in the bucket.
-	s, err := Connect(ctx, netx.OS, again.NodeID, again.NATS, nil, nil)
+	s, err := Connect(ctx, netx.OS, again.NodeID, again.NATS, Handlers{})
 	require.NoError(t, err)
 	require.NoError(t, s.Deregister(ctx))
 	s.Close()

@@ -86,10 +86,10 @@ func TestRegisterInLab(t *testing.T) {
 
 	got := make(chan string, 1)
 	last := resps[2]
-	s2, err := control.Connect(ctx, hosts[2], last.NodeID, last.NATS, nil, func(from string, p []byte) { got <- from + ":" + string(p) })
+	s2, err := control.Connect(ctx, hosts[2], last.NodeID, last.NATS, control.Handlers{Signal: func(from string, p []byte) { got <- from + ":" + string(p) }})
 	require.NoError(t, err)
 	defer s2.Close()
-	s0, err := control.Connect(ctx, hosts[0], resps[0].NodeID, resps[0].NATS, nil, nil)
+	s0, err := control.Connect(ctx, hosts[0], resps[0].NodeID, resps[0].NATS, control.Handlers{})
 	require.NoError(t, err)
 	defer s0.Close()
 	require.NoError(t, s0.Signal(ctx, last.NodeID, []byte("candidates")))

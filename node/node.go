@@ -250,7 +250,9 @@ func (n *Node) start(ctx context.Context) error {
 		return n.session.Signal(ctx, to, payload)
 	}
 
-	n.session, err = control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, n.onPeerEvent, n.onSignal)
+	n.session, err = control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
+		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync,
+	})
 	if err != nil {
 		return fmt.Errorf("node: control session: %w", err)
 	}
@@ -308,6 +310,35 @@ func (n *Node) removePeer(info control.Peer) {
 	_ = n.dev.IpcSet("public_key=" + hex.EncodeToString(info.PublicKey[:]) + "\nremove=true\n")
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)
+}
+
+// resync reconciles the peer set with control's after a NATS outage, in
+// which peer events may have been lost.
+func (n *Node) resync() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	peers, err := n.session.Peers(ctx)
+	if err != nil {
+		n.log.Warn("resync peers after reconnect", "err", err)
+		return
+	}
+	want := map[string]control.Peer{}
+	for _, p := range peers {
+		want[p.NodeID] = p
+		n.addPeer(p)
+	}
+	n.mu.Lock()
+	var gone []control.Peer
+	for id, p := range n.peers {
+		if _, ok := want[id]; !ok {
+			gone = append(gone, p.info)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range gone {
+		n.removePeer(p)
+	}
+	n.log.Info("resynced peers after reconnect", "peers", len(peers))
 }
 
 func (n *Node) onSignal(from string, payload []byte) {

@@ -2,6 +2,13 @@ package node_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,6 +61,10 @@ type labWorld struct {
 	ctrl   *control.Server
 	relay  *relay.Server
 	sites  int
+
+	secret    []byte
+	tls       *tls.Config
+	storePath string
 }
 
 const natsAddr = "203.0.113.101:443"
@@ -72,25 +83,55 @@ func newLabWorld(t testing.TB) *labWorld {
 	require.NoError(t, err)
 	require.NoError(t, st.Start(t.Context()))
 	t.Cleanup(func() { st.Close() })
-	secret := []byte("lab-relay-secret-0123456789abcdef")
-	rs, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
+	w := &labWorld{f: f, server: server, secret: []byte("lab-relay-secret-0123456789abcdef"),
+		tls: selfSigned(t), storePath: filepath.Join(t.TempDir(), "registry.json")}
+	w.startRelay(t)
+	w.startControl(t)
+	t.Cleanup(func() {
+		w.ctrl.Close()
+		w.relay.Close()
+	})
+	return w
+}
+
+// startRelay (re)starts the relay with the world's certificate, so its
+// fingerprint survives restarts.
+func (w *labWorld) startRelay(t testing.TB) {
+	t.Helper()
+	rs, err := relay.NewServer(relay.ServerConfig{Network: w.server, Addr: "203.0.113.100:443", Secret: w.secret, TLS: w.tls})
 	require.NoError(t, err)
-	t.Cleanup(func() { rs.Close() })
-	store, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
+	w.relay = rs
+}
+
+// startControl (re)starts control (and its NATS) on the same registry.
+func (w *labWorld) startControl(t testing.TB) {
+	t.Helper()
+	store, err := control.OpenFileStore(w.storePath)
 	require.NoError(t, err)
 	ctrl, err := control.New(t.Context(), control.Config{
-		Network: server, Tokens: []control.JoinToken{{Value: labToken}}, Store: store,
+		Network: w.server, Tokens: []control.JoinToken{{Value: labToken}}, Store: store,
 		// NATS on 443 of the second address: corporate firewalls let it out.
-		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: server, Listen: natsAddr},
+		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: w.server, Listen: natsAddr},
 		STUN:         []string{"203.0.113.100:3478"},
-		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
+		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: relay.CertFingerprint(w.tls.Certificates[0].Certificate[0])}},
 		RelayToken: func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
+			return string(relay.IssueToken(w.secret, relay.Key(k), now.Add(time.Hour))), nil
 		},
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { ctrl.Close() })
-	return &labWorld{f: f, server: server, ctrl: ctrl, relay: rs}
+	w.ctrl = ctrl
+}
+
+// selfSigned makes a relay certificate.
+func selfSigned(t testing.TB) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		Subject: pkix.Name{CommonName: "lab relay"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 }
 
 // site adds a LAN behind a NAT with the named profile and one host.
