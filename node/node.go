@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -365,11 +366,46 @@ func (n *Node) Status() []PeerStatus {
 		peers = append(peers, p)
 	}
 	n.mu.Unlock()
+	handshakes := n.handshakes()
 	out := make([]PeerStatus, 0, len(peers))
 	for _, p := range peers {
-		out = append(out, p.status())
+		st := p.status()
+		st.LastHandshake = handshakes[st.Peer.PublicKey]
+		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b PeerStatus) int { return strings.Compare(a.Peer.Name, b.Peer.Name) })
+	return out
+}
+
+// handshakes reads each peer's last handshake from WireGuard.
+func (n *Node) handshakes() map[control.Key]time.Time {
+	out := map[control.Key]time.Time{}
+	if n.dev == nil {
+		return out
+	}
+	conf, err := n.dev.IpcGet()
+	if err != nil {
+		return out
+	}
+	var key control.Key
+	var sec int64
+	for line := range strings.Lines(conf) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		switch k {
+		case "public_key":
+			b, err := hex.DecodeString(v)
+			if err == nil && len(b) == 32 {
+				key = control.Key(b)
+			}
+		case "last_handshake_time_sec":
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		case "last_handshake_time_nsec":
+			nsec, _ := strconv.ParseInt(v, 10, 64)
+			if sec != 0 || nsec != 0 {
+				out[key] = time.Unix(sec, nsec)
+			}
+		}
+	}
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/ice/v4"
@@ -125,6 +126,7 @@ type peer struct {
 	session     uint64 // our current ICE session
 	seq         uint64
 	agent       *ice.Agent
+	agentRef    atomic.Pointer[ice.Agent] // agent, for Status to read
 	attemptDone context.CancelFunc
 	haveRemote  bool   // the current agent got the peer's credentials
 	boundRemote uint64 // the peer's session those credentials belong to
@@ -272,6 +274,7 @@ func (p *peer) stopAgent() {
 	if p.agent != nil {
 		_ = p.agent.Close()
 		p.agent = nil
+		p.agentRef.Store(nil)
 	}
 	p.haveRemote = false
 	p.boundRemote = 0
@@ -297,6 +300,7 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 		return
 	}
 	p.agent = agent
+	p.agentRef.Store(agent)
 	p.setReport(func(r *ICEReport) { *r = ICEReport{Session: session, State: "new"} })
 	_ = agent.OnCandidate(func(c ice.Candidate) {
 		if c == nil {
@@ -483,6 +487,8 @@ type PeerStatus struct {
 	Peer                                 control.Peer
 	Path                                 PathKind
 	Endpoint                             string
+	RTT                                  time.Duration // the direct path's, as ICE measures it
+	LastHandshake                        time.Time     // WireGuard's last completed handshake
 	TxDirect, TxRelay, RxDirect, RxRelay uint64
 	History                              []PathEvent
 	ICE                                  ICEReport
@@ -500,6 +506,11 @@ func (p *peer) status() PeerStatus {
 	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
 	if a, ok := p.path.Direct(); ok {
 		st.Endpoint = a.String()
+		if ag := p.agentRef.Load(); ag != nil {
+			if s, ok := ag.GetSelectedCandidatePairStats(); ok {
+				st.RTT = time.Duration(s.CurrentRoundTripTime * float64(time.Second))
+			}
+		}
 	} else {
 		st.Endpoint = "relay"
 	}

@@ -76,7 +76,7 @@ stops cleanly on Ctrl-C or SIGTERM.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newControlCmd(), newRelayCmd(), newSTUNCmd())
+	root.AddCommand(newUpCmd(), newStatusCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd())
 	return root
 }
 

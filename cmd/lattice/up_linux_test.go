@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// needRoot skips a test that needs root and the named tools, saying which
+// is missing.
+func needRoot(t *testing.T, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, TUN devices)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("needs /dev/net/tun")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make deps installs it)", tool)
+		}
+	}
+}
+
+func sh(t *testing.T, name string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
+}
+
+// proc is a background lattice process whose output is collected.
+type proc struct {
+	cmd *exec.Cmd
+	mu  sync.Mutex
+	out strings.Builder
+}
+
+func (p *proc) text() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func startIn(t *testing.T, netns, bin string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + netns, bin}, args...)...)
+	p := &proc{cmd: cmd}
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = w, w
+	require.NoError(t, cmd.Start())
+	w.Close()
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s %s output:\n%s", netns, args[0], p.text())
+		}
+	})
+	return p
+}
+
+// TestUpKernelInNamespaces runs control and two `lattice up` nodes with
+// kernel TUN interfaces in two network namespaces joined by a veth pair,
+// and pings one node's overlay address from the other.
+func TestUpKernelInNamespaces(t *testing.T) {
+	needRoot(t, "ip", "nsenter", "ping")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "lattice")
+	sh(t, "go", "build", "-o", bin, ".")
+
+	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
+	nsA, nsB := "lt-a-"+suffix, "lt-b-"+suffix
+	for _, ns := range []string{nsA, nsB} {
+		sh(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	vethA, vethB := "lva"+suffix, "lvb"+suffix
+	sh(t, "ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB)
+	sh(t, "ip", "link", "set", vethA, "netns", nsA)
+	sh(t, "ip", "link", "set", vethB, "netns", nsB)
+	sh(t, "ip", "-n", nsA, "addr", "add", "10.213.0.1/24", "dev", vethA)
+	sh(t, "ip", "-n", nsB, "addr", "add", "10.213.0.2/24", "dev", vethB)
+	sh(t, "ip", "-n", nsA, "link", "set", vethA, "up")
+	sh(t, "ip", "-n", nsB, "link", "set", vethB, "up")
+
+	tokens := writeFile(t, "tokens", "netns-test-token-0123456789\n", 0o600)
+	token := writeFile(t, "token", "netns-test-token-0123456789\n", 0o600)
+	ctrl := startIn(t, nsA, bin, "control", "--embedded-nats", "--nats-listen", "10.213.0.1:4222", "--listen-http", "",
+		"--token-file", tokens, "--data-dir", filepath.Join(dir, "control"))
+	require.Eventually(t, func() bool { return strings.Contains(ctrl.text(), "control: NATS on") }, 20*time.Second, 50*time.Millisecond)
+
+	upRE := regexp.MustCompile(`up: \S+ \(\S+\) at ([0-9.]+)/10`)
+	var addrs []string
+	for i, ns := range []string{nsA, nsB} {
+		p := startIn(t, ns, bin, "up", "--name", fmt.Sprintf("node-%d", i), "--control", "nats://10.213.0.1:4222",
+			"--token-file", token, "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
+		require.Eventually(t, func() bool { return upRE.MatchString(p.text()) }, 20*time.Second, 50*time.Millisecond)
+		addrs = append(addrs, upRE.FindStringSubmatch(p.text())[1])
+	}
+
+	// Node A sees node B on a direct path.
+	require.Eventually(t, func() bool {
+		st, _, err := fetchStatus(context.Background(), filepath.Join(dir, nsA, "lattice.sock"))
+		return err == nil && len(st.Peers) == 1 && st.Peers[0].Path == "direct"
+	}, 20*time.Second, 100*time.Millisecond, "node A never got a direct path")
+
+	out, err := exec.Command("nsenter", "--net=/run/netns/"+nsA, "ping", "-c", "3", "-W", "2", addrs[1]).CombinedOutput()
+	require.NoError(t, err, "ping over the kernel interfaces: %s", out)
+	require.Contains(t, string(out), "3 received")
+
+	raw, err := exec.Command(bin, "status", "--state-dir", filepath.Join(dir, nsA), "--json").Output()
+	require.NoError(t, err)
+	var st statusReply
+	require.NoError(t, json.Unmarshal(raw, &st))
+	require.Positive(t, st.Peers[0].TxDirect)
+}
