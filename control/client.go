@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,6 +120,10 @@ type Handlers struct {
 	// Reconnected runs after the connection to NATS came back: events
 	// published meanwhile are lost, so the node should resync its peers.
 	Reconnected func()
+	// Rejected runs when NATS refuses the session's credentials (control
+	// lost its registry, or the node was deregistered): the node should
+	// register again.
+	Rejected func()
 }
 
 // Connect opens a node's session with the credentials registration gave.
@@ -130,6 +135,14 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 		nats.ReconnectWait(500 * time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second)}
 	if h.Reconnected != nil {
 		opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) { go h.Reconnected() }))
+	}
+	if h.Rejected != nil {
+		var once sync.Once
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+				once.Do(func() { go h.Rejected() })
+			}
+		}))
 	}
 	nc, err := nats.Connect(creds.URL, opts...)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/ice/v4"
@@ -80,7 +81,8 @@ type Node struct {
 	log     *slog.Logger
 	id      *Identity
 	resp    *control.RegisterResponse
-	session *control.Session
+	session atomic.Pointer[control.Session]
+	regMu   sync.Mutex // serializes re-registration
 	mux     *Mux
 	udpMux  *ice.UniversalUDPMuxDefault
 	bind    *Bind
@@ -137,18 +139,9 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.id = id
 	n.log = n.log.With("node", id.Name)
-	req := control.RegisterRequest{Token: n.cfg.Token, Name: id.Name, PublicKey: id.PublicKey()}
-	var resp *control.RegisterResponse
-	switch {
-	case strings.HasPrefix(n.cfg.Control, "nats://"):
-		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
-	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
-		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
-	default:
-		return fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
-	}
+	resp, err := n.register(ctx)
 	if err != nil {
-		return fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
+		return err
 	}
 	n.resp = resp
 	if id.NodeID != "" && (id.NodeID != resp.NodeID || id.Address != resp.Address) {
@@ -248,19 +241,35 @@ func (n *Node) start(ctx context.Context) error {
 		n.env.agentOpt = append(n.env.agentOpt, ice.WithLoggerFactory(lf))
 	}
 	n.env.signal = func(ctx context.Context, to string, payload []byte) error {
-		return n.session.Signal(ctx, to, payload)
+		return n.session.Load().Signal(ctx, to, payload)
 	}
 
-	n.session, err = control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
-		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync,
-	})
-	if err != nil {
-		return fmt.Errorf("node: control session: %w", err)
+	if err := n.connectSession(ctx, resp); err != nil {
+		return err
 	}
 	for _, p := range resp.Peers {
 		n.addPeer(p)
 	}
 	return nil
+}
+
+// register registers the node's identity with control.
+func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) {
+	req := control.RegisterRequest{Token: n.cfg.Token, Name: n.id.Name, PublicKey: n.id.PublicKey()}
+	var resp *control.RegisterResponse
+	var err error
+	switch {
+	case strings.HasPrefix(n.cfg.Control, "nats://"):
+		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
+	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
+		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
+	default:
+		return nil, fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
+	}
+	return resp, nil
 }
 
 // Identity returns the node's identity.
@@ -313,12 +322,57 @@ func (n *Node) removePeer(info control.Peer) {
 	n.log.Info("peer removed", "peer", info.Name)
 }
 
+func (n *Node) connectSession(ctx context.Context, resp *control.RegisterResponse) error {
+	s, err := control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
+		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
+	})
+	if err != nil {
+		return fmt.Errorf("node: control session: %w", err)
+	}
+	if old := n.session.Swap(s); old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// reregister registers again with the same identity after control
+// refused the session's credentials, then resyncs the peers. It retries
+// with backoff until it works or the node closes.
+func (n *Node) reregister() {
+	n.regMu.Lock()
+	defer n.regMu.Unlock()
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		n.mu.Lock()
+		closed := n.closed
+		n.mu.Unlock()
+		if closed {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		resp, err := n.register(ctx)
+		if err == nil {
+			err = n.connectSession(ctx, resp)
+		}
+		cancel()
+		if err == nil {
+			if resp.Address != n.id.Address {
+				n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
+			}
+			n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
+			n.resync()
+			return
+		}
+		n.log.Warn("re-register", "err", err, "retry in", delay)
+		time.Sleep(delay)
+	}
+}
+
 // resync reconciles the peer set with control's after a NATS outage, in
 // which peer events may have been lost.
 func (n *Node) resync() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	peers, err := n.session.Peers(ctx)
+	peers, err := n.session.Load().Peers(ctx)
 	if err != nil {
 		n.log.Warn("resync peers after reconnect", "err", err)
 		return
@@ -423,8 +477,8 @@ func (n *Node) Close() error {
 	for _, p := range peers {
 		p.close()
 	}
-	if n.session != nil {
-		n.session.Close()
+	if s := n.session.Load(); s != nil {
+		s.Close()
 	}
 	if n.dev != nil {
 		n.dev.Close()

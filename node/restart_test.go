@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -106,4 +107,25 @@ func TestRestartsResume(t *testing.T) {
 	a2 := startNode(t, hostA, "alpha", na2, withCreds)
 	assert.Equal(t, idBefore, a2.Identity(), "identity and address survive a restart")
 	eventuallyEcho(t, na2, b.Address().Addr(), 7, slow(20*time.Second), "after a node restart")
+
+	// Control restarted with its registry lost: the nodes' credentials are
+	// refused, they register again with the same keys, get the same
+	// addresses, and hear of a node that joins afterwards.
+	require.NoError(t, w.ctrl.Close())
+	require.NoError(t, os.Remove(w.storePath))
+	w.startControl(t)
+	require.Eventually(t, func() bool {
+		nodes, err := w.ctrl.Store().List(t.Context())
+		return err == nil && len(nodes) == 3
+	}, slow(30*time.Second), 50*time.Millisecond, "nodes did not register again")
+	again, err := w.ctrl.Store().Get(t.Context(), idBefore.NodeID)
+	require.NoError(t, err)
+	assert.Equal(t, idBefore.Address, again.Address, "same key, same address after the registry was lost")
+	nd := &stockNetstack{}
+	d := startNode(t, w.site(t, "full-cone"), "delta", nd)
+	serveEcho(t, nd, 7)
+	require.Eventually(t, func() bool { return len(a2.Status()) == 3 }, slow(20*time.Second), 20*time.Millisecond,
+		"alpha never heard of delta after re-registering")
+	eventuallyEcho(t, na2, d.Address().Addr(), 7, slow(20*time.Second), "to a node registered after the registry was lost")
+	eventuallyEcho(t, na2, b.Address().Addr(), 7, slow(20*time.Second), "to beta after both re-registered")
 }
