@@ -139,9 +139,12 @@ func TestImpairedBandwidth(t *testing.T) {
 	ceiling := rate * 1448 / 1514
 	goodput := float64(size*8) / elapsed.Seconds()
 	t.Logf("goodput %.1f Mbit/s, ceiling %.1f Mbit/s (%.1f%%)", goodput/1e6, ceiling/1e6, 100*goodput/ceiling)
-	// TCP's share of the link depends on CPU (gVisor, the race detector,
-	// parallel tests); the shaper itself is checked with UDP below.
-	assert.Greater(t, goodput, 0.7*ceiling, "TCP uses most of the configured rate")
+	// The shaper holds for TCP too: never above the configured rate. How
+	// close TCP gets depends on CPU (gVisor, the race detector, parallel
+	// test packages), so below only progress is checked; the shaper's
+	// accuracy is measured with paced UDP in TestImpairedBandwidthUDP.
+	assert.Less(t, goodput, 1.05*ceiling, "TCP exceeded the configured rate")
+	assert.Greater(t, goodput, 0.1*ceiling, "TCP barely moved")
 }
 
 // TestImpairedBandwidthUDP offers UDP at 1.5 times the configured rate and
