@@ -3,8 +3,6 @@ package control_test
 import (
 	"context"
 	"crypto/rand"
-	"fmt"
-	"net/netip"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/labtest"
 	"github.com/latticelab/lattice/lab/nat"
 )
 
@@ -23,34 +22,14 @@ const token = "lab-join-token-0123456789"
 // from behind different NATs, over NATS and over HTTP; they then signal
 // each other through control.
 func TestRegisterInLab(t *testing.T) {
-	f, err := fabric.New(fabric.Config{Seed: 1})
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
-	require.NoError(t, err)
-	server, err := f.AddHost(fabric.HostConfig{Name: "control", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
-	require.NoError(t, err)
+	w := labtest.New(t, fabric.Config{Seed: 1})
+	server := w.Server
 	var hosts []*fabric.Host
-	for i, profile := range []string{"port-restricted-cone", "symmetric", "udp-blocked"} {
-		lan := fmt.Sprintf("lan%d", i)
-		_, err := f.AddNetwork(fabric.NetworkConfig{Name: lan, Prefix: netip.MustParsePrefix("192.168.1.0/24")})
-		require.NoError(t, err)
-		cfg, err := nat.Profile(profile)
-		require.NoError(t, err)
-		if profile == "udp-blocked" {
-			// The corporate firewall allows NATS's port, as such a
-			// network would for its mesh.
+	for _, profile := range []string{"port-restricted-cone", "symmetric", "udp-blocked"} {
+		hosts = append(hosts, w.Site(t, profile, func(cfg *nat.Config) {
+			// A corporate firewall lets the mesh's NATS and HTTP ports out.
 			cfg.Firewall.Rules = append([]nat.Rule{{Action: nat.Allow, Proto: nat.TCP, Ports: []nat.PortRange{nat.Port(4222), nat.Port(8080)}}}, cfg.Firewall.Rules...)
-		}
-		_, err = f.AddRouter(fabric.RouterConfig{Name: "nat" + lan, Uplink: "wan", NAT: &cfg, Interfaces: []fabric.InterfaceConfig{
-			{Name: "lan", Network: lan, Addr: netip.MustParseAddr("192.168.1.1")},
-			{Name: "wan", Network: "internet", Addr: netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + i)})},
-		}})
-		require.NoError(t, err)
-		h, err := f.AddHost(fabric.HostConfig{Name: "node" + lan, Gateway: netip.MustParseAddr("192.168.1.1"),
-			Interfaces: []fabric.InterfaceConfig{{Network: lan, Addr: netip.MustParseAddr("192.168.1.2")}}})
-		require.NoError(t, err)
-		hosts = append(hosts, h)
+		}).Host)
 	}
 
 	st, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))

@@ -64,8 +64,9 @@ func NewBind(mux *Mux) *Bind {
 // Path is one peer's path state, shared by the Bind and the peer's path
 // manager.
 type Path struct {
-	Key    control.Key
-	direct atomic.Pointer[netip.AddrPort] // nil: relay
+	Key      control.Key
+	direct   atomic.Pointer[netip.AddrPort] // nil: relay
+	lastAddr netip.AddrPort                 // the last direct address, guarded by Bind.mu
 
 	lastDirectRx                         atomic.Int64  // Unix ns of the last direct packet
 	TxDirect, TxRelay, RxDirect, RxRelay atomic.Uint64 // bytes
@@ -119,8 +120,8 @@ func (b *Bind) RemovePeer(key control.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p := b.peers[key]; p != nil {
-		if a, ok := p.Direct(); ok {
-			delete(b.byAddr, a)
+		if b.byAddr[p.lastAddr] == p {
+			delete(b.byAddr, p.lastAddr)
 		}
 		p.stopResends()
 		delete(b.peers, key)
@@ -128,17 +129,21 @@ func (b *Bind) RemovePeer(key control.Key) {
 }
 
 // SetDirect switches a peer to the direct path at addr; an invalid addr
-// switches it to the relay.
+// switches it to the relay. Packets still arriving from the last direct
+// address are accepted until another direct address replaces it: the two
+// sides notice a dead path at different moments, and WireGuard
+// authenticates every packet anyway.
 func (b *Bind) SetDirect(p *Path, addr netip.AddrPort) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old, ok := p.Direct(); ok {
-		delete(b.byAddr, old)
-	}
 	if !addr.IsValid() {
 		p.direct.Store(nil)
 		return
 	}
+	if p.lastAddr.IsValid() && p.lastAddr != addr && b.byAddr[p.lastAddr] == p {
+		delete(b.byAddr, p.lastAddr)
+	}
+	p.lastAddr = addr
 	b.byAddr[addr] = p
 	p.lastDirectRx.Store(0)
 	p.direct.Store(&addr)

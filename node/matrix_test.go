@@ -168,7 +168,7 @@ func TestDirectCutMidTransfer(t *testing.T) {
 	cut(true)
 	waitPath(t, a, node.PathRelay, slow(10*time.Second))
 	relayed := a.Status()[0].TxRelay
-	require.Eventually(t, func() bool { return a.Status()[0].TxRelay > relayed+uint64(size/10) }, slow(30*time.Second), 10*time.Millisecond, "relay carried nothing")
+	require.Eventually(t, func() bool { return a.Status()[0].TxRelay > relayed+uint64(size/10) }, slow(30*time.Second), 10*time.Millisecond, "relay carried too little: %+v", a.Status())
 	cut(false)
 	waitPath(t, a, node.PathDirect, slow(15*time.Second))
 	require.NoError(t, <-written)

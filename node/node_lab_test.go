@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -27,7 +26,7 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/lab/fabric"
-	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/lab/labtest"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
@@ -56,11 +55,11 @@ func (s *stockNetstack) Up(_ context.Context, addr netip.Prefix, mtu int) (tun.D
 // labWorld is the internet with control (embedded NATS) and STUN on one
 // public server, plus NATed sites.
 type labWorld struct {
+	lw     *labtest.World
 	f      *fabric.Fabric
 	server *fabric.Host
 	ctrl   *control.Server
 	relay  *relay.Server
-	sites  int
 
 	secret    []byte
 	tls       *tls.Config
@@ -71,19 +70,13 @@ const natsAddr = "203.0.113.101:443"
 
 func newLabWorld(t testing.TB) *labWorld {
 	t.Helper()
-	f, err := fabric.New(fabric.Config{Seed: 1})
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
-	require.NoError(t, err)
-	server, err := f.AddHost(fabric.HostConfig{Name: "server", Interfaces: []fabric.InterfaceConfig{{Network: "internet",
-		Addr: netip.MustParseAddr("203.0.113.100"), Aliases: []netip.Addr{netip.MustParseAddr("203.0.113.101")}}}})
-	require.NoError(t, err)
+	lw := labtest.New(t, fabric.Config{Seed: 1})
+	f, server := lw.Fabric, lw.Server
 	st, err := stun.NewServer(stun.Config{Network: server, Primary: netip.MustParseAddrPort("203.0.113.100:3478")})
 	require.NoError(t, err)
 	require.NoError(t, st.Start(t.Context()))
 	t.Cleanup(func() { st.Close() })
-	w := &labWorld{f: f, server: server, secret: []byte("lab-relay-secret-0123456789abcdef"),
+	w := &labWorld{lw: lw, f: f, server: server, secret: []byte("lab-relay-secret-0123456789abcdef"),
 		tls: selfSigned(t), storePath: filepath.Join(t.TempDir(), "registry.json")}
 	w.startRelay(t)
 	w.startControl(t)
@@ -137,22 +130,7 @@ func selfSigned(t testing.TB) *tls.Config {
 // site adds a LAN behind a NAT with the named profile and one host.
 func (w *labWorld) site(t testing.TB, profile string) *fabric.Host {
 	t.Helper()
-	i := w.sites
-	w.sites++
-	lan := fmt.Sprintf("lan%d", i)
-	_, err := w.f.AddNetwork(fabric.NetworkConfig{Name: lan, Prefix: netip.MustParsePrefix("192.168.1.0/24")})
-	require.NoError(t, err)
-	cfg, err := nat.Profile(profile)
-	require.NoError(t, err)
-	_, err = w.f.AddRouter(fabric.RouterConfig{Name: "nat" + lan, Uplink: "wan", NAT: &cfg, Interfaces: []fabric.InterfaceConfig{
-		{Name: "lan", Network: lan, Addr: netip.MustParseAddr("192.168.1.1")},
-		{Name: "wan", Network: "internet", Addr: netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + i)})},
-	}})
-	require.NoError(t, err)
-	h, err := w.f.AddHost(fabric.HostConfig{Name: "host" + lan, Gateway: netip.MustParseAddr("192.168.1.1"),
-		Interfaces: []fabric.InterfaceConfig{{Network: lan, Addr: netip.MustParseAddr("192.168.1.2")}}})
-	require.NoError(t, err)
-	return h
+	return w.lw.Site(t, profile).Host
 }
 
 func startNode(t testing.TB, h *fabric.Host, name string, prov node.Provisioner, opts ...func(*node.Config)) *node.Node {
