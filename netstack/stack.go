@@ -1,0 +1,236 @@
+package netstack
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/loopback"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// DefaultMTU is the overlay MTU when Config.MTU is zero: a 1500-byte
+// internet path minus the 80 bytes WireGuard needs in the worst case (IPv6
+// outer header 40, UDP 8, WireGuard data header 16, Poly1305 tag 16).
+const DefaultMTU = 1420
+
+// InterfaceName is the name of the overlay interface, in Interfaces and in
+// TUNAdapter.Name.
+const InterfaceName = "wg0"
+
+// TCP buffer ranges follow Linux's defaults (net.ipv4.tcp_rmem and
+// tcp_wmem): small defaults that gVisor's auto-tuning (moderate receive
+// buffer, send buffer sized from cwnd) grows to the maxima when a flow
+// needs it, so thousands of idle agent connections stay cheap and a bulk
+// transfer still fills the path.
+const (
+	tcpRecvMin, tcpRecvDefault, tcpRecvMax = 4 << 10, 128 << 10, 6 << 20
+	tcpSendMin, tcpSendDefault, tcpSendMax = 4 << 10, 16 << 10, 4 << 20
+)
+
+const (
+	loopbackNIC tcpip.NICID = 1
+	overlayNIC  tcpip.NICID = 2
+)
+
+// Config configures a Stack. Address is required; every other field's zero
+// value works.
+type Config struct {
+	// Address is the node's overlay address with the overlay's prefix
+	// length, e.g. 100.64.1.2/10. Required. IPv4 or IPv6; the default
+	// route of that family goes through the overlay interface.
+	Address netip.Prefix
+
+	// MTU is the overlay interface's MTU, the largest IP packet handed to
+	// WireGuard. If zero, DefaultMTU (1420). Must be at least 1280 (the
+	// IPv6 minimum) and at most 65535.
+	MTU int
+
+	// Logger receives the stack's few lifecycle messages. If nil, logs are
+	// discarded.
+	Logger *slog.Logger
+}
+
+// Stack is a user-space TCP/IP stack (gVisor's tcpip) whose only way out is
+// a TUNAdapter: hand TUN() to wireguard-go's device.NewDevice and every
+// packet the stack sends to the overlay goes through WireGuard. It
+// implements netx.Network, so any Lattice component can listen and dial on
+// the overlay without privileges. A Stack also has a loopback interface
+// (127.0.0.1/8, ::1).
+type Stack struct {
+	addr   netip.Prefix
+	mtu    int
+	log    *slog.Logger
+	stack  *stack.Stack
+	tun    *TUNAdapter
+	closed atomic.Bool
+	once   sync.Once
+}
+
+var _ netx.Network = (*Stack)(nil)
+
+// New validates cfg and brings a Stack up.
+func New(cfg Config) (*Stack, error) {
+	if !cfg.Address.IsValid() {
+		return nil, ErrNoAddress
+	}
+	if cfg.Address.Addr().Is4In6() {
+		return nil, fmt.Errorf("netstack: address %v: want an IPv4 or IPv6 address, not IPv4-mapped", cfg.Address)
+	}
+	mtu := cfg.MTU
+	if mtu == 0 {
+		mtu = DefaultMTU
+	}
+	if mtu < 1280 || mtu > 65535 {
+		return nil, fmt.Errorf("netstack: MTU %d: want 1280..65535", mtu)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Stack{
+		addr: cfg.Address,
+		mtu:  mtu,
+		log:  log.With("component", "netstack", "addr", cfg.Address.String()),
+		tun:  newTUNAdapter(mtu),
+	}
+	if err := s.build(); err != nil {
+		s.stack.Close()
+		s.stack.Wait()
+		_ = s.tun.Close()
+		return nil, fmt.Errorf("netstack: %w", err)
+	}
+	s.log.Debug("stack up", "mtu", mtu)
+	return s, nil
+}
+
+func (s *Stack) build() error {
+	s.stack = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+		// Connections to our own overlay address never leave the stack.
+		HandleLocal: true,
+	})
+	sack := tcpip.TCPSACKEnabled(true)
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	// CUBIC, as Linux peers run, rather than gVisor's default Reno: it
+	// regains the window faster after a loss on a long path.
+	cubic := tcpip.CongestionControlOption("cubic")
+	opts := []tcpip.SettableTransportProtocolOption{
+		&sack, &moderate, &cubic,
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpRecvMin, Default: tcpRecvDefault, Max: tcpRecvMax},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: tcpSendMin, Default: tcpSendDefault, Max: tcpSendMax},
+	}
+	for _, o := range opts {
+		if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, o); err != nil {
+			return fmt.Errorf("tcp option %T: %s", o, err)
+		}
+	}
+
+	if err := s.stack.CreateNICWithOptions(loopbackNIC, loopback.New(), stack.NICOptions{Name: "lo"}); err != nil {
+		return fmt.Errorf("create lo: %s", err)
+	}
+	for _, p := range []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("::1/128")} {
+		if err := s.addAddress(loopbackNIC, p); err != nil {
+			return err
+		}
+	}
+	if err := s.stack.CreateNICWithOptions(overlayNIC, s.tun.linkEndpoint(), stack.NICOptions{Name: InterfaceName}); err != nil {
+		return fmt.Errorf("create %s: %s", InterfaceName, err)
+	}
+	if err := s.addAddress(overlayNIC, s.addr); err != nil {
+		return err
+	}
+	table := []tcpip.Route{
+		{Destination: subnet(netip.MustParsePrefix("127.0.0.0/8")), NIC: loopbackNIC},
+		{Destination: subnet(netip.MustParsePrefix("::1/128")), NIC: loopbackNIC},
+	}
+	if s.addr.Addr().Is4() {
+		table = append(table, tcpip.Route{Destination: header.IPv4EmptySubnet, NIC: overlayNIC})
+	} else {
+		table = append(table, tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: overlayNIC})
+	}
+	s.stack.SetRouteTable(table)
+	return nil
+}
+
+func (s *Stack) addAddress(nic tcpip.NICID, p netip.Prefix) error {
+	proto := ipv4.ProtocolNumber
+	if p.Addr().Is6() {
+		proto = ipv6.ProtocolNumber
+	}
+	if err := s.stack.AddProtocolAddress(nic, tcpip.ProtocolAddress{
+		Protocol:          proto,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: toTCPIP(p.Addr()), PrefixLen: p.Bits()},
+	}, stack.AddressProperties{}); err != nil {
+		return fmt.Errorf("address %v: %s", p, err)
+	}
+	return nil
+}
+
+// TUN returns the stack's packet device, for wireguard-go's
+// device.NewDevice. The device's Close (which Device.Close calls) cuts the
+// stack off the overlay; the stack itself lives until Stack.Close.
+func (s *Stack) TUN() *TUNAdapter { return s.tun }
+
+// Address returns the overlay address the stack was configured with.
+func (s *Stack) Address() netip.Prefix { return s.addr }
+
+// Close closes the TUNAdapter and the gVisor stack, ending every socket
+// opened on it, and waits until the stack's goroutines have stopped. It is
+// idempotent and always returns nil.
+func (s *Stack) Close() error {
+	s.once.Do(func() {
+		s.closed.Store(true)
+		_ = s.tun.Close()
+		s.stack.Close()
+		s.stack.Wait()
+		s.log.Debug("stack closed")
+	})
+	return nil
+}
+
+func subnet(p netip.Prefix) tcpip.Subnet {
+	p = p.Masked()
+	sn, err := tcpip.NewSubnet(toTCPIP(p.Addr()), tcpip.MaskFromBytes(netipMask(p)))
+	if err != nil {
+		panic(fmt.Sprintf("netstack: subnet %v: %v", p, err)) // unreachable: p is masked
+	}
+	return sn
+}
+
+func netipMask(p netip.Prefix) []byte {
+	m := make([]byte, p.Addr().BitLen()/8)
+	for i := range p.Bits() {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}
+
+func toTCPIP(a netip.Addr) tcpip.Address {
+	if a.Is4() {
+		return tcpip.AddrFrom4(a.As4())
+	}
+	return tcpip.AddrFrom16(a.As16())
+}
+
+func fromTCPIP(a tcpip.Address) netip.Addr {
+	switch a.BitLen() {
+	case 32:
+		return netip.AddrFrom4(a.As4())
+	case 128:
+		return netip.AddrFrom16(a.As16())
+	}
+	return netip.Addr{}
+}
