@@ -96,6 +96,9 @@ func TestMuxSharesSocket(t *testing.T) {
 	require.NoError(t, err)
 	defer peer.Close()
 	require.NoError(t, mux.WriteTo([]byte("open the mapping"), netip.MustParseAddrPort("203.0.113.100:51820")))
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _, err = peer.ReadFrom(make([]byte, 64)) // the mapping is open once this arrived
+	require.NoError(t, err)
 	wgData := make([]byte, 48)
 	wgData[0] = 4
 	to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.10:51820"))

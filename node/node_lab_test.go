@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -22,11 +23,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.zx2c4.com/wireguard/tun"
-	wgnetstack "golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
+	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
@@ -34,22 +35,34 @@ import (
 
 const labToken = "node-lab-token-0123456789"
 
-// stockNetstack provisions wireguard-go's own netstack TUN (a stand-in
-// until the batched netstack lands) and keeps its Net for dialing.
+// stockNetstack provisions the node's user-space netstack and keeps the
+// overlay network for the test to dial and listen on.
 type stockNetstack struct {
 	mu  sync.Mutex
-	net *wgnetstack.Net
+	p   netstack.SandboxProvisioner
+	net *overlayNet
 }
 
-func (s *stockNetstack) Up(_ context.Context, addr netip.Prefix, mtu int) (tun.Device, error) {
-	dev, tnet, err := wgnetstack.CreateNetTUN([]netip.Addr{addr.Addr()}, nil, mtu)
+func (s *stockNetstack) Up(ctx context.Context, addr netip.Prefix, mtu int) (tun.Device, error) {
+	dev, err := s.p.Up(ctx, addr, mtu)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.net = tnet
+	s.net = &overlayNet{s.p.Stack()}
 	s.mu.Unlock()
 	return dev, nil
+}
+
+// overlayNet is the overlay as tests use it.
+type overlayNet struct{ st *netstack.Stack }
+
+func (o *overlayNet) ListenTCP(a *net.TCPAddr) (net.Listener, error) {
+	return o.st.Listen(context.Background(), "tcp", fmt.Sprintf(":%d", a.Port))
+}
+
+func (o *overlayNet) DialContextTCPAddrPort(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	return o.st.Dial(ctx, "tcp", ap.String())
 }
 
 // labWorld is the internet with control (embedded NATS) and STUN on one

@@ -88,6 +88,12 @@ func (h *Host) Dial(ctx context.Context, network, address string) (net.Conn, err
 	}
 	c, err := gonet.DialContextTCP(ctx, h.stack, fa, ipv4.ProtocolNumber)
 	if err != nil {
+		var oe *net.OpError
+		if !errors.As(err, &oe) {
+			// A cancelled dial comes back as the bare context error; the
+			// netx contract is a *net.OpError, as package net returns.
+			err = &net.OpError{Op: "dial", Net: network, Addr: net.TCPAddrFromAddrPort(fullToAddrPort(fa)), Err: err}
+		}
 		return nil, fmt.Errorf("%s: dial %s %s: %w", h.name, network, address, err)
 	}
 	return c, nil
@@ -135,7 +141,7 @@ func (h *Host) Listen(_ context.Context, network, address string) (net.Listener,
 		ep.Close()
 		return nil, h.opError("listen", network, address, terr)
 	}
-	return gonet.NewTCPListener(h.stack, &wq, ep), nil
+	return &listener{TCPListener: gonet.NewTCPListener(h.stack, &wq, ep)}, nil
 }
 
 // ListenPacket implements netx.Network.
@@ -242,4 +248,16 @@ func fullToAddrPort(fa tcpip.FullAddress) netip.AddrPort {
 		a = tcpipToAddr(fa.Addr)
 	}
 	return netip.AddrPortFrom(a, fa.Port)
+}
+
+// listener reports its address as package net does: 0.0.0.0:port for a
+// wildcard bind (gonet reports ":port", which netip cannot parse).
+type listener struct{ *gonet.TCPListener }
+
+func (l *listener) Addr() net.Addr {
+	a := l.TCPListener.Addr().(*net.TCPAddr)
+	if a.IP == nil || a.IP.IsUnspecified() {
+		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(a.Port)))
+	}
+	return a
 }

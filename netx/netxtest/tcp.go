@@ -108,6 +108,8 @@ func testListenPortZero(t *testing.T, env Env) {
 				require.NoError(t, err)
 				closeOnCleanup(t, ln)
 				bound := checkBound(t, env, ln.Addr())
+				_, perr := netip.ParseAddrPort(ln.Addr().String())
+				assert.NoError(t, perr, "listener address %q must parse as ip:port", ln.Addr())
 
 				accepted := make(chan error, 1)
 				go func() {
@@ -203,6 +205,8 @@ func testDialContextEnds(t *testing.T, env Env) {
 				"dial failed before the context ended (%v): Blackhole is not silent", err)
 			assert.Less(t, elapsed, after+promptly, "dial outlived its context")
 			assert.True(t, tt.ended(err), "dial error %q (%T) does not report why the dial ended", err, err)
+			var oe *net.OpError
+			assert.ErrorAs(t, err, &oe, "a dial that ended with its context must still be a *net.OpError")
 		})
 	}
 }
