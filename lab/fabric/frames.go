@@ -10,7 +10,10 @@ import (
 // larger frames (jumbo MTUs) are allocated and left to the GC.
 const frameCap = 2048
 
-var framePool = sync.Pool{New: func() any { b := make([]byte, frameCap); return &b }}
+// The pool holds array pointers: a slice converts back to its array
+// pointer without allocating, where pooling *[]byte would allocate a new
+// slice header on every put.
+var framePool = sync.Pool{New: func() any { return new([frameCap]byte) }}
 
 // getFrame returns a slice of length n. Release it with putFrame once the
 // frame has been consumed or dropped.
@@ -18,8 +21,7 @@ func getFrame(n int) []byte {
 	if n > frameCap {
 		return make([]byte, n)
 	}
-	bp := framePool.Get().(*[]byte)
-	return (*bp)[:n]
+	return framePool.Get().(*[frameCap]byte)[:n]
 }
 
 // putFrame returns b to the pool. b must not be used afterwards.
@@ -27,8 +29,7 @@ func putFrame(b []byte) {
 	if cap(b) != frameCap {
 		return
 	}
-	b = b[:frameCap]
-	framePool.Put(&b)
+	framePool.Put((*[frameCap]byte)(b[:frameCap]))
 }
 
 // rxQueue is an interface's receive ring: the one asynchronous boundary on
