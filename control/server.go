@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,13 +231,8 @@ func (s *Server) subscribe() error {
 
 // nodeOf extracts the node ID from lattice.v1.node.<id>.<leaf…>.
 func nodeOf(subject string) string {
-	rest := subject[len(subjectNodes):]
-	for i := range len(rest) {
-		if rest[i] == '.' {
-			return rest[:i]
-		}
-	}
-	return ""
+	id, _, _ := strings.Cut(strings.TrimPrefix(subject, subjectNodes), ".")
+	return id
 }
 
 func reply(m *nats.Msg, v any) {

@@ -220,17 +220,12 @@ func (m *Mux) Close() error {
 		close(m.done)
 		err = m.pc.Close()
 		m.loop.Wait()
-		for {
-			select {
-			case d := <-m.wg:
-				muxPool.Put(d.buf)
-				continue
-			case d := <-m.stun.in:
-				muxPool.Put(d.buf)
-				continue
-			default:
-			}
-			break
+		// The read loop is gone: nothing refills the queues.
+		for len(m.wg) > 0 {
+			muxPool.Put((<-m.wg).buf)
+		}
+		for len(m.stun.in) > 0 {
+			muxPool.Put((<-m.stun.in).buf)
 		}
 	})
 	return err

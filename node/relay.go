@@ -41,7 +41,7 @@ func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 		if err != nil {
 			return nil, fmt.Errorf("relay %s: %w", r.Addr, err)
 		}
-		lc := &lrpClient{c: c, done: make(chan struct{})}
+		lc := &lrpClient{c: c}
 		ctx, lc.cancel = context.WithCancel(context.Background())
 		lc.wg.Add(1)
 		go lc.recvLoop(ctx, deliver)
@@ -55,7 +55,6 @@ type lrpClient struct {
 	c      *relay.Client
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	done   chan struct{}
 }
 
 func (l *lrpClient) Send(dst control.Key, pkt []byte) error {

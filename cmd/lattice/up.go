@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -93,7 +94,7 @@ privileges.`,
 			cfg.ListenPort = -1
 		}
 		if listenAddr != "" {
-			a, err := netipParse(listenAddr)
+			a, err := netip.ParseAddr(listenAddr)
 			if err != nil {
 				return usagef("--listen-addr: %v", err)
 			}

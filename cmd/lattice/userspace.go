@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net/netip"
-
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/node"
 )
@@ -10,5 +8,3 @@ import (
 // userspaceProvisioner runs the overlay on the in-process netstack: no
 // root, no TUN device.
 func userspaceProvisioner() node.Provisioner { return &netstack.SandboxProvisioner{} }
-
-func netipParse(s string) (netip.Addr, error) { return netip.ParseAddr(s) }
