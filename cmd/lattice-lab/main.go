@@ -8,31 +8,25 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/latticelab/lattice/internal/cli"
+
 	"github.com/spf13/cobra"
 )
 
-// Exit codes, as shells and CI read them.
+// Exit codes and usage errors are shared with the other commands.
 const (
-	exitOK          = 0
-	exitFailure     = 1   // a step of the run failed
-	exitUsage       = 2   // bad flags or arguments, as getopt-style tools do
-	exitInterrupted = 130 // 128 + SIGINT, what a shell reports for Ctrl-C
+	exitOK          = cli.ExitOK
+	exitFailure     = cli.ExitFailure
+	exitUsage       = cli.ExitUsage
+	exitInterrupted = cli.ExitInterrupted
 )
 
-// usageError marks an error in how the command was invoked rather than in
-// what it did, so execute can answer it with exit code 2 and a pointer to
-// --help.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+type usageError = cli.UsageError
 
 func main() {
 	// Ctrl-C and SIGTERM cancel ctx; every step honours it and the fabric is
@@ -47,26 +41,7 @@ func main() {
 // execute runs the command line args and returns the process exit code.
 // Progress goes to stdout; errors and logs go to stderr.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd()
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
-	if err == nil {
-		return exitOK
-	}
-	var ue usageError
-	switch {
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", root.Name(), err, cmd.CommandPath())
-		return exitUsage
-	case ctx.Err() != nil:
-		fmt.Fprintf(stderr, "%s: interrupted (%v)\n", root.Name(), context.Cause(ctx))
-		return exitInterrupted
-	default:
-		fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
-		return exitFailure
-	}
+	return cli.Execute(ctx, newRootCmd(), args, stdout, stderr)
 }
 
 // newRootCmd returns the lattice-lab command tree. It holds no state of its
@@ -84,21 +59,8 @@ It needs no root, no containers and no network access.`,
 
   # Learn what run does and which flags it takes
   lattice-lab run --help`,
-		// Without a RunE cobra would answer an unknown command with the
-		// help text and success, which hides typos in scripts.
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError{fmt.Errorf("unknown command %q", args[0])}
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-		// Errors are reported once, by execute, with the right exit code;
-		// a failing step is not a reason to print the usage text.
-		SilenceErrors: true,
-		SilenceUsage:  true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cli.Configure(root)
 	root.AddCommand(newRunCmd())
 	return root
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/pcapng"
 )
@@ -67,16 +68,16 @@ Topology files will be accepted as an argument later; today run takes none.`,
   lattice-lab run -v`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageError{fmt.Errorf("run %q: topology files are not supported yet; run without arguments for the built-in default topology", args[0])}
+				return cli.Usagef("run %q: topology files are not supported yet; run without arguments for the built-in default topology", args[0])
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.transferMiB < 1 {
-				return usageError{fmt.Errorf("--transfer-mib %d: must be at least 1", opts.transferMiB)}
+				return cli.Usagef("--transfer-mib %d: must be at least 1", opts.transferMiB)
 			}
 			if opts.timeout <= 0 {
-				return usageError{fmt.Errorf("--timeout %v: must be positive", opts.timeout)}
+				return cli.Usagef("--timeout %v: must be positive", opts.timeout)
 			}
 			level := slog.LevelWarn
 			if opts.verbose {

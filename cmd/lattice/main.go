@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,23 +12,22 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/latticelab/lattice/internal/cli"
+
 	"github.com/spf13/cobra"
 )
 
+// Exit codes and usage errors are shared with the other commands.
 const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitInterrupted = 130
+	exitOK          = cli.ExitOK
+	exitFailure     = cli.ExitFailure
+	exitUsage       = cli.ExitUsage
+	exitInterrupted = cli.ExitInterrupted
 )
 
-// usageError is a mistake in how the command was invoked (exit code 2).
-type usageError struct{ err error }
+type usageError = cli.UsageError
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+var usagef = cli.Usagef
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -39,25 +37,7 @@ func main() {
 }
 
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd()
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
-	if err == nil {
-		return exitOK
-	}
-	var ue usageError
-	switch {
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "lattice: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
-		return exitUsage
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		return exitInterrupted
-	default:
-		fmt.Fprintf(stderr, "lattice: %v\n", err)
-		return exitFailure
-	}
+	return cli.Execute(ctx, newRootCmd(), args, stdout, stderr)
 }
 
 func newRootCmd() *cobra.Command {
@@ -72,10 +52,8 @@ func newRootCmd() *cobra.Command {
 
 Every service listens on 127.0.0.1 unless told otherwise, logs to stderr and
 stops cleanly on Ctrl-C or SIGTERM.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cli.Configure(root)
 	root.AddCommand(newUpCmd(), newStatusCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd())
 	return root
 }

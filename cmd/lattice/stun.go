@@ -43,7 +43,7 @@ and filters.`,
 		}
 		srv, err := stun.NewServer(cfg)
 		if err != nil {
-			return usageError{err}
+			return usageError{Err: err}
 		}
 		if err := srv.Start(cmd.Context()); err != nil {
 			return fmt.Errorf("start STUN server: %w", err)

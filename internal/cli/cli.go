@@ -1,0 +1,73 @@
+// Package cli holds what Lattice's commands share: exit codes, usage
+// errors, and running a cobra tree so that errors are reported once with
+// the right code.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes, as shells and CI read them.
+const (
+	ExitOK          = 0
+	ExitFailure     = 1   // the command failed
+	ExitUsage       = 2   // bad flags or arguments, as getopt-style tools do
+	ExitInterrupted = 130 // 128 + SIGINT, what a shell reports for Ctrl-C
+)
+
+// UsageError marks a mistake in how a command was invoked rather than in
+// what it did: Execute answers it with ExitUsage and a pointer to --help.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// Usagef formats a UsageError.
+func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
+
+// Configure makes root report errors only through Execute, treat flag
+// errors as usage errors, and refuse unknown subcommands (cobra would
+// otherwise print help and succeed, hiding typos in scripts).
+func Configure(root *cobra.Command) {
+	root.SilenceErrors = true
+	root.SilenceUsage = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return UsageError{err} })
+	root.Args = func(_ *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return UsageError{fmt.Errorf("unknown command %q", args[0])}
+		}
+		return nil
+	}
+	if root.RunE == nil && root.Run == nil {
+		root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+}
+
+// Execute runs root with args and returns the process exit code. Errors
+// go to stderr, once.
+func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ue UsageError
+	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", root.Name(), err, cmd.CommandPath())
+		return ExitUsage
+	case ctx.Err() != nil:
+		fmt.Fprintf(stderr, "%s: interrupted (%v)\n", root.Name(), context.Cause(ctx))
+		return ExitInterrupted
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
+		return ExitFailure
+	}
+}
