@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -119,6 +120,9 @@ func (s *Stack) Dial(ctx context.Context, network, address string) (net.Conn, er
 	if ea.full.Addr.BitLen() == 0 {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.AddrError{Err: "no destination address", Addr: address}}
 	}
+	if err := s.checkEgress("dial", network, ea.full); err != nil {
+		return nil, err
+	}
 	if network[:3] == "udp" {
 		c, err := gonet.DialUDP(s.stack, nil, &ea.full, ea.proto)
 		if err != nil {
@@ -215,7 +219,23 @@ func (s *Stack) ListenPacket(_ context.Context, network, address string) (net.Pa
 		}
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	return &packetConn{UDPConn: c, proto: ea.proto}, nil
+	return &packetConn{UDPConn: c, proto: ea.proto, egress: s.egress}, nil
+}
+
+// checkEgress asks the egress hook about a flow to dst.
+func (s *Stack) checkEgress(op, network string, dst tcpip.FullAddress) error {
+	if s.egress == nil {
+		return nil
+	}
+	ap := netip.AddrPortFrom(fromTCPIP(dst.Addr), dst.Port)
+	if err := s.egress(network[:3], ap); err != nil {
+		addr := net.Addr(net.TCPAddrFromAddrPort(ap))
+		if network[:3] == "udp" {
+			addr = net.UDPAddrFromAddrPort(ap)
+		}
+		return &net.OpError{Op: op, Net: network, Addr: addr, Err: err}
+	}
+	return nil
 }
 
 // Interfaces implements netx.Network: loopback, then the overlay interface.
@@ -243,7 +263,12 @@ func (s *Stack) Interfaces() ([]netx.Interface, error) {
 // every address.
 type packetConn struct {
 	*gonet.UDPConn
-	proto tcpip.NetworkProtocolNumber
+	proto  tcpip.NetworkProtocolNumber
+	egress EgressFunc
+
+	// last is the destination egress last allowed, so a socket talking to
+	// one peer asks once, not per datagram.
+	last atomic.Pointer[netip.AddrPort]
 }
 
 // LocalAddr implements net.PacketConn.
@@ -273,5 +298,13 @@ func (c *packetConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		}
 	}
 	ap = netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port())
+	if c.egress != nil {
+		if last := c.last.Load(); last == nil || *last != ap {
+			if err := c.egress("udp", ap); err != nil {
+				return 0, &net.OpError{Op: "write", Net: "udp", Source: c.LocalAddr(), Addr: net.UDPAddrFromAddrPort(ap), Err: err}
+			}
+			c.last.Store(&ap)
+		}
+	}
 	return c.UDPConn.WriteTo(b, net.UDPAddrFromAddrPort(ap))
 }

@@ -16,6 +16,8 @@ import (
 // device, and closing it (WireGuard does) closes the Stack.
 type SandboxProvisioner struct {
 	Logger *slog.Logger
+	// Egress, if set, becomes the Stack's Config.Egress.
+	Egress EgressFunc
 
 	mu    sync.Mutex
 	stack *Stack
@@ -23,7 +25,7 @@ type SandboxProvisioner struct {
 
 // Up implements node.Provisioner.
 func (p *SandboxProvisioner) Up(_ context.Context, addr netip.Prefix, mtu int) (tun.Device, error) {
-	s, err := New(Config{Address: addr, MTU: mtu, Logger: p.Logger})
+	s, err := New(Config{Address: addr, MTU: mtu, Logger: p.Logger, Egress: p.Egress})
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,20 @@ type Config struct {
 	// Logger receives the stack's few lifecycle messages. If nil, logs are
 	// discarded.
 	Logger *slog.Logger
+
+	// Egress, if set, is asked before every outbound flow leaves through
+	// the stack: each Dial, and each datagram a packet socket from
+	// ListenPacket sends to a new destination. An error refuses it at
+	// once (the caller gets a *net.OpError wrapping it) instead of letting
+	// packets go out. It is how a sandbox enforces its egress policy
+	// inside the netstack; it must be safe for concurrent use and fast.
+	// Replies on connections accepted from peers are not egress.
+	Egress EgressFunc
 }
+
+// EgressFunc decides whether the stack may open a flow to dst; network is
+// "tcp" or "udp". A nil error allows it.
+type EgressFunc func(network string, dst netip.AddrPort) error
 
 // Stack is a user-space TCP/IP stack (gVisor's tcpip) whose only way out is
 // a TUNAdapter: hand TUN() to wireguard-go's device.NewDevice and every
@@ -74,6 +87,7 @@ type Stack struct {
 	log    *slog.Logger
 	stack  *stack.Stack
 	tun    *TUNAdapter
+	egress EgressFunc
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -100,10 +114,11 @@ func New(cfg Config) (*Stack, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Stack{
-		addr: cfg.Address,
-		mtu:  mtu,
-		log:  log.With("component", "netstack", "addr", cfg.Address.String()),
-		tun:  newTUNAdapter(mtu),
+		addr:   cfg.Address,
+		mtu:    mtu,
+		log:    log.With("component", "netstack", "addr", cfg.Address.String()),
+		tun:    newTUNAdapter(mtu),
+		egress: cfg.Egress,
 	}
 	if err := s.build(); err != nil {
 		s.stack.Close()
