@@ -11,6 +11,8 @@ require (
 	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
 )
 
+require github.com/goccy/go-yaml v1.19.2
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
