@@ -61,7 +61,8 @@ type Config struct {
 	// -1 lets the system pick a free one.
 	ListenPort int
 	// ListenAddr restricts the socket to one address (host candidates
-	// then come only from it). If zero, every address.
+	// then come only from it, loopback included, unless ICE.Candidates
+	// says otherwise). If zero, every address.
 	ListenAddr netip.Addr
 	// Provisioner makes the interface. Required.
 	Provisioner Provisioner
@@ -118,6 +119,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1420
+	}
+	if la := cfg.ListenAddr; la.IsValid() && !la.IsUnspecified() && cfg.ICE.Candidates == nil {
+		// The socket answers on that address only, so it is the only
+		// host candidate, even if it is loopback.
+		cfg.ICE.Candidates = func(a netip.Addr) bool { return a == la }
 	}
 	cfg.ICE.defaults()
 	log := cfg.Logger
@@ -410,6 +416,25 @@ func (n *Node) onSignal(from string, payload []byte) {
 		return
 	}
 	p.post(peerEvent{signal: s})
+}
+
+// Peers returns the peers control announced, sorted by name: what Status
+// returns without the paths, cheap enough to ask per connection.
+func (n *Node) Peers() []control.Peer {
+	n.mu.Lock()
+	peers := make([]*peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		peers = append(peers, p)
+	}
+	n.mu.Unlock()
+	out := make([]control.Peer, 0, len(peers))
+	for _, p := range peers {
+		p.mu.Lock()
+		out = append(out, p.info)
+		p.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b control.Peer) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Status returns every peer's status, sorted by name.

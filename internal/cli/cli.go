@@ -30,6 +30,13 @@ func (e UsageError) Unwrap() error { return e.Err }
 // Usagef formats a UsageError.
 func Usagef(format string, a ...any) error { return UsageError{fmt.Errorf(format, a...)} }
 
+// ExitCode makes Execute end the process with Code and print nothing: a
+// command that runs another (lattice sandbox run -- CMD) passes on its
+// exit status this way.
+type ExitCode struct{ Code int }
+
+func (e ExitCode) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
 // Configure makes root report errors only through Execute, treat flag
 // errors as usage errors, and refuse unknown subcommands (cobra would
 // otherwise print help and succeed, hiding typos in scripts).
@@ -59,7 +66,10 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, st
 		return ExitOK
 	}
 	var ue UsageError
+	var ec ExitCode
 	switch {
+	case errors.As(err, &ec):
+		return ec.Code
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", root.Name(), err, cmd.CommandPath())
 		return ExitUsage

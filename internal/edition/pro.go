@@ -1,0 +1,5 @@
+//go:build pro
+
+package edition
+
+func init() { pro = true }

@@ -1,0 +1,166 @@
+// Package meshtest starts a whole Lattice mesh on this machine's loopback
+// for tests of programs that use it from outside the lab: control with
+// embedded NATS, an LRP relay, and peers (nodes on an in-process netstack)
+// that serve HTTP on their overlay addresses. Everything listens on
+// 127.0.0.1 and stops when the test ends.
+package meshtest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netstack"
+	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/relay"
+)
+
+// Token is the join token control accepts.
+const Token = "meshtest-join-token-0123456789"
+
+// Loopback is where everything listens.
+var Loopback = netip.MustParseAddr("127.0.0.1")
+
+// World is control (with embedded NATS) and a relay on loopback.
+type World struct {
+	Control *control.Server
+	Relay   *relay.Server
+	// NATSURL is what nodes and sandboxes register with.
+	NATSURL string
+}
+
+// Logger logs at debug level to stderr when LATTICE_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("LATTICE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nil
+}
+
+// Start brings control and a relay up.
+func Start(t testing.TB) *World {
+	t.Helper()
+	secret := []byte("meshtest-relay-secret-0123456789abcdef")
+	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0", Secret: secret, TLS: selfSigned(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { rs.Close() })
+	store, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
+	require.NoError(t, err)
+	ctrl, err := control.New(t.Context(), control.Config{
+		Network: netx.OS, Tokens: []control.JoinToken{{Value: Token}}, Store: store,
+		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: netx.OS, Listen: "127.0.0.1:0"},
+		Relays:       []control.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
+		RelayToken: func(k control.Key, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
+		},
+		Logger: Logger(),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { ctrl.Close() })
+	return &World{Control: ctrl, Relay: rs, NATSURL: ctrl.NATS().URL()}
+}
+
+// Peer is a node on an in-process netstack.
+type Peer struct {
+	Node  *node.Node
+	Stack *netstack.Stack
+}
+
+// Addr is the peer's overlay address.
+func (p *Peer) Addr() netip.Addr { return p.Node.Address().Addr() }
+
+// Peer starts a node named name; edit, if given, adjusts its config (e.g.
+// ICE.RelayOnly).
+func (w *World) Peer(t testing.TB, name string, edit ...func(*node.Config)) *Peer {
+	t.Helper()
+	prov := &netstack.SandboxProvisioner{}
+	cfg := node.Config{
+		Name: name, Network: netx.OS, Control: w.NATSURL, Token: Token, ListenPort: -1, ListenAddr: Loopback,
+		Provisioner: prov, Relay: node.LRPRelay(netx.OS, Logger(), "tcp"), Logger: Logger(),
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	n, err := node.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close() })
+	return &Peer{Node: n, Stack: prov.Stack()}
+}
+
+// ServeHTTP serves h on the peer's overlay address and port until the
+// test ends.
+func (p *Peer) ServeHTTP(t testing.TB, port uint16, h http.Handler) {
+	t.Helper()
+	ln, err := p.Stack.Listen(t.Context(), "tcp", fmt.Sprintf(":%d", port))
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			t.Logf("meshtest: %s HTTP: %v", p.Node.Identity().Name, err)
+		}
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+}
+
+// WaitPath waits until n's path to the peer named peer is want.
+func WaitPath(t testing.TB, n *node.Node, peer string, want node.PathKind, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last []node.PeerStatus
+	for time.Now().Before(deadline) {
+		last = n.Status()
+		for _, st := range last {
+			if st.Peer.Name == peer && st.Path == want {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("path to %s never became %s within %v: %+v", peer, want, within, last)
+}
+
+// Listener returns a TCP listener on 127.0.0.1 closed at cleanup.
+func Listener(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func selfSigned(t testing.TB) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		Subject: pkix.Name{CommonName: "meshtest relay"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
