@@ -123,7 +123,7 @@ type Policy struct {
 // reach every peer on its overlay.
 func AllowAll() *Policy {
 	return &Policy{
-		source:       "<allow-all>",
+		source:       "none (allow all but metadata)",
 		defaultAllow: true,
 		overlay:      DefaultOverlay,
 		rules:        []rule{allowAllPeersRule},
@@ -131,7 +131,7 @@ func AllowAll() *Policy {
 }
 
 // Source returns the name the policy was parsed under (the path for Load),
-// or "<allow-all>".
+// or "none (allow all but metadata)".
 func (p *Policy) Source() string {
 	if p == nil {
 		return "<none>"

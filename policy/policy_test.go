@@ -164,9 +164,9 @@ func TestAllowAll(t *testing.T) {
 	assert.Equal(t, allow("default allow"), p.Decide(icmp("2001:db8::1")))
 	assert.Equal(t, deny("metadata"), p.Decide(tcp("169.254.169.254", 80)))
 	assert.Equal(t, deny("invalid destination"), p.Decide(Dest{}))
-	assert.Equal(t, "<allow-all>", p.Source())
+	assert.Equal(t, "none (allow all but metadata)", p.Source())
 	assert.Empty(t, p.Digest())
-	assert.Equal(t, "<allow-all> (default allow, metadata denied)", p.String())
+	assert.Equal(t, "none (allow all but metadata) (default allow, metadata denied)", p.String())
 }
 
 func TestNilPolicy(t *testing.T) {

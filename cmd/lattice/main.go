@@ -46,6 +46,8 @@ func newRootCmd() *cobra.Command {
 		Short: "Lattice mesh overlay: control plane, relay, STUN",
 		Long: `lattice runs the pieces of a Lattice mesh network.
 
+  lattice up        a node: register, reach every peer, direct when NATs allow
+  lattice sandbox   an AI agent's network identity in an isolation mode
   lattice control   registration and signaling (NATS + HTTP), IPAM, join tokens
   lattice relay     the LRP relay, for peers no direct path reaches
   lattice stun      a STUN server (RFC 8489, RFC 5780 with two addresses)
@@ -54,7 +56,7 @@ Every service listens on 127.0.0.1 unless told otherwise, logs to stderr and
 stops cleanly on Ctrl-C or SIGTERM.`,
 	}
 	cli.Configure(root)
-	root.AddCommand(newUpCmd(), newStatusCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd())
+	root.AddCommand(newUpCmd(), newStatusCmd(), newSandboxCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd())
 	return root
 }
 

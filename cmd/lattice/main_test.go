@@ -24,7 +24,17 @@ import (
 	"github.com/latticelab/lattice/relay"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// execMainEnv makes the test binary run lattice's main instead of the
+// tests, so tests can start it as a separate process (as another user).
+const execMainEnv = "LATTICE_TEST_EXEC_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(execMainEnv) == "1" {
+		main()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // syncBuffer is a bytes.Buffer safe to read while the command writes.
 type syncBuffer struct {
@@ -65,7 +75,7 @@ func start(t *testing.T, args ...string) (*syncBuffer, *syncBuffer, func() int) 
 	return &out, &errOut, stop
 }
 
-func writeFile(t *testing.T, name, content string, mode os.FileMode) string {
+func writeFile(t testing.TB, name, content string, mode os.FileMode) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.WriteFile(p, []byte(content), mode))

@@ -247,10 +247,15 @@ func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, erro
 
 func printStatus(w io.Writer, st *statusReply) {
 	fmt.Fprintf(w, "%s (%s) %s\n\n", st.Name, st.NodeID, st.Address)
+	printPeers(w, st.Peers)
+}
+
+// printPeers prints a table of peers and why each relayed one is.
+func printPeers(w io.Writer, peers []node.PeerStatus) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tADDRESS\tPATH\tENDPOINT\tRTT\tTX\tRX\tHANDSHAKE")
-	sort.Slice(st.Peers, func(i, j int) bool { return st.Peers[i].Peer.Name < st.Peers[j].Peer.Name })
-	for _, p := range st.Peers {
+	sort.Slice(peers, func(i, j int) bool { return peers[i].Peer.Name < peers[j].Peer.Name })
+	for _, p := range peers {
 		rtt, hs := "-", "never"
 		if p.RTT > 0 {
 			rtt = p.RTT.Round(10 * time.Microsecond).String()
@@ -262,7 +267,7 @@ func printStatus(w io.Writer, st *statusReply) {
 			bytesStr(p.TxDirect+p.TxRelay), bytesStr(p.RxDirect+p.RxRelay), hs)
 	}
 	tw.Flush()
-	for _, p := range st.Peers {
+	for _, p := range peers {
 		if p.Path != node.PathRelay {
 			continue
 		}

@@ -1,0 +1,460 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/audit"
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/edition"
+	"github.com/latticelab/lattice/proxy"
+	"github.com/latticelab/lattice/sandbox"
+)
+
+func newSandboxCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Give an AI agent a Lattice identity inside an isolation mode",
+		Long: `sandbox gives an agent a full Lattice network identity (NATS registration, ICE,
+the LRP relay, WireGuard) inside an isolation mode:
+
+  --mode pod     the overlay runs in an in-process network stack: no root, no
+                 CAP_NET_ADMIN, no TUN device. The agent reaches peers through
+                 the sandbox's SOCKS5 / HTTP proxies (user and password always
+                 required), peers reach the agent through --forward (Pro).
+  --mode gvisor  WireGuard on the pod's kernel, the agent in runsc (Pro).
+
+Every egress decision, proxied connection and inbound forward is appended to a
+hash-chained audit log ('lattice sandbox audit verify' checks it).
+
+Edition: ` + edition.Name() + `.`,
+	}
+	cmd.AddCommand(newSandboxStartCmd(), newSandboxRunCmd(), newSandboxAgentCmd(), newSandboxAuditCmd())
+	return cmd
+}
+
+// sandboxFlags are the flags start and run share.
+type sandboxFlags struct {
+	name, serverURL, token, tokenFile, mode, stateDir string
+	socks5, httpProxy, credsFile                      string
+	forwards                                          []string
+	egressPolicy, auditLog, relayTransport            string
+	listenAddr                                        string
+	port                                              int
+}
+
+func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "", "sandbox (node) name: lowercase letters, digits, hyphens (required)")
+	fl.StringVar(&f.serverURL, "server-url", "", "control's NATS URL, nats://HOST:PORT (required; sandboxes register over NATS only)")
+	fl.StringVar(&f.token, "token", "", "join token (or --token-file, or $LATTICE_TOKEN)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the join token (mode 0600)")
+	fl.StringVar(&f.mode, "mode", "pod", "isolation mode: pod or gvisor")
+	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: a per-name directory under the user's config dir; "mem:" for none)`)
+	if proxies {
+		fl.StringVar(&f.socks5, "socks5", "", "serve SOCKS5 on this address (PORT means 127.0.0.1:PORT)")
+		fl.StringVar(&f.httpProxy, "http-proxy", "", "serve an HTTP/CONNECT proxy on this address (PORT means 127.0.0.1:PORT)")
+		fl.StringVar(&f.credsFile, "proxy-credentials-file", "", "USER:PASSWORD for the proxies (default: generated, kept in the state dir)")
+	}
+	fl.StringArrayVar(&f.forwards, "forward", nil, "Pro: expose a local service on an overlay port, PORT=HOST:PORT (repeatable)")
+	fl.StringVar(&f.egressPolicy, "egress-policy", "", "Pro: egress policy file (YAML), reloaded when it changes or on SIGHUP")
+	fl.StringVar(&f.auditLog, "audit-log", "", "audit log path (default: STATE-DIR/audit.jsonl)")
+	fl.StringVar(&f.relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
+	fl.IntVar(&f.port, "port", 0, "UDP port for ICE and WireGuard (0: any)")
+	fl.StringVar(&f.listenAddr, "listen-addr", "", "bind the UDP socket to this address only (its only ICE host candidate)")
+}
+
+// config turns the flags into a driver config.
+func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverConfig, error) {
+	var cfg sandbox.DriverConfig
+	mode, err := sandbox.ParseMode(f.mode)
+	if err != nil {
+		return "", cfg, usagef("--mode: %v", err)
+	}
+	if f.name == "" || f.serverURL == "" {
+		return "", cfg, usagef("--name and --server-url are required")
+	}
+	if sanitizeName(f.name) != f.name {
+		return "", cfg, usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, sanitizeName(f.name))
+	}
+	token := f.token
+	switch {
+	case token != "" && f.tokenFile != "":
+		return "", cfg, usagef("give --token or --token-file, not both")
+	case f.tokenFile != "":
+		b, err := readSecretFile(f.tokenFile)
+		if err != nil {
+			return "", cfg, err
+		}
+		token = strings.TrimSpace(string(b))
+	case token == "":
+		token = os.Getenv("LATTICE_TOKEN")
+	}
+	if token == "" {
+		return "", cfg, usagef("a join token is required: --token, --token-file or $LATTICE_TOKEN")
+	}
+	stateDir := f.stateDir
+	if stateDir == "" {
+		stateDir = filepath.Join(defaultStateDir(), "sandbox", f.name)
+	}
+	cfg = sandbox.DriverConfig{
+		Name: f.name, ServerURL: f.serverURL, Token: token, StateDir: stateDir,
+		ListenPort: f.port, RelayTransport: f.relayTransport,
+		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog,
+		SOCKS5: localAddr(f.socks5), HTTPProxy: localAddr(f.httpProxy),
+	}
+	if f.listenAddr != "" {
+		a, err := netip.ParseAddr(f.listenAddr)
+		if err != nil {
+			return "", cfg, usagef("--listen-addr: %v", err)
+		}
+		cfg.ListenAddr = a
+	}
+	for _, s := range f.forwards {
+		fw, err := sandbox.ParseForward(s)
+		if err != nil {
+			return "", cfg, usagef("--forward: %v", err)
+		}
+		cfg.Forwards = append(cfg.Forwards, fw)
+	}
+	if f.credsFile != "" {
+		c, err := readCredentials(f.credsFile)
+		if err != nil {
+			return "", cfg, err
+		}
+		cfg.ProxyCredentials = &c
+	} else if (cfg.SOCKS5 != "" || cfg.HTTPProxy != "") && stateDir != "mem:" {
+		c, err := stateCredentials(stateDir)
+		if err != nil {
+			return "", cfg, err
+		}
+		cfg.ProxyCredentials = &c
+	}
+	return mode, cfg, nil
+}
+
+// localAddr reads a bare port as 127.0.0.1:PORT.
+func localAddr(s string) string {
+	if s != "" && !strings.Contains(s, ":") {
+		return "127.0.0.1:" + s
+	}
+	return s
+}
+
+// readCredentials reads USER:PASSWORD from a private file.
+func readCredentials(path string) (proxy.Credentials, error) {
+	b, err := readSecretFile(path)
+	if err != nil {
+		return proxy.Credentials{}, err
+	}
+	user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+	if !ok || user == "" || pass == "" || len(user) > 255 || len(pass) > 255 {
+		return proxy.Credentials{}, fmt.Errorf("proxy credentials %s: want one line USER:PASSWORD, each 1-255 bytes", path)
+	}
+	return proxy.Credentials{Username: user, Password: pass}, nil
+}
+
+// stateCredentials returns the proxy credentials kept in the state dir,
+// making them the first time.
+func stateCredentials(stateDir string) (proxy.Credentials, error) {
+	path := filepath.Join(stateDir, "proxy-credentials")
+	if _, err := os.Stat(path); err == nil {
+		return readCredentials(path)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return proxy.Credentials{}, fmt.Errorf("state dir: %w", err)
+	}
+	c := sandbox.RandomCredentials()
+	if err := control.WriteFileAtomic(path, []byte(c.Username+":"+c.Password+"\n"), 0o600); err != nil {
+		return proxy.Credentials{}, fmt.Errorf("proxy credentials: %w", err)
+	}
+	return c, nil
+}
+
+func newSandboxStartCmd() *cobra.Command {
+	var f sandboxFlags
+	cmd := &cobra.Command{
+		Use:   "start",
+		Short: "Start a sandbox and keep it up until interrupted",
+		Long: `start registers the sandbox over NATS (or reuses the identity in --state-dir, so a
+restarted sandbox keeps its node ID, keys and overlay address), brings the overlay
+up in the chosen isolation mode and serves the agent's proxies until Ctrl-C or
+SIGTERM. SIGHUP reloads --egress-policy.
+
+The proxies always require a user and password: --proxy-credentials-file, or
+generated into STATE-DIR/proxy-credentials. Peers are reachable by IP or by name
+(web-1 or web-1.lattice).`,
+		Example: `  # An agent's network identity, no privileges needed
+  lattice sandbox start --name agent-1 --server-url nats://control:4222 \
+      --token-file token --socks5 1080
+  curl --socks5-hostname "lattice:$(cut -d: -f2 ~/.config/lattice/sandbox/agent-1/proxy-credentials)@127.0.0.1:1080" http://web-1:8080/
+
+  # Pro: policy, audit and an inbound forward to the agent's dev server
+  lattice sandbox start --name agent-1 --server-url nats://control:4222 --token-file token \
+      --socks5 1080 --egress-policy policy.yaml --forward 8080=127.0.0.1:3000`,
+		Args: cobra.NoArgs,
+	}
+	f.add(cmd, true)
+	logger := logFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		mode, cfg, err := f.config(cmd)
+		if err != nil {
+			return err
+		}
+		cfg.Logger = logger()
+		out := cmd.OutOrStdout()
+		d, err := sandbox.New(mode, cfg)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if err := d.Start(cmd.Context()); err != nil {
+			return err
+		}
+		st := d.Status()
+		fmt.Fprintf(out, "sandbox: %s (%s) at %v, mode %s, policy %s\n", st.Name, st.NodeID, st.Address, st.Mode, st.Policy)
+		printProxies(out, d, cfg)
+		for _, fw := range st.Forwards {
+			fmt.Fprintf(out, "sandbox: forwarding overlay %s\n", fw)
+		}
+		if st.AuditLog != "" {
+			fmt.Fprintf(out, "sandbox: audit log %s\n", st.AuditLog)
+		}
+		if cfg.StateDir != "mem:" {
+			sock := filepath.Join(cfg.StateDir, sandbox.SocketName)
+			stop, err := sandbox.ServeAPI(sock, d.(sandbox.API))
+			if err != nil {
+				return err
+			}
+			defer stop()
+			fmt.Fprintf(out, "sandbox: control socket %s\n", sock)
+		}
+		reloadOnHUP(cmd.Context(), d)
+		<-cmd.Context().Done()
+		fmt.Fprintln(out, "sandbox: stopped")
+		return nil
+	}
+	return cmd
+}
+
+func printProxies(out io.Writer, d sandbox.IsolationDriver, cfg sandbox.DriverConfig) {
+	st := d.Status()
+	where := "in " + filepath.Join(cfg.StateDir, "proxy-credentials")
+	if cfg.ProxyCredentials == nil {
+		if pd, ok := d.(*sandbox.PodDriver); ok {
+			c := pd.ProxyCredentials()
+			where = c.Username + ":" + c.Password
+		}
+	}
+	if st.SOCKS5 != "" {
+		fmt.Fprintf(out, "sandbox: SOCKS5 on %s (credentials %s)\n", st.SOCKS5, where)
+	}
+	if st.HTTPProxy != "" {
+		fmt.Fprintf(out, "sandbox: HTTP proxy on %s (credentials %s)\n", st.HTTPProxy, where)
+	}
+}
+
+// reloadOnHUP reloads the egress policy on SIGHUP until ctx ends.
+func reloadOnHUP(ctx context.Context, d sandbox.IsolationDriver) {
+	r, ok := d.(interface{ ReloadPolicy() error })
+	if !ok {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = r.ReloadPolicy()
+			}
+		}
+	}()
+}
+
+func newSandboxRunCmd() *cobra.Command {
+	var f sandboxFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Pro: run CMD as the sandbox's agent and exit with its code",
+		Long: `run starts a sandbox, runs CMD as its agent and stops the sandbox when CMD exits,
+exiting with CMD's exit code (128+N if a signal N ended it).
+
+In pod mode CMD gets ALL_PROXY (socks5h://) and HTTP_PROXY / HTTPS_PROXY pointing
+at the sandbox's proxies on 127.0.0.1, with credentials made for this run, plus
+LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
+		Example: `  lattice sandbox run --name agent-1 --server-url nats://control:4222 --token-file token \
+      -- curl -s http://web-1:8080/`,
+		Args: cobra.MinimumNArgs(1),
+	}
+	f.add(cmd, false)
+	logger := logFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := edition.Require("sandbox run"); err != nil {
+			return err
+		}
+		if cmd.ArgsLenAtDash() < 0 {
+			return usagef("put the command after --: lattice sandbox run [flags] -- CMD")
+		}
+		mode, cfg, err := f.config(cmd)
+		if err != nil {
+			return err
+		}
+		cfg.Logger = logger()
+		cfg.SOCKS5, cfg.HTTPProxy = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.ProxyCredentials = nil // fresh ones for this run
+		d, err := sandbox.New(mode, cfg)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		if err := d.Start(cmd.Context()); err != nil {
+			return err
+		}
+		st := d.Status()
+		fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: %s at %v; running %s\n", st.Name, st.Address, strings.Join(args, " "))
+		code, err := d.Run(cmd.Context(), args, sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+		if err != nil {
+			return err
+		}
+		if err := d.Close(); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: teardown: %v\n", err)
+		}
+		if code != 0 {
+			return cli.ExitCode{Code: code}
+		}
+		return nil
+	}
+	return cmd
+}
+
+func newSandboxAgentCmd() *cobra.Command {
+	var stateDir, name string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Pro: look into a running sandbox: status, dial, resolve",
+		Long: `agent talks to a running sandbox through the control socket in its state
+directory, for manual debugging:
+
+  lattice sandbox agent status            identity, proxies, policy, peers and paths
+  lattice sandbox agent resolve NAME      what NAME means inside the sandbox
+  lattice sandbox agent dial HOST:PORT    connect as the agent would (policy and
+                                          audit apply), report the outcome`,
+	}
+	cmd.PersistentFlags().StringVar(&stateDir, "state-dir", "", "the sandbox's state dir")
+	cmd.PersistentFlags().StringVar(&name, "name", "", "the sandbox's name (finds the default state dir)")
+	client := func() (*sandbox.Client, error) {
+		if err := edition.Require("sandbox agent"); err != nil {
+			return nil, err
+		}
+		dir := stateDir
+		if dir == "" {
+			if name == "" {
+				return nil, usagef("give --state-dir or --name")
+			}
+			dir = filepath.Join(defaultStateDir(), "sandbox", name)
+		}
+		return sandbox.NewClient(filepath.Join(dir, sandbox.SocketName)), nil
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use: "status", Short: "Show the sandbox's identity, proxies, policy and peers", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%s (%s) at %v, mode %s, up since %s\n", st.Name, st.NodeID, st.Address, st.Mode, st.Started.Format("2006-01-02 15:04:05"))
+			fmt.Fprintf(out, "policy: %s\n", st.Policy)
+			if st.SOCKS5 != "" {
+				fmt.Fprintf(out, "socks5: %s\n", st.SOCKS5)
+			}
+			if st.HTTPProxy != "" {
+				fmt.Fprintf(out, "http proxy: %s\n", st.HTTPProxy)
+			}
+			for _, fw := range st.Forwards {
+				fmt.Fprintf(out, "forward: %s\n", fw)
+			}
+			printPeers(out, st.Peers)
+			return nil
+		},
+	}, &cobra.Command{
+		Use: "resolve NAME", Short: "Show what NAME resolves to inside the sandbox", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			r, err := c.Resolve(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			where := "host network"
+			if r.Overlay {
+				where = "overlay"
+				if r.Peer != "" {
+					where += ", peer " + r.Peer
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %v (%s)\n", args[0], r.Addr, where)
+			return nil
+		},
+	}, &cobra.Command{
+		Use: "dial HOST:PORT", Short: "Connect as the agent would and report the outcome", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client()
+			if err != nil {
+				return err
+			}
+			r, err := c.Dial(cmd.Context(), "tcp", args[0])
+			if err != nil {
+				return err
+			}
+			if r.Error != "" {
+				return fmt.Errorf("dial %s: %s (after %v)", args[0], r.Error, r.Time.Round(100_000))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "connected to %s (%s) in %v\n", args[0], r.Remote, r.Time.Round(100_000))
+			return nil
+		},
+	})
+	return cmd
+}
+
+func newSandboxAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "audit", Short: "Check a sandbox's audit log"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check that no line of an audit log was edited, removed or reordered",
+		Long: `verify recomputes the hash chain of an audit log. It names the first line that
+was edited, removed or moved. It cannot tell that lines were cut off the end;
+compare the last hash it prints with the one the sandbox logged when it stopped.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := audit.VerifyFile(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d lines, %s to %s, last hash %s\n", args[0], rep.Lines,
+				rep.First.Format("2006-01-02 15:04:05"), rep.Last.Format("2006-01-02 15:04:05"), rep.LastHash)
+			return nil
+		},
+	})
+	return cmd
+}

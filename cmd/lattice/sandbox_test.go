@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/sandbox"
+)
+
+// unprivileged is the user the sandbox runs as when the test is root.
+const unprivileged = 65534 // nobody
+
+// sandboxProc is `lattice sandbox start` running as its own process.
+type sandboxProc struct {
+	cmd *exec.Cmd
+	out syncBuffer
+}
+
+// startSandboxProc runs this test binary as lattice with args, as an
+// unprivileged user when the test runs as root.
+func startSandboxProc(t testing.TB, bin string, args ...string) *sandboxProc {
+	t.Helper()
+	p := &sandboxProc{cmd: exec.Command(bin, args...)}
+	p.cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if os.Geteuid() == 0 {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: unprivileged, Gid: unprivileged}}
+	}
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	})
+	return p
+}
+
+// wait waits for a line matching re and returns its first group.
+func (p *sandboxProc) wait(t testing.TB, re string) string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	var m []string
+	require.Eventually(t, func() bool {
+		m = rx.FindStringSubmatch(p.out.String())
+		return m != nil
+	}, 30*time.Second, 20*time.Millisecond, "no %q in output:\n%s", re, &p.out)
+	return m[1]
+}
+
+func (p *sandboxProc) stop(t testing.TB) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	err := p.cmd.Wait()
+	require.NoError(t, err, "output:\n%s", &p.out)
+	assert.Contains(t, p.out.String(), "sandbox: stopped")
+}
+
+// procStatus returns fields of /proc/PID/status.
+func procStatus(t testing.TB, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// privateCopy makes a copy of this test binary that the unprivileged
+// user can run, and a state directory it owns.
+func unprivilegedSetup(t testing.TB) (bin, state, token string) {
+	t.Helper()
+	dir := t.TempDir()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	b, err := os.ReadFile(self)
+	require.NoError(t, err)
+	bin = filepath.Join(dir, "lattice")
+	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	state = filepath.Join(dir, "state")
+	require.NoError(t, os.Mkdir(state, 0o700))
+	token = filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte(meshtest.Token+"\n"), 0o600))
+	if os.Geteuid() == 0 {
+		// The test's temporary directories are root's and private.
+		for d := dir; d != filepath.Dir(os.TempDir()) && d != "/"; d = filepath.Dir(d) {
+			if d == os.TempDir() {
+				break
+			}
+			require.NoError(t, os.Chmod(d, 0o755))
+		}
+		require.NoError(t, os.Chown(state, unprivileged, unprivileged))
+		require.NoError(t, os.Chown(token, unprivileged, unprivileged))
+	}
+	return bin, state, token
+}
+
+// TestSandboxStartUnprivileged: `lattice sandbox start --mode pod` as an
+// unprivileged user with no capabilities registers, reaches one peer
+// directly and one through the relay, serves curl through SOCKS5, and
+// keeps its identity across a restart.
+func TestSandboxStartUnprivileged(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("needs curl (make deps installs it)")
+	}
+	w := meshtest.Start(t)
+	web := w.Peer(t, "web")
+	vault := w.Peer(t, "vault", func(c *node.Config) { c.ICE.RelayOnly = true })
+	for _, p := range []*meshtest.Peer{web, vault} {
+		name := p.Node.Identity().Name
+		p.ServeHTTP(t, 8080, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "hello from %s", name) }))
+	}
+	bin, state, token := unprivilegedSetup(t)
+	args := []string{"sandbox", "start", "--mode", "pod", "--name", "agent", "--server-url", w.NATSURL, "--token-file", token,
+		"--state-dir", state, "--socks5", "127.0.0.1:0", "--listen-addr", "127.0.0.1"}
+
+	p := startSandboxProc(t, bin, args...)
+	nodeID := p.wait(t, `sandbox: agent \((\S+)\) at`)
+	addr := p.wait(t, `\) at (\S+), mode pod`)
+	socks := p.wait(t, `SOCKS5 on (\S+) `)
+	st := procStatus(t, p.cmd.Process.Pid)
+	if os.Geteuid() == 0 {
+		assert.Regexp(t, `^65534\s`, st["Uid"], "runs as nobody")
+	}
+	assert.Equal(t, "0000000000000000", st["CapEff"], "no capabilities")
+	assert.Equal(t, "0000000000000000", st["CapPrm"])
+
+	credBytes, err := os.ReadFile(filepath.Join(state, "proxy-credentials"))
+	require.NoError(t, err)
+	user := strings.TrimSpace(string(credBytes))
+	fetch := func(url string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, curl, "-sS", "--max-time", "10", "--socks5-hostname", user+"@"+socks, url).CombinedOutput()
+		return string(out), err
+	}
+	for _, name := range []string{"web", "vault"} {
+		var body string
+		require.Eventually(t, func() bool {
+			body, err = fetch("http://" + name + ":8080/")
+			return err == nil
+		}, 30*time.Second, 100*time.Millisecond, "%s: %v %s\n%s", name, err, body, &p.out)
+		assert.Equal(t, "hello from "+name, body)
+	}
+	c := sandbox.NewClient(filepath.Join(state, sandbox.SocketName))
+	require.Eventually(t, func() bool {
+		s, err := c.Status(t.Context())
+		if err != nil {
+			return false
+		}
+		paths := map[string]node.PathKind{}
+		for _, ps := range s.Peers {
+			paths[ps.Peer.Name] = ps.Path
+		}
+		return paths["web"] == node.PathDirect && paths["vault"] == node.PathRelay
+	}, 30*time.Second, 50*time.Millisecond, "web goes direct, vault stays relayed")
+
+	p.stop(t)
+	p2 := startSandboxProc(t, bin, args...)
+	assert.Equal(t, nodeID, p2.wait(t, `sandbox: agent \((\S+)\) at`), "same node ID after restart")
+	assert.Equal(t, addr, p2.wait(t, `\) at (\S+), mode pod`), "same overlay address after restart")
+	socks = p2.wait(t, `SOCKS5 on (\S+) `)
+	require.Eventually(t, func() bool {
+		_, err := fetch("http://web:8080/")
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond)
+	p2.stop(t)
+}
+
+// TestSandboxCommandErrors: bad invocations are refused with the reason.
+func TestSandboxCommandErrors(t *testing.T) {
+	tok := writeFile(t, "token", "cli-test-token-0123456789\n", 0o600)
+	base := []string{"sandbox", "start", "--name", "agent", "--server-url", "nats://127.0.0.1:1", "--token-file", tok, "--state-dir", "mem:"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no name", []string{"sandbox", "start", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, "--name and --server-url are required"},
+		{"bad name", []string{"sandbox", "start", "--name", "Agent One", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, `"agent-one"`},
+		{"no token", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://x:1", "--state-dir", "mem:"}, exitUsage, "a join token is required"},
+		{"http control", []string{"sandbox", "start", "--name", "a", "--server-url", "http://x:1", "--token", "t", "--state-dir", "mem:"}, exitFailure, "sandboxes register over NATS only"},
+		{"bad mode", append(base, "--mode", "vm"), exitUsage, `--mode: mode "vm": want pod or gvisor`},
+		{"bad forward", append(base, "--forward", "web=127.0.0.1:80"), exitUsage, `overlay port "web"`},
+		{"open token file", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://x:1", "--token-file", writeFile(t, "t", "tok\n", 0o644)}, exitFailure, "chmod 600"},
+		{"bad creds file", append(base, "--proxy-credentials-file", writeFile(t, "c", "nocolon\n", 0o600)), exitFailure, "want one line USER:PASSWORD"},
+		{"audit verify missing", []string{"sandbox", "audit", "verify", "/no/such/audit.jsonl"}, exitFailure, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			code := execute(t.Context(), tc.args, &out, &errOut)
+			assert.Equal(t, tc.code, code, "stderr: %s", errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+}

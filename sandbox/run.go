@@ -1,0 +1,76 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// termGrace is how long Run lets the agent exit after SIGTERM before it
+// kills it.
+const termGrace = 5 * time.Second
+
+// AgentEnv is the environment Run gives the agent: the proxies in every
+// spelling common tools read, and the sandbox's identity.
+func (d *PodDriver) AgentEnv() []string {
+	st := d.Status()
+	var env []string
+	userinfo := url.UserPassword(d.creds.Username, d.creds.Password)
+	if st.SOCKS5 != "" {
+		u := (&url.URL{Scheme: "socks5h", User: userinfo, Host: st.SOCKS5}).String()
+		env = append(env, "ALL_PROXY="+u, "all_proxy="+u)
+	}
+	if st.HTTPProxy != "" {
+		u := (&url.URL{Scheme: "http", User: userinfo, Host: st.HTTPProxy}).String()
+		env = append(env, "HTTP_PROXY="+u, "http_proxy="+u, "HTTPS_PROXY="+u, "https_proxy="+u)
+	}
+	if len(env) > 0 {
+		env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+	}
+	return append(env,
+		"LATTICE_SANDBOX="+st.Name,
+		"LATTICE_NODE_ID="+st.NodeID,
+		"LATTICE_ADDRESS="+st.Address.Addr().String(),
+	)
+}
+
+// Run implements IsolationDriver: argv runs as a child process whose
+// network access is the sandbox's proxies (AgentEnv). When ctx ends the
+// agent gets SIGTERM, then SIGKILL after 5s.
+func (d *PodDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, error) {
+	if len(argv) == 0 {
+		return -1, errors.New("sandbox: run: no command")
+	}
+	if d.Node() == nil {
+		return -1, errors.New("sandbox: run: not started")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return -1, fmt.Errorf("sandbox: run: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = append(os.Environ(), d.AgentEnv()...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = termGrace
+	d.log.Info("running agent", "argv", argv)
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return ee.ExitCode(), nil
+	default:
+		return -1, fmt.Errorf("sandbox: run %s: %w", argv[0], err)
+	}
+}
