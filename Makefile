@@ -29,9 +29,14 @@ test-community:
 	@# under it they move less data; here they run again at full size.
 	$(GO) test -count=1 -timeout 15m -run 'TestDirectCutMidTransfer|TestPathMatrix' ./node/
 
+# The Pro edition differs only in the packages that ask internal/edition;
+# their tests run again with the tag (the rest is the same code).
+PRO_PKGS = $(shell $(GO) list -tags pro -f '{{.ImportPath}} {{join .Imports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/edition/ {print $$1}')
+
 test-pro:
 	$(GO) build -tags pro ./...
 	$(GO) vet -tags pro ./...
+	$(GO) test -race -tags pro -timeout $(TEST_TIMEOUT) $(PRO_PKGS)
 
 lint: ## gofmt, go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
