@@ -43,7 +43,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "lattice",
-		Short: "Lattice mesh overlay: control plane, relay, STUN",
+		Short: "Lattice mesh overlay: nodes, agent sandboxes, control plane, relay, STUN",
 		Long: `lattice runs the pieces of a Lattice mesh network.
 
   lattice up        a node: register, reach every peer, direct when NATs allow

@@ -197,7 +197,7 @@ generated into STATE-DIR/proxy-credentials. Peers are reachable by IP or by name
 		Example: `  # An agent's network identity, no privileges needed
   lattice sandbox start --name agent-1 --server-url nats://control:4222 \
       --token-file token --socks5 1080
-  curl --socks5-hostname "lattice:$(cut -d: -f2 ~/.config/lattice/sandbox/agent-1/proxy-credentials)@127.0.0.1:1080" http://web-1:8080/
+  curl --socks5-hostname "$(cat ~/.config/lattice/sandbox/agent-1/proxy-credentials)@127.0.0.1:1080" http://web-1:8080/
 
   # Pro: policy, audit and an inbound forward to the agent's dev server
   lattice sandbox start --name agent-1 --server-url nats://control:4222 --token-file token \
