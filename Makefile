@@ -8,7 +8,7 @@ BIN      ?= bin
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-community test-pro lint bench fuzz deps lab clean help
+.PHONY: all build test test-community test-pro lint bench fuzz deps runsc lab clean help
 
 all: build
 
@@ -21,7 +21,7 @@ build: ## build the binaries into bin/ (EDITION=pro for the Pro edition)
 deps: ## install what the tests need (tshark) when missing
 	@scripts/deps.sh
 
-test: deps lint test-community test-pro ## vet, lint and test both editions
+test: deps runsc lint test-community test-pro ## vet, lint and test both editions
 
 test-community:
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
@@ -37,6 +37,14 @@ test-pro:
 	$(GO) build -tags pro ./...
 	$(GO) vet -tags pro ./...
 	$(GO) test -race -tags pro -timeout $(TEST_TIMEOUT) $(PRO_PKGS)
+
+# runsc for gvisor mode, built from the gVisor version go.mod pins, statically:
+# a dynamically linked runsc fails inside its own chroot.
+GVISOR_VERSION = $(shell $(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
+runsc: ## build runsc (static) into GOPATH/bin when it is missing
+	@command -v runsc >/dev/null 2>&1 || [ -x "$$($(GO) env GOPATH)/bin/runsc" ] || \
+	  { echo "runsc: building gvisor.dev/gvisor/runsc@$(GVISOR_VERSION) (static)"; \
+	    CGO_ENABLED=0 $(GO) install gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); }
 
 lint: ## gofmt, go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -256,3 +256,18 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+func TestRules(t *testing.T) {
+	p := mustParse(t, "default: deny\nrules:\n  - allow: peer:web\n    ports: [80, \"8000-8100\"]\n    proto: tcp\n  - deny: [100.64.0.0/16, any]\n")
+	rs := p.Rules()
+	require.Len(t, rs, 3)
+	assert.Equal(t, RuleView{Allow: true, Target: TargetPeer, Peer: "web", Proto: TCP, Ports: [][2]uint16{{80, 80}, {8000, 8100}},
+		Label: rs[0].Label}, rs[0])
+	assert.Contains(t, rs[0].Label, ":3 allow peer:web tcp ports 80,8000-8100")
+	assert.Equal(t, TargetPrefix, rs[1].Target)
+	assert.True(t, rs[1].NamesOverlay)
+	assert.Equal(t, TargetAny, rs[2].Target)
+	assert.False(t, p.AllowsMetadata())
+	assert.False(t, p.DefaultAllows())
+	assert.Contains(t, MetadataAddrs(), netip.MustParseAddr("169.254.169.254"))
+}
