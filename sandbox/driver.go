@@ -75,6 +75,13 @@ type DriverConfig struct {
 	// Forwards expose local services on overlay ports (Pro).
 	Forwards []Forward
 
+	// Runsc is the runsc binary (gvisor mode). If empty, found in $PATH.
+	Runsc string
+	// Platform is runsc's platform: systrap or ptrace. If empty, systrap.
+	Platform string
+	// Interface is the kernel interface in gvisor mode. If empty, wg0.
+	Interface string
+
 	// AuditLog is the audit log's path. If empty, StateDir/audit.jsonl,
 	// or none with an ephemeral StateDir.
 	AuditLog string
@@ -155,7 +162,7 @@ func New(mode Mode, cfg DriverConfig) (IsolationDriver, error) {
 	case ModePod, "":
 		return NewPod(cfg)
 	case ModeGVisor:
-		return nil, errors.New("sandbox: gvisor mode is not available in this build yet; use --mode pod")
+		return NewRunsc(cfg)
 	}
 	return nil, fmt.Errorf("sandbox: unknown mode %q", mode)
 }

@@ -32,7 +32,9 @@ func TestSandboxRun(t *testing.T) {
 		t.Skip("needs curl (make deps installs it)")
 	}
 	w := webPeer(t)
-	var out, errOut strings.Builder
+	// The agent's output and the sandbox's logs arrive on different
+	// goroutines: the buffers must be safe for that.
+	var out, errOut syncBuffer
 	code := execute(t.Context(), []string{"sandbox", "run", "--mode", "pod", "--name", "runner", "--server-url", w.NATSURL,
 		"--token", meshtest.Token, "--state-dir", "mem:", "--listen-addr", "127.0.0.1", "--",
 		"sh", "-c", `for i in $(seq 100); do curl -sf --max-time 5 http://web:8080/ && exit 3; sleep 0.1; done; exit 1`}, &out, &errOut)

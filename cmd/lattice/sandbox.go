@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,7 @@ type sandboxFlags struct {
 	socks5, httpProxy, credsFile                      string
 	forwards                                          []string
 	egressPolicy, auditLog, relayTransport            string
-	listenAddr                                        string
+	listenAddr, runscBin, platform, iface             string
 	port                                              int
 }
 
@@ -72,6 +73,9 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl.StringVar(&f.relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
 	fl.IntVar(&f.port, "port", 0, "UDP port for ICE and WireGuard (0: any)")
 	fl.StringVar(&f.listenAddr, "listen-addr", "", "bind the UDP socket to this address only (its only ICE host candidate)")
+	fl.StringVar(&f.runscBin, "runsc", "", "gvisor mode: the runsc binary (default: runsc in $PATH; make runsc builds it)")
+	fl.StringVar(&f.platform, "platform", "systrap", "gvisor mode: runsc platform, systrap or ptrace")
+	fl.StringVar(&f.iface, "interface", "wg0", "gvisor mode: the pod's WireGuard interface")
 }
 
 // config turns the flags into a driver config.
@@ -111,6 +115,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 		Name: f.name, ServerURL: f.serverURL, Token: token, StateDir: stateDir,
 		ListenPort: f.port, RelayTransport: f.relayTransport,
 		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog,
+		Runsc: f.runscBin, Platform: f.platform, Interface: f.iface,
 		SOCKS5: localAddr(f.socks5), HTTPProxy: localAddr(f.httpProxy),
 	}
 	if f.listenAddr != "" {
@@ -191,6 +196,10 @@ restarted sandbox keeps its node ID, keys and overlay address), brings the overl
 up in the chosen isolation mode and serves the agent's proxies until Ctrl-C or
 SIGTERM. SIGHUP reloads --egress-policy.
 
+With --mode gvisor (Pro; root in the pod), start runs the agent given after --
+as PID 1 in a runsc container over the pod's wg0, and exits with its code, as
+'sandbox run' does.
+
 The proxies always require a user and password: --proxy-credentials-file, or
 generated into STATE-DIR/proxy-credentials. Peers are reachable by IP or by name
 (web-1 or web-1.lattice).`,
@@ -199,19 +208,31 @@ generated into STATE-DIR/proxy-credentials. Peers are reachable by IP or by name
       --token-file token --socks5 1080
   curl --socks5-hostname "$(cat ~/.config/lattice/sandbox/agent-1/proxy-credentials)@127.0.0.1:1080" http://web-1:8080/
 
+  # Pro, gvisor mode: the agent in runsc, its traffic through the pod's wg0
+  sudo lattice sandbox start --mode gvisor --name agent-1 --server-url nats://control:4222 \
+      --token-file token --egress-policy policy.yaml -- /opt/agent/bin/agent --task 42
+
   # Pro: policy, audit and an inbound forward to the agent's dev server
   lattice sandbox start --name agent-1 --server-url nats://control:4222 --token-file token \
       --socks5 1080 --egress-policy policy.yaml --forward 8080=127.0.0.1:3000`,
-		Args: cobra.NoArgs,
 	}
 	f.add(cmd, true)
 	logger := logFlags(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		mode, cfg, err := f.config(cmd)
 		if err != nil {
 			return err
 		}
 		cfg.Logger = logger()
+		if mode == sandbox.ModeGVisor {
+			if len(args) == 0 {
+				return usagef("gvisor mode runs an agent: lattice sandbox start --mode gvisor [flags] -- AGENT [ARG...]")
+			}
+			return runAgent(cmd, mode, cfg, args)
+		}
+		if len(args) > 0 {
+			return usagef("pod mode takes no command (the agent uses the proxies); to run one: lattice sandbox run -- CMD")
+		}
 		out := cmd.OutOrStdout()
 		d, err := sandbox.New(mode, cfg)
 		if err != nil {
@@ -293,6 +314,11 @@ func newSandboxRunCmd() *cobra.Command {
 		Long: `run starts a sandbox, runs CMD as its agent and stops the sandbox when CMD exits,
 exiting with CMD's exit code (128+N if a signal N ended it).
 
+In gvisor mode (root in the pod) CMD runs as PID 1 in a runsc container with
+--network=host: its sockets are the pod kernel's, so its traffic follows the pod's
+routes into wg0; WireGuard keys and CAP_NET_ADMIN stay outside. After it exits,
+wg0, its routes, the iptables rules and the container are gone.
+
 In pod mode CMD gets ALL_PROXY (socks5h://) and HTTP_PROXY / HTTPS_PROXY pointing
 at the sandbox's proxies on 127.0.0.1, with credentials made for this run, plus
 LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
@@ -314,31 +340,43 @@ LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
 			return err
 		}
 		cfg.Logger = logger()
-		cfg.SOCKS5, cfg.HTTPProxy = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.ProxyCredentials = nil // fresh ones for this run
-		d, err := sandbox.New(mode, cfg)
-		if err != nil {
-			return err
+		if mode == sandbox.ModePod {
+			cfg.SOCKS5, cfg.HTTPProxy = "127.0.0.1:0", "127.0.0.1:0"
+			cfg.ProxyCredentials = nil // fresh ones for this run
 		}
-		defer d.Close()
-		if err := d.Start(cmd.Context()); err != nil {
-			return err
-		}
-		st := d.Status()
-		fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: %s at %v; running %s\n", st.Name, st.Address, strings.Join(args, " "))
-		code, err := d.Run(cmd.Context(), args, sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
-		if err != nil {
-			return err
-		}
-		if err := d.Close(); err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: teardown: %v\n", err)
-		}
-		if code != 0 {
-			return cli.ExitCode{Code: code}
-		}
-		return nil
+		return runAgent(cmd, mode, cfg, args)
 	}
 	return cmd
+}
+
+// runAgent starts a sandbox, runs args as its agent, tears the sandbox
+// down and passes the agent's exit code on.
+func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, args []string) error {
+	// A missing agent is found before anything is set up.
+	if _, err := exec.LookPath(args[0]); err != nil {
+		return fmt.Errorf("agent %q: %w", args[0], err)
+	}
+	d, err := sandbox.New(mode, cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Start(cmd.Context()); err != nil {
+		return err
+	}
+	st := d.Status()
+	fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: %s (%s) at %v, mode %s; running %s\n", st.Name, st.NodeID, st.Address, st.Mode, strings.Join(args, " "))
+	code, err := d.Run(cmd.Context(), args, sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+	if err != nil {
+		return err
+	}
+	if err := d.Close(); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: teardown: %v\n", err)
+	}
+	if code != 0 {
+		return cli.ExitCode{Code: code}
+	}
+	return nil
 }
 
 func newSandboxAgentCmd() *cobra.Command {

@@ -46,6 +46,8 @@ type World struct {
 	Relay   *relay.Server
 	// NATSURL is what nodes and sandboxes register with.
 	NATSURL string
+	// Addr is the address everything listens on.
+	Addr netip.Addr
 }
 
 // Logger logs at debug level to stderr when LATTICE_TEST_LOG is set.
@@ -56,18 +58,23 @@ func Logger() *slog.Logger {
 	return nil
 }
 
-// Start brings control and a relay up.
-func Start(t testing.TB) *World {
+// Start brings control and a relay up on loopback.
+func Start(t testing.TB) *World { return StartOn(t, Loopback) }
+
+// StartOn brings control and a relay up on addr (one of this host's), for
+// tests whose sandboxes run in other network namespaces.
+func StartOn(t testing.TB, addr netip.Addr) *World {
 	t.Helper()
+	listen := netip.AddrPortFrom(addr, 0).String()
 	secret := []byte("meshtest-relay-secret-0123456789abcdef")
-	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0", Secret: secret, TLS: selfSigned(t)})
+	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: listen, Secret: secret, TLS: selfSigned(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { rs.Close() })
 	store, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
 	require.NoError(t, err)
 	ctrl, err := control.New(t.Context(), control.Config{
 		Network: netx.OS, Tokens: []control.JoinToken{{Value: Token}}, Store: store,
-		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: netx.OS, Listen: "127.0.0.1:0"},
+		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: netx.OS, Listen: listen},
 		Relays:       []control.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
 		RelayToken: func(k control.Key, now time.Time) (string, error) {
 			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
@@ -76,7 +83,7 @@ func Start(t testing.TB) *World {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { ctrl.Close() })
-	return &World{Control: ctrl, Relay: rs, NATSURL: ctrl.NATS().URL()}
+	return &World{Control: ctrl, Relay: rs, NATSURL: ctrl.NATS().URL(), Addr: addr}
 }
 
 // Peer is a node on an in-process netstack.
@@ -94,7 +101,7 @@ func (w *World) Peer(t testing.TB, name string, edit ...func(*node.Config)) *Pee
 	t.Helper()
 	prov := &netstack.SandboxProvisioner{}
 	cfg := node.Config{
-		Name: name, Network: netx.OS, Control: w.NATSURL, Token: Token, ListenPort: -1, ListenAddr: Loopback,
+		Name: name, Network: netx.OS, Control: w.NATSURL, Token: Token, ListenPort: -1, ListenAddr: w.Addr,
 		Provisioner: prov, Relay: node.LRPRelay(netx.OS, Logger(), "tcp"), Logger: Logger(),
 	}
 	for _, e := range edit {

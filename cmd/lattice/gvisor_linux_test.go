@@ -1,0 +1,182 @@
+//go:build pro
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/runsc"
+)
+
+// pod is a network namespace joined to the test's by a veth pair: the
+// "pod" a gvisor-mode sandbox runs in. Host side .1, pod side .2.
+type pod struct {
+	ns         string
+	host, addr netip.Addr
+}
+
+func newPod(t *testing.T, subnet byte) *pod {
+	t.Helper()
+	needRoot(t, "ip", "nsenter", "iptables")
+	if _, err := runsc.Find(""); err != nil {
+		t.Skipf("needs runsc (make runsc builds it): %v", err)
+	}
+	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
+	p := &pod{ns: "lsbx-" + suffix, host: netip.AddrFrom4([4]byte{10, 202, subnet, 1}), addr: netip.AddrFrom4([4]byte{10, 202, subnet, 2})}
+	sh(t, "ip", "netns", "add", p.ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.ns).Run() })
+	sh(t, "ip", "-n", p.ns, "link", "set", "lo", "up")
+	vh, vp := "lsh"+suffix, "lsp"+suffix
+	sh(t, "ip", "link", "add", vh, "type", "veth", "peer", "name", vp)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", vh).Run() })
+	sh(t, "ip", "link", "set", vp, "netns", p.ns)
+	sh(t, "ip", "addr", "add", p.host.String()+"/24", "dev", vh)
+	sh(t, "ip", "-n", p.ns, "addr", "add", p.addr.String()+"/24", "dev", vp)
+	sh(t, "ip", "link", "set", vh, "up")
+	sh(t, "ip", "-n", p.ns, "link", "set", vp, "up")
+	return p
+}
+
+// run runs this test binary as lattice inside the pod and returns its
+// output and exit code.
+func (p *pod) run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + p.ns, self}, args...)...)
+	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	done := make(chan error, 1)
+	require.NoError(t, cmd.Start())
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("lattice in the pod did not finish:\n%s\n%s", &o, &e)
+	}
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
+
+// inPod runs a command in the pod and returns its output.
+func (p *pod) inPod(name string, args ...string) (string, error) {
+	out, err := exec.Command("nsenter", append([]string{"--net=/run/netns/" + p.ns, name}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "agent")
+	cmd := exec.Command("go", "build", "-o", bin, "./testdata/agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.NoError(t, os.Chmod(filepath.Dir(bin), 0o755))
+	return bin
+}
+
+// TestSandboxGVisor: phase 1 puts wg0 and the egress rules in the pod,
+// phase 2 runs a static agent as PID 1 in runsc. The agent fetches from a
+// peer reached directly and from one reached only through the relay,
+// cannot reach a port the policy does not allow, cannot create a TUN, add
+// a route or read the WireGuard key, and sees gVisor's kernel. Its exit
+// code is lattice's, and afterwards the pod has no wg0, no rule and no
+// container.
+func TestSandboxGVisor(t *testing.T) {
+	p := newPod(t, 1)
+	w := meshtest.StartOn(t, p.host)
+	web := w.Peer(t, "web")
+	vault := w.Peer(t, "vault", func(c *node.Config) { c.ICE.RelayOnly = true })
+	for _, peer := range []*meshtest.Peer{web, vault} {
+		name := peer.Node.Identity().Name
+		peer.ServeHTTP(t, 8080, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "hello from %s", name) }))
+		peer.ServeHTTP(t, 22, http.NotFoundHandler())
+	}
+	agent := buildAgent(t)
+	state := t.TempDir()
+	pol := writeFile(t, "policy.yaml", "default: deny\nrules:\n  - allow: [peer:web, peer:vault]\n    ports: [8080]\n    proto: tcp\n", 0o600)
+	webURL := fmt.Sprintf("http://%s:8080/", web.Addr())
+	vaultURL := fmt.Sprintf("http://%s:8080/", vault.Addr())
+
+	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "agent", "--server-url", w.NATSURL,
+		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--egress-policy", pol, "--",
+		agent, "sleep", "2s", "fetch", webURL, "fetch", vaultURL, "refused", web.Addr().String()+":22",
+		"notun", "noroute", "noread", filepath.Join(state, "credentials.json"), "gvisor", "exit", "7")
+	t.Logf("agent output:\n%s", stdout)
+	require.Equal(t, 7, code, "the agent's exit code; stderr:\n%s", stderr)
+	assert.Contains(t, stdout, "fetch "+webURL+": hello from web")
+	assert.Contains(t, stdout, "fetch "+vaultURL+": hello from vault")
+	assert.Contains(t, stdout, "refused "+web.Addr().String()+":22")
+	assert.Contains(t, stdout, "gvisor: kernel log says gVisor")
+	assert.NotContains(t, stdout, "FAIL")
+	assert.Regexp(t, `msg=path node=agent peer=web to=direct`, stderr, "web is reached directly")
+	assert.NotRegexp(t, `msg=path node=agent peer=vault to=direct`, stderr, "vault only through the relay")
+	assert.Greater(t, vault.Node.Status()[0].RxRelay, uint64(0))
+
+	// Nothing left behind.
+	out, err := p.inPod("ip", "link", "show", "wg0")
+	assert.Error(t, err, "wg0 is gone: %s", out)
+	out, err = p.inPod("iptables", "-S")
+	require.NoError(t, err, out)
+	assert.NotContains(t, out, "LATTICE")
+	assert.NotContains(t, out, "lattice")
+	mgrState := filepath.Join(state, "runsc", "state")
+	list, err := exec.Command(mustRunsc(t), "--root", mgrState, "list", "--quiet").Output()
+	require.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(string(list)), "no container left")
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	require.NoError(t, err)
+	assert.NotContains(t, string(mounts), state, "no mount left in the state dir")
+}
+
+// TestSandboxGVisorBadInput: what gvisor mode needs and lacks is named,
+// and nothing is left behind.
+func TestSandboxGVisorBadInput(t *testing.T) {
+	p := newPod(t, 2)
+	w := meshtest.StartOn(t, p.host)
+	state := t.TempDir()
+	base := []string{"sandbox", "run", "--mode", "gvisor", "--name", "agent", "--server-url", w.NATSURL, "--token", meshtest.Token,
+		"--state-dir", state, "--listen-addr", p.addr.String()}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"agent missing", append(base, "--", "/no/such/agent"), `agent "/no/such/agent"`},
+		{"agent not executable", append(base, "--", writeFile(t, "agent", "data", 0o644)), "permission denied"},
+		{"runsc missing", append(base, "--runsc", "/no/runsc", "--", "/bin/true"), "runsc: not found: /no/runsc: build it statically with: CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@"},
+		{"runsc dynamic", append(base, "--runsc", "/bin/sh", "--", "/bin/true"), "dynamically linked: /bin/sh needs a dynamic loader"},
+		{"proxy in gvisor mode", append(base[:1:1], "start", "--mode", "gvisor", "--name", "a", "--server-url", w.NATSURL, "--token", "t", "--socks5", "1080", "--", "/bin/true"), "gvisor mode has no proxies"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := p.run(t, tc.args...)
+			assert.NotEqual(t, 0, code)
+			assert.Contains(t, stderr, tc.want)
+			out, err := p.inPod("ip", "link", "show", "wg0")
+			assert.Error(t, err, "no wg0 left: %s", out)
+		})
+	}
+}
+
+func mustRunsc(t *testing.T) string {
+	t.Helper()
+	p, err := runsc.Find("")
+	require.NoError(t, err)
+	return p
+}

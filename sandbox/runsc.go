@@ -1,0 +1,239 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/latticelab/lattice/audit"
+	"github.com/latticelab/lattice/internal/edition"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/policy"
+	"github.com/latticelab/lattice/runsc"
+)
+
+// RunscDriver is gvisor mode, the spec's two-phase bootstrap. Phase 1, in
+// the pod's kernel: NATS registration, wireguard-go on a real TUN (wg0),
+// its address and route, and the egress policy as iptables rules. Phase
+// 2: runsc runs the agent as PID 1 with --network=host, so every system
+// call goes through gVisor's sentry while its traffic follows the pod's
+// routes into wg0. The WireGuard key and CAP_NET_ADMIN stay outside the
+// container. It needs root (or CAP_NET_ADMIN) and /dev/net/tun.
+type RunscDriver struct {
+	cfg     DriverConfig
+	log     *slog.Logger
+	mgr     *runsc.Manager
+	audit   audit.Sink
+	auditF  *audit.FileWriter
+	pol     *policy.Policy
+	egress  *kernelEgress
+	started time.Time
+
+	mu   sync.Mutex // guards node
+	node *node.Node
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ IsolationDriver = (*RunscDriver)(nil)
+
+// NewRunsc checks what gvisor mode needs, with the fix for each miss.
+func NewRunsc(cfg DriverConfig) (*RunscDriver, error) {
+	if err := edition.Require("gvisor mode (--mode gvisor)"); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.SOCKS5 != "" || cfg.HTTPProxy != "":
+		return nil, errors.New("sandbox: gvisor mode has no proxies: the agent's own sockets route into wg0; drop --socks5/--http-proxy")
+	case len(cfg.Forwards) > 0:
+		return nil, errors.New("sandbox: gvisor mode has no inbound forwards: peers reach the agent's listeners on its overlay address directly")
+	case os.Geteuid() != 0:
+		return nil, errors.New("sandbox: gvisor mode needs root in the pod (phase 1 creates wg0 and iptables rules; the agent itself gets no privileges); --mode pod needs none")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		return nil, fmt.Errorf("sandbox: gvisor mode needs /dev/net/tun (in Kubernetes, mount it into the pod): %w", err)
+	}
+	stateDir := filepath.Join(os.TempDir(), "lattice-runsc")
+	if cfg.StateDir != "mem:" {
+		stateDir = filepath.Join(cfg.StateDir, "runsc")
+	}
+	mgr, err := runsc.NewManager(runsc.Config{Binary: cfg.Runsc, StateDir: stateDir, Platform: cfg.Platform, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if cfg.Interface == "" {
+		cfg.Interface = "wg0"
+	}
+	return &RunscDriver{cfg: cfg, log: cfg.Logger.With("component", "sandbox", "mode", "gvisor"), mgr: mgr}, nil
+}
+
+// ContainerID is the container's name: one sandbox, one container.
+func (d *RunscDriver) ContainerID() string { return "lattice-" + d.cfg.Name }
+
+// Start implements IsolationDriver: phase 1, bootstrapAgent.
+func (d *RunscDriver) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			_ = d.Close()
+		}
+	}()
+	d.started = time.Now()
+	cfg := d.cfg
+	creds := node.OpenCredentials("mem:")
+	auditPath := cfg.AuditLog
+	if cfg.StateDir != "mem:" {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return fmt.Errorf("sandbox: state dir: %w", err)
+		}
+		creds = node.OpenCredentials(filepath.Join(cfg.StateDir, "credentials.json"))
+		if auditPath == "" {
+			auditPath = filepath.Join(cfg.StateDir, "audit.jsonl")
+		}
+	}
+	if _, err := creds.Load(); err != nil && !errors.Is(err, node.ErrNoCredentials) {
+		return fmt.Errorf("sandbox: %w", err)
+	}
+	d.audit = audit.Discard
+	if auditPath != "" {
+		w, err := audit.Open(auditPath)
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		d.audit, d.auditF = w, w
+		d.cfg.AuditLog = auditPath
+	}
+	d.pol = policy.AllowAll()
+	if cfg.EgressPolicy != "" {
+		if d.pol, err = policy.Load(cfg.EgressPolicy); err != nil {
+			return fmt.Errorf("sandbox: egress policy: %w", err)
+		}
+	}
+	prov, err := kernelProvisioner(cfg.Interface, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	n, err := node.Start(ctx, node.Config{
+		Name: cfg.Name, Network: cfg.Network, Control: cfg.ServerURL, Token: cfg.Token,
+		Credentials: creds, ListenPort: cfg.ListenPort, ListenAddr: cfg.ListenAddr,
+		Provisioner: prov,
+		Relay:       node.LRPRelay(cfg.Network, cfg.Logger, cfg.RelayTransport), ICE: cfg.ICE, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: phase 1: %w", err)
+	}
+	d.mu.Lock()
+	d.node = n
+	d.mu.Unlock()
+	d.egress = newKernelEgress(cfg.Interface, n.Address().Masked(), d.pol, d.peers, d.log)
+	if err := d.egress.install(); err != nil {
+		return fmt.Errorf("sandbox: phase 1: egress rules: %w", err)
+	}
+	id := n.Identity()
+	d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v on %s, gvisor mode, policy %s", id.Name, id.NodeID, id.Address, cfg.Interface, d.pol.Source())})
+	return nil
+}
+
+func (d *RunscDriver) peers() []nodePeer {
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	var out []nodePeer
+	for _, p := range n.Peers() {
+		out = append(out, nodePeer{name: p.Name, addr: p.Address.Addr()})
+	}
+	return out
+}
+
+func (d *RunscDriver) record(ev audit.Event) {
+	if ev.Time.IsZero() {
+		ev.Time = time.Now()
+	}
+	if err := d.audit.Write(ev); err != nil {
+		d.log.Warn("audit log write failed", "err", err)
+	}
+}
+
+// Run implements IsolationDriver: phase 2, the agent as PID 1 in runsc.
+func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, error) {
+	if len(argv) == 0 {
+		return -1, errors.New("sandbox: run: no command")
+	}
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n == nil {
+		return -1, errors.New("sandbox: run: not started")
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return -1, fmt.Errorf("sandbox: agent %q: %w", argv[0], err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return -1, fmt.Errorf("sandbox: agent %q: %w", argv[0], err)
+	}
+	id := n.Identity()
+	spec := runsc.Spec{ID: d.ContainerID(), Args: append([]string{path}, argv[1:]...), Env: []string{
+		"LATTICE_SANDBOX=" + id.Name, "LATTICE_NODE_ID=" + id.NodeID, "LATTICE_ADDRESS=" + id.Address.Addr().String(),
+	}}
+	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, spec.ID)})
+	code, err := d.mgr.Run(ctx, spec, runsc.Stdio{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+	if err != nil {
+		return code, fmt.Errorf("sandbox: %w", err)
+	}
+	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("exited with %d", code)})
+	return code, nil
+}
+
+// Status implements IsolationDriver.
+func (d *RunscDriver) Status() Status {
+	st := Status{Name: d.cfg.Name, Mode: ModeGVisor, AuditLog: d.cfg.AuditLog, Started: d.started}
+	if d.pol != nil {
+		st.Policy = d.pol.Source()
+	}
+	d.mu.Lock()
+	n := d.node
+	d.mu.Unlock()
+	if n != nil {
+		id := n.Identity()
+		st.NodeID, st.Address, st.Peers = id.NodeID, id.Address, n.Status()
+	}
+	return st
+}
+
+// Close tears down: the container (if still there), the rules, then the
+// node, whose closing removes wg0 and its routes.
+func (d *RunscDriver) Close() error {
+	d.closeOnce.Do(func() {
+		var errs []error
+		errs = append(errs, d.mgr.Delete(d.ContainerID()))
+		if d.egress != nil {
+			d.egress.remove()
+		}
+		d.mu.Lock()
+		n := d.node
+		d.mu.Unlock()
+		if n != nil {
+			errs = append(errs, n.Close())
+			d.record(audit.Event{Kind: "stop", Detail: "sandbox " + d.cfg.Name})
+		}
+		if d.auditF != nil {
+			errs = append(errs, d.auditF.Close())
+		}
+		errs = append(errs, d.mgr.Close())
+		d.closeErr = errors.Join(errs...)
+	})
+	return d.closeErr
+}
