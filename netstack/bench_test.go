@@ -20,7 +20,9 @@ import (
 //   - pod: two Stacks, wireguard-go on our TUNAdapter (pod mode);
 //   - wgnetstack: wireguard-go's own tun/netstack, the baseline;
 //   - kernel: wireguard-go on real TUN devices in two network namespaces
-//     joined by a veth, with the kernel's TCP (root only).
+//     joined by a veth, with the kernel's TCP (root only);
+//   - gvisor: as kernel, but the sender runs in a runsc container with
+//     --network=host, as a gvisor-mode agent does (root and runsc).
 //
 // Run the three in one invocation and compare their Gbit/s.
 func BenchmarkDataPath(b *testing.B) {
@@ -37,6 +39,7 @@ func BenchmarkDataPath(b *testing.B) {
 		send, recv := kernelPair(b)
 		benchTCP(b, send, recv)
 	})
+	b.Run("gvisor", gvisorSend)
 }
 
 type (

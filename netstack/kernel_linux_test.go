@@ -38,6 +38,20 @@ func requireKernelNet(tb testing.TB) {
 // overlay addresses, opened by the kernel's TCP in each namespace.
 func kernelPair(tb testing.TB) (send, recv net.Conn) {
 	tb.Helper()
+	k := kernelNets(tb)
+	return connect(tb, k.listen, k.dial, k.overB)
+}
+
+// kernelNet is kernelPair's two namespaces.
+type kernelNet struct {
+	nsA, nsB string
+	overB    netip.Addr
+	listen   listenFunc // in B
+	dial     dialFunc   // from A
+}
+
+func kernelNets(tb testing.TB) *kernelNet {
+	tb.Helper()
 	requireKernelNet(tb)
 	id := fmt.Sprintf("%d", os.Getpid())
 	nsA, nsB := "lattice-bench-a-"+id, "lattice-bench-b-"+id
@@ -96,7 +110,7 @@ func kernelPair(tb testing.TB) (send, recv net.Conn) {
 		})
 		return c, err
 	}
-	return connect(tb, listen, dial, overB)
+	return &kernelNet{nsA: nsA, nsB: nsB, overB: overB, listen: listen, dial: dial}
 }
 
 // fixedMTU reports the MTU the device was created with. NativeTun.MTU

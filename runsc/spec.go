@@ -27,6 +27,9 @@ type Spec struct {
 	ReadOnly []string
 	// NoFile bounds open files. If zero, 4096.
 	NoFile uint64
+	// NetNS, if set, is the path of the network namespace the agent
+	// uses (e.g. /run/netns/pod). If empty, the namespace runsc runs in.
+	NetNS string
 }
 
 // AgentDir is where an agent binary from outside the host's system
@@ -90,11 +93,14 @@ type ociMount struct {
 
 type ociNamespace struct {
 	Type string `json:"type"`
+	Path string `json:"path,omitempty"`
 }
 
 type ociLinux struct {
-	// Namespaces has no "network" entry: with runsc --network=host the
-	// agent uses the namespace runsc was started in, the pod's.
+	// Namespaces has no "network" entry unless Spec.NetNS names one: with
+	// runsc --network=host the agent uses the namespace runsc was started
+	// in, the pod's. (`runsc spec` adds an empty one, and the agent then
+	// sees only lo.)
 	Namespaces []ociNamespace `json:"namespaces"`
 }
 
@@ -148,6 +154,9 @@ func (s Spec) oci(rootfs string) (*ociSpec, error) {
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
 		},
 		Linux: ociLinux{Namespaces: []ociNamespace{{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}}},
+	}
+	if s.NetNS != "" {
+		spec.Linux.Namespaces = append(spec.Linux.Namespaces, ociNamespace{Type: "network", Path: s.NetNS})
 	}
 	for _, d := range []string{"proc", "dev", "sys", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {

@@ -29,7 +29,11 @@ type pod struct {
 	host, addr netip.Addr
 }
 
-func newPod(t *testing.T, subnet byte) *pod {
+func newPod(t *testing.T, subnet byte) *pod { return newPodTB(t, subnet) }
+
+func newPodB(b *testing.B) *pod { return newPodTB(b, 3) }
+
+func newPodTB(t testing.TB, subnet byte) *pod {
 	t.Helper()
 	needRoot(t, "ip", "nsenter", "iptables")
 	if _, err := runsc.Find(""); err != nil {
@@ -54,6 +58,11 @@ func newPod(t *testing.T, subnet byte) *pod {
 // run runs this test binary as lattice inside the pod and returns its
 // output and exit code.
 func (p *pod) run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	return p.runB(t, args...)
+}
+
+func (p *pod) runB(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
@@ -80,7 +89,9 @@ func (p *pod) inPod(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-func buildAgent(t *testing.T) string {
+func buildAgent(t *testing.T) string { return buildAgentB(t) }
+
+func buildAgentB(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "agent")
 	cmd := exec.Command("go", "build", "-o", bin, "./testdata/agent")
@@ -179,4 +190,42 @@ func mustRunsc(t *testing.T) string {
 	p, err := runsc.Find("")
 	require.NoError(t, err)
 	return p
+}
+
+// BenchmarkSandboxStart/gvisor: from starting `lattice sandbox run --mode
+// gvisor` in a pod to the agent's first request arriving at a peer over
+// wg0: registration, wg0, rules, runsc start, the agent's connect.
+func BenchmarkSandboxStart(b *testing.B) {
+	b.Run("gvisor", func(b *testing.B) {
+		p := newPodB(b)
+		w := meshtest.StartOn(b, p.host)
+		web := w.Peer(b, "web")
+		arrived := make(chan time.Time, 1)
+		web.ServeHTTP(b, 8080, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			select {
+			case arrived <- time.Now():
+			default:
+			}
+			fmt.Fprint(w, "ok")
+		}))
+		agent := buildAgentB(b)
+		var total time.Duration
+		for i := range b.N {
+			state := b.TempDir()
+			start := time.Now()
+			_, stderr, code := p.runB(b, "sandbox", "run", "--mode", "gvisor", "--name", fmt.Sprintf("start-%d", i), "--server-url", w.NATSURL,
+				"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--",
+				agent, "fetch", fmt.Sprintf("http://%s:8080/", web.Addr()), "exit", "0")
+			if code != 0 {
+				b.Fatalf("exit %d: %s", code, stderr)
+			}
+			select {
+			case at := <-arrived:
+				total += at.Sub(start)
+			default:
+				b.Fatal("the agent's request never arrived")
+			}
+		}
+		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms")
+	})
 }

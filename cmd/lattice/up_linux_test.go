@@ -20,7 +20,7 @@ import (
 
 // needRoot skips a test that needs root and the named tools, saying which
 // is missing.
-func needRoot(t *testing.T, tools ...string) {
+func needRoot(t testing.TB, tools ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, TUN devices)")
@@ -35,7 +35,7 @@ func needRoot(t *testing.T, tools ...string) {
 	}
 }
 
-func sh(t *testing.T, name string, args ...string) {
+func sh(t testing.TB, name string, args ...string) {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
