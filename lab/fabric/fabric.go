@@ -42,7 +42,9 @@ type Fabric struct {
 	netList  []*Network
 	hosts    map[string]*Host
 	routers  map[string]*Router
-	closed   bool
+	// kernelHosts are network namespaces joined through TUN devices.
+	kernelHosts map[string]*KernelHost
+	closed      bool
 }
 
 // New returns an empty fabric.
@@ -65,12 +67,13 @@ func New(cfg Config) (*Fabric, error) {
 		clk = &clock.Lab{}
 	}
 	return &Fabric{
-		cfg:      cfg,
-		log:      log.With("component", "fabric"),
-		clock:    clk,
-		networks: make(map[string]*Network),
-		hosts:    make(map[string]*Host),
-		routers:  make(map[string]*Router),
+		cfg:         cfg,
+		log:         log.With("component", "fabric"),
+		clock:       clk,
+		networks:    make(map[string]*Network),
+		hosts:       make(map[string]*Host),
+		routers:     make(map[string]*Router),
+		kernelHosts: make(map[string]*KernelHost),
 	}, nil
 }
 
@@ -152,7 +155,7 @@ func (f *Fabric) nameFreeLocked(kind, name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: %s with no name", ErrInvalid, kind)
 	}
-	if f.hosts[name] != nil || f.routers[name] != nil {
+	if f.hosts[name] != nil || f.routers[name] != nil || f.kernelHosts[name] != nil {
 		return fmt.Errorf("%w: %s %q: name already used", ErrInvalid, kind, name)
 	}
 	return nil
@@ -273,10 +276,17 @@ func (f *Fabric) Close() error {
 	for _, r := range f.routers {
 		routers = append(routers, r)
 	}
+	kernel := make([]*KernelHost, 0, len(f.kernelHosts))
+	for _, k := range f.kernelHosts {
+		kernel = append(kernel, k)
+	}
 	f.mu.Unlock()
 	var errs []error
 	for _, h := range hosts {
 		errs = append(errs, h.close())
+	}
+	for _, k := range kernel {
+		errs = append(errs, k.close())
 	}
 	for _, r := range routers {
 		r.close()

@@ -1,0 +1,251 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// KernelHostConfig declares a real-kernel host: a Linux network namespace
+// whose only way out is a TUN device the fabric reads and writes, so its
+// packets are routed, NATed, impaired and captured like any lab host's.
+// Programs run in it with setns (nsenter --net=/run/netns/NAME): the
+// kernel's own TCP/IP, iptables and TUN devices (wg0) all work there. It
+// needs root.
+type KernelHostConfig struct {
+	// Name is the host's name in the fabric; the namespace and the TUN
+	// device are named after it ("lab-NAME", "eth0").
+	Name string
+	// Interface attaches the host to one network, as a HostConfig's do.
+	Interface InterfaceConfig
+	// Gateway is the default route's next hop, on Interface's network.
+	// If zero, the host reaches only its own network.
+	Gateway netip.Addr
+}
+
+// KernelHost is a network namespace joined to the fabric.
+type KernelHost struct {
+	name  string
+	netns string
+	ifc   *Interface
+	tun   *os.File
+	gw    netip.Addr
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// AddKernelHost creates the namespace and its TUN device and attaches it.
+func (f *Fabric) AddKernelHost(cfg KernelHostConfig) (*KernelHost, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: kernel host %q: needs root (network namespaces, TUN devices)", ErrInvalid, cfg.Name)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, ErrClosed
+	}
+	if err := f.nameFreeLocked("host", cfg.Name); err != nil {
+		return nil, err
+	}
+	ifcs, err := f.buildInterfacesLocked(cfg.Name, []InterfaceConfig{cfg.Interface})
+	if err != nil {
+		return nil, err
+	}
+	ifc := ifcs[0]
+	if cfg.Gateway.IsValid() && !ifc.network.prefix.Contains(cfg.Gateway) {
+		ifc.close()
+		return nil, fmt.Errorf("%w: kernel host %q: gateway %v is not on %s", ErrInvalid, cfg.Name, cfg.Gateway, ifc.network.name)
+	}
+	k := &KernelHost{name: cfg.Name, netns: "lab-" + cfg.Name, ifc: ifc, gw: cfg.Gateway}
+	if err := k.setup(); err != nil {
+		k.teardown()
+		ifc.close()
+		return nil, fmt.Errorf("kernel host %q: %w", cfg.Name, err)
+	}
+	ifc.handle = k.deliver
+	if err := attachLocked(ifcs); err != nil {
+		k.teardown()
+		ifc.close()
+		return nil, err
+	}
+	ifc.start()
+	k.wg.Add(1)
+	go k.readLoop()
+	f.kernelHosts[cfg.Name] = k
+	return k, nil
+}
+
+// Netns is the namespace's name (under /run/netns).
+func (k *KernelHost) Netns() string { return k.netns }
+
+// NetnsPath is the namespace's path, for setns and nsenter --net=.
+func (k *KernelHost) NetnsPath() string { return "/run/netns/" + k.netns }
+
+// Interface returns the host's fabric interface.
+func (k *KernelHost) Interface() *Interface { return k.ifc }
+
+// Addr is the host's address.
+func (k *KernelHost) Addr() netip.Addr { return k.ifc.addr }
+
+func ipCommand(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// setup makes the namespace, the TUN device in it, its address and routes.
+func (k *KernelHost) setup() error {
+	_ = exec.Command("ip", "netns", "del", k.netns).Run() // a leftover of a killed run
+	if err := ipCommand("netns", "add", k.netns); err != nil {
+		return err
+	}
+	fd, err := k.openTUN("eth0")
+	if err != nil {
+		return err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	k.tun = os.NewFile(uintptr(fd), "tun")
+	pfx := netip.PrefixFrom(k.ifc.addr, k.ifc.network.prefix.Bits())
+	for _, args := range [][]string{
+		{"-n", k.netns, "link", "set", "lo", "up"},
+		{"-n", k.netns, "addr", "add", pfx.String(), "dev", "eth0"},
+		{"-n", k.netns, "link", "set", "eth0", "mtu", fmt.Sprint(k.ifc.mtu), "up"},
+	} {
+		if err := ipCommand(args...); err != nil {
+			return err
+		}
+	}
+	if k.gw.IsValid() {
+		// A TUN has no link layer: the default route names the device,
+		// and the fabric sends what leaves it to the gateway.
+		if err := ipCommand("-n", k.netns, "route", "add", "default", "dev", "eth0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openTUN creates a TUN device (no packet info) inside the namespace.
+func (k *KernelHost) openTUN(name string) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread retires in the namespace
+		ns, err := os.Open("/run/netns/" + k.netns)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{err: fmt.Errorf("setns: %w", err)}
+			return
+		}
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- result{err: fmt.Errorf("open /dev/net/tun: %w", err)}
+			return
+		}
+		var req [unix.IFNAMSIZ + 64]byte
+		copy(req[:], name)
+		*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
+		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); e != 0 {
+			unix.Close(fd)
+			done <- result{err: fmt.Errorf("TUNSETIFF: %w", e)}
+			return
+		}
+		done <- result{fd: fd}
+	}()
+	r := <-done
+	return r.fd, r.err
+}
+
+// readLoop frames what the kernel sends and puts it on the network.
+func (k *KernelHost) readLoop() {
+	defer k.wg.Done()
+	buf := make([]byte, 65535)
+	for {
+		n, err := k.tun.Read(buf)
+		if err != nil {
+			return
+		}
+		if n < 20 {
+			continue
+		}
+		var dst netip.Addr
+		et := uint16(etherTypeIPv4)
+		switch buf[0] >> 4 {
+		case 4:
+			dst = netip.AddrFrom4([4]byte(buf[16:20]))
+		case 6:
+			if n < 40 {
+				continue
+			}
+			dst = netip.AddrFrom16([16]byte(buf[24:40]))
+			et = etherTypeIPv6
+		default:
+			continue
+		}
+		nh := dst
+		if !k.ifc.network.prefix.Contains(dst) && k.gw.IsValid() {
+			nh = k.gw
+		}
+		nb := k.ifc.network.neighbor(nh)
+		if nb == nil {
+			continue
+		}
+		f := getFrame(ethHeaderLen + n)
+		writeEth(f, nb.mac, k.ifc.mac, et)
+		copy(f[ethHeaderLen:], buf[:n])
+		k.ifc.transmit(f)
+	}
+}
+
+// deliver writes received frames into the namespace.
+func (k *KernelHost) deliver(batch [][]byte) {
+	for _, f := range batch {
+		if len(f) > ethHeaderLen {
+			_, _ = k.tun.Write(f[ethHeaderLen:])
+		}
+		putFrame(f)
+	}
+}
+
+func (k *KernelHost) teardown() {
+	if k.tun != nil {
+		k.tun.Close()
+	}
+	_ = exec.Command("ip", "netns", "del", k.netns).Run()
+}
+
+// close detaches the host and removes its namespace. Idempotent.
+func (k *KernelHost) close() error {
+	var err error
+	k.once.Do(func() {
+		k.ifc.close()
+		if k.tun != nil {
+			err = k.tun.Close()
+		}
+		k.wg.Wait()
+		if e := ipCommand("netns", "del", k.netns); e != nil && !errors.Is(e, os.ErrNotExist) {
+			err = errors.Join(err, e)
+		}
+	})
+	return err
+}

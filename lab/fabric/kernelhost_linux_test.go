@@ -1,0 +1,68 @@
+package fabric_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/labtest"
+	"github.com/latticelab/lattice/lab/link"
+)
+
+// TestKernelHost: a network namespace joined to the fabric behind an
+// emulated NAT reaches a lab host on the internet with the kernel's own
+// ping and curl, and the server sees the NAT's public address.
+func TestKernelHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, TUN devices)")
+	}
+	for _, tool := range []string{"ip", "nsenter", "ping", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make deps installs it)", tool)
+		}
+	}
+	w := labtest.New(t, fabric.Config{})
+	site := w.Site(t, "port-restricted-cone")
+	k, err := w.Fabric.AddKernelHost(fabric.KernelHostConfig{Name: fmt.Sprintf("kh%d", os.Getpid()%10000),
+		Interface: fabric.InterfaceConfig{Network: "lan0", Addr: netip.MustParseAddr("192.168.1.3")}, Gateway: labtest.Gateway})
+	require.NoError(t, err)
+
+	ln, err := w.Server.Listen(t.Context(), "tcp", "203.0.113.100:80")
+	require.NoError(t, err)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "you are %s", r.RemoteAddr)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+
+	in := func(name string, args ...string) (string, error) {
+		out, err := exec.Command("nsenter", append([]string{"--net=" + k.NetnsPath(), name}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := in("ping", "-c", "2", "-W", "2", "203.0.113.100")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "2 received")
+	out, err = in("curl", "-sS", "--max-time", "10", "http://203.0.113.100/")
+	require.NoError(t, err, out)
+	assert.True(t, strings.HasPrefix(out, "you are "+site.Public.String()+":"), "the server sees the NAT's address: %s", out)
+
+	// The fabric's impairments apply to it like to any host.
+	require.NoError(t, k.Interface().SetImpairments(fabric.Egress, link.Impairments{Latency: 30 * time.Millisecond}))
+	out, err = in("ping", "-c", "3", "-W", "2", "203.0.113.100")
+	require.NoError(t, err, out)
+	assert.Regexp(t, `rtt min/avg/max/mdev = (2[89]|3[0-9])\.`, out, "30 ms added")
+
+	require.NoError(t, w.Fabric.Close())
+	_, err = os.Stat(k.NetnsPath())
+	assert.True(t, errors.Is(err, os.ErrNotExist), "the namespace is removed with the fabric")
+}
