@@ -17,9 +17,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/labtest"
+	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/runsc"
+	"github.com/latticelab/lattice/stun"
 )
 
 // pod is a network namespace joined to the test's by a veth pair: the
@@ -228,4 +234,60 @@ func BenchmarkSandboxStart(b *testing.B) {
 		}
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms")
 	})
+}
+
+// TestSandboxGVisorBehindLabNAT: the pod is a kernel host of the lab
+// fabric, behind an emulated symmetric NAT; control, the relay and STUN
+// run on the lab's public server and the peer on a lab host behind a cone
+// NAT, all in this process. The agent in runsc reaches the peer through
+// the pod's wg0, the TUN into the fabric and both NATs.
+func TestSandboxGVisorBehindLabNAT(t *testing.T) {
+	needRoot(t, "ip", "nsenter", "iptables")
+	if _, err := runsc.Find(""); err != nil {
+		t.Skipf("needs runsc (make runsc builds it): %v", err)
+	}
+	w := labtest.New(t, fabric.Config{})
+	server := w.Server
+	secret := []byte("lab-relay-secret-0123456789abcdef")
+	st, err := stun.NewServer(stun.Config{Network: server, Primary: netip.MustParseAddrPort("203.0.113.100:3478")})
+	require.NoError(t, err)
+	require.NoError(t, st.Start(t.Context()))
+	t.Cleanup(func() { st.Close() })
+	rs, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(func() { rs.Close() })
+	store, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
+	require.NoError(t, err)
+	ctrl, err := control.New(t.Context(), control.Config{
+		Network: server, Tokens: []control.JoinToken{{Value: meshtest.Token}}, Store: store,
+		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: server, Listen: "203.0.113.101:4222"},
+		STUN:         []string{"203.0.113.100:3478"},
+		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
+		RelayToken: func(k control.Key, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { ctrl.Close() })
+
+	peerSite := w.Site(t, "port-restricted-cone")
+	prov := &netstack.SandboxProvisioner{}
+	peer, err := node.Start(t.Context(), node.Config{Name: "web", Network: peerSite.Host, Control: "nats://203.0.113.101:4222",
+		Token: meshtest.Token, Provisioner: prov, Relay: node.LRPRelay(peerSite.Host, nil, "tcp")})
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
+	wp := &meshtest.Peer{Node: peer, Stack: prov.Stack()}
+	wp.ServeHTTP(t, 8080, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello from the lab") }))
+
+	w.Site(t, "symmetric") // lan1, the pod's LAN, behind a symmetric NAT
+	kh, err := w.Fabric.AddKernelHost(fabric.KernelHostConfig{Name: fmt.Sprintf("pod%d", os.Getpid()%10000),
+		Interface: fabric.InterfaceConfig{Network: "lan1", Addr: netip.MustParseAddr("192.168.1.3")}, Gateway: labtest.Gateway})
+	require.NoError(t, err)
+	p := &pod{ns: kh.Netns(), addr: kh.Addr()}
+	agent := buildAgent(t)
+	url := fmt.Sprintf("http://%s:8080/", peer.Address().Addr())
+	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "labagent", "--server-url", "nats://203.0.113.101:4222",
+		"--token", meshtest.Token, "--state-dir", t.TempDir(), "--", agent, "fetch", url, "gvisor", "exit", "0")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "fetch "+url+": hello from the lab")
 }
