@@ -1,0 +1,48 @@
+package topology
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/strictyaml"
+)
+
+// FuzzParse: any input either fails with position errors or yields a
+// plan the fabric accepts as it is.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{world, small, "", "networks: {a: {cidr: 10.0.0.0/24}}",
+		"networks: {a: {cidr: 10.0.0.0/24}, b: {cidr: 10.0.0.0/16, uplink: a}}",
+		"networks: {a: {cidr: 10.0.0.0/30}}\nhosts: {h: {network: a}, i: {network: a}, j: {network: a}}",
+		"routers: {r: {interfaces: [{network: a}, {network: b}]}}\nnetworks: {a: {cidr: 10.0.0.0/24}, b: {cidr: 10.1.0.0/24}}",
+	} {
+		f.Add([]byte(s))
+	}
+	if b, err := os.ReadFile("../../topologies/quickstart.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, p, err := Parse("f.yaml", data)
+		if err != nil {
+			if p != nil {
+				t.Fatal("plan and error both returned")
+			}
+			if !errors.Is(err, strictyaml.ErrInvalid) && !errors.Is(err, strictyaml.ErrTooLarge) {
+				t.Fatalf("error wraps neither ErrInvalid nor ErrTooLarge: %v", err)
+			}
+			return
+		}
+		if len(p.Hosts)+len(p.Routers) > 30 {
+			return // building is slow; the small ones find the same gaps
+		}
+		fab, ferr := fabric.New(fabric.Config{})
+		if ferr != nil {
+			t.Fatal(ferr)
+		}
+		defer fab.Close()
+		if err := p.AddTo(fab); err != nil && !errors.Is(err, ErrNetnsUnavailable) {
+			t.Fatalf("a plan that passed validation does not build: %v\n%s", err, data)
+		}
+	})
+}

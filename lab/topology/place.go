@@ -1,0 +1,281 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/policy"
+)
+
+// Default ports.
+const (
+	DefaultNATSPort  = 4222
+	DefaultRelayPort = 443
+	DefaultSTUNPort  = 3478
+	DefaultNodePort  = 51820
+)
+
+// pendingService is a service waiting for its host's addresses.
+type pendingService struct {
+	name, kind, path string
+	host             string
+	att              *attach    // its own host's interface, or nil
+	addr             netip.Addr // listen address asked for on a declared host
+	port, httpPort   uint16
+	alternate        netip.Addr
+	stun             bool
+}
+
+// pendingNode is a node waiting for its host's addresses.
+type pendingNode struct {
+	PlanNode
+	path string
+	att  *attach
+}
+
+// services places control, NATS, relays and STUN servers.
+func (r *resolver) services() {
+	t := r.t
+	if t.Control != nil {
+		r.service(&pendingService{name: "control", kind: "control", path: "control", port: orPort(t.Control.Port, DefaultNATSPort), httpPort: t.Control.HTTPPort}, t.Control.Service)
+	}
+	if t.NATS != nil {
+		r.service(&pendingService{name: "nats", kind: "nats", path: "nats", port: orPort(t.NATS.Port, DefaultNATSPort)}, t.NATS.Service)
+	}
+	for _, s := range t.Relays {
+		r.service(&pendingService{name: s.Name, kind: "relay", path: "relays." + s.Name, port: orPort(s.Port, DefaultRelayPort)}, s.Service)
+	}
+	for _, s := range t.STUN {
+		r.service(&pendingService{name: s.Name, kind: "stun", path: "stun." + s.Name, port: orPort(s.Port, DefaultSTUNPort),
+			alternate: s.Alternate, stun: true}, s.Service)
+		if s.Alternate.IsValid() && s.Port == 65535 {
+			r.errorf("stun."+s.Name+".port", "", "with alternate the server also uses port+1, which does not exist")
+		}
+	}
+}
+
+func orPort(p, def uint16) uint16 {
+	if p == 0 {
+		return def
+	}
+	return p
+}
+
+// service records where a service runs.
+func (r *resolver) service(ps *pendingService, sv Service) {
+	switch {
+	case sv.Host != "" && sv.Network != "":
+		r.errorf(ps.path+".network", "host runs it on a declared host; network gives it a host of its own", "both host and network")
+	case sv.Host != "":
+		if !r.isHost(sv.Host) {
+			r.errorf(ps.path+".host", unknownHint(sv.Host, r.hostNames(), "hosts"), "no host %q", sv.Host)
+		}
+		if len(sv.Aliases) > 0 || sv.Link != nil {
+			r.errorf(ps.path, "set aliases and link on the host", "aliases and link belong to the host, not a service on it")
+		}
+		ps.host, ps.addr = sv.Host, sv.Addr
+	case sv.Network != "":
+		ps.host = ps.name
+		ps.att = r.placed(ps.name, ps.kind+" "+ps.name, ps.path, sv.Placement)
+	default:
+		r.errorf(ps.path, "add host: NAME (a declared host) or network: NAME (a host of its own)", "%s %s runs nowhere", ps.kind, ps.name)
+		return
+	}
+	r.pendingServices = append(r.pendingServices, ps)
+}
+
+func (r *resolver) isHost(name string) bool {
+	return slices.ContainsFunc(r.t.Hosts, func(h Host) bool { return h.Name == name })
+}
+
+func (r *resolver) hostNames() []string {
+	var out []string
+	for _, h := range r.t.Hosts {
+		out = append(out, h.Name)
+	}
+	return out
+}
+
+// nodes expands and places the nodes.
+func (r *resolver) nodes() {
+	t := r.t
+	if len(t.Nodes) > 0 && t.Control == nil {
+		r.errorf("nodes", "add control: {host: NAME} or control: {network: NAME}", "nodes need a control service to register with")
+	}
+	for _, n := range t.Nodes {
+		path := "nodes." + n.Name
+		switch {
+		case n.Host != "" && n.Network != "":
+			r.errorf(path+".network", "host runs it on a declared host; network gives it a host of its own", "both host and network")
+			continue
+		case n.Host == "" && n.Network == "":
+			r.errorf(path, "add network: NAME (a host of its own) or host: NAME (a declared host)", "node %s runs nowhere", n.Name)
+			continue
+		case n.Host != "":
+			if !r.isHost(n.Host) {
+				r.errorf(path+".host", unknownHint(n.Host, r.hostNames(), "hosts"), "no host %q", n.Host)
+			}
+			if n.Count > 1 {
+				r.errorf(path+".count", "use network: NAME so each node gets a host of its own", "count needs a host per node, not host %s", n.Host)
+				continue
+			}
+			if n.Addr.IsValid() || len(n.Aliases) > 0 || n.Link != nil {
+				r.errorf(path, "set addr, aliases and link on the host", "addr, aliases and link belong to the host, not a node on it")
+			}
+		case n.Count > 1 && n.Addr.IsValid():
+			r.errorf(path+".addr", "omit addr: each node gets the next free address", "each of the %d nodes needs an address of its own", n.Count)
+			n.Addr = netip.Addr{}
+		}
+		ice := mergeICE(r.t.Defaults.ICE, n.ICE)
+		if ice.RetryMin > 0 && ice.RetryMax > 0 && ice.RetryMin > ice.RetryMax {
+			r.errorf(path+".ice", "", "retry_min %v is longer than retry_max %v", ice.RetryMin, ice.RetryMax)
+		}
+		transport := n.RelayTransport
+		if transport == "" {
+			transport = t.Defaults.RelayTransport
+		}
+		if transport == "" {
+			transport = "tcp"
+		}
+		sb := r.sandbox(path, n.Sandbox)
+		link := n.Link
+		if link == nil && n.Host == "" {
+			link = t.Defaults.Link
+		}
+		for _, name := range expand(n) {
+			if r.clashed[name] && r.names[name].path != path {
+				continue // the second of two with one name
+			}
+			pn := &pendingNode{path: path, PlanNode: PlanNode{
+				Name: name, Group: n.Name, Host: n.Host, Sandbox: sb,
+				Start: n.Start == nil || *n.Start, ListenPort: orPort(n.ListenPort, DefaultNodePort),
+				RelayTransport: transport, ICE: ice,
+			}}
+			if n.Host == "" {
+				pn.Host = name
+				pl := n.Placement
+				pl.Link = link
+				pn.att = r.placed(name, "node "+name, path, pl)
+			}
+			r.pendingNodes = append(r.pendingNodes, pn)
+		}
+	}
+}
+
+// mergeICE applies a node's ICE settings over the defaults.
+func mergeICE(layers ...*ICE) ICESettings {
+	var s ICESettings
+	for _, l := range layers {
+		if l == nil {
+			continue
+		}
+		for dst, src := range map[*time.Duration]time.Duration{
+			&s.AttemptTimeout: l.AttemptTimeout, &s.RetryMin: l.RetryMin, &s.RetryMax: l.RetryMax, &s.DeadAfter: l.DeadAfter,
+		} {
+			if src != 0 {
+				*dst = src
+			}
+		}
+		if l.RelayOnly != nil {
+			s.RelayOnly = *l.RelayOnly
+		}
+	}
+	return s
+}
+
+// sandbox checks a node's sandbox options and resolves the policy path.
+func (r *resolver) sandbox(path string, sb *Sandbox) *Sandbox {
+	if sb == nil {
+		return nil
+	}
+	out := *sb
+	if out.SOCKS5 == "" {
+		out.SOCKS5 = "127.0.0.1:1080"
+	}
+	for key, addr := range map[string]string{"socks5": out.SOCKS5, "http_proxy": out.HTTPProxy} {
+		if addr == "" || addr == "off" {
+			continue
+		}
+		if _, err := netip.ParseAddrPort(addr); err != nil {
+			r.errorf(path+".sandbox."+key, `write ADDRESS:PORT, e.g. 127.0.0.1:1080, or "off"`, "bad listen address %q", addr)
+		}
+	}
+	if out.EgressPolicy != "" {
+		p := out.EgressPolicy
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(r.src.dir(), p)
+		}
+		out.EgressPolicy = p
+		if _, err := os.Stat(p); err != nil {
+			r.errorf(path+".sandbox.egress_policy", "the path is relative to the topology file", "%v", err)
+		} else if _, err := policy.Load(p); err != nil {
+			r.policyErrors(path+".sandbox.egress_policy", err)
+		}
+	}
+	for i, f := range out.Forwards {
+		if _, _, err := parseForward(f); err != "" && f != "" {
+			r.errorf(fmt.Sprintf("%s.sandbox.forwards[%d]", path, i+1), "write PORT=HOST:PORT or PORT", "%s", err)
+		}
+	}
+	return &out
+}
+
+// parseForward checks a PORT[=HOST:PORT] forward.
+func parseForward(s string) (uint16, string, string) {
+	port, target, hasTarget := strings.Cut(s, "=")
+	p, ok := parsePort(port)
+	if !ok {
+		return 0, "", fmt.Sprintf("bad port in %q", s)
+	}
+	if !hasTarget {
+		return p, fmt.Sprintf("127.0.0.1:%d", p), ""
+	}
+	ap, err := netip.ParseAddrPort(target)
+	if err != nil || ap.Port() == 0 {
+		return 0, "", fmt.Sprintf("bad target in %q", s)
+	}
+	return p, target, ""
+}
+
+// policyErrors reports an egress policy's problems at their own positions
+// in the policy file, and once at the topology's reference to it.
+func (r *resolver) policyErrors(path string, err error) {
+	var found []*policy.PosError
+	var walk func(error)
+	walk = func(e error) {
+		var pe *policy.PosError
+		switch x := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, inner := range x.Unwrap() {
+				walk(inner)
+			}
+			return
+		case interface{ Unwrap() error }:
+			if errors.As(e, &pe) && pe == e {
+				found = append(found, pe)
+				return
+			}
+			walk(x.Unwrap())
+			return
+		}
+		if errors.As(e, &pe) {
+			found = append(found, pe)
+		}
+	}
+	walk(err)
+	if len(found) == 0 {
+		r.errorf(path, "", "%v", err)
+		return
+	}
+	r.errorf(path, "", "the egress policy has %d problem(s), listed under its own name", len(found))
+	for _, pe := range found {
+		r.c.Add(&strictyaml.Error{File: pe.File, Pos: strictyaml.Pos{Line: pe.Line, Col: pe.Col}, Msg: pe.Msg})
+	}
+}

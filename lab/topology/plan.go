@@ -1,0 +1,224 @@
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/link"
+)
+
+// Plan is a topology resolved into what the lab builds: counts expanded,
+// every address assigned, every gateway a router with its NAT, every
+// route in place. Building it is where most of a topology's mistakes are
+// found, so Parse always builds it.
+type Plan struct {
+	Name        string
+	Description string
+	Seed        uint64
+	Networks    []PlanNetwork
+	Routers     []PlanRouter
+	Hosts       []PlanHost
+	Control     *PlanService
+	NATS        *PlanService
+	Relays      []PlanService
+	STUN        []PlanSTUN
+	Nodes       []PlanNode
+	// Token is control's join token.
+	Token string
+}
+
+// PlanNetwork is a segment and where it sits in the uplink tree.
+type PlanNetwork struct {
+	Config fabric.NetworkConfig
+	// Uplink is the parent network, "" at the top.
+	Uplink string
+	// Gateway is the router joining the network to its uplink, "" at the
+	// top.
+	Gateway string
+}
+
+// PlanRouter is a router to build.
+type PlanRouter struct {
+	Config fabric.RouterConfig
+	// Profile names the NAT for people: a profile name, "custom" for
+	// knobs without a profile, "" without NAT.
+	Profile string
+	// For is the network a gateway serves, "" for an explicit router.
+	For string
+}
+
+// PlanHost is a host to build.
+type PlanHost struct {
+	Config fabric.HostConfig
+	// Kind is "inprocess" or "netns".
+	Kind string
+	// For names the node or service the host was made for, "" for an
+	// explicit host.
+	For string
+}
+
+// PlanService is a service placed on a host.
+type PlanService struct {
+	Name string
+	Host string
+	// Addr is where the service listens (relays: UDP and TCP; STUN: UDP;
+	// control and NATS: TCP).
+	Addr netip.AddrPort
+	// HTTP is control's HTTP registration address, if any.
+	HTTP netip.AddrPort
+}
+
+// PlanSTUN is a STUN server.
+type PlanSTUN struct {
+	PlanService
+	// Alternate is the RFC 5780 second address and port, if any.
+	Alternate netip.AddrPort
+}
+
+// PlanNode is one Lattice node.
+type PlanNode struct {
+	Name string
+	// Group is the declared name a count expanded (equal to Name
+	// without count).
+	Group string
+	Host  string
+	// Network is the network of the host's first interface; Addr is the
+	// host's address there.
+	Network string
+	Addr    netip.Addr
+	// Sandbox is set for sandboxes; EgressPolicy is an absolute path.
+	Sandbox        *Sandbox
+	Start          bool
+	ListenPort     uint16
+	RelayTransport string
+	ICE            ICESettings
+	// NATs are the NAT routers between the node and the top of its
+	// network tree, innermost first.
+	NATs []string
+}
+
+// ICESettings are a node's resolved ICE tuning; zero durations mean the
+// node's defaults.
+type ICESettings struct {
+	AttemptTimeout, RetryMin, RetryMax, DeadAfter time.Duration
+	RelayOnly                                     bool
+}
+
+// Node returns the named node, or nil.
+func (p *Plan) Node(name string) *PlanNode {
+	for i := range p.Nodes {
+		if p.Nodes[i].Name == name {
+			return &p.Nodes[i]
+		}
+	}
+	return nil
+}
+
+// Router returns the named router, or nil.
+func (p *Plan) Router(name string) *PlanRouter {
+	for i := range p.Routers {
+		if p.Routers[i].Config.Name == name {
+			return &p.Routers[i]
+		}
+	}
+	return nil
+}
+
+// Host returns the named host, or nil.
+func (p *Plan) Host(name string) *PlanHost {
+	for i := range p.Hosts {
+		if p.Hosts[i].Config.Name == name {
+			return &p.Hosts[i]
+		}
+	}
+	return nil
+}
+
+// Network returns the named network, or nil.
+func (p *Plan) Network(name string) *PlanNetwork {
+	for i := range p.Networks {
+		if p.Networks[i].Config.Name == name {
+			return &p.Networks[i]
+		}
+	}
+	return nil
+}
+
+// Group returns the nodes a name means: the node of that name, or every
+// node a count expanded from it.
+func (p *Plan) Group(name string) []*PlanNode {
+	var out []*PlanNode
+	for i := range p.Nodes {
+		if n := &p.Nodes[i]; n.Name == name || n.Group == name {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// NATLabel describes what stands between n and the top of its tree:
+// "port-restricted-cone", "full-cone behind cgnat", or "none".
+func (p *Plan) NATLabel(n *PlanNode) string {
+	if len(n.NATs) == 0 {
+		return "none"
+	}
+	labels := make([]string, len(n.NATs))
+	for i, r := range n.NATs {
+		labels[i] = p.Router(r).Profile
+	}
+	return strings.Join(labels, " behind ")
+}
+
+// Impairments returns one direction of a link's resolved impairments.
+func (l *Link) impairments(dir fabric.Direction) link.Impairments {
+	if l == nil {
+		return link.Impairments{}
+	}
+	im := l.Impairments
+	if dir == fabric.Egress && l.Egress != nil {
+		im = *l.Egress
+	}
+	if dir == fabric.Ingress && l.Ingress != nil {
+		im = *l.Ingress
+	}
+	return im.Link()
+}
+
+// Link converts to the fabric's impairments.
+func (im Impairments) Link() link.Impairments {
+	return link.Impairments{
+		Latency: im.Latency, Jitter: im.Jitter,
+		Loss: float64(im.Loss), Duplicate: float64(im.Duplicate), Reorder: float64(im.Reorder),
+		ReorderDelay: im.ReorderDelay, Rate: link.Rate(im.Rate), QueueBytes: int(im.Queue),
+		MTU: im.MTU, Down: im.Down,
+	}
+}
+
+// AddTo builds the plan's networks, routers and hosts on f. Hosts of kind
+// netns are refused: the fabric has no namespace hosts yet.
+func (p *Plan) AddTo(f *fabric.Fabric) error {
+	for _, h := range p.Hosts {
+		if h.Kind == "netns" {
+			return fmt.Errorf("host %s: %w", h.Config.Name, ErrNetnsUnavailable)
+		}
+	}
+	for _, n := range p.Networks {
+		if _, err := f.AddNetwork(n.Config); err != nil {
+			return fmt.Errorf("network %s: %w", n.Config.Name, err)
+		}
+	}
+	for _, r := range p.Routers {
+		if _, err := f.AddRouter(r.Config); err != nil {
+			return fmt.Errorf("router %s: %w", r.Config.Name, err)
+		}
+	}
+	for _, h := range p.Hosts {
+		if _, err := f.AddHost(h.Config); err != nil {
+			return fmt.Errorf("host %s: %w", h.Config.Name, err)
+		}
+	}
+	return nil
+}
