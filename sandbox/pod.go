@@ -6,12 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/internal/edition"
@@ -25,17 +21,12 @@ import (
 // reached by the agent through authenticated proxies. It needs no
 // privileges.
 type PodDriver struct {
-	cfg   DriverConfig
-	log   *slog.Logger
+	base
 	creds proxy.Credentials
 
 	prov    *netstack.SandboxProvisioner
-	node    *node.Node
 	egress  *egress
-	audit   audit.Sink
-	auditF  *audit.FileWriter // the file behind audit, nil without one
 	watcher *policy.Watcher
-	started time.Time
 
 	mu        sync.Mutex // guards the following fields
 	servers   []*proxy.Server
@@ -67,7 +58,7 @@ func NewPod(cfg DriverConfig) (*PodDriver, error) {
 			return nil, err
 		}
 	}
-	d := &PodDriver{cfg: cfg, log: cfg.Logger.With("component", "sandbox")}
+	d := &PodDriver{base: newBase(cfg, ModePod)}
 	if cfg.ProxyCredentials != nil {
 		d.creds = *cfg.ProxyCredentials
 	} else {
@@ -94,30 +85,9 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := d.cfg
-	d.started = time.Now()
-	creds := node.OpenCredentials("mem:")
-	auditPath := cfg.AuditLog
-	if cfg.StateDir != "mem:" {
-		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return fmt.Errorf("sandbox: state dir: %w", err)
-		}
-		creds = node.OpenCredentials(filepath.Join(cfg.StateDir, "credentials.json"))
-		if auditPath == "" {
-			auditPath = filepath.Join(cfg.StateDir, "audit.jsonl")
-		}
-	}
-	// Refuse unusable credentials before anything else is touched.
-	if _, err := creds.Load(); err != nil && !errors.Is(err, node.ErrNoCredentials) {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	d.audit = audit.Discard
-	if auditPath != "" {
-		w, err := audit.Open(auditPath)
-		if err != nil {
-			return fmt.Errorf("sandbox: %w", err)
-		}
-		d.audit, d.auditF = w, w
-		d.cfg.AuditLog = auditPath
+	creds, err := d.openState()
+	if err != nil {
+		return err
 	}
 
 	pol := policy.AllowAll()
@@ -144,9 +114,7 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
-	d.mu.Lock()
-	d.node = n
-	d.mu.Unlock()
+	d.setNode(n)
 	d.egress.overlay = n.Address().Masked()
 	d.egress.stackNet = d.prov.Stack()
 	d.egress.host = cfg.Network
@@ -233,31 +201,6 @@ func (d *PodDriver) proxyEvent(kind string) func(proxy.Attempt) {
 	}
 }
 
-func (d *PodDriver) record(ev audit.Event) {
-	if ev.Time.IsZero() {
-		ev.Time = time.Now()
-	}
-	if err := d.audit.Write(ev); err != nil {
-		d.log.Warn("audit log write failed", "err", err)
-	}
-}
-
-// peers lists the node's peers for name lookups (nil before Start).
-func (d *PodDriver) peers() []nodePeer {
-	d.mu.Lock()
-	n := d.node
-	d.mu.Unlock()
-	if n == nil {
-		return nil
-	}
-	ps := n.Peers()
-	out := make([]nodePeer, len(ps))
-	for i, p := range ps {
-		out[i] = nodePeer{name: p.Name, addr: p.Address.Addr()}
-	}
-	return out
-}
-
 // ReloadPolicy rereads the egress policy file now (SIGHUP); a bad file
 // leaves the current policy in force and is returned as the error.
 func (d *PodDriver) ReloadPolicy() error {
@@ -265,13 +208,6 @@ func (d *PodDriver) ReloadPolicy() error {
 		return nil
 	}
 	return d.watcher.Reload()
-}
-
-// Node returns the running node (nil before Start).
-func (d *PodDriver) Node() *node.Node {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.node
 }
 
 // Stack returns the overlay netstack (nil before Start).
@@ -284,19 +220,15 @@ func (d *PodDriver) Stack() *netstack.Stack {
 
 // Status implements IsolationDriver.
 func (d *PodDriver) Status() Status {
+	st := d.status(ModePod)
 	d.mu.Lock()
-	n := d.node
-	st := Status{Name: d.cfg.Name, Mode: ModePod, SOCKS5: d.socks5, HTTPProxy: d.httpProxy, AuditLog: d.cfg.AuditLog, Started: d.started}
+	st.SOCKS5, st.HTTPProxy = d.socks5, d.httpProxy
 	for _, f := range d.forwards {
 		st.Forwards = append(st.Forwards, f.spec.String())
 	}
 	d.mu.Unlock()
 	if d.egress != nil {
 		st.Policy = d.egress.policy().Source()
-	}
-	if n != nil {
-		id := n.Identity()
-		st.NodeID, st.Address, st.Peers = id.NodeID, id.Address, n.Status()
 	}
 	return st
 }
@@ -306,7 +238,7 @@ func (d *PodDriver) Close() error {
 	d.closeOnce.Do(func() {
 		d.mu.Lock()
 		d.closed = true
-		servers, forwards, n := d.servers, d.forwards, d.node
+		servers, forwards := d.servers, d.forwards
 		d.mu.Unlock()
 		var errs []error
 		for _, s := range servers {
@@ -316,19 +248,11 @@ func (d *PodDriver) Close() error {
 			errs = append(errs, f.Close())
 		}
 		d.wg.Wait()
-		if n != nil {
-			id := n.Identity()
-			errs = append(errs, n.Close())
-			d.record(audit.Event{Kind: "stop", Detail: fmt.Sprintf("sandbox %s (%s)", id.Name, id.NodeID)})
-		}
+		errs = append(errs, d.closeNode())
 		if d.watcher != nil {
 			errs = append(errs, d.watcher.Close())
 		}
-		if d.auditF != nil {
-			seq, hash := d.auditF.Head()
-			d.log.Info("audit log closed", "file", d.cfg.AuditLog, "lines", seq, "last_hash", hash)
-			errs = append(errs, d.auditF.Close())
-		}
+		errs = append(errs, d.closeAudit())
 		d.closeErr = errors.Join(errs...)
 	})
 	return d.closeErr

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/internal/edition"
@@ -26,17 +24,10 @@ import (
 // routes into wg0. The WireGuard key and CAP_NET_ADMIN stay outside the
 // container. It needs root (or CAP_NET_ADMIN) and /dev/net/tun.
 type RunscDriver struct {
-	cfg     DriverConfig
-	log     *slog.Logger
-	mgr     *runsc.Manager
-	audit   audit.Sink
-	auditF  *audit.FileWriter
-	pol     *policy.Policy
-	egress  *kernelEgress
-	started time.Time
-
-	mu   sync.Mutex // guards node
-	node *node.Node
+	base
+	mgr    *runsc.Manager
+	pol    *policy.Policy
+	egress *kernelEgress
 
 	closeOnce sync.Once
 	closeErr  error
@@ -74,7 +65,7 @@ func NewRunsc(cfg DriverConfig) (*RunscDriver, error) {
 	if cfg.Interface == "" {
 		cfg.Interface = "wg0"
 	}
-	return &RunscDriver{cfg: cfg, log: cfg.Logger.With("component", "sandbox", "mode", "gvisor"), mgr: mgr}, nil
+	return &RunscDriver{base: newBase(cfg, ModeGVisor), mgr: mgr}, nil
 }
 
 // ContainerID is the container's name: one sandbox, one container.
@@ -87,30 +78,10 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 			_ = d.Close()
 		}
 	}()
-	d.started = time.Now()
 	cfg := d.cfg
-	creds := node.OpenCredentials("mem:")
-	auditPath := cfg.AuditLog
-	if cfg.StateDir != "mem:" {
-		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return fmt.Errorf("sandbox: state dir: %w", err)
-		}
-		creds = node.OpenCredentials(filepath.Join(cfg.StateDir, "credentials.json"))
-		if auditPath == "" {
-			auditPath = filepath.Join(cfg.StateDir, "audit.jsonl")
-		}
-	}
-	if _, err := creds.Load(); err != nil && !errors.Is(err, node.ErrNoCredentials) {
-		return fmt.Errorf("sandbox: %w", err)
-	}
-	d.audit = audit.Discard
-	if auditPath != "" {
-		w, err := audit.Open(auditPath)
-		if err != nil {
-			return fmt.Errorf("sandbox: %w", err)
-		}
-		d.audit, d.auditF = w, w
-		d.cfg.AuditLog = auditPath
+	creds, err := d.openState()
+	if err != nil {
+		return err
 	}
 	d.pol = policy.AllowAll()
 	if cfg.EgressPolicy != "" {
@@ -131,9 +102,7 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("sandbox: phase 1: %w", err)
 	}
-	d.mu.Lock()
-	d.node = n
-	d.mu.Unlock()
+	d.setNode(n)
 	d.egress = newKernelEgress(cfg.Interface, n.Address().Masked(), d.pol, d.peers, d.log)
 	if err := d.egress.install(); err != nil {
 		return fmt.Errorf("sandbox: phase 1: egress rules: %w", err)
@@ -143,37 +112,12 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-func (d *RunscDriver) peers() []nodePeer {
-	d.mu.Lock()
-	n := d.node
-	d.mu.Unlock()
-	if n == nil {
-		return nil
-	}
-	var out []nodePeer
-	for _, p := range n.Peers() {
-		out = append(out, nodePeer{name: p.Name, addr: p.Address.Addr()})
-	}
-	return out
-}
-
-func (d *RunscDriver) record(ev audit.Event) {
-	if ev.Time.IsZero() {
-		ev.Time = time.Now()
-	}
-	if err := d.audit.Write(ev); err != nil {
-		d.log.Warn("audit log write failed", "err", err)
-	}
-}
-
 // Run implements IsolationDriver: phase 2, the agent as PID 1 in runsc.
 func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, error) {
 	if len(argv) == 0 {
 		return -1, errors.New("sandbox: run: no command")
 	}
-	d.mu.Lock()
-	n := d.node
-	d.mu.Unlock()
+	n := d.Node()
 	if n == nil {
 		return -1, errors.New("sandbox: run: not started")
 	}
@@ -199,16 +143,9 @@ func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int,
 
 // Status implements IsolationDriver.
 func (d *RunscDriver) Status() Status {
-	st := Status{Name: d.cfg.Name, Mode: ModeGVisor, AuditLog: d.cfg.AuditLog, Started: d.started}
+	st := d.status(ModeGVisor)
 	if d.pol != nil {
 		st.Policy = d.pol.Source()
-	}
-	d.mu.Lock()
-	n := d.node
-	d.mu.Unlock()
-	if n != nil {
-		id := n.Identity()
-		st.NodeID, st.Address, st.Peers = id.NodeID, id.Address, n.Status()
 	}
 	return st
 }
@@ -222,16 +159,7 @@ func (d *RunscDriver) Close() error {
 		if d.egress != nil {
 			d.egress.remove()
 		}
-		d.mu.Lock()
-		n := d.node
-		d.mu.Unlock()
-		if n != nil {
-			errs = append(errs, n.Close())
-			d.record(audit.Event{Kind: "stop", Detail: "sandbox " + d.cfg.Name})
-		}
-		if d.auditF != nil {
-			errs = append(errs, d.auditF.Close())
-		}
+		errs = append(errs, d.closeNode(), d.closeAudit())
 		errs = append(errs, d.mgr.Close())
 		d.closeErr = errors.Join(errs...)
 	})
