@@ -344,7 +344,13 @@ func TestRateLimit(t *testing.T) {
 	st := s.Stats()
 	// A burst of QueueLen plus what 50/s refills while the flood lasts.
 	assert.GreaterOrEqual(t, st.Drops["rate_limited"], uint64(n-20))
-	assert.Equal(t, uint64(n), st.Drops["rate_limited"]+st.PacketsOut)
+	// Every packet is accounted for: forwarded or dropped with a reason
+	// (on a loaded machine a few may find b's queue full first).
+	var dropped uint64
+	for _, d := range st.Drops {
+		dropped += d
+	}
+	assert.Equal(t, uint64(n), dropped+st.PacketsOut, "drops %v, out %d", st.Drops, st.PacketsOut)
 }
 
 func TestKeepAlive(t *testing.T) {

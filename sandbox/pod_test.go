@@ -107,6 +107,14 @@ func TestCurlThroughProxies(t *testing.T) {
 	assert.NotEqual(t, 0, code, "wrong password: refused")
 	assert.NotContains(t, out, "hello")
 
+	// vault is reached through the relay; its first connection may wait
+	// for WireGuard's handshake there.
+	eventually(t, 30*time.Second, func() error {
+		if out, code := run("-x", "http://"+user+"@"+st.HTTPProxy, "http://vault:8080/"); code != 0 {
+			return errors.New(out)
+		}
+		return nil
+	})
 	out, code = run("-x", "http://"+user+"@"+st.HTTPProxy, "http://vault:8080/")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "hello from vault")
