@@ -16,6 +16,7 @@
 //	yaml:"name,keyed"      on a slice of structs: the YAML value is a mapping
 //	                       from names to elements, kept in file order
 //	yaml:",key"            on a string field of such an element: receives its name
+//	yaml:",inline"         on a struct field: its keys are this struct's keys
 //	yaml:"name,shorthand"  a scalar given instead of the struct's mapping sets
 //	                       this field (nat: symmetric means nat: {profile: symmetric})
 //	required:"true"        the key must be present

@@ -60,6 +60,21 @@ func infoOf(t reflect.Type) *structInfo {
 			continue
 		}
 		name, opts, _ := strings.Cut(tag, ",")
+		if opts == "inline" {
+			if sf.Type.Kind() != reflect.Struct {
+				panic(fmt.Sprintf("strictyaml: %s.%s: inline needs a struct", t, sf.Name))
+			}
+			for _, inner := range infoOf(sf.Type).fields {
+				c := *inner
+				c.index = append(append([]int{}, sf.Index...), inner.index...)
+				if c.oneof != "" && !contains(si.groups, c.oneof) {
+					si.groups = append(si.groups, c.oneof)
+				}
+				si.fields = append(si.fields, &c)
+				si.byName[c.name] = &c
+			}
+			continue
+		}
 		f := &field{
 			name: name, index: sf.Index, typ: sf.Type,
 			required: sf.Tag.Get("required") == "true",

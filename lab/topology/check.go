@@ -141,6 +141,17 @@ func (r *resolver) finishServices() {
 	}
 }
 
+// natChain lists the NAT routers above a network, innermost first.
+func (r *resolver) natChain(net string) []string {
+	var out []string
+	for cur := r.nets[net]; cur != nil && cur.parent != ""; cur = r.nets[cur.parent] {
+		if cur.nat {
+			out = append(out, cur.gwName)
+		}
+	}
+	return out
+}
+
 func (r *resolver) finishNodes() {
 	for _, pn := range r.pendingNodes {
 		addrs := r.hostAddrs(pn.Host)
@@ -150,9 +161,11 @@ func (r *resolver) finishNodes() {
 		n := pn.PlanNode
 		n.Addr = addrs[0]
 		n.Network = r.hostNet(pn.Host)
-		for cur := r.nets[n.Network]; cur != nil && cur.parent != ""; cur = r.nets[cur.parent] {
-			if cur.nat {
-				n.NATs = append(n.NATs, cur.gwName)
+		n.NATs = r.natChain(n.Network)
+		for _, host := range pn.roams {
+			if a := r.hostAddrs(host); len(a) > 0 {
+				net := r.hostNet(host)
+				n.Roams = append(n.Roams, Roam{Network: net, Host: host, Addr: a[0], NATs: r.natChain(net)})
 			}
 		}
 		r.bind(binding{n.Host, "udp", netip.Addr{}, n.ListenPort, "node " + n.Name, pn.path + ".listen_port"})

@@ -36,8 +36,9 @@ type pendingService struct {
 // pendingNode is a node waiting for its host's addresses.
 type pendingNode struct {
 	PlanNode
-	path string
-	att  *attach
+	path  string
+	att   *attach
+	roams []string // hosts on the networks it roams
 }
 
 // services places control, NATS, relays and STUN servers.
@@ -95,6 +96,14 @@ func (r *resolver) isHost(name string) bool {
 	return slices.ContainsFunc(r.t.Hosts, func(h Host) bool { return h.Name == name })
 }
 
+func (r *resolver) netNames() []string {
+	var out []string
+	for _, n := range r.t.Networks {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
 func (r *resolver) hostNames() []string {
 	var out []string
 	for _, h := range r.t.Hosts {
@@ -149,6 +158,21 @@ func (r *resolver) nodes() {
 		if link == nil && n.Host == "" {
 			link = t.Defaults.Link
 		}
+		if len(n.Roams) > 0 && (n.Host != "" || n.Count > 1) {
+			r.errorf(path+".roams", "give the node network: NAME and no count", "only a single node on a host of its own can roam")
+			n.Roams = nil
+		}
+		for i, net := range n.Roams {
+			rp := fmt.Sprintf("%s.roams[%d]", path, i+1)
+			switch {
+			case net == n.Network || slices.Contains(n.Roams[:i], net):
+				r.errorf(rp, "", "%s is listed twice", net)
+			case r.nets[net] == nil:
+				r.errorf(rp, unknownHint(net, r.netNames(), "networks"), "no network %q", net)
+			default:
+				r.claim(n.Name+"-"+net, "host", rp)
+			}
+		}
 		for _, name := range expand(n) {
 			if r.clashed[name] && r.names[name].path != path {
 				continue // the second of two with one name
@@ -163,6 +187,13 @@ func (r *resolver) nodes() {
 				pl := n.Placement
 				pl.Link = link
 				pn.att = r.placed(name, "node "+name, path, pl)
+				for i, net := range n.Roams {
+					if r.nets[net] != nil && net != n.Network {
+						host := name + "-" + net
+						pn.roams = append(pn.roams, host)
+						r.placed(host, "node "+name+" (roaming)", fmt.Sprintf("%s.roams[%d]", path, i+1), Placement{Network: net, Link: link})
+					}
+				}
 			}
 			r.pendingNodes = append(r.pendingNodes, pn)
 		}

@@ -98,6 +98,15 @@ type PlanNode struct {
 	// NATs are the NAT routers between the node and the top of its
 	// network tree, innermost first.
 	NATs []string
+	// Roams are the other networks the node can move to.
+	Roams []Roam
+}
+
+// Roam is a host a roaming node can move to.
+type Roam struct {
+	Network, Host string
+	Addr          netip.Addr
+	NATs          []string
 }
 
 // ICESettings are a node's resolved ICE tuning; zero durations mean the

@@ -208,7 +208,8 @@ type Node struct {
 	Name      string `yaml:",key" pattern:"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$" doc:"Names are 1-40 lower-case letters, digits and dashes, starting with a letter."`
 	Host      string `yaml:"host" doc:"A declared host to run on, instead of a host of its own."`
 	Placement `yaml:",inline"`
-	Count     int `yaml:"count" min:"1" max:"1000" doc:"Run this many alike nodes, named NAME-1 … NAME-N (zero-padded), each on a host of its own. If zero, 1."`
+	Count     int      `yaml:"count" min:"1" max:"1000" doc:"Run this many alike nodes, named NAME-1 … NAME-N (zero-padded), each on a host of its own. If zero, 1."`
+	Roams     []string `yaml:"roams" doc:"Further networks the node can move to (a scenario's move step), like a laptop leaving home for a café. It gets a host on each, named NODE-NETWORK, whose link it uses once moved."`
 
 	Sandbox        *Sandbox `yaml:"sandbox" doc:"Run the node as a sandbox: pod (in-process netstack, no privileges) or gvisor (runsc; not available yet)." example:"pod"`
 	Start          *bool    `yaml:"start" doc:"Start with the topology. If false, only a scenario's start step starts it. If omitted, true."`
