@@ -9,8 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
+
+	"github.com/latticelab/lattice/internal/unixhttp"
 )
 
 // The control socket (StateDir/sandbox.sock, mode 0600) is how `lattice
@@ -44,15 +45,6 @@ type API interface {
 // ServeAPI serves api on the unix socket path until the returned function
 // is called.
 func ServeAPI(path string, api API) (stop func(), err error) {
-	_ = os.Remove(path) // a stale socket from a crash
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: control socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("sandbox: control socket: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, api.Status()) })
 	mux.HandleFunc("GET /resolve", func(w http.ResponseWriter, r *http.Request) {
@@ -83,19 +75,11 @@ func ServeAPI(path string, api API) (stop func(), err error) {
 		}
 		writeJSON(w, res)
 	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(ctx)
-		<-done
-		_ = os.Remove(path)
-	}, nil
+	stop, err = unixhttp.Serve(path, mux)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	return stop, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -107,14 +91,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 type Client struct{ hc *http.Client }
 
 // NewClient returns a client for the socket at path.
-func NewClient(path string) *Client {
-	return &Client{hc: &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
-	}}}
-}
+func NewClient(path string) *Client { return &Client{hc: unixhttp.Client(path)} }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) error {
 	u := "http://sandbox" + path

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/latticelab/lattice/internal/unixhttp"
 
 	"github.com/spf13/cobra"
 
@@ -160,34 +161,13 @@ func sanitizeName(s string) string {
 
 // serveStatus answers GET /status on a unix socket only the owner can use.
 func serveStatus(path string, n *node.Node) (func(), error) {
-	_ = os.Remove(path) // a stale socket from a crash
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("status socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("status socket: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		id := n.Identity()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(), Mux: n.MuxStats(), Peers: n.Status()})
 	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = hs.Serve(ln)
-	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(ctx)
-		<-done
-		_ = os.Remove(path)
-	}, nil
+	return unixhttp.Serve(path, mux)
 }
 
 func newStatusCmd() *cobra.Command {
@@ -218,10 +198,7 @@ func newStatusCmd() *cobra.Command {
 }
 
 func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, error) {
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}}}
+	client := unixhttp.Client(socket)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lattice/status", nil)
 	if err != nil {
 		return nil, nil, err
