@@ -2,16 +2,10 @@ package node_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -25,6 +19,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/internal/meshtest"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
 	"github.com/latticelab/lattice/netstack"
@@ -90,7 +85,7 @@ func newLabWorld(t testing.TB) *labWorld {
 	require.NoError(t, st.Start(t.Context()))
 	t.Cleanup(func() { st.Close() })
 	w := &labWorld{lw: lw, f: f, server: server, secret: []byte("lab-relay-secret-0123456789abcdef"),
-		tls: selfSigned(t), storePath: filepath.Join(t.TempDir(), "registry.json")}
+		tls: meshtest.SelfSignedTLS(t), storePath: filepath.Join(t.TempDir(), "registry.json")}
 	w.startRelay(t)
 	w.startControl(t)
 	t.Cleanup(func() {
@@ -126,18 +121,6 @@ func (w *labWorld) startControl(t testing.TB) {
 	})
 	require.NoError(t, err)
 	w.ctrl = ctrl
-}
-
-// selfSigned makes a relay certificate.
-func selfSigned(t testing.TB) *tls.Config {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		Subject: pkix.Name{CommonName: "lab relay"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 }
 
 // site adds a LAN behind a NAT with the named profile and one host.

@@ -67,7 +67,7 @@ func StartOn(t testing.TB, addr netip.Addr) *World {
 	t.Helper()
 	listen := netip.AddrPortFrom(addr, 0).String()
 	secret := []byte("meshtest-relay-secret-0123456789abcdef")
-	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: listen, Secret: secret, TLS: selfSigned(t)})
+	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: listen, Secret: secret, TLS: SelfSignedTLS(t)})
 	require.NoError(t, err)
 	t.Cleanup(func() { rs.Close() })
 	store, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
@@ -161,7 +161,8 @@ func Listener(t testing.TB) net.Listener {
 	return ln
 }
 
-func selfSigned(t testing.TB) *tls.Config {
+// SelfSignedTLS makes a relay certificate for tests.
+func SelfSignedTLS(t testing.TB) *tls.Config {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
