@@ -291,3 +291,18 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "fetch "+url+": hello from the lab")
 }
+
+// TestSandboxGVisorNeedsRoot: without root, gvisor mode says so and what
+// to use instead, before touching anything.
+func TestSandboxGVisorNeedsRoot(t *testing.T) {
+	bin, state, token := unprivilegedSetup(t)
+	p := startSandboxProc(t, bin, "sandbox", "run", "--mode", "gvisor", "--name", "agent", "--server-url", "nats://127.0.0.1:1",
+		"--token-file", token, "--state-dir", state, "--", "/bin/true")
+	err := p.cmd.Wait()
+	if os.Geteuid() != 0 {
+		t.Log("not root: the test itself is the unprivileged user")
+	}
+	require.Error(t, err)
+	assert.Contains(t, p.out.String(), "gvisor mode needs root in the pod")
+	assert.Contains(t, p.out.String(), "--mode pod needs none")
+}
