@@ -61,6 +61,6 @@ It needs no root, no containers and no network access.`,
   lattice-lab run --help`,
 	}
 	cli.Configure(root)
-	root.AddCommand(newRunCmd())
+	root.AddCommand(newRunCmd(), newValidateCmd(), newGraphCmd(), newSchemaCmd())
 	return root
 }

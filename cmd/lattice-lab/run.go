@@ -160,7 +160,7 @@ type lab struct {
 	out  io.Writer
 	log  *slog.Logger
 	opts runOptions
-	topo *topology
+	topo *builtinTopology
 
 	f        *fabric.Fabric
 	services []io.Closer // closed in reverse order, before the fabric

@@ -15,7 +15,7 @@ import (
 // topology declares a lab: the networks, routers and hosts to build, which
 // host serves the tests and which hosts are clients. It is what a topology
 // file will describe once run accepts one.
-type topology struct {
+type builtinTopology struct {
 	networks []fabric.NetworkConfig
 	routers  []routerSpec
 	hosts    []fabric.HostConfig
@@ -57,9 +57,9 @@ const (
 
 // defaultTopology is the built-in topology: a public server and three
 // clients behind the NATs peers meet most, including a double NAT.
-func defaultTopology() (*topology, error) {
+func defaultTopology() (*builtinTopology, error) {
 	ip := netip.MustParseAddr
-	t := &topology{
+	t := &builtinTopology{
 		networks: []fabric.NetworkConfig{
 			{Name: "internet", Prefix: internetPrefix},
 			{Name: "home", Prefix: netip.MustParsePrefix("192.168.1.0/24")},
@@ -114,7 +114,7 @@ func defaultTopology() (*topology, error) {
 }
 
 // addTo builds the topology on f: networks, then routers, then hosts.
-func (t *topology) addTo(f *fabric.Fabric) error {
+func (t *builtinTopology) addTo(f *fabric.Fabric) error {
 	for _, nc := range t.networks {
 		if _, err := f.AddNetwork(nc); err != nil {
 			return fmt.Errorf("add network %s: %w", nc.Name, err)
@@ -133,7 +133,7 @@ func (t *topology) addTo(f *fabric.Fabric) error {
 	return nil
 }
 
-func (t *topology) router(name string) routerSpec {
+func (t *builtinTopology) router(name string) routerSpec {
 	for _, r := range t.routers {
 		if r.cfg.Name == name {
 			return r
@@ -154,7 +154,7 @@ func (r routerSpec) uplinkAddr() netip.Addr {
 
 // publicAddr is the address the internet sees c's traffic come from: the
 // outermost NAT's.
-func (t *topology) publicAddr(c client) netip.Addr {
+func (t *builtinTopology) publicAddr(c client) netip.Addr {
 	return t.router(c.nats[len(c.nats)-1]).uplinkAddr()
 }
 
@@ -167,7 +167,7 @@ func (c client) natLabel() string { return strings.Join(c.nats, " behind ") }
 // is as restrictive as its most restrictive member: a packet must pass every
 // filter on its way in, and a new outer mapping for some destination means a
 // new external endpoint however the inner NAT mapped it.
-func (t *topology) expected(c client) (nat.Mapping, nat.Filtering) {
+func (t *builtinTopology) expected(c client) (nat.Mapping, nat.Filtering) {
 	var m nat.Mapping
 	var f nat.Filtering
 	for _, name := range c.nats {
@@ -180,7 +180,7 @@ func (t *topology) expected(c client) (nat.Mapping, nat.Filtering) {
 
 // describe lists, one line each, the server and every client's path to the
 // internet.
-func (t *topology) describe() []string {
+func (t *builtinTopology) describe() []string {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	for _, hc := range t.hosts {

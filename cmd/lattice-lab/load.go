@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/latticelab/lattice/lab/scenario"
+	"github.com/latticelab/lattice/lab/topology"
+	"github.com/latticelab/lattice/scenarios"
+	"github.com/latticelab/lattice/topologies"
+)
+
+// labFile is a topology or scenario file loaded for a command.
+type labFile struct {
+	path     string
+	kind     string // "topology" or "scenario"
+	topo     *topology.File
+	scenario *scenario.File
+	plan     *topology.Plan
+}
+
+// name is the topology's or scenario's name.
+func (f *labFile) name() string {
+	if f.scenario != nil {
+		return f.scenario.Name
+	}
+	return f.topo.Name
+}
+
+var (
+	scenarioKey = regexp.MustCompile(`(?m)^(steps|topology):`)
+	topologyKey = regexp.MustCompile(`(?m)^(networks|nodes|hosts|routers):`)
+)
+
+// kindOf guesses whether data is a scenario or a topology from its
+// top-level keys; a file with neither is taken for a topology, whose
+// errors then say what is missing.
+func kindOf(data []byte) string {
+	if scenarioKey.Match(data) && !topologyKey.Match(data) {
+		return "scenario"
+	}
+	return "topology"
+}
+
+// builtin is how the lattice-lab binary reaches the files it ships:
+// "builtin:NAME" is scenarios/NAME.yaml, or topologies/NAME.yaml when no
+// scenario has that name.
+const builtinPrefix = "builtin:"
+
+// readBuiltin reads a shipped file by the path the repository has it at.
+func readBuiltin(p string) ([]byte, error) {
+	p = path.Clean(strings.TrimPrefix(p, builtinPrefix))
+	switch dir, base := path.Split(p); dir {
+	case "topologies/":
+		return fs.ReadFile(topologies.FS, base)
+	case "scenarios/":
+		return fs.ReadFile(scenarios.FS, base)
+	}
+	return nil, fmt.Errorf("%s: %w", p, fs.ErrNotExist)
+}
+
+// builtinPath maps builtin:NAME to the repository path of a shipped file.
+func builtinPath(name string) (string, error) {
+	base := strings.TrimSuffix(strings.TrimPrefix(name, builtinPrefix), ".yaml") + ".yaml"
+	if _, err := fs.Stat(scenarios.FS, base); err == nil {
+		return "scenarios/" + base, nil
+	}
+	if _, err := fs.Stat(topologies.FS, base); err == nil {
+		return "topologies/" + base, nil
+	}
+	return "", fmt.Errorf("no built-in scenario or topology %q (lattice-lab list shows them)", strings.TrimPrefix(name, builtinPrefix))
+}
+
+// loadFile reads and parses a topology or scenario; kind forces one
+// ("" guesses). Problems come back as a *strictyaml.Errors.
+func loadFile(p, kind string) (*labFile, error) {
+	read := topology.ReadFile
+	if strings.HasPrefix(p, builtinPrefix) {
+		bp, err := builtinPath(p)
+		if err != nil {
+			return nil, err
+		}
+		p, read = bp, readBuiltin
+	}
+	data, err := read(p)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "" {
+		kind = kindOf(data)
+	}
+	f := &labFile{path: p, kind: kind}
+	switch kind {
+	case "scenario":
+		s, err := scenario.Parse(p, data, scenario.Options{ReadFile: read})
+		if err != nil {
+			return nil, err
+		}
+		f.scenario, f.plan = s, s.Plan()
+	default:
+		t, plan, err := topology.Parse(p, data)
+		if err != nil {
+			return nil, err
+		}
+		f.topo, f.plan = t, plan
+	}
+	return f, nil
+}
+
+// isNotExist reports a missing file, to be told apart from bad contents.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// summary says what a plan holds, in one line.
+func summary(p *topology.Plan) string {
+	var parts []string
+	count := func(n int, one, many string) {
+		if n == 1 {
+			parts = append(parts, "1 "+one)
+		} else if n > 1 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, many))
+		}
+	}
+	count(len(p.Networks), "network", "networks")
+	count(len(p.Routers), "router", "routers")
+	count(len(p.Hosts), "host", "hosts")
+	count(len(p.Nodes), "node", "nodes")
+	var svc []string
+	if p.Control != nil {
+		svc = append(svc, "control")
+	}
+	if p.NATS != nil {
+		svc = append(svc, "nats")
+	}
+	if n := len(p.Relays); n > 0 {
+		svc = append(svc, plural(n, "relay"))
+	}
+	if n := len(p.STUN); n > 0 {
+		svc = append(svc, plural(n, "STUN server"))
+	}
+	s := strings.Join(parts, ", ")
+	if len(svc) > 0 {
+		s += "; " + strings.Join(svc, ", ")
+	}
+	return s
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	var b bytes.Buffer
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + line + "\n")
+	}
+	return b.String()
+}
