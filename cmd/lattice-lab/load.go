@@ -133,9 +133,6 @@ func summary(p *topology.Plan) string {
 	if p.Control != nil {
 		svc = append(svc, "control")
 	}
-	if p.NATS != nil {
-		svc = append(svc, "nats")
-	}
 	if n := len(p.Relays); n > 0 {
 		svc = append(svc, plural(n, "relay"))
 	}

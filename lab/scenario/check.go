@@ -212,9 +212,6 @@ func (k *checker) services() []string {
 	if k.plan.Control != nil {
 		out = append(out, "control")
 	}
-	if k.plan.NATS != nil {
-		out = append(out, "nats")
-	}
 	for _, r := range k.plan.Relays {
 		out = append(out, r.Name)
 	}

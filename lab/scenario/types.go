@@ -158,7 +158,7 @@ type FullMesh struct {
 // Target names a node or a service.
 type Target struct {
 	Node    string `yaml:"node" oneof:"target" doc:"A node."`
-	Service string `yaml:"service" oneof:"target" doc:"A service: control, nats, or a relay's or STUN server's name."`
+	Service string `yaml:"service" oneof:"target" doc:"A service: control (with its embedded NATS), or a relay's or STUN server's name."`
 }
 
 // Move moves a roaming node.

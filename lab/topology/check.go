@@ -100,17 +100,13 @@ func (r *resolver) finishServices() {
 			holder = ps.kind
 		}
 		switch ps.kind {
-		case "control", "nats":
+		case "control":
 			r.bind(binding{ps.host, "tcp", addr, ps.port, holder, ps.path + ".port"})
 			if ps.httpPort != 0 {
 				svc.HTTP = netip.AddrPortFrom(addr, ps.httpPort)
 				r.bind(binding{ps.host, "tcp", addr, ps.httpPort, holder + " (http)", ps.path + ".http_port"})
 			}
-			if ps.kind == "control" {
-				r.p.Control = &svc
-			} else {
-				r.p.NATS = &svc
-			}
+			r.p.Control = &svc
 		case "relay":
 			r.bind(binding{ps.host, "tcp", addr, ps.port, holder, ps.path + ".port"})
 			r.bind(binding{ps.host, "udp", addr, ps.port, holder, ps.path + ".port"})
@@ -258,9 +254,6 @@ func (r *resolver) reachability() {
 	var services []PlanService
 	if r.p.Control != nil {
 		services = append(services, *r.p.Control)
-	}
-	if r.p.NATS != nil {
-		services = append(services, *r.p.NATS)
 	}
 	services = append(services, r.p.Relays...)
 	for _, s := range r.p.STUN {

@@ -100,9 +100,6 @@ func (p *Plan) roles() map[string][]string {
 	if p.Control != nil {
 		add(p.Control.Host, fmt.Sprintf("control :%d", p.Control.Addr.Port()))
 	}
-	if p.NATS != nil {
-		add(p.NATS.Host, fmt.Sprintf("nats :%d", p.NATS.Addr.Port()))
-	}
 	named := func(kind, name string) string {
 		if kind == name {
 			return kind

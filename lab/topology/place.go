@@ -47,9 +47,6 @@ func (r *resolver) services() {
 	if t.Control != nil {
 		r.service(&pendingService{name: "control", kind: "control", path: "control", port: orPort(t.Control.Port, DefaultNATSPort), httpPort: t.Control.HTTPPort}, t.Control.Service)
 	}
-	if t.NATS != nil {
-		r.service(&pendingService{name: "nats", kind: "nats", path: "nats", port: orPort(t.NATS.Port, DefaultNATSPort)}, t.NATS.Service)
-	}
 	for _, s := range t.Relays {
 		r.service(&pendingService{name: s.Name, kind: "relay", path: "relays." + s.Name, port: orPort(s.Port, DefaultRelayPort)}, s.Service)
 	}

@@ -22,7 +22,6 @@ type Plan struct {
 	Routers     []PlanRouter
 	Hosts       []PlanHost
 	Control     *PlanService
-	NATS        *PlanService
 	Relays      []PlanService
 	STUN        []PlanSTUN
 	Nodes       []PlanNode

@@ -143,9 +143,6 @@ func (r *resolver) claimNames() {
 	if t.Control != nil {
 		r.claim("control", "service", "control")
 	}
-	if t.NATS != nil {
-		r.claim("nats", "service", "nats")
-	}
 	for _, s := range t.Relays {
 		r.claim(s.Name, "service", "relays."+s.Name)
 	}

@@ -25,8 +25,7 @@ type Topology struct {
 	Routers  []Router  `yaml:"routers,keyed" doc:"Explicit routers, for shapes gateways cannot express (a router joining three networks, static routes). Most topologies need none." example:"routers: {core: {interfaces: [{network: a, addr: 10.0.0.1}, {network: b, addr: 10.1.0.1}]}}"`
 	Hosts    []Host    `yaml:"hosts,keyed" doc:"Explicit hosts, for services that share a machine or hosts with several interfaces. Nodes and services given a network get a host of their own." example:"hosts: {server: {network: internet, addr: 203.0.113.100, aliases: [203.0.113.101]}}"`
 
-	Control *Control `yaml:"control" doc:"The control service (registration and signaling over NATS). Required when there are nodes."`
-	NATS    *NATS    `yaml:"nats" doc:"A NATS server of its own for control and the nodes. If omitted, control embeds one."`
+	Control *Control `yaml:"control" doc:"The control service, with its embedded NATS server (registration and signaling). Required when there are nodes."`
 	Relays  []Relay  `yaml:"relays,keyed" doc:"LRP relays by name. Nodes are told about every relay." example:"relays: {relay: {host: server, port: 443}}"`
 	STUN    []STUN   `yaml:"stun,keyed" doc:"STUN servers by name, for nodes' server-reflexive candidates." example:"stun: {stun: {host: server, port: 3478}}"`
 
@@ -164,12 +163,6 @@ type Control struct {
 	Port     uint16 `yaml:"port" min:"1" doc:"The embedded NATS server's TCP port (nodes register there). If zero, 4222. Use 443 to pass firewalls that allow only web ports."`
 	HTTPPort uint16 `yaml:"http_port" min:"1" doc:"Serve HTTP registration (POST /v1/register) on this TCP port. If zero, no HTTP."`
 	Token    string `yaml:"token" pattern:"^[!-~]{16,512}$" doc:"The join token nodes present. If omitted, a fixed lab token."`
-}
-
-// NATS is a standalone NATS server.
-type NATS struct {
-	Service `yaml:",inline"`
-	Port    uint16 `yaml:"port" min:"1" doc:"TCP port. If zero, 4222."`
 }
 
 // Relay is an LRP relay.
