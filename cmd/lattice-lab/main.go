@@ -2,8 +2,9 @@
 // hosts, NAT routers and segments (package lab/fabric) on which scenarios run
 // end to end, without root and without touching the machine's real network.
 //
-// Today it has one command, run, which builds a built-in default topology and
-// exercises it. Topology files, scenarios, NATS and relays come later.
+// Its commands: run (a scenario, or a topology's reachability), validate,
+// graph, schema and bench. Topology and scenario files are described by
+// packages lab/topology and lab/scenario; lab/runner runs them.
 package main
 
 import (
@@ -53,11 +54,26 @@ func newRootCmd() *cobra.Command {
 		Long: `lattice-lab runs Lattice on an emulated network built in-process: segments,
 hosts with their own TCP/IP stacks and routers that NAT and filter the way home
 routers, carrier-grade NATs and corporate firewalls do (RFC 4787 / RFC 5382).
-It needs no root, no containers and no network access.`,
-		Example: `  # Build the default topology and exercise it end to end
+It needs no root, no containers and no network access.
+
+A topology file describes the network (segments, NAT profiles or RFC 4787
+knobs, link impairments) and what runs on it (control with NATS, relays,
+STUN, Lattice nodes, pod sandboxes); a scenario file names a topology and a
+timeline of steps: wait for a direct path, transfer data, cut the direct
+path, reboot a NAT, stop the relay, and check what happens. go test
+./scenarios/... runs every shipped scenario.`,
+		Example: `  # Bring the quickstart topology up and exercise it end to end
   lattice-lab run
 
-  # Learn what run does and which flags it takes
+  # Check files, draw a topology, get the schema for your editor
+  lattice-lab validate topologies/*.yaml scenarios/*.yaml
+  lattice-lab graph topologies/cgnat.yaml | dot -Tsvg > cgnat.svg
+  lattice-lab schema topology > topology.schema.json
+
+  # Run a scenario with an HTML report
+  lattice-lab run scenarios/blackhole-failover.yaml --report out/
+
+  # Learn what a command does and which flags it takes
   lattice-lab run --help`,
 	}
 	cli.Configure(root)

@@ -6,257 +6,252 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
-	"github.com/latticelab/lattice/lab/fabric"
-	"github.com/latticelab/lattice/lab/pcapng"
+	"github.com/latticelab/lattice/lab/report"
+	"github.com/latticelab/lattice/lab/runner"
+	"github.com/latticelab/lattice/lab/scenario"
+	"github.com/latticelab/lattice/lab/topology"
 )
 
 // runOptions are the run command's flags.
 type runOptions struct {
-	seed        uint64
-	captureDir  string
-	timeout     time.Duration
-	transferMiB int
-	verbose     bool
+	scenario   string
+	once       bool
+	duration   time.Duration
+	interval   time.Duration
+	captureDir string
+	reportDir  string
+	stateDir   string
+	verbose    bool
+	out        io.Writer
 }
 
-// errTimeout is the cause of a run that outlived --timeout.
-var errTimeout = errors.New("timed out")
-
 func newRunCmd() *cobra.Command {
-	opts := runOptions{seed: 1, timeout: 2 * time.Minute, transferMiB: 64}
+	opts := runOptions{interval: 2 * time.Second}
 	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Build the default topology and exercise it end to end",
-		Long: `run builds the built-in default topology on the in-process emulation fabric
-and drives traffic through it, printing each step as it passes:
+		Use:   "run [FILE] [--scenario SCENARIO]",
+		Short: "Bring a topology up and run a scenario on it, or watch its reachability",
+		Long: `run brings a topology up on the in-process emulation fabric (networks, NAT
+routers, hosts, control with NATS, relays, STUN servers, Lattice nodes and
+pod sandboxes; no root, no containers, no traffic leaves this process) and
+then does one of three things:
 
-  internet  203.0.113.0/24  server 203.0.113.100 (and .101 for NAT discovery)
-  home      192.168.1.0/24  laptop,  behind home-nat    (port-restricted-cone)
-  office    10.0.0.0/24     desktop, behind office-nat  (symmetric)
-  flat      192.168.1.0/24  tablet,  behind flat-nat    (full-cone),
-                            itself behind carrier-nat   (cgnat, 100.64.0.0/10)
+  run                        the built-in quickstart scenario: three nodes behind a
+                             home NAT, a symmetric office NAT and a double NAT go
+                             direct where they can, relay where they cannot, carry
+                             data both ways and fail over when a direct path is cut
+  run SCENARIO.yaml          that scenario's timeline, step by step
+  run TOPOLOGY.yaml          check every node pair's reachability and print the
+                             table every --interval until interrupted (--once:
+                             print it once the mesh settles, and exit)
+  run TOPOLOGY.yaml --scenario SCENARIO.yaml
+                             the scenario's timeline on that topology instead of
+                             the one the scenario names
 
-  1. build the topology
-  2. ping the server from every client
-  3. discover each site's NAT behaviour (RFC 5780) and compare it with the
-     configured profile
-  4. send --transfer-mib MiB over TCP from every client to the server
-  5. UDP echo round trips from every client
-  6. print the routers' counters
+Every step prints as it runs, with a ✓ or a ✗ and why. A scenario fails at
+its first failing step or when its timeout passes. Ctrl-C stops the run
+cleanly: nodes, services and the fabric are closed, capture files completed.
 
-Any failing step stops the run. Ctrl-C stops it too, cleanly: the fabric is
-torn down and capture files are completed. Exit status: 0 when every step
-passed, 1 when one failed or the run timed out, 2 for bad flags or arguments,
-130 when interrupted.
+--report DIR writes result.json, junit.xml (for CI) and report.html (the NAT
+pair matrix, the path-switch timeline with reasons, links to captures).
 
-Topology files will be accepted as an argument later; today run takes none.`,
-		Example: `  # The whole run, with a 64 MiB transfer per client
+Exit status: 0 when the scenario passed (or the mesh is complete with
+--once), 1 when it failed or cannot run here (a Pro scenario in the
+community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
+		Example: `  # The quickstart: bring the default topology up and exercise it
   lattice-lab run
 
-  # A quick run that also records every network to DIR/NAME.pcapng
-  lattice-lab run --transfer-mib 4 --capture /tmp/lab
+  # A scenario, with captures and an HTML report
+  lattice-lab run scenarios/blackhole-failover.yaml --capture /tmp/lab --report /tmp/lab
   tshark -r /tmp/lab/internet.pcapng
 
-  # Debug logs from the fabric on stderr
-  lattice-lab run -v`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return cli.Usagef("run %q: topology files are not supported yet; run without arguments for the built-in default topology", args[0])
+  # Is everything reachable? Print the path table once and exit
+  lattice-lab run topologies/cgnat.yaml --once
+
+  # Watch a topology for a minute
+  lattice-lab run topologies/nat-matrix.yaml --duration 1m
+
+  # A scenario on another topology
+  lattice-lab run topologies/corporate.yaml --scenario scenarios/quickstart.yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.interval <= 0 {
+				return cli.Usagef("--interval %v: must be positive", opts.interval)
 			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.transferMiB < 1 {
-				return cli.Usagef("--transfer-mib %d: must be at least 1", opts.transferMiB)
+			if opts.duration < 0 {
+				return cli.Usagef("--duration %v: must not be negative", opts.duration)
 			}
-			if opts.timeout <= 0 {
-				return cli.Usagef("--timeout %v: must be positive", opts.timeout)
-			}
-			level := slog.LevelWarn
+			opts.out = cmd.OutOrStdout()
+			level := slog.LevelError + 4 // components log their own errors loudly; the steps say what matters
 			if opts.verbose {
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			return runLab(cmd.Context(), cmd.OutOrStdout(), log, opts)
+			file := "builtin:quickstart"
+			if len(args) == 1 {
+				file = args[0]
+			}
+			return runLab(cmd.Context(), file, log, opts)
 		},
 	}
 	fl := cmd.Flags()
-	fl.Uint64Var(&opts.seed, "seed", opts.seed, "seed for the fabric's random decisions (NAT port choice, impairments)")
-	fl.StringVar(&opts.captureDir, "capture", "", "write one pcapng capture per network to `DIR`/NAME.pcapng")
-	fl.DurationVar(&opts.timeout, "timeout", opts.timeout, "give up on the whole run after this long")
-	fl.IntVar(&opts.transferMiB, "transfer-mib", opts.transferMiB, "MiB each client sends to the server over TCP")
-	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs on stderr (otherwise warnings only)")
+	fl.StringVarP(&opts.scenario, "scenario", "s", "", "run `SCENARIO` on the given topology instead of the topology it names")
+	fl.BoolVar(&opts.once, "once", false, "topology only: print the reachability table once the mesh settles, then exit")
+	fl.DurationVar(&opts.duration, "duration", 0, "topology only: stop watching after this long (0: until interrupted)")
+	fl.DurationVar(&opts.interval, "interval", opts.interval, "topology only: how often to print the reachability table")
+	fl.StringVar(&opts.captureDir, "capture", "", "write one pcapng capture per network to `DIR`/NETWORK.pcapng")
+	fl.StringVar(&opts.reportDir, "report", "", "write result.json, junit.xml and report.html to `DIR`")
+	fl.StringVar(&opts.stateDir, "state", "", "keep node identities and control's registry in `DIR` (default: a temporary directory)")
+	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs of every component on stderr")
 	return cmd
 }
 
-// runLab builds the default topology and runs every step on it, writing
-// progress to out.
-func runLab(ctx context.Context, out io.Writer, log *slog.Logger, opts runOptions) (err error) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeoutCause(ctx, opts.timeout, fmt.Errorf("%w after %v (raise --timeout)", errTimeout, opts.timeout))
-	defer cancel()
-
-	topo, err := defaultTopology()
+func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions) error {
+	out := opts.out
+	say := func(s string) { fmt.Fprint(out, indent(s, "  ")) }
+	var f *labFile
+	var err error
+	if opts.scenario != "" {
+		f, err = loadScenarioOn(opts.scenario, file)
+	} else {
+		f, err = loadFile(file, "")
+	}
 	if err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	l := &lab{out: out, log: log, opts: opts, topo: topo}
-	defer func() { err = errors.Join(err, l.close()) }()
-
-	fmt.Fprintf(out, "lattice-lab run: built-in default topology, seed %d\n", opts.seed)
-	steps := []struct {
-		title string
-		run   func(context.Context) error
-	}{
-		{"build topology", l.build},
-		{"ping server", l.ping},
-		{"NAT behaviour discovery (RFC 5780)", l.discover},
-		{fmt.Sprintf("TCP transfer, %d MiB per client", opts.transferMiB), l.transfer},
-		{"UDP echo", l.echo},
-		{"router counters", l.summary},
-	}
-	for i, s := range steps {
-		fmt.Fprintf(out, "\n[%d/%d] %s\n", i+1, len(steps), s.title)
-		if err := s.run(ctx); err != nil {
-			if ctx.Err() != nil {
-				// Whatever broke did so because the run was cancelled or
-				// timed out; say that rather than the symptom.
-				err = context.Cause(ctx)
-			}
-			fmt.Fprintf(out, "  ✗ %v\n", err)
-			return fmt.Errorf("run: %s: %w", s.title, err)
-		}
-	}
-	// Close now rather than on return: capture files are complete only once
-	// the fabric has stopped and their writers are flushed.
-	if err := l.close(); err != nil {
-		return fmt.Errorf("run: %w", err)
-	}
-	if len(l.captures) > 0 {
-		fmt.Fprintf(out, "\ncaptures (open with tshark -r FILE, or Wireshark):\n")
-		for _, c := range l.captures {
-			size := ""
-			if fi, err := os.Stat(c.path); err == nil {
-				size = fmt.Sprintf("  %.1f MiB", float64(fi.Size())/(1<<20))
-			}
-			fmt.Fprintf(out, "  %s%s\n", c.path, size)
-		}
-		fmt.Fprintf(out, "  e.g. tshark -r %s\n", l.captures[0].path)
-	}
-	fmt.Fprintf(out, "\n✓ all %d steps passed in %s\n", len(steps), fmtDuration(time.Since(start)))
-	return nil
-}
-
-// lab is one run: the topology, the fabric built from it, the services on
-// its server and the captures recording it. Its steps run one at a time.
-type lab struct {
-	out  io.Writer
-	log  *slog.Logger
-	opts runOptions
-	topo *builtinTopology
-
-	f        *fabric.Fabric
-	services []io.Closer // closed in reverse order, before the fabric
-	captures []capture
-	closed   bool
-}
-
-// capture is one network's pcapng file.
-type capture struct {
-	path string
-	w    *pcapng.Writer
-}
-
-// startCaptures records every network of the topology to dir/NAME.pcapng.
-func (l *lab) startCaptures(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("capture: %w", err)
-	}
-	for _, nc := range l.topo.networks {
-		path := filepath.Join(dir, nc.Name+".pcapng")
-		w, err := pcapng.Create(path, pcapng.Options{
-			Comment: fmt.Sprintf("lattice-lab run, built-in default topology, seed %d: network %s %v", l.opts.seed, nc.Name, nc.Prefix),
-		})
-		if err != nil {
-			return fmt.Errorf("capture %s: %w", nc.Name, err)
-		}
-		l.captures = append(l.captures, capture{path: path, w: w})
-		if err := l.f.Network(nc.Name).Capture(w); err != nil {
-			return fmt.Errorf("capture %s: %w", nc.Name, err)
-		}
-	}
-	fmt.Fprintf(l.out, "  ✓ capturing %d networks to %s\n", len(l.captures), dir)
-	return nil
-}
-
-// close stops the services, the fabric and then the captures, in that order
-// so no frame is written to a closed capture. Idempotent: later calls return
-// nil.
-func (l *lab) close() error {
-	if l.closed {
-		return nil
-	}
-	l.closed = true
-	var errs []error
-	for i := len(l.services) - 1; i >= 0; i-- {
-		errs = append(errs, l.services[i].Close())
-	}
-	if l.f != nil {
-		if err := l.f.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close fabric: %w", err))
-		}
-	}
-	for _, c := range l.captures {
-		if err := c.w.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close capture %s: %w", c.path, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// build adds the topology to a fresh fabric and, with --capture, starts
-// recording.
-func (l *lab) build(_ context.Context) error {
-	start := time.Now()
-	f, err := fabric.New(fabric.Config{Logger: l.log, Seed: l.opts.seed})
-	if err != nil {
-		return fmt.Errorf("new fabric: %w", err)
-	}
-	l.f = f
-	if err := l.topo.addTo(f); err != nil {
 		return err
 	}
-	t := l.topo
-	fmt.Fprintf(l.out, "  ✓ %d networks, %d hosts, %d routers in %s\n",
-		len(t.networks), len(t.hosts), len(t.routers), fmtDuration(time.Since(start)))
-	for _, line := range t.describe() {
-		fmt.Fprintf(l.out, "      %s\n", line)
+	if f.scenario == nil {
+		return watch(ctx, f, log, opts)
 	}
-	if l.opts.captureDir != "" {
-		return l.startCaptures(l.opts.captureDir)
+	sc := f.scenario
+	fmt.Fprintf(out, "lattice-lab run: scenario %s on topology %s (%s)\n", sc.Name, f.plan.Name, summary(f.plan))
+	if sc.Description != "" {
+		fmt.Fprint(out, indentText(sc.Description, "  "))
 	}
-	return nil
+	res := runner.RunScenario(ctx, sc, runner.Options{StateDir: opts.stateDir, CaptureDir: opts.captureDir,
+		Progress: say, Logger: log})
+	if err := writeReports(opts.reportDir, []*report.Result{res}, out); err != nil {
+		return err
+	}
+	if len(res.Captures) > 0 {
+		fmt.Fprintf(out, "\ncaptures (open with tshark -r FILE, or Wireshark):\n")
+		for _, c := range res.Captures {
+			fmt.Fprintf(out, "  %s\n", c)
+		}
+	}
+	switch res.Status {
+	case report.Passed:
+		fmt.Fprintf(out, "\n✓ scenario %s passed: %d steps in %s\n", sc.Name, len(res.Steps), fmtSeconds(res.Duration))
+		return nil
+	case report.Skipped:
+		fmt.Fprintf(out, "\n- scenario %s cannot run here: %s\n", sc.Name, res.SkipReason)
+		return fmt.Errorf("scenario %s: %s", sc.Name, res.SkipReason)
+	}
+	fmt.Fprintf(out, "\n✗ scenario %s failed after %s: %s\n", sc.Name, fmtSeconds(res.Duration), res.Error)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return cli.ExitCode{Code: cli.ExitFailure}
 }
 
-// fmtDuration prints d with the precision a reader wants at its scale:
-// "0.42ms", "3.1ms", "120ms", "1.53s".
-func fmtDuration(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
-	switch {
-	case d < 100*time.Microsecond:
-		return fmt.Sprintf("%.2fms", ms)
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.1fms", ms)
-	case d < time.Second:
-		return fmt.Sprintf("%.0fms", ms)
-	default:
-		return fmt.Sprintf("%.2fs", d.Seconds())
+// loadScenarioOn loads a scenario to run on another topology.
+func loadScenarioOn(scenarioPath, topoPath string) (*labFile, error) {
+	read := func(p string) ([]byte, error) {
+		if strings.HasPrefix(p, builtinPrefix) {
+			bp, err := builtinPath(p)
+			if err != nil {
+				return nil, err
+			}
+			return readBuiltin(bp)
+		}
+		if strings.HasPrefix(p, "topologies/") || strings.HasPrefix(p, "scenarios/") {
+			if b, err := readBuiltin(p); err == nil {
+				return b, nil
+			}
+		}
+		return readLabFile(p)
 	}
+	data, err := read(scenarioPath)
+	if err != nil {
+		return nil, err
+	}
+	s, err := scenario.Parse(scenarioPath, data, scenario.Options{ReadFile: read, Topology: topoPath})
+	if err != nil {
+		return nil, err
+	}
+	return &labFile{path: scenarioPath, kind: "scenario", scenario: s, plan: s.Plan()}, nil
+}
+
+// watch brings a topology up and prints its reachability table.
+func watch(ctx context.Context, f *labFile, log *slog.Logger, opts runOptions) error {
+	out := opts.out
+	fmt.Fprintf(out, "lattice-lab run: topology %s (%s)\n", f.plan.Name, summary(f.plan))
+	start := time.Now()
+	l, err := runner.Up(ctx, runner.Config{Plan: f.plan, StateDir: opts.stateDir, CaptureDir: opts.captureDir,
+		Progress: func(s string) { fmt.Fprint(out, indent(s, "  ")) }, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if opts.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.duration)
+		defer cancel()
+	}
+	settle, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ms, err := l.WaitMesh(settle)
+	cancel()
+	fmt.Fprintf(out, "\nreachability after %s (D direct, R relay, - no path yet):\n%s", fmtSeconds(time.Since(start)), indentText(l.MeshTable(), "  "))
+	if opts.once {
+		if err := l.Close(); err != nil {
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(out, "\n✗ %d of %d node pairs have a path\n", ms.Connected, ms.Pairs)
+			return cli.ExitCode{Code: cli.ExitFailure}
+		}
+		fmt.Fprintf(out, "\n✓ all %d node pairs have a path (%d direct)\n", ms.Pairs/2, ms.Direct/2)
+		return nil
+	}
+	tick := time.NewTicker(opts.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if opts.duration > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fmt.Fprintf(out, "\nwatched for %v\n", opts.duration)
+				return l.Close()
+			}
+			return context.Cause(ctx)
+		case <-tick.C:
+			ms := l.Mesh()
+			fmt.Fprintf(out, "\n%s  %d/%d pairs connected, %d direct\n%s", time.Now().Format("15:04:05"),
+				ms.Connected/2, ms.Pairs/2, ms.Direct/2, indentText(l.MeshTable(), "  "))
+		}
+	}
+}
+
+func indentText(s, prefix string) string { return strings.TrimRight(indent(s, prefix), "\n") + "\n" }
+
+// fmtSeconds prints a run's length.
+func fmtSeconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+
+// readLabFile reads a lab file from disk.
+func readLabFile(p string) ([]byte, error) { return topology.ReadFile(p) }
+
+// writeReports writes result.json, junit.xml and report.html to dir.
+func writeReports(dir string, results []*report.Result, out io.Writer) error {
+	if dir == "" {
+		return nil
+	}
+	paths, err := report.WriteDir(dir, results)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	fmt.Fprintf(out, "\nreports: %s\n", strings.Join(paths, ", "))
+	return nil
 }

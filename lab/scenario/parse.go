@@ -25,6 +25,9 @@ type Options struct {
 	// ReadFile reads the topology file a scenario names, given its path
 	// joined to the scenario's directory. If nil, topology.ReadFile.
 	ReadFile func(path string) ([]byte, error)
+	// Topology, if set, is a topology file to run the scenario on instead
+	// of the one it names (read with ReadFile, as given).
+	Topology string
 }
 
 // Load reads and parses the scenario file at path.
@@ -55,10 +58,13 @@ func Parse(name string, data []byte, opt Options) (*File, error) {
 		f.Name = strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
 	}
 	ref := &f.Topology
+	if opt.Topology != "" {
+		ref.Path, ref.Inline = opt.Topology, nil
+	}
 	switch {
 	case ref.Path != "":
 		path := ref.Path
-		if !filepath.IsAbs(path) {
+		if !filepath.IsAbs(path) && opt.Topology == "" {
 			path = filepath.Join(filepath.Dir(name), path)
 		}
 		tdata, rerr := opt.ReadFile(path)

@@ -1,0 +1,147 @@
+package report
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// WriteJSON writes the results as one indented JSON array.
+func WriteJSON(w io.Writer, results []*Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(results)
+}
+
+// JUnit XML, as Jenkins, GitLab and GitHub test reporters read it: one
+// testsuite per scenario, one testcase per step, and a testcase for the
+// scenario as a whole (so a bring-up failure shows up too).
+type junitSuites struct {
+	XMLName  xml.Name     `xml:"testsuites"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Time     float64      `xml:"time,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name      string      `xml:"name,attr"`
+	Tests     int         `xml:"tests,attr"`
+	Failures  int         `xml:"failures,attr"`
+	Skipped   int         `xml:"skipped,attr"`
+	Time      float64     `xml:"time,attr"`
+	Timestamp string      `xml:"timestamp,attr"`
+	Cases     []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	ClassName string        `xml:"classname,attr"`
+	Time      float64       `xml:"time,attr"`
+	Failure   *junitMessage `xml:"failure,omitempty"`
+	Skipped   *junitMessage `xml:"skipped,omitempty"`
+	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+// WriteJUnit writes the results as JUnit XML.
+func WriteJUnit(w io.Writer, results []*Result) error {
+	all := junitSuites{Name: "lattice-lab"}
+	for _, r := range results {
+		s := junitSuite{Name: r.Scenario, Time: r.Duration.Seconds(), Timestamp: r.Started.UTC().Format("2006-01-02T15:04:05")}
+		whole := junitCase{Name: "scenario " + r.Scenario, ClassName: "lattice-lab." + r.Scenario, Time: r.Duration.Seconds()}
+		switch r.Status {
+		case Failed:
+			whole.Failure = &junitMessage{Message: r.Error, Text: r.Error}
+		case Skipped:
+			whole.Skipped = &junitMessage{Message: r.SkipReason}
+		}
+		s.Cases = append(s.Cases, whole)
+		for _, st := range r.Steps {
+			c := junitCase{Name: fmt.Sprintf("%02d %s", st.Index, st.Label), ClassName: "lattice-lab." + r.Scenario, Time: st.Duration.Seconds(), SystemOut: st.Detail}
+			if st.Status == Failed {
+				c.Failure = &junitMessage{Message: st.Error, Text: st.Error}
+			}
+			s.Cases = append(s.Cases, c)
+		}
+		for _, c := range s.Cases {
+			s.Tests++
+			if c.Failure != nil {
+				s.Failures++
+			}
+			if c.Skipped != nil {
+				s.Skipped++
+			}
+		}
+		all.Tests += s.Tests
+		all.Failures += s.Failures
+		all.Skipped += s.Skipped
+		all.Time += s.Time
+		all.Suites = append(all.Suites, s)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(all); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+// WriteDir writes result.json, junit.xml and report.html into dir and
+// returns their paths.
+func WriteDir(dir string, results []*Result) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, f := range []struct {
+		name  string
+		write func(io.Writer, []*Result) error
+	}{{"result.json", WriteJSON}, {"junit.xml", WriteJUnit}, {"report.html", func(w io.Writer, rs []*Result) error {
+		return WriteHTML(w, rs, HTMLOptions{CaptureBase: dir})
+	}}} {
+		p := filepath.Join(dir, f.name)
+		file, err := os.Create(p)
+		if err != nil {
+			return paths, err
+		}
+		err = f.write(file, results)
+		if cerr := file.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return paths, fmt.Errorf("%s: %w", p, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// relPath makes a capture path relative to the report's directory.
+func relPath(base, p string) string {
+	if base == "" {
+		return p
+	}
+	if r, err := filepath.Rel(base, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return "file://" + abs
+	}
+	return p
+}

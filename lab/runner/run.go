@@ -1,0 +1,247 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/latticelab/lattice/internal/edition"
+	"github.com/latticelab/lattice/lab/report"
+	"github.com/latticelab/lattice/lab/scenario"
+)
+
+// DefaultTimeout bounds a scenario that sets none.
+const DefaultTimeout = 2 * time.Minute
+
+// Options tune RunScenario.
+type Options struct {
+	// StateDir, CaptureDir, Progress and Logger are as in Config.
+	StateDir   string
+	CaptureDir string
+	Progress   func(string)
+	Logger     *slog.Logger
+}
+
+// SkipReason says why a scenario cannot run in this build or on this
+// machine, or "" when it can.
+func SkipReason(f *scenario.File) string {
+	for _, r := range f.Requires {
+		switch r {
+		case "pro":
+			if !edition.Pro() {
+				return "needs the Pro edition (go test -tags pro, make EDITION=pro)"
+			}
+		case "gvisor":
+			return "gvisor sandboxes are not available in the lab: they need a kernel TUN and runsc, not a fabric host"
+		case "root":
+			return "needs root and netns hosts, which the fabric cannot join yet"
+		}
+	}
+	return ""
+}
+
+// RunScenario brings a scenario's topology up, runs its timeline, and
+// tears everything down. The result says what passed and failed; the
+// error is for what kept the scenario from running at all (a topology
+// that does not come up counts as a failure in the result too).
+func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Result {
+	res := &report.Result{Scenario: f.Name, File: f.Path, Description: f.Description, Topology: f.Plan().Name,
+		Tags: f.Tags, Edition: edition.Name(), Started: time.Now()}
+	for i := range f.Plan().Nodes {
+		pn := &f.Plan().Nodes[i]
+		n := report.Node{Name: pn.Name, Network: pn.Network, NAT: f.Plan().NATLabel(pn)}
+		if pn.Sandbox != nil {
+			n.Sandbox = pn.Sandbox.Mode
+		}
+		res.Nodes = append(res.Nodes, n)
+	}
+	defer func() { res.Duration = time.Since(res.Started) }()
+	if why := SkipReason(f); why != "" {
+		res.Status, res.SkipReason = report.Skipped, why
+		return res
+	}
+	timeout := f.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("scenario timed out after %v", timeout))
+	defer cancel()
+	nodes := f.Nodes
+	l, err := Up(ctx, Config{Plan: f.Plan(), Nodes: nodes, StateDir: opt.StateDir, CaptureDir: opt.CaptureDir,
+		Progress: opt.Progress, Logger: opt.Logger})
+	if err != nil {
+		if errors.Is(err, ErrNotAvailable) {
+			res.Status, res.SkipReason = report.Skipped, err.Error()
+			return res
+		}
+		res.Status, res.Error = report.Failed, "bring-up: "+causeOf(ctx, err).Error()
+		return res
+	}
+	r := &run{l: l, f: f, res: res, bg: map[string]*background{}, progress: opt.Progress}
+	r.timeline(ctx)
+	res.Pairs, res.Events = l.Pairs()
+	res.Captures = l.Captures()
+	if err := l.Close(); err != nil && res.Status == report.Passed {
+		res.Status, res.Error = report.Failed, "teardown: "+err.Error()
+	}
+	return res
+}
+
+// causeOf prefers the context's cause (a timeout, an interrupt) to the
+// symptom it produced.
+func causeOf(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// run is one scenario's timeline in progress.
+type run struct {
+	l        *Lab
+	f        *scenario.File
+	res      *report.Result
+	progress func(string)
+	bg       map[string]*background
+}
+
+type background struct {
+	done chan struct{}
+	step report.Step
+}
+
+func (r *run) say(format string, args ...any) {
+	if r.progress != nil {
+		r.progress(fmt.Sprintf(format, args...))
+	}
+}
+
+// timeline runs every step in order; the first failure ends it.
+func (r *run) timeline(ctx context.Context) {
+	r.res.Status = report.Passed
+	total := len(r.f.Steps)
+	for i := range r.f.Steps {
+		s := &r.f.Steps[i]
+		label := s.Name
+		if label == "" {
+			label = describe(s)
+		}
+		action, _ := s.Action()
+		step := report.Step{Index: i + 1, Action: action, Label: label, Started: r.l.Since()}
+		if s.Background != "" {
+			b := &background{done: make(chan struct{})}
+			r.bg[s.Background] = b
+			r.say("[%d/%d] %s (in the background as %s)", i+1, total, label, s.Background)
+			go func() {
+				defer close(b.done)
+				b.step = r.exec(ctx, s, step)
+			}()
+			continue
+		}
+		r.say("[%d/%d] %s", i+1, total, label)
+		step = r.exec(ctx, s, step)
+		r.res.Steps = append(r.res.Steps, step)
+		if step.Status == report.Failed {
+			r.fail(ctx, step)
+			return
+		}
+	}
+	for id, b := range r.bg {
+		<-b.done
+		r.res.Steps = append(r.res.Steps, b.step)
+		if b.step.Status == report.Failed {
+			r.fail(ctx, b.step)
+			return
+		}
+		delete(r.bg, id)
+	}
+}
+
+func (r *run) fail(ctx context.Context, step report.Step) {
+	r.res.Status = report.Failed
+	r.res.Error = fmt.Sprintf("step %d (%s): %s", step.Index, step.Label, step.Error)
+	// Let background steps notice the end before the lab closes.
+	for _, b := range r.bg {
+		select {
+		case <-b.done:
+		case <-time.After(time.Until(deadlineOr(ctx, 5*time.Second))):
+		}
+	}
+}
+
+func deadlineOr(ctx context.Context, d time.Duration) time.Time {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return dl
+	}
+	return time.Now().Add(d)
+}
+
+// exec runs one step and reports its outcome.
+func (r *run) exec(ctx context.Context, s *scenario.Step, step report.Step) report.Step {
+	start := time.Now()
+	detail, metrics, err := r.do(ctx, s)
+	step.Duration = time.Since(start)
+	step.Detail, step.Metrics = detail, metrics
+	if err != nil {
+		step.Status, step.Error = report.Failed, causeOf(ctx, err).Error()
+		r.say("  ✗ %s", step.Error)
+		return step
+	}
+	step.Status = report.Passed
+	if detail != "" {
+		r.say("  ✓ %s  %s", detail, fmtDuration(step.Duration))
+	} else {
+		r.say("  ✓ %s", fmtDuration(step.Duration))
+	}
+	return step
+}
+
+// within bounds ctx by a step's own limit, or def.
+func within(ctx context.Context, d, def time.Duration) (context.Context, context.CancelFunc) {
+	if d == 0 {
+		d = def
+	}
+	return context.WithTimeoutCause(ctx, d, fmt.Errorf("not within %v", d))
+}
+
+// describe makes a step's label from its action.
+func describe(s *scenario.Step) string {
+	action, v := s.Action()
+	switch a := v.(type) {
+	case *scenario.PathCheck:
+		return fmt.Sprintf("wait until %s → %s is %s", a.From, a.To, a.Path)
+	case *scenario.PathHold:
+		return fmt.Sprintf("%s → %s is %s", a.From, a.To, a.Path)
+	case *scenario.Ping:
+		return fmt.Sprintf("ping %s → %s", a.From, a.To)
+	case *scenario.Fetch:
+		return fmt.Sprintf("%s fetches %s", a.From, a.URL)
+	case *scenario.Transfer:
+		return fmt.Sprintf("transfer %v %s → %s", a.Bytes, a.From, a.To)
+	case *scenario.TimeToDirect:
+		return fmt.Sprintf("time to direct %s → %s", a.From, a.To)
+	case *scenario.Target:
+		if a.Node != "" {
+			return action + " node " + a.Node
+		}
+		return action + " service " + a.Service
+	case *scenario.LinkRef:
+		return strings.ReplaceAll(action, "_", " ") + " " + a.Link
+	case *scenario.Pair:
+		return strings.ReplaceAll(action, "_", " ") + " " + strings.Join(a.Between, " ↔ ")
+	case *scenario.RouterRef:
+		return strings.ReplaceAll(action, "_", " ") + " " + a.Router + a.Network
+	case *scenario.Move:
+		return fmt.Sprintf("move %s to %s", a.Node, a.To)
+	case *scenario.Discover:
+		return "discover " + a.Node + "'s NAT (RFC 5780)"
+	case *time.Duration:
+		return "sleep " + a.String()
+	case string:
+		return "join " + a
+	}
+	return strings.ReplaceAll(action, "_", " ")
+}

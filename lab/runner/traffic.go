@@ -1,0 +1,234 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/latticelab/lattice/lab/report"
+)
+
+// PingResult is a ping step's outcome.
+type PingResult struct {
+	Sent, Received int
+	AvgRTT         time.Duration
+}
+
+// Ping sends count UDP echoes from one node to another over the overlay.
+// The first may take retries (a WireGuard handshake, a path settling)
+// until ctx ends; the others wait at most a second each.
+func (l *Lab) Ping(ctx context.Context, from, to string, count int) (PingResult, error) {
+	var res PingResult
+	src, err := l.node(from)
+	if err != nil {
+		return res, err
+	}
+	dst, err := l.overlayAddr(to)
+	if err != nil {
+		return res, err
+	}
+	pc, err := src.stack.ListenPacket(ctx, "udp", ":0")
+	if err != nil {
+		return res, err
+	}
+	defer pc.Close()
+	stop := context.AfterFunc(ctx, func() { _ = pc.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	addr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, EchoPort))
+	buf := make([]byte, 256)
+	round := func(i int, wait time.Duration) (time.Duration, error) {
+		msg := fmt.Appendf(nil, "lattice-lab ping %d %d", i, time.Now().UnixNano())
+		start := time.Now()
+		if _, err := pc.WriteTo(msg, addr); err != nil {
+			return 0, err
+		}
+		_ = pc.SetReadDeadline(start.Add(wait))
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return 0, err
+			}
+			if string(buf[:n]) == string(msg) {
+				return time.Since(start), nil
+			}
+		}
+	}
+	// Warm up: the first answer proves the path works at all.
+	for i := 0; ; i++ {
+		if _, err := round(-1-i, 500*time.Millisecond); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("no answer from %s (%v) on udp/%d: %w", to, dst, EchoPort, context.Cause(ctx))
+		}
+	}
+	var total time.Duration
+	for i := range count {
+		res.Sent++
+		rtt, err := round(i, time.Second)
+		if ctx.Err() != nil {
+			return res, context.Cause(ctx)
+		}
+		if err == nil {
+			res.Received++
+			total += rtt
+		}
+	}
+	if res.Received > 0 {
+		res.AvgRTT = total / time.Duration(res.Received)
+	}
+	return res, nil
+}
+
+// Transfer sends size bytes from one node to another's sink over TCP and
+// checks their SHA-256 on arrival. It returns the time from the first
+// byte sent to the sink's answer.
+func (l *Lab) Transfer(ctx context.Context, from, to string, size int64) (time.Duration, error) {
+	src, err := l.node(from)
+	if err != nil {
+		return 0, err
+	}
+	dst, err := l.overlayAddr(to)
+	if err != nil {
+		return 0, err
+	}
+	var conn net.Conn
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 3*time.Second)
+		conn, err = src.stack.Dial(attempt, "tcp", netip.AddrPortFrom(dst, SinkPort).String())
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("connect to %s: %w", to, err)
+		}
+	}
+	defer conn.Close()
+	defer bindConn(ctx, conn)()
+	start := time.Now()
+	var hdr [8]byte
+	binary.BigEndian.PutUint64(hdr[:], uint64(size))
+	h := sha256.New()
+	w := io.MultiWriter(conn, h)
+	if _, err := conn.Write(hdr[:]); err != nil {
+		return 0, fmt.Errorf("send: %w", err)
+	}
+	if n, err := io.CopyN(w, pattern{}, size); err != nil {
+		return 0, fmt.Errorf("send after %d of %d bytes: %w", n, size, err)
+	}
+	var sum [32]byte
+	if _, err := io.ReadFull(conn, sum[:]); err != nil {
+		return 0, fmt.Errorf("wait for %s's checksum: %w", to, err)
+	}
+	if want := h.Sum(nil); string(sum[:]) != string(want) {
+		return 0, fmt.Errorf("SHA-256 mismatch: sent %x, %s received %x", want[:8], to, sum[:8])
+	}
+	return time.Since(start), nil
+}
+
+// Fetch GETs rawURL from a node over the overlay; a node name as the
+// URL's host means that node's overlay address.
+func (l *Lab) Fetch(ctx context.Context, from, rawURL string) (int, string, error) {
+	src, err := l.node(from)
+	if err != nil {
+		return 0, "", err
+	}
+	u, err := l.resolveURL(rawURL)
+	if err != nil {
+		return 0, "", err
+	}
+	tr := &http.Transport{DialContext: src.stack.Dial, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	return get(ctx, &http.Client{Transport: tr}, u)
+}
+
+// resolveURL replaces a node name in u's host by its overlay address.
+func (l *Lab) resolveURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	host := u.Hostname()
+	if _, err := netip.ParseAddr(host); err == nil {
+		return raw, nil
+	}
+	a, err := l.overlayAddr(strings.TrimSuffix(host, ".lattice"))
+	if err != nil {
+		return "", err
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	u.Host = net.JoinHostPort(a.String(), port)
+	return u.String(), nil
+}
+
+func get(ctx context.Context, c *http.Client, u string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(b), err
+}
+
+// retry runs f until it succeeds or ctx ends, returning its last error.
+func retry(ctx context.Context, f func(context.Context) error) error {
+	var last error
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := f(attempt)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return last
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkBody compares an HTTP answer with what a step expects.
+func checkBody(status int, body string, wantStatus int, contains string) error {
+	if wantStatus == 0 {
+		wantStatus = http.StatusOK
+	}
+	if status != wantStatus {
+		return fmt.Errorf("status %d, want %d (body %q)", status, wantStatus, trim(body))
+	}
+	if contains != "" && !strings.Contains(body, contains) {
+		return fmt.Errorf("body %q does not contain %q", trim(body), contains)
+	}
+	return nil
+}
+
+func trim(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// gbps formats a throughput metric.
+func throughput(size int64, d time.Duration) report.Metric {
+	return report.Metric{Name: "throughput", Value: float64(size) * 8 / d.Seconds() / 1e6, Unit: "Mbit/s"}
+}
