@@ -62,3 +62,15 @@ lab: ## run lattice-lab on the default topology
 
 clean:
 	rm -rf $(BIN)
+
+# The container image: FROM scratch, the static binary, user nobody. The
+# binary goes to bin/image/ whatever BIN says: the Dockerfile and
+# .dockerignore name that path.
+IMAGE ?= lattice:dev$(if $(filter pro,$(EDITION)),-pro,)
+
+.PHONY: image
+
+image: ## build the FROM-scratch image lattice:dev (EDITION=pro: lattice:dev-pro)
+	mkdir -p bin/image/var
+	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '-s -w' -o bin/image/lattice ./cmd/lattice
+	docker build --build-arg EDITION=$(EDITION) -t $(IMAGE) .

@@ -1,0 +1,30 @@
+# The lattice image: one static binary, nothing else (no shell, no libc, no
+# package manager), run as nobody. The binary is built on the host, because
+# no registry is reachable to pull a Go toolchain image:
+#
+#   make image                  # lattice:dev      (community edition)
+#   make EDITION=pro image      # lattice:dev-pro  (Pro edition)
+#
+# which runs, in effect:
+#
+#   CGO_ENABLED=0 go build [-tags pro] -trimpath -o bin/image/lattice ./cmd/lattice
+#   docker build --build-arg EDITION=... -t lattice:dev .
+#
+# The root filesystem can be mounted read-only: everything that writes takes
+# a directory (sandbox --state-dir, control --data-dir). /var/lib/lattice is
+# owned by nobody, so a named volume mounted there starts out writable, e.g.
+#
+#   docker run --read-only --cap-drop ALL --security-opt no-new-privileges \
+#     -v agent-1:/var/lib/lattice lattice:dev sandbox start --name agent-1 \
+#     --server-url nats://control:4222 --token-file /var/lib/lattice/token \
+#     --state-dir /var/lib/lattice/state --socks5 0.0.0.0:1080
+FROM scratch
+ARG EDITION=community
+LABEL org.opencontainers.image.title="lattice" \
+      org.opencontainers.image.source="https://github.com/latticelab/lattice" \
+      io.lattice.edition="${EDITION}"
+COPY bin/image/lattice /lattice
+# An empty directory from the context; --chown applies to it, not to its parents.
+COPY --chown=65534:65534 bin/image/var/ /var/lib/lattice/
+USER 65534:65534
+ENTRYPOINT ["/lattice"]
