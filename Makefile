@@ -67,10 +67,16 @@ clean:
 # binary goes to bin/image/ whatever BIN says: the Dockerfile and
 # .dockerignore name that path.
 IMAGE ?= lattice:dev$(if $(filter pro,$(EDITION)),-pro,)
+# The e2e suite builds its own image (Pro) and runs in about a minute, plus
+# up to four minutes to compile the static binary on a cold build cache.
+E2E_TIMEOUT ?= 15m
 
-.PHONY: image
+.PHONY: image test-e2e
 
 image: ## build the FROM-scratch image lattice:dev (EDITION=pro: lattice:dev-pro)
 	mkdir -p bin/image/var
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '-s -w' -o bin/image/lattice ./cmd/lattice
 	docker build --build-arg EDITION=$(EDITION) -t $(IMAGE) .
+
+test-e2e: ## run the image in real containers (test/; skips without a Docker engine)
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
