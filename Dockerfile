@@ -27,4 +27,7 @@ COPY bin/image/lattice /lattice
 # An empty directory from the context; --chown applies to it, not to its parents.
 COPY --chown=65534:65534 bin/image/var/ /var/lib/lattice/
 USER 65534:65534
+# The default state directories (sandbox, up) live under the user's config
+# directory, $HOME/.config: keep them on the volume, not the read-only root.
+ENV HOME=/var/lib/lattice
 ENTRYPOINT ["/lattice"]
