@@ -1,0 +1,78 @@
+package scenarios_test
+
+import (
+	"context"
+	"flag"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/latticelab/lattice/lab/report"
+	"github.com/latticelab/lattice/lab/runner"
+	"github.com/latticelab/lattice/lab/scenario"
+)
+
+var (
+	reportDir = flag.String("report", "", "write result.json, junit.xml and report.html of the run to `DIR`")
+	parallel  = flag.Int("scenarios", 0, "run at most `N` scenarios at once (0: one more than the CPUs, since scenarios mostly wait)")
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestScenarios runs every scenario file in this directory as a subtest.
+// Scenarios that need the Pro edition, root or gvisor skip with the
+// reason where those are missing.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 30, "the suite promises at least 30 scenarios")
+	n := *parallel
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0) + 1
+	}
+	sem := make(chan struct{}, n)
+	var mu sync.Mutex
+	var results []*report.Result
+	t.Cleanup(func() {
+		if *reportDir == "" {
+			return
+		}
+		paths, err := report.WriteDir(*reportDir, results)
+		if err != nil {
+			t.Errorf("report: %v", err)
+			return
+		}
+		t.Logf("reports: %s", strings.Join(paths, ", "))
+	})
+	for _, file := range files {
+		name := strings.TrimSuffix(file, ".yaml")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f, err := scenario.Load(file)
+			require.NoError(t, err)
+			if why := runner.SkipReason(f); why != "" {
+				t.Skip(why)
+			}
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			defer cancel()
+			res := runner.RunScenario(ctx, f, runner.Options{Progress: func(s string) { t.Log(s) },
+				StateDir: t.TempDir()})
+			mu.Lock()
+			results = append(results, res)
+			mu.Unlock()
+			if res.Status == report.Skipped {
+				t.Skip(res.SkipReason)
+			}
+			t.Logf("%s in %s", res.Status, res.Duration.Round(time.Millisecond))
+			require.Equal(t, report.Passed, res.Status, res.Error)
+		})
+	}
+}
