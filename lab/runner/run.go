@@ -238,6 +238,18 @@ func describe(s *scenario.Step) string {
 		return fmt.Sprintf("move %s to %s", a.Node, a.To)
 	case *scenario.Discover:
 		return "discover " + a.Node + "'s NAT (RFC 5780)"
+	case *scenario.SOCKS5Fetch:
+		return fmt.Sprintf("%s fetches %s through its SOCKS5 proxy", a.Node, a.URL)
+	case *scenario.Egress:
+		return fmt.Sprintf("%s connects to %s (want %s)", a.Node, a.To, a.Expect)
+	case *scenario.Forward:
+		return fmt.Sprintf("%s reaches %s's forwarded port %d", a.From, a.Node, a.Port)
+	case *scenario.Impair:
+		return "impair " + a.Link
+	case *scenario.FullMesh:
+		return "full mesh"
+	case *scenario.Advance:
+		return "advance the NAT clock by " + a.By.String()
 	case *time.Duration:
 		return "sleep " + a.String()
 	case string:
