@@ -61,10 +61,10 @@ func TestScenarios(t *testing.T) {
 			}
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Duration(slowdown)*5*time.Minute)
 			defer cancel()
 			res := runner.RunScenario(ctx, f, runner.Options{Progress: func(s string) { t.Log(s) },
-				StateDir: t.TempDir()})
+				StateDir: t.TempDir(), Slowdown: slowdown})
 			mu.Lock()
 			results = append(results, res)
 			mu.Unlock()

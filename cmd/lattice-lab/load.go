@@ -32,16 +32,14 @@ func (f *labFile) name() string {
 	return f.topo.Name
 }
 
-var (
-	scenarioKey = regexp.MustCompile(`(?m)^(steps|topology):`)
-	topologyKey = regexp.MustCompile(`(?m)^(networks|nodes|hosts|routers):`)
-)
+// scenarioKey matches a top-level key only scenarios have.
+var scenarioKey = regexp.MustCompile(`(?m)^(steps|topology)\s*:`)
 
 // kindOf guesses whether data is a scenario or a topology from its
 // top-level keys; a file with neither is taken for a topology, whose
 // errors then say what is missing.
 func kindOf(data []byte) string {
-	if scenarioKey.Match(data) && !topologyKey.Match(data) {
+	if scenarioKey.Match(data) {
 		return "scenario"
 	}
 	return "topology"
@@ -65,9 +63,12 @@ func readBuiltin(p string) ([]byte, error) {
 }
 
 // builtinPath maps builtin:NAME to the repository path of a shipped file.
-func builtinPath(name string) (string, error) {
+func builtinPath(name string) (string, error) { return builtinPathOf(name, "") }
+
+// builtinPathOf is builtinPath looking only at kind's files ("" for both).
+func builtinPathOf(name, kind string) (string, error) {
 	base := strings.TrimSuffix(strings.TrimPrefix(name, builtinPrefix), ".yaml") + ".yaml"
-	if _, err := fs.Stat(scenarios.FS, base); err == nil {
+	if _, err := fs.Stat(scenarios.FS, base); err == nil && kind != "topology" {
 		return "scenarios/" + base, nil
 	}
 	if _, err := fs.Stat(topologies.FS, base); err == nil {
@@ -81,7 +82,7 @@ func builtinPath(name string) (string, error) {
 func loadFile(p, kind string) (*labFile, error) {
 	read := topology.ReadFile
 	if strings.HasPrefix(p, builtinPrefix) {
-		bp, err := builtinPath(p)
+		bp, err := builtinPathOf(p, kind)
 		if err != nil {
 			return nil, err
 		}

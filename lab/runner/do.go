@@ -19,7 +19,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 	switch {
 	case s.WaitPath != nil:
 		a := s.WaitPath
-		ctx, cancel := within(ctx, a.Within, 10*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 10*time.Second)
 		defer cancel()
 		st, err := l.WaitPath(ctx, a.From, a.To, a.Path)
 		if err != nil {
@@ -50,7 +50,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		}
 	case s.Ping != nil:
 		a := s.Ping
-		ctx, cancel := within(ctx, a.Within, 10*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 10*time.Second)
 		defer cancel()
 		count := a.Count
 		if count == 0 {
@@ -72,7 +72,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return detail, metrics, nil
 	case s.Fetch != nil:
 		a := s.Fetch
-		ctx, cancel := within(ctx, a.Within, 10*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 10*time.Second)
 		defer cancel()
 		var body string
 		err := retry(ctx, func(ctx context.Context) error {
@@ -86,7 +86,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return fmt.Sprintf("%q", trim(body)), nil, err
 	case s.Transfer != nil:
 		a := s.Transfer
-		ctx, cancel := within(ctx, a.Within, 60*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 60*time.Second)
 		defer cancel()
 		d, err := l.Transfer(ctx, a.From, a.To, int64(a.Bytes))
 		if err != nil {
@@ -100,7 +100,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return detail, []report.Metric{m}, nil
 	case s.TimeToDirect != nil:
 		a := s.TimeToDirect
-		ctx, cancel := within(ctx, a.Within, 10*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 10*time.Second)
 		defer cancel()
 		d, err := l.TimeToDirect(ctx, a.From, a.To)
 		if err != nil {
@@ -114,7 +114,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return detail, m, nil
 	case s.FullMesh != nil:
 		a := s.FullMesh
-		ctx, cancel := within(ctx, a.Within, 60*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 60*time.Second)
 		defer cancel()
 		start := time.Now()
 		ms, err := l.WaitMesh(ctx)
@@ -180,7 +180,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return r.discover(ctx, s.Discover)
 	case s.SOCKS5Fetch != nil:
 		a := s.SOCKS5Fetch
-		ctx, cancel := within(ctx, a.Within, 10*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 10*time.Second)
 		defer cancel()
 		auth := a.Auth == nil || *a.Auth
 		var body string
@@ -202,7 +202,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return fmt.Sprintf("%q", trim(body)), nil, err
 	case s.Egress != nil:
 		a := s.Egress
-		ctx, cancel := within(ctx, 0, 10*time.Second)
+		ctx, cancel := r.within(ctx, 0, 10*time.Second)
 		defer cancel()
 		allowed, detail, err := l.Egress(ctx, a.Node, a.To)
 		if err != nil {
@@ -214,7 +214,7 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		return detail, nil, nil
 	case s.Forward != nil:
 		a := s.Forward
-		ctx, cancel := within(ctx, a.Within, 10*time.Second)
+		ctx, cancel := r.within(ctx, a.Within, 10*time.Second)
 		defer cancel()
 		var body string
 		err := retry(ctx, func(ctx context.Context) error {
@@ -303,7 +303,7 @@ func (r *run) lifecycle(ctx context.Context, s *scenario.Step) (string, []report
 
 // discover classifies a node's NATs and compares with the plan.
 func (r *run) discover(ctx context.Context, a *scenario.Discover) (string, []report.Metric, error) {
-	ctx, cancel := within(ctx, 0, 20*time.Second)
+	ctx, cancel := r.within(ctx, 0, 20*time.Second)
 	defer cancel()
 	res, err := r.l.DiscoverNAT(ctx, a.Node, a.STUN)
 	if err != nil {

@@ -23,6 +23,10 @@ type Options struct {
 	CaptureDir string
 	Progress   func(string)
 	Logger     *slog.Logger
+	// Slowdown multiplies every step's time limit and the scenario's
+	// timeout, for slow machines and the race detector (which makes the
+	// mesh about ten times slower). If zero, 1.
+	Slowdown float64
 }
 
 // SkipReason says why a scenario cannot run in this build or on this
@@ -67,6 +71,8 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
+	slow := max(opt.Slowdown, 1)
+	timeout = time.Duration(float64(timeout) * slow)
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("scenario timed out after %v", timeout))
 	defer cancel()
 	nodes := f.Nodes
@@ -80,7 +86,7 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 		res.Status, res.Error = report.Failed, "bring-up: "+causeOf(ctx, err).Error()
 		return res
 	}
-	r := &run{l: l, f: f, res: res, bg: map[string]*background{}, progress: opt.Progress}
+	r := &run{l: l, f: f, res: res, bg: map[string]*background{}, progress: opt.Progress, slow: slow}
 	r.timeline(ctx)
 	res.Pairs, res.Events = l.Pairs()
 	res.Captures = l.Captures()
@@ -106,6 +112,7 @@ type run struct {
 	res      *report.Result
 	progress func(string)
 	bg       map[string]*background
+	slow     float64
 }
 
 type background struct {
@@ -199,11 +206,12 @@ func (r *run) exec(ctx context.Context, s *scenario.Step, step report.Step) repo
 	return step
 }
 
-// within bounds ctx by a step's own limit, or def.
-func within(ctx context.Context, d, def time.Duration) (context.Context, context.CancelFunc) {
+// within bounds ctx by a step's own limit, or def, times the slowdown.
+func (r *run) within(ctx context.Context, d, def time.Duration) (context.Context, context.CancelFunc) {
 	if d == 0 {
 		d = def
 	}
+	d = time.Duration(float64(d) * r.slow)
 	return context.WithTimeoutCause(ctx, d, fmt.Errorf("not within %v", d))
 }
 

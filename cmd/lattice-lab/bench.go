@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/lab/bench"
+	"github.com/latticelab/lattice/lab/strictyaml"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		out, baseline, only, pair, scale string
+		tolerance                        float64
+		size                             strictyaml.Size = 64 << 20
+		runs                             int
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the data path, connect time and scale, and compare with a baseline",
+		Long: `bench runs three benchmarks on the emulation fabric and writes what it
+measured to DIR/bench.json and DIR/bench.svg:
+
+  datapath  TCP over WireGuard through a direct pair and a relayed pair
+            (--pair's laptop → tablet and laptop → desktop), in Mbit/s
+  connect   a node joins a running one: time to the first answered overlay
+            ping and to the direct path (median of --runs)
+  scale     every node of --scale's topology started, one at a time, until
+            every pair has a WireGuard handshake; with the peak memory
+
+The figures measure Lattice running in one process on this machine; compare
+them with a baseline from the same machine. With --baseline FILE (an earlier
+bench.json) each figure is set beside its baseline, and a change for the
+worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
+		Example: `  # Everything, into bench/
+  lattice-lab bench --out bench
+
+  # Just the data path, and fail on a regression against the last run
+  lattice-lab bench --only datapath --baseline bench/bench.json --out /tmp/now`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			var names []string
+			if only != "" {
+				for _, n := range strings.Split(only, ",") {
+					if n != "datapath" && n != "connect" && n != "scale" {
+						return cli.Usagef("--only %q: want datapath, connect or scale", n)
+					}
+					names = append(names, n)
+				}
+			}
+			var base *bench.Report
+			if baseline != "" {
+				f, err := os.Open(baseline)
+				if err != nil {
+					return err
+				}
+				base, err = bench.ReadJSON(f)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("baseline %s: %w", baseline, err)
+				}
+			}
+			pf, err := loadFile(pair, "topology")
+			if err != nil {
+				return err
+			}
+			topos := bench.Topologies{Pair: pf.plan, Direct: [2]string{"laptop", "tablet"}, Relay: [2]string{"laptop", "desktop"}}
+			if only == "" || strings.Contains(only, "scale") {
+				sf, err := loadFile(scale, "topology")
+				if err != nil {
+					return err
+				}
+				topos.Scale = sf.plan
+			}
+			rep, err := bench.Run(cmd.Context(), topos, bench.Options{Only: names, Bytes: int64(size), Runs: runs,
+				Progress: func(s string) { fmt.Fprintln(w, s) }})
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			for name, write := range map[string]func(*os.File) error{
+				"bench.json": func(f *os.File) error { return bench.WriteJSON(f, rep) },
+				"bench.svg":  func(f *os.File) error { return bench.WriteSVG(f, rep, base) },
+			} {
+				f, err := os.Create(filepath.Join(out, name))
+				if err != nil {
+					return err
+				}
+				err = write(f)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(w, "wrote %s and %s\n", filepath.Join(out, "bench.json"), filepath.Join(out, "bench.svg"))
+			if base == nil {
+				return nil
+			}
+			regressions := 0
+			fmt.Fprintf(w, "\nagainst %s (tolerance %.0f%%):\n", baseline, tolerance*100)
+			for _, c := range bench.Compare(rep, base, tolerance) {
+				flag := "ok"
+				if c.Regression {
+					flag = "REGRESSION"
+					regressions++
+				}
+				fmt.Fprintf(w, "  %-24s %10.1f %-7s baseline %10.1f  %5.2f×  %s\n", c.Metric.Name, c.Metric.Value, c.Metric.Unit, c.Baseline, c.Ratio, flag)
+			}
+			if regressions > 0 {
+				fmt.Fprintf(w, "\n✗ %d regressions\n", regressions)
+				return cli.ExitCode{Code: cli.ExitFailure}
+			}
+			fmt.Fprintln(w, "\n✓ no regressions")
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&out, "out", "o", "bench", "write bench.json and bench.svg to `DIR`")
+	fl.StringVar(&baseline, "baseline", "", "compare with this earlier bench.json `FILE`")
+	fl.Float64Var(&tolerance, "tolerance", 0.2, "a change for the worse beyond this fraction is a regression")
+	fl.StringVar(&only, "only", "", "run only these benchmarks, comma-separated: datapath,connect,scale")
+	fl.StringVar(&pair, "pair", "builtin:quickstart", "topology for datapath and connect (nodes laptop, tablet, desktop)")
+	fl.StringVar(&scale, "scale", "builtin:scale", "topology for scale")
+	fl.Var(sizeFlag{&size}, "bytes", "data path transfer `SIZE` (e.g. 64MiB)")
+	fl.IntVar(&runs, "runs", 5, "connect repetitions")
+	return cmd
+}
+
+// sizeFlag parses a size flag the way lab files write sizes.
+type sizeFlag struct{ s *strictyaml.Size }
+
+func (f sizeFlag) String() string     { return f.s.String() }
+func (f sizeFlag) Set(v string) error { return f.s.UnmarshalText([]byte(v)) }
+func (f sizeFlag) Type() string       { return "size" }

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestBench(t *testing.T) {
+	dir := t.TempDir()
+	code, out, stderr := run(t, "bench", "--only", "datapath", "--bytes", "1MiB", "--out", dir)
+	require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	assert.Regexp(t, `(?m)^  datapath_direct +[0-9.]+ Mbit/s$`, out)
+	assert.Regexp(t, `(?m)^  datapath_relay +[0-9.]+ Mbit/s$`, out)
+	for _, f := range []string{"bench.json", "bench.svg"} {
+		_, err := os.Stat(filepath.Join(dir, f))
+		assert.NoError(t, err)
+	}
+	// Against itself with a generous tolerance: no regression.
+	code, out, _ = run(t, "bench", "--only", "datapath", "--bytes", "1MiB", "--out", t.TempDir(),
+		"--baseline", filepath.Join(dir, "bench.json"), "--tolerance", "0.95")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "✓ no regressions")
+
+	code, _, stderr = run(t, "bench", "--only", "latency")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `--only "latency": want datapath, connect or scale`)
+}

@@ -1,0 +1,269 @@
+// Package bench runs lattice-lab's benchmarks on the emulation fabric (the
+// data path over direct and relayed pairs, the time a new pair takes to
+// connect and to go direct, and a 100-node mesh), compares them with a
+// saved baseline and draws them as SVG.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/latticelab/lattice/lab/runner"
+	"github.com/latticelab/lattice/lab/topology"
+)
+
+// Metric is one measured figure.
+type Metric struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	// Better is "higher" or "lower": which way is an improvement.
+	Better string `json:"better"`
+	Note   string `json:"note,omitempty"`
+}
+
+// Report is one bench run.
+type Report struct {
+	Date    time.Time `json:"date"`
+	Go      string    `json:"go"`
+	CPUs    int       `json:"cpus"`
+	Metrics []Metric  `json:"metrics"`
+}
+
+// Topologies are the plans the benchmarks run on.
+type Topologies struct {
+	// Pair has nodes Direct[0]↔Direct[1] going direct and Relay[0]↔Relay[1]
+	// relayed (the quickstart: laptop, tablet, desktop).
+	Pair          *topology.Plan
+	Direct, Relay [2]string
+	// Scale is the many-node topology.
+	Scale *topology.Plan
+}
+
+// Options tune Run.
+type Options struct {
+	// Only names the benchmarks to run (datapath, connect, scale); all if
+	// empty.
+	Only []string
+	// Bytes is the data path transfer size. If zero, 64 MiB.
+	Bytes int64
+	// Runs is how many times connect repeats. If zero, 5.
+	Runs     int
+	Progress func(string)
+}
+
+// Run runs the benchmarks.
+func Run(ctx context.Context, t Topologies, opt Options) (*Report, error) {
+	if opt.Bytes == 0 {
+		opt.Bytes = 64 << 20
+	}
+	if opt.Runs == 0 {
+		opt.Runs = 5
+	}
+	say := func(format string, args ...any) {
+		if opt.Progress != nil {
+			opt.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU()}
+	want := func(name string) bool { return len(opt.Only) == 0 || slices.Contains(opt.Only, name) }
+	if want("datapath") {
+		say("datapath: %d MiB each way over a direct and a relayed pair", opt.Bytes>>20)
+		ms, err := dataPath(ctx, t, opt.Bytes)
+		if err != nil {
+			return rep, fmt.Errorf("datapath: %w", err)
+		}
+		rep.Metrics = append(rep.Metrics, ms...)
+	}
+	if want("connect") {
+		say("connect: %d fresh pairs, time to first byte and to a direct path", opt.Runs)
+		ms, err := connect(ctx, t, opt.Runs)
+		if err != nil {
+			return rep, fmt.Errorf("connect: %w", err)
+		}
+		rep.Metrics = append(rep.Metrics, ms...)
+	}
+	if want("scale") && t.Scale != nil {
+		say("scale: %d nodes to a full mesh", len(t.Scale.Nodes))
+		ms, err := scale(ctx, t.Scale, say)
+		if err != nil {
+			return rep, fmt.Errorf("scale: %w", err)
+		}
+		rep.Metrics = append(rep.Metrics, ms...)
+	}
+	for _, m := range rep.Metrics {
+		say("  %-28s %10.1f %s", m.Name, m.Value, m.Unit)
+	}
+	return rep, nil
+}
+
+func dataPath(ctx context.Context, t Topologies, size int64) ([]Metric, error) {
+	l, err := runner.Up(ctx, runner.Config{Plan: t.Pair})
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	var out []Metric
+	for _, p := range []struct {
+		name string
+		pair [2]string
+		path string
+	}{{"direct", t.Direct, "direct"}, {"relay", t.Relay, "relay"}} {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err := l.WaitPath(wctx, p.pair[0], p.pair[1], p.path)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%s pair: %w", p.name, err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		d, err := l.Transfer(tctx, p.pair[0], p.pair[1], size)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%s transfer: %w", p.name, err)
+		}
+		out = append(out, Metric{Name: "datapath_" + p.name, Value: float64(size) * 8 / d.Seconds() / 1e6, Unit: "Mbit/s", Better: "higher",
+			Note: fmt.Sprintf("%s → %s, %d MiB, TCP over WireGuard over the %s path", p.pair[0], p.pair[1], size>>20, p.name)})
+	}
+	return out, nil
+}
+
+func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
+	var first, direct []time.Duration
+	a, b := t.Direct[0], t.Direct[1]
+	for range runs {
+		l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}})
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		err = l.StartNodes(ctx, b)
+		if err == nil {
+			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			_, err = l.Ping(pctx, a, b, 1)
+			cancel()
+		}
+		fb := time.Since(start)
+		var td time.Duration
+		if err == nil {
+			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			td, err = l.TimeToDirect(dctx, a, b)
+			cancel()
+		}
+		cerr := l.Close()
+		if err != nil {
+			return nil, err
+		}
+		if cerr != nil {
+			return nil, cerr
+		}
+		first, direct = append(first, fb), append(direct, td)
+	}
+	return []Metric{
+		{Name: "connect_first_byte", Value: median(first), Unit: "ms", Better: "lower",
+			Note: fmt.Sprintf("median of %d: from starting %s (with %s up) to its first answered overlay ping", runs, b, a)},
+		{Name: "connect_direct", Value: median(direct), Unit: "ms", Better: "lower",
+			Note: fmt.Sprintf("median of %d: from both being up to the direct path", runs)},
+	}, nil
+}
+
+func scale(ctx context.Context, p *topology.Plan, say func(string, ...any)) ([]Metric, error) {
+	before := peakRSS()
+	start := time.Now()
+	l, err := runner.Up(ctx, runner.Config{Plan: p})
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	up := time.Since(start)
+	say("  %d nodes up in %.1fs", len(p.Nodes), up.Seconds())
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if _, err := l.WaitMesh(mctx); err != nil {
+		return nil, err
+	}
+	mesh := time.Since(start)
+	peak := peakRSS()
+	return []Metric{
+		{Name: "scale_nodes_up", Value: up.Seconds(), Unit: "s", Better: "lower", Note: fmt.Sprintf("%d nodes registered, one at a time", len(p.Nodes))},
+		{Name: "scale_full_mesh", Value: mesh.Seconds(), Unit: "s", Better: "lower", Note: "from the first node's start until every pair has a handshake"},
+		{Name: "scale_peak_rss", Value: float64(max(peak, before)) / (1 << 20), Unit: "MiB", Better: "lower", Note: "the process's peak resident memory (VmHWM)"},
+	}, nil
+}
+
+func median(ds []time.Duration) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[len(s)/2]) / 1e6
+}
+
+// peakRSS is the process's high-water resident memory, from
+// /proc/self/status (0 where there is none).
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// WriteJSON writes a report.
+func WriteJSON(w io.Writer, r *Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// ReadJSON reads a report written by WriteJSON.
+func ReadJSON(r io.Reader) (*Report, error) {
+	var rep Report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+// Change is one metric against its baseline.
+type Change struct {
+	Metric     Metric
+	Baseline   float64
+	Ratio      float64 // new / baseline
+	Regression bool
+}
+
+// Compare sets each metric against the baseline's: a regression is a
+// change for the worse by more than tolerance (0.2 = 20%).
+func Compare(cur, base *Report, tolerance float64) []Change {
+	var out []Change
+	for _, m := range cur.Metrics {
+		i := slices.IndexFunc(base.Metrics, func(b Metric) bool { return b.Name == m.Name })
+		if i < 0 || base.Metrics[i].Value == 0 {
+			continue
+		}
+		b := base.Metrics[i].Value
+		c := Change{Metric: m, Baseline: b, Ratio: m.Value / b}
+		if m.Better == "higher" {
+			c.Regression = c.Ratio < 1-tolerance
+		} else {
+			c.Regression = c.Ratio > 1+tolerance
+		}
+		out = append(out, c)
+	}
+	return out
+}
