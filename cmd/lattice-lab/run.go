@@ -204,6 +204,11 @@ func watch(ctx context.Context, f *labFile, log *slog.Logger, opts runOptions) e
 	}
 	settle, cancel := context.WithTimeout(ctx, 30*time.Second)
 	ms, err := l.WaitMesh(settle)
+	if err == nil {
+		// Then give ICE its chance, so the table shows final paths.
+		_ = l.WaitSettled(settle)
+		ms = l.Mesh()
+	}
 	cancel()
 	fmt.Fprintf(out, "\nreachability after %s (D direct, R relay, - no path yet):\n%s", fmtSeconds(time.Since(start)), indentText(l.MeshTable(), "  "))
 	if opts.once {

@@ -276,3 +276,31 @@ func (l *Lab) MeshTable() string {
 	}
 	return b.String()
 }
+
+// WaitSettled waits until every ordered pair of running nodes is on its
+// final path: direct, or relay after ICE gave up (see WaitPath).
+func (l *Lab) WaitSettled(ctx context.Context) error {
+	for {
+		unsettled := 0
+		names := l.Running()
+		for _, from := range names {
+			for _, to := range names {
+				if from == to {
+					continue
+				}
+				st, ok, err := l.peerStatus(from, to)
+				if err != nil || !ok || !(l.settled(from, to, st, "direct") || l.settled(from, to, st, "relay")) {
+					unsettled++
+				}
+			}
+		}
+		if unsettled == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d node pairs still looking for their path: %w", unsettled, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
