@@ -5,6 +5,7 @@ import (
 	"flag"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,7 @@ func TestScenarios(t *testing.T) {
 		if *reportDir == "" {
 			return
 		}
+		slices.SortFunc(results, func(a, b *report.Result) int { return strings.Compare(a.Scenario, b.Scenario) })
 		paths, err := report.WriteDir(*reportDir, results)
 		if err != nil {
 			t.Errorf("report: %v", err)
@@ -57,6 +59,10 @@ func TestScenarios(t *testing.T) {
 			f, err := scenario.Load(file)
 			require.NoError(t, err)
 			if why := runner.SkipReason(f); why != "" {
+				mu.Lock()
+				results = append(results, &report.Result{Scenario: f.Name, File: file, Description: f.Description,
+					Topology: f.Plan().Name, Tags: f.Tags, Status: report.Skipped, SkipReason: why})
+				mu.Unlock()
 				t.Skip(why)
 			}
 			sem <- struct{}{}

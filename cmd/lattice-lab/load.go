@@ -67,11 +67,18 @@ func builtinPath(name string) (string, error) { return builtinPathOf(name, "") }
 
 // builtinPathOf is builtinPath looking only at kind's files ("" for both).
 func builtinPathOf(name, kind string) (string, error) {
-	base := strings.TrimSuffix(strings.TrimPrefix(name, builtinPrefix), ".yaml") + ".yaml"
+	name = strings.TrimPrefix(name, builtinPrefix)
+	switch {
+	case strings.HasPrefix(name, "scenarios/"):
+		name, kind = strings.TrimPrefix(name, "scenarios/"), "scenario"
+	case strings.HasPrefix(name, "topologies/"):
+		name, kind = strings.TrimPrefix(name, "topologies/"), "topology"
+	}
+	base := strings.TrimSuffix(name, ".yaml") + ".yaml"
 	if _, err := fs.Stat(scenarios.FS, base); err == nil && kind != "topology" {
 		return "scenarios/" + base, nil
 	}
-	if _, err := fs.Stat(topologies.FS, base); err == nil {
+	if _, err := fs.Stat(topologies.FS, base); err == nil && kind != "scenario" {
 		return "topologies/" + base, nil
 	}
 	return "", fmt.Errorf("no built-in scenario or topology %q (lattice-lab list shows them)", strings.TrimPrefix(name, builtinPrefix))

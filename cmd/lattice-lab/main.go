@@ -77,6 +77,6 @@ path, reboot a NAT, stop the relay, and check what happens. go test
   lattice-lab run --help`,
 	}
 	cli.Configure(root)
-	root.AddCommand(newRunCmd(), newValidateCmd(), newGraphCmd(), newSchemaCmd(), newBenchCmd())
+	root.AddCommand(newRunCmd(), newValidateCmd(), newGraphCmd(), newSchemaCmd(), newBenchCmd(), newListCmd())
 	return root
 }
