@@ -172,7 +172,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
-	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn})
+	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn, Logger: pionLogs{n.log.With("component", "ice")}.NewLogger("udpmux")})
 	n.bind = NewBind(n.mux)
 
 	if n.cfg.Relay != nil && len(resp.Relays) > 0 {
@@ -245,6 +245,8 @@ func (n *Node) start(ctx context.Context) error {
 		lf := logging.NewDefaultLoggerFactory()
 		lf.DefaultLogLevel = logging.LogLevelTrace
 		n.env.agentOpt = append(n.env.agentOpt, ice.WithLoggerFactory(lf))
+	} else {
+		n.env.agentOpt = append(n.env.agentOpt, ice.WithLoggerFactory(pionLogs{n.log.With("component", "ice")}))
 	}
 	n.env.signal = func(ctx context.Context, to string, payload []byte) error {
 		return n.session.Load().Signal(ctx, to, payload)
