@@ -14,7 +14,7 @@ type Scenario struct {
 	Description string        `yaml:"description" doc:"What the scenario shows, in a sentence or two."`
 	Topology    TopologyRef   `yaml:"topology" required:"true" doc:"The topology: a path to a topology file (relative to this file), or a topology written inline." example:"../topologies/nat-matrix.yaml"`
 	Nodes       []string      `yaml:"nodes" doc:"Start only these nodes (names, or a count's name for all of its nodes) when the topology comes up; the others wait for a start step. If omitted, every node whose start is not false."`
-	Tags        []string      `yaml:"tags" pattern:"^[a-z0-9][a-z0-9-]{0,39}$" doc:"Labels for selecting scenarios (lattice-lab run --tag, go test -run)."`
+	Tags        []string      `yaml:"tags" pattern:"^[a-z0-9][a-z0-9-]{0,39}$" doc:"Labels for people and reports (the HTML report and JSON carry them)."`
 	Requires    []string      `yaml:"requires" enum:"pro|root|gvisor" doc:"What the scenario needs: pro (the Pro edition), root, gvisor (runsc). Without it the scenario is skipped with the reason."`
 	Timeout     time.Duration `yaml:"timeout" min:"1s" max:"1h" doc:"Bound on the whole scenario, bring-up included. If zero, 2m."`
 	Steps       []Step        `yaml:"steps" required:"true" doc:"The timeline, run in order. A step with background runs alongside the next ones until a join step waits for it."`
