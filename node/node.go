@@ -255,7 +255,16 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.connectSession(ctx, resp); err != nil {
 		return err
 	}
-	for _, p := range resp.Peers {
+	// Peers that registered between our registration and the session's
+	// subscription were announced to no one: ask again now that events
+	// flow, and fall back to the registration's list.
+	peers := resp.Peers
+	if fresh, err := n.session.Load().Peers(ctx); err == nil {
+		peers = fresh
+	} else {
+		n.log.Warn("peer list after subscribing", "err", err)
+	}
+	for _, p := range peers {
 		n.addPeer(p)
 	}
 	return nil
