@@ -31,7 +31,8 @@ test-community:
 
 # The Pro edition differs only in the packages that ask internal/edition;
 # their tests run again with the tag (the rest is the same code).
-PRO_PKGS = $(shell $(GO) list -tags pro -f '{{.ImportPath}} {{join .Imports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/edition/ {print $$1}')
+# ./scenarios holds the Pro-only scenario files (egress policy, forwards).
+PRO_PKGS = $(shell $(GO) list -tags pro -f '{{.ImportPath}} {{join .Imports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/edition/ {print $$1}') ./scenarios/...
 
 test-pro:
 	$(GO) build -tags pro ./...
