@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/latticelab/lattice/internal/strictyaml"
+
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/lexer"
@@ -113,7 +115,7 @@ func parseYAML(data []byte) (f *ast.File, err error) {
 		}
 	}()
 	tks := lexer.Tokenize(string(data))
-	if tk, msg := checkShape(tks); tk != nil {
+	if tk, msg := strictyaml.CheckShape(tks, policyShape); tk != nil {
 		return nil, &yaml.SyntaxError{Message: msg, Token: tk}
 	}
 	return parser.Parse(tks, 0)
@@ -183,31 +185,21 @@ func position(n ast.Node) (line, col int) {
 	return 0, 0
 }
 
-// describe names what n is, for "want X, got Y" messages.
+// policyShape bounds a policy's shape far beyond any real one (a policy
+// nests 4 levels, has at most 4 keys per mapping and is one document), so a
+// Watcher never hangs the YAML parser on a bad file.
+var policyShape = strictyaml.Shape{FlowDepth: 16, LineDashes: 4, MapKeys: 64, DocMarkers: 8, What: "a policy"}
+
+// describe names what n is, for "want X, got Y" messages, saying which
+// YAML features a policy does not take.
 func describe(n ast.Node) string {
-	switch v := n.(type) {
-	case nil, *ast.NullNode:
-		return "nothing"
-	case *ast.StringNode:
-		return strconv.Quote(v.Value)
-	case *ast.IntegerNode:
-		return "number " + v.GetToken().Value
-	case *ast.FloatNode:
-		return "number " + v.GetToken().Value
-	case *ast.BoolNode:
-		return "boolean " + v.GetToken().Value
-	case *ast.MappingNode, *ast.MappingValueNode:
-		return "a mapping"
-	case *ast.SequenceNode:
-		return "a list"
+	switch n.(type) {
 	case *ast.AnchorNode, *ast.AliasNode:
 		return "an anchor or alias (not supported)"
 	case *ast.TagNode:
 		return "a tagged value (tags are not supported)"
-	case *ast.LiteralNode:
-		return "a block scalar"
 	}
-	return strings.ToLower(strings.TrimSuffix(n.Type().String(), "Type"))
+	return strictyaml.Describe(n)
 }
 
 // str returns n's value if n is a plain string.

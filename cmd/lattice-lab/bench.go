@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/bench"
-	"github.com/latticelab/lattice/lab/strictyaml"
 )
 
 func newBenchCmd() *cobra.Command {

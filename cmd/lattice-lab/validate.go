@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/fabric"
-	"github.com/latticelab/lattice/lab/strictyaml"
 )
 
 type validateOptions struct {

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/topology"
 )
 

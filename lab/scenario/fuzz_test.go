@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 )
 
 // FuzzParse: any scenario either parses into steps that each have one

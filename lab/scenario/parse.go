@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/topology"
 )
 

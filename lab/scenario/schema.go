@@ -1,6 +1,6 @@
 package scenario
 
-import "github.com/latticelab/lattice/lab/strictyaml"
+import "github.com/latticelab/lattice/internal/strictyaml"
 
 // SchemaID identifies the scenario format's JSON Schema.
 const SchemaID = "urn:lattice:lattice-lab:scenario:v1"

@@ -3,7 +3,7 @@ package scenario
 import (
 	"time"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/topology"
 )
 

@@ -3,7 +3,7 @@
 // it (control with NATS, LRP relays, STUN servers, Lattice nodes and pod or
 // gvisor sandboxes).
 //
-// A file is decoded strictly (package lab/strictyaml: unknown keys, type
+// A file is decoded strictly (package internal/strictyaml: unknown keys, type
 // errors and values out of range are reported with file:line:col and what
 // was expected) and then resolved into a Plan: counts expanded, addresses
 // assigned, every network with an uplink given a gateway router with its

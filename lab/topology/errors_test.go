@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 )
 
 // TestErrors: every problem of a file at once, each at its position, with

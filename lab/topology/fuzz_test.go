@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/fabric"
-	"github.com/latticelab/lattice/lab/strictyaml"
 )
 
 // FuzzParse: any input either fails with position errors or yields a

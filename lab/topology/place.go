@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/policy"
 )
 

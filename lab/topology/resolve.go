@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/fabric"
-	"github.com/latticelab/lattice/lab/strictyaml"
 )
 
 // DefaultToken is control's join token when the topology names none.

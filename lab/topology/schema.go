@@ -1,6 +1,6 @@
 package topology
 
-import "github.com/latticelab/lattice/lab/strictyaml"
+import "github.com/latticelab/lattice/internal/strictyaml"
 
 // SchemaID identifies the topology format's JSON Schema.
 const SchemaID = "urn:lattice:lattice-lab:topology:v1"

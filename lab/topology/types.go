@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/latticelab/lattice/lab/strictyaml"
+	"github.com/latticelab/lattice/internal/strictyaml"
 )
 
 // namePattern is what every name in a topology looks like: it becomes a

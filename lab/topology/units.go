@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/link"
 	"github.com/latticelab/lattice/lab/nat"
-	"github.com/latticelab/lattice/lab/strictyaml"
 )
 
 var (

@@ -11,20 +11,27 @@ import (
 // mistake or an attack on the parser.
 const MaxSize = 1 << 20
 
-// Shape limits, far beyond any lab file, checked on the tokens before the
-// YAML parser runs: it takes time quadratic in the nesting depth of flow
+// Shape bounds a document's shape, checked on its tokens before the YAML
+// parser runs: the parser takes time quadratic in the nesting depth of flow
 // collections, in the keys of one block mapping and in the number of
-// documents, and 1 MiB of "[" would take it minutes.
-const (
-	maxFlowDepth  = 32   // [ and { nesting
-	maxLineDashes = 8    // "- - -": block lists nested on one line
-	maxMapKeys    = 1000 // keys of one block mapping (0.02 s to parse)
-	maxDocMarkers = 2    // "---" and "...": a lab file is one document
-	maxTokens     = 200_000
-)
+// documents, and 1 MiB of "[" would take it minutes. Policy files and lab
+// files share the check with their own bounds.
+type Shape struct {
+	FlowDepth  int // [ and { nesting
+	LineDashes int // "- - -": block lists nested on one line
+	MapKeys    int // keys of one block mapping
+	DocMarkers int // "---" and "..."
+	Tokens     int // if zero, no bound
+	// What names the kind of file in messages: "a lab file", "a policy".
+	What string
+}
 
-// checkShape returns the token where tks exceeds a shape limit, and how.
-func checkShape(tks token.Tokens) (*token.Token, string) {
+// LabShape bounds lab files, far beyond any real one (1000 keys of one
+// mapping parse in 0.02 s).
+var LabShape = Shape{FlowDepth: 32, LineDashes: 8, MapKeys: 1000, DocMarkers: 2, Tokens: 200_000, What: "a lab file"}
+
+// CheckShape returns the token where tks exceeds a bound of lim, and how.
+func CheckShape(tks token.Tokens, lim Shape) (*token.Token, string) {
 	type level struct{ col, keys int }
 	var (
 		flow     int
@@ -34,8 +41,8 @@ func checkShape(tks token.Tokens) (*token.Token, string) {
 		markers  int
 		prev     *token.Token
 	)
-	if len(tks) > maxTokens {
-		return tks[maxTokens], fmt.Sprintf("more than %d tokens; a lab file is far smaller", maxTokens)
+	if lim.Tokens > 0 && len(tks) > lim.Tokens {
+		return tks[lim.Tokens], fmt.Sprintf("more than %d tokens; %s is far smaller", lim.Tokens, lim.What)
 	}
 	for _, tk := range tks {
 		if tk.Position == nil || tk.Type == token.CommentType {
@@ -43,14 +50,14 @@ func checkShape(tks token.Tokens) (*token.Token, string) {
 		}
 		switch tk.Type {
 		case token.DocumentHeaderType, token.DocumentEndType:
-			if markers++; markers > maxDocMarkers {
-				return tk, "more than one document; a lab file is one YAML document"
+			if markers++; markers > lim.DocMarkers {
+				return tk, fmt.Sprintf("more than %d document markers; %s is one YAML document", lim.DocMarkers, lim.What)
 			}
 			stack = stack[:0]
 		case token.SequenceStartType, token.MappingStartType:
 			flow++
-			if flow > maxFlowDepth {
-				return tk, fmt.Sprintf("nested deeper than %d levels", maxFlowDepth)
+			if flow > lim.FlowDepth {
+				return tk, fmt.Sprintf("nested deeper than %d levels", lim.FlowDepth)
 			}
 		case token.SequenceEndType, token.MappingEndType:
 			flow = max(flow-1, 0)
@@ -61,8 +68,8 @@ func checkShape(tks token.Tokens) (*token.Token, string) {
 			if tk.Position.Line != dashLine {
 				dashLine, dashes = tk.Position.Line, 0
 			}
-			if dashes++; dashes > maxLineDashes {
-				return tk, fmt.Sprintf("more than %d lists nested on one line", maxLineDashes)
+			if dashes++; dashes > lim.LineDashes {
+				return tk, fmt.Sprintf("more than %d lists nested on one line", lim.LineDashes)
 			}
 		case token.MappingValueType:
 			if flow > 0 || prev == nil || prev.Position.Line != tk.Position.Line {
@@ -75,8 +82,8 @@ func checkShape(tks token.Tokens) (*token.Token, string) {
 				stack = stack[:len(stack)-1]
 			}
 			if n := len(stack); n > 0 && stack[n-1].col == col {
-				if stack[n-1].keys++; stack[n-1].keys > maxMapKeys {
-					return prev, fmt.Sprintf("more than %d keys in one mapping", maxMapKeys)
+				if stack[n-1].keys++; stack[n-1].keys > lim.MapKeys {
+					return prev, fmt.Sprintf("more than %d keys in one mapping", lim.MapKeys)
 				}
 			} else {
 				stack = append(stack, level{col: col, keys: 1})

@@ -79,7 +79,7 @@ func parseDocument(data []byte) (body ast.Node, err error) {
 		}
 	}()
 	tks := lexer.Tokenize(string(data))
-	if tk, msg := checkShape(tks); tk != nil {
+	if tk, msg := CheckShape(tks, LabShape); tk != nil {
 		return nil, &yaml.SyntaxError{Message: msg, Token: tk}
 	}
 	f, err := parser.Parse(tks, 0)
