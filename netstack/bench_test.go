@@ -2,11 +2,12 @@ package netstack
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/latticelab/lattice/internal/benchtest"
 
 	"github.com/stretchr/testify/require"
 	"golang.zx2c4.com/wireguard/conn"
@@ -29,15 +30,15 @@ func BenchmarkDataPath(b *testing.B) {
 	b.Run("pod", func(b *testing.B) {
 		sa, sb := wgPair(b)
 		send, recv := connect(b, sb.Listen, sa.Dial, addrB.Addr())
-		benchTCP(b, send, recv)
+		benchtest.TCP(b, send, recv)
 	})
 	b.Run("wgnetstack", func(b *testing.B) {
 		send, recv := wgnetstackPair(b)
-		benchTCP(b, send, recv)
+		benchtest.TCP(b, send, recv)
 	})
 	b.Run("kernel", func(b *testing.B) {
 		send, recv := kernelPair(b)
-		benchTCP(b, send, recv)
+		benchtest.TCP(b, send, recv)
 	})
 	b.Run("gvisor", gvisorSend)
 }
@@ -83,34 +84,4 @@ func wgnetstackPair(tb testing.TB) (send, recv net.Conn) {
 		return na.DialContextTCPAddrPort(ctx, netip.MustParseAddrPort(address))
 	}
 	return connect(tb, listen, dial, addrB.Addr())
-}
-
-// benchTCP makes b.N 64 KiB writes on send, reads them all on recv, and
-// reports goodput in Gbit/s.
-func benchTCP(b *testing.B, send, recv net.Conn) {
-	defer send.Close()
-	defer recv.Close()
-	const chunk = 64 << 10
-	buf := make([]byte, chunk)
-	done := make(chan int64)
-	go func() {
-		n, _ := io.CopyBuffer(io.Discard, recv, make([]byte, chunk))
-		done <- n
-	}()
-	b.SetBytes(chunk)
-	b.ResetTimer()
-	for range b.N {
-		if _, err := send.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := send.Close(); err != nil {
-		b.Fatal(err)
-	}
-	n := <-done
-	b.StopTimer()
-	if n != int64(b.N)*chunk {
-		b.Fatalf("received %d of %d bytes", n, int64(b.N)*chunk)
-	}
-	b.ReportMetric(float64(n)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
 }

@@ -7,12 +7,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/latticelab/lattice/internal/netns"
+
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/tun"
 )
@@ -120,30 +120,8 @@ type fixedMTU struct{ tun.Device }
 
 func (fixedMTU) MTU() (int, error) { return DefaultMTU, nil }
 
-// inNetns runs fn on a thread that has joined the named network namespace,
-// so the sockets and devices fn creates live there; they stay there when
-// used from other threads. `ip netns exec` cannot do this for a test's own
-// goroutines.
-func inNetns(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: when the goroutine ends, Go retires the
-		// thread rather than reuse it in the wrong namespace.
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
+// inNetns runs fn inside the named namespace (see netns.Do).
+func inNetns(name string, fn func() error) error { return netns.Do("/run/netns/"+name, fn) }
 
 func ipCmd(tb testing.TB, args ...string) {
 	tb.Helper()

@@ -2,13 +2,14 @@ package fabric
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/netip"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/latticelab/lattice/internal/benchtest"
 
 	"github.com/latticelab/lattice/netx"
 )
@@ -69,7 +70,7 @@ func punchTCP(b *testing.B, a, c *Host) (net.Conn, net.Conn) {
 func BenchmarkFabricTCP(b *testing.B) {
 	a, c := natPair(b)
 	send, recv := punchTCP(b, a, c)
-	benchTCP(b, send, recv)
+	benchtest.TCP(b, send, recv)
 }
 
 func BenchmarkLoopbackTCP(b *testing.B) {
@@ -92,37 +93,7 @@ func BenchmarkLoopbackTCP(b *testing.B) {
 	if recv == nil {
 		b.Fatal("accept failed")
 	}
-	benchTCP(b, send, recv)
-}
-
-// benchTCP makes b.N 64 KiB writes on send, reads them all on recv, and
-// reports goodput in Gbit/s.
-func benchTCP(b *testing.B, send, recv net.Conn) {
-	defer send.Close()
-	defer recv.Close()
-	const chunk = 64 << 10
-	buf := make([]byte, chunk)
-	done := make(chan int64)
-	go func() {
-		n, _ := io.CopyBuffer(io.Discard, recv, make([]byte, chunk))
-		done <- n
-	}()
-	b.SetBytes(chunk)
-	b.ResetTimer()
-	for range b.N {
-		if _, err := send.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := send.Close(); err != nil {
-		b.Fatal(err)
-	}
-	n := <-done
-	b.StopTimer()
-	if n != int64(b.N)*chunk {
-		b.Fatalf("received %d of %d bytes", n, int64(b.N)*chunk)
-	}
-	b.ReportMetric(float64(n)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+	benchtest.TCP(b, send, recv)
 }
 
 func BenchmarkFabricUDP(b *testing.B) {

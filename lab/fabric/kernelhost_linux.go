@@ -6,10 +6,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/latticelab/lattice/internal/netns"
 
 	"golang.org/x/sys/unix"
 )
@@ -140,40 +141,22 @@ func (k *KernelHost) setup() error {
 
 // openTUN creates a TUN device (no packet info) inside the namespace.
 func (k *KernelHost) openTUN(name string) (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread retires in the namespace
-		ns, err := os.Open("/run/netns/" + k.netns)
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("setns: %w", err)}
-			return
-		}
-		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			done <- result{err: fmt.Errorf("open /dev/net/tun: %w", err)}
-			return
+	fd := -1
+	err := netns.Do(k.NetnsPath(), func() error {
+		var err error
+		if fd, err = unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("open /dev/net/tun: %w", err)
 		}
 		var req [unix.IFNAMSIZ + 64]byte
 		copy(req[:], name)
 		*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); e != 0 {
 			unix.Close(fd)
-			done <- result{err: fmt.Errorf("TUNSETIFF: %w", e)}
-			return
+			return fmt.Errorf("TUNSETIFF: %w", e)
 		}
-		done <- result{fd: fd}
-	}()
-	r := <-done
-	return r.fd, r.err
+		return nil
+	})
+	return fd, err
 }
 
 // readLoop frames what the kernel sends and puts it on the network.
