@@ -234,14 +234,11 @@ generated into STATE-DIR/proxy-credentials. Peers are reachable by IP or by name
 			return usagef("pod mode takes no command (the agent uses the proxies); to run one: lattice sandbox run -- CMD")
 		}
 		out := cmd.OutOrStdout()
-		d, err := sandbox.New(mode, cfg)
+		d, err := startSandbox(cmd, mode, cfg)
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		if err := d.Start(cmd.Context()); err != nil {
-			return err
-		}
 		st := d.Status()
 		fmt.Fprintf(out, "sandbox: %s (%s) at %v, mode %s, policy %s\n", st.Name, st.NodeID, st.Address, st.Mode, st.Policy)
 		printProxies(out, d, cfg)
@@ -349,6 +346,20 @@ LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
 	return cmd
 }
 
+// startSandbox makes the mode's driver and starts it; on error nothing is
+// left running.
+func startSandbox(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig) (sandbox.IsolationDriver, error) {
+	d, err := sandbox.New(mode, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(cmd.Context()); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
 // runAgent starts a sandbox, runs args as its agent, tears the sandbox
 // down and passes the agent's exit code on.
 func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, args []string) error {
@@ -356,14 +367,11 @@ func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, a
 	if _, err := exec.LookPath(args[0]); err != nil {
 		return fmt.Errorf("agent %q: %w", args[0], err)
 	}
-	d, err := sandbox.New(mode, cfg)
+	d, err := startSandbox(cmd, mode, cfg)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if err := d.Start(cmd.Context()); err != nil {
-		return err
-	}
 	st := d.Status()
 	fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: %s (%s) at %v, mode %s; running %s\n", st.Name, st.NodeID, st.Address, st.Mode, strings.Join(args, " "))
 	code, err := d.Run(cmd.Context(), args, sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
