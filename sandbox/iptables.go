@@ -76,6 +76,9 @@ func (k *kernelEgress) install() error {
 		}
 		k.metaSet = true
 	}
+	if !k.pol.DefaultAllows() {
+		k.log.Warn("gvisor mode: the policy's default deny applies to overlay peers only; outside the overlay use the pod's network policy")
+	}
 	for _, r := range k.pol.Rules() {
 		if (r.Target == policy.TargetAny || r.Target == policy.TargetPrefix && !r.NamesOverlay) && r.Label != "" {
 			k.log.Warn("gvisor mode: rule about destinations outside the overlay is not enforced; use the pod's network policy", "rule", r.Label)
