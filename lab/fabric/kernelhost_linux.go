@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/latticelab/lattice/internal/netns"
@@ -22,8 +23,9 @@ import (
 // kernel's own TCP/IP, iptables and TUN devices (wg0) all work there. It
 // needs root.
 type KernelHostConfig struct {
-	// Name is the host's name in the fabric; the namespace and the TUN
-	// device are named after it ("lab-NAME", "eth0").
+	// Name is the host's name in the fabric. The namespace is named after
+	// it, the process and a counter ("lab-NAME-PID-N", see Netns); its
+	// interface is "eth0".
 	Name string
 	// Interface attaches the host to one network, as a HostConfig's do.
 	Interface InterfaceConfig
@@ -31,6 +33,8 @@ type KernelHostConfig struct {
 	// If zero, the host reaches only its own network.
 	Gateway netip.Addr
 }
+
+var kernelHostSeq atomic.Uint64
 
 // KernelHost is a network namespace joined to the fabric.
 type KernelHost struct {
@@ -65,7 +69,9 @@ func (f *Fabric) AddKernelHost(cfg KernelHostConfig) (*KernelHost, error) {
 		ifc.close()
 		return nil, fmt.Errorf("%w: kernel host %q: gateway %v is not on %s", ErrInvalid, cfg.Name, cfg.Gateway, ifc.network.name)
 	}
-	k := &KernelHost{name: cfg.Name, netns: "lab-" + cfg.Name, ifc: ifc, gw: cfg.Gateway}
+	// Unique per process and host: parallel labs may name hosts alike.
+	ns := fmt.Sprintf("lab-%s-%d-%d", cfg.Name, os.Getpid(), kernelHostSeq.Add(1))
+	k := &KernelHost{name: cfg.Name, netns: ns, ifc: ifc, gw: cfg.Gateway}
 	if err := k.setup(); err != nil {
 		k.teardown()
 		ifc.close()

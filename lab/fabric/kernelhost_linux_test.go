@@ -3,6 +3,7 @@ package fabric_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"os"
@@ -61,6 +62,32 @@ func TestKernelHost(t *testing.T) {
 	out, err = in("ping", "-c", "3", "-W", "2", "203.0.113.100")
 	require.NoError(t, err, out)
 	assert.Regexp(t, `rtt min/avg/max/mdev = (2[89]|3[0-9])\.`, out, "30 ms added")
+
+	// In-process code uses it as a netx.Network: its sockets are the
+	// namespace's, behind the NAT.
+	require.Same(t, k, w.Fabric.KernelHost(k.Name()))
+	ifs, err := k.Interfaces()
+	require.NoError(t, err)
+	var names []string
+	for _, ifc := range ifs {
+		names = append(names, ifc.Name)
+		if ifc.Name == "eth0" {
+			assert.Contains(t, ifc.Addrs, netip.MustParsePrefix("192.168.1.3/24"))
+		}
+	}
+	assert.ElementsMatch(t, []string{"lo", "eth0"}, names, "only the namespace's interfaces")
+	client := &http.Client{Transport: &http.Transport{DialContext: k.Dial}, Timeout: 10 * time.Second}
+	resp, err := client.Get("http://203.0.113.100/")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.True(t, strings.HasPrefix(string(body), "you are "+site.Public.String()+":"), "a Dial from the namespace goes through the NAT: %s", body)
+	kln, err := k.Listen(t.Context(), "tcp", "192.168.1.3:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { kln.Close() })
+	out, err = in("ss", "-Htln")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, kln.Addr().String(), "the listener is in the namespace")
 
 	require.NoError(t, w.Fabric.Close())
 	_, err = os.Stat(k.NetnsPath())

@@ -3,8 +3,13 @@
 package fabric
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+
+	"github.com/latticelab/lattice/netx"
 )
 
 // KernelHostConfig declares a real-kernel host; see kernelhost_linux.go.
@@ -23,3 +28,32 @@ func (f *Fabric) AddKernelHost(cfg KernelHostConfig) (*KernelHost, error) {
 }
 
 func (k *KernelHost) close() error { return nil }
+
+var errLinuxOnly = errors.New("fabric: kernel hosts are Linux only")
+
+// KernelHost returns nil: there are no kernel hosts off Linux.
+func (f *Fabric) KernelHost(string) *KernelHost { return nil }
+
+// NetnsPath is empty off Linux.
+func (k *KernelHost) NetnsPath() string { return "" }
+
+// Dial fails off Linux.
+func (k *KernelHost) Dial(context.Context, string, string) (net.Conn, error) {
+	return nil, errLinuxOnly
+}
+
+// Listen fails off Linux.
+func (k *KernelHost) Listen(context.Context, string, string) (net.Listener, error) {
+	return nil, errLinuxOnly
+}
+
+// ListenPacket fails off Linux.
+func (k *KernelHost) ListenPacket(context.Context, string, string) (net.PacketConn, error) {
+	return nil, errLinuxOnly
+}
+
+// Interfaces fails off Linux.
+func (k *KernelHost) Interfaces() ([]netx.Interface, error) { return nil, errLinuxOnly }
+
+// Name is empty off Linux.
+func (k *KernelHost) Name() string { return "" }
