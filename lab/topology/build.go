@@ -234,6 +234,9 @@ func (r *resolver) buildHost(name string, ifcs []fabric.InterfaceConfig, routes 
 		}
 	} else {
 		forWhat = name
+		if r.kernel[name] {
+			kind = "netns"
+		}
 	}
 	if !cfg.Gateway.IsValid() {
 		if info := r.nets[ifcs[0].Network]; info != nil && info.parent != "" {

@@ -110,6 +110,33 @@ t.yaml:12:35: stun.stun.alternate: the alternate address must differ from the pr
 t.yaml:15:3: nodes.b: network lan has no free address left for node b; widen lan's cidr 10.0.0.0/30`,
 		},
 		{
+			name: "netns hosts and gvisor sandboxes",
+			in: `networks:
+  internet: {cidr: 203.0.113.0/24}
+  lan: {cidr: 10.0.0.0/24, uplink: internet, nat: full-cone}
+hosts:
+  server: {network: internet}
+  two: {kind: netns, interfaces: [{network: internet}, {network: lan}]}
+  routed: {kind: netns, network: lan, routes: [{to: 198.51.100.0/24, via: 10.0.0.1}]}
+  pod: {kind: netns, network: lan}
+control: {host: server}
+nodes:
+  a: {host: server, sandbox: gvisor}
+  b: {host: pod, sandbox: gvisor}
+  c: {host: pod, sandbox: gvisor}
+  d: {network: lan, roams: [internet], sandbox: {mode: gvisor, socks5: 127.0.0.1:1080, forwards: ["80"]}}
+`,
+			want: `8 problems:
+t.yaml:6:34: hosts.two.interfaces: a netns host has one interface (its TUN into the fabric), not 2; use network: NAME
+t.yaml:7:47: hosts.routed.routes: a netns host has a default route only; give it a gateway instead
+t.yaml:11:13: nodes.a.host: a gvisor sandbox runs in a kernel network namespace, and host server is in-process; set kind: netns on host server, or give the node network: NAME (a namespace of its own)
+t.yaml:13:3: nodes.c.listen_port: udp port 51820 on host pod is already node b's; give one of them another port
+t.yaml:13:13: nodes.c.host: host pod already runs gvisor sandbox b (each creates wg0 there); give each gvisor sandbox a host of its own
+t.yaml:14:28: nodes.d.roams: a gvisor sandbox cannot roam: its pod is a kernel namespace on one network; use a regular node or a pod sandbox to roam
+t.yaml:14:72: nodes.d.sandbox.socks5: gvisor mode has no SOCKS5 proxy; omit it: the agent's sockets route into wg0 by themselves
+t.yaml:14:98: nodes.d.sandbox.forwards: gvisor mode has no inbound forwards; omit them: peers reach the agent's listeners on its overlay address`,
+		},
+		{
 			name: "services out of reach",
 			in: `networks:
   internet: {cidr: 203.0.113.0/24}

@@ -151,6 +151,11 @@ func (r *resolver) nodes() {
 			transport = "tcp"
 		}
 		sb := r.sandbox(path, n.Sandbox)
+		gvisor := sb != nil && sb.Mode == "gvisor"
+		if gvisor {
+			r.gvisorPlacement(path, n)
+			n.Roams = nil
+		}
 		link := n.Link
 		if link == nil && n.Host == "" {
 			link = t.Defaults.Link
@@ -181,6 +186,9 @@ func (r *resolver) nodes() {
 			}}
 			if n.Host == "" {
 				pn.Host = name
+				if gvisor {
+					r.kernel[name] = true
+				}
 				pl := n.Placement
 				pl.Link = link
 				pn.att = r.placed(name, "node "+name, path, pl)
@@ -218,12 +226,48 @@ func mergeICE(layers ...*ICE) ICESettings {
 	return s
 }
 
+// gvisorPlacement checks where a gvisor sandbox runs: in a network
+// namespace of its own (its pod), where phase 1 creates wg0.
+func (r *resolver) gvisorPlacement(path string, n Node) {
+	if len(n.Roams) > 0 {
+		r.errorf(path+".roams", "use a regular node or a pod sandbox to roam", "a gvisor sandbox cannot roam: its pod is a kernel namespace on one network")
+	}
+	if n.Host == "" {
+		return
+	}
+	i := slices.IndexFunc(r.t.Hosts, func(h Host) bool { return h.Name == n.Host })
+	switch {
+	case i < 0:
+		return // reported as an unknown host
+	case r.t.Hosts[i].Kind != "netns":
+		r.errorf(path+".host", "set kind: netns on host "+n.Host+", or give the node network: NAME (a namespace of its own)",
+			"a gvisor sandbox runs in a kernel network namespace, and host %s is in-process", n.Host)
+	case r.gvisorOn[n.Host] != "":
+		r.errorf(path+".host", "give each gvisor sandbox a host of its own", "host %s already runs gvisor sandbox %s (each creates wg0 there)", n.Host, r.gvisorOn[n.Host])
+	default:
+		r.gvisorOn[n.Host] = n.Name
+	}
+}
+
 // sandbox checks a node's sandbox options and resolves the policy path.
 func (r *resolver) sandbox(path string, sb *Sandbox) *Sandbox {
 	if sb == nil {
 		return nil
 	}
 	out := *sb
+	if out.Mode == "gvisor" {
+		// The agent's own sockets route into wg0: no proxies, no forwards.
+		if out.SOCKS5 != "" && out.SOCKS5 != "off" {
+			r.errorf(path+".sandbox.socks5", "omit it: the agent's sockets route into wg0 by themselves", "gvisor mode has no SOCKS5 proxy")
+		}
+		if out.HTTPProxy != "" && out.HTTPProxy != "off" {
+			r.errorf(path+".sandbox.http_proxy", "omit it: the agent's sockets route into wg0 by themselves", "gvisor mode has no HTTP proxy")
+		}
+		if len(out.Forwards) > 0 {
+			r.errorf(path+".sandbox.forwards", "omit them: peers reach the agent's listeners on its overlay address", "gvisor mode has no inbound forwards")
+		}
+		out.SOCKS5, out.HTTPProxy, out.Forwards = "off", "", nil
+	}
 	if out.SOCKS5 == "" {
 		out.SOCKS5 = "127.0.0.1:1080"
 	}

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -205,14 +206,16 @@ func (im Impairments) Link() link.Impairments {
 	}
 }
 
+// NeedsRoot reports whether building the plan needs root: it has hosts
+// of kind netns (gvisor sandboxes get one each).
+func (p *Plan) NeedsRoot() bool {
+	return slices.ContainsFunc(p.Hosts, func(h PlanHost) bool { return h.Kind == "netns" })
+}
+
 // AddTo builds the plan's networks, routers and hosts on f. Hosts of kind
-// netns are refused: the fabric has no namespace hosts yet.
+// netns become kernel hosts (network namespaces joined through a TUN
+// device), which needs root.
 func (p *Plan) AddTo(f *fabric.Fabric) error {
-	for _, h := range p.Hosts {
-		if h.Kind == "netns" {
-			return fmt.Errorf("host %s: %w", h.Config.Name, ErrNetnsUnavailable)
-		}
-	}
 	for _, n := range p.Networks {
 		if _, err := f.AddNetwork(n.Config); err != nil {
 			return fmt.Errorf("network %s: %w", n.Config.Name, err)
@@ -224,7 +227,13 @@ func (p *Plan) AddTo(f *fabric.Fabric) error {
 		}
 	}
 	for _, h := range p.Hosts {
-		if _, err := f.AddHost(h.Config); err != nil {
+		var err error
+		if h.Kind == "netns" {
+			_, err = f.AddKernelHost(fabric.KernelHostConfig{Name: h.Config.Name, Interface: h.Config.Interfaces[0], Gateway: h.Config.Gateway})
+		} else {
+			_, err = f.AddHost(h.Config)
+		}
+		if err != nil {
 			return fmt.Errorf("host %s: %w", h.Config.Name, err)
 		}
 	}

@@ -29,6 +29,11 @@ type resolver struct {
 	pendingNodes    []*pendingNode
 	bindings        []binding
 	explicit        bool // explicit routers exist: reachability is the user's
+	// kernel are the implicit hosts that must be network namespaces: those
+	// of gvisor sandboxes.
+	kernel map[string]bool
+	// gvisorOn maps a declared host to the gvisor sandbox on it.
+	gvisorOn map[string]string
 }
 
 // decl is where a name was declared.
@@ -79,8 +84,8 @@ func resolve(t *Topology, src Source, c *strictyaml.Collector) *Plan {
 		t: t, src: src, c: c,
 		p:       &Plan{Name: t.Name, Description: t.Description, Seed: t.Seed, Token: t.tokenOrDefault()},
 		names:   map[string]decl{},
-		clashed: map[string]bool{},
-		nets:    map[string]*netInfo{},
+		clashed: map[string]bool{}, kernel: map[string]bool{}, gvisorOn: map[string]string{},
+		nets: map[string]*netInfo{},
 	}
 	if r.p.Seed == 0 {
 		r.p.Seed = 1
@@ -311,11 +316,21 @@ func (r *resolver) explicitRouters() {
 func (r *resolver) hosts() {
 	for _, h := range r.t.Hosts {
 		path := "hosts." + h.Name
+		if h.Kind == "netns" {
+			if len(h.Routes) > 0 {
+				r.errorf(path+".routes", "give it a gateway instead", "a netns host has a default route only")
+			}
+			if len(h.Aliases) > 0 || (len(h.Interfaces) == 1 && len(h.Interfaces[0].Aliases) > 0) {
+				r.errorf(path+".aliases", "", "a netns host has one address")
+			}
+		}
 		switch {
 		case h.Network != "" && len(h.Interfaces) > 0:
 			r.errorf(path+".interfaces", "use network (one interface) or interfaces (several), not both", "both network and interfaces")
 		case h.Network == "" && len(h.Interfaces) == 0:
 			r.errorf(path, "add network: NAME, or interfaces: [{network: NAME}]", "host %s is attached to no network", h.Name)
+		case h.Kind == "netns" && len(h.Interfaces) > 1:
+			r.errorf(path+".interfaces", "use network: NAME", "a netns host has one interface (its TUN into the fabric), not %d", len(h.Interfaces))
 		case h.Network != "":
 			r.placed(h.Name, "host "+h.Name, path, h.Placement)
 		default:

@@ -133,12 +133,43 @@ func TestAddTo(t *testing.T) {
 	assert.Error(t, err, "but not behind a NAT")
 }
 
-func TestNetnsNotAvailable(t *testing.T) {
-	_, p := parse(t, "networks: {lan: {cidr: 10.0.0.0/24}}\nhosts: {ns: {network: lan, kind: netns}}\n")
+// TestNetnsHosts: a gvisor sandbox gets a namespace of its own, declared
+// netns hosts become kernel hosts, and building them needs root.
+func TestNetnsHosts(t *testing.T) {
+	_, p := parse(t, `networks:
+  internet: {cidr: 203.0.113.0/24}
+  lan: {cidr: 10.0.0.0/24, uplink: internet, nat: full-cone}
+hosts:
+  server: {network: internet}
+  box: {network: lan, kind: netns}
+control: {host: server}
+nodes:
+  agent: {network: lan, sandbox: gvisor}
+  web: {network: internet}
+  kern: {host: box}
+`)
+	kinds := map[string]string{}
+	for _, h := range p.Hosts {
+		kinds[h.Config.Name] = h.Kind
+	}
+	assert.Equal(t, map[string]string{"server": "inprocess", "box": "netns", "agent": "netns", "web": "inprocess"}, kinds)
+	assert.True(t, p.NeedsRoot())
+	assert.Equal(t, "off", p.Node("agent").Sandbox.SOCKS5, "gvisor mode has no proxy")
 	f, err := fabric.New(fabric.Config{})
 	require.NoError(t, err)
 	defer f.Close()
-	assert.ErrorIs(t, p.AddTo(f), ErrNetnsUnavailable)
+	err = p.AddTo(f)
+	if os.Geteuid() != 0 {
+		require.ErrorContains(t, err, "needs root")
+		return
+	}
+	require.NoError(t, err)
+	require.NotNil(t, f.KernelHost("agent"))
+	require.NotNil(t, f.KernelHost("box"))
+	assert.Nil(t, f.Host("box"))
+	ifs, err := f.KernelHost("box").Interfaces()
+	require.NoError(t, err)
+	assert.Contains(t, ifs[len(ifs)-1].Addrs, netip.PrefixFrom(p.Node("kern").Addr, 24))
 }
 
 func TestProfilesMatchNAT(t *testing.T) {

@@ -136,7 +136,7 @@ type Route struct {
 type Host struct {
 	Name       string `yaml:",key" pattern:"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$" doc:"Names are 1-40 lower-case letters, digits and dashes, starting with a letter."`
 	Placement  `yaml:",inline"`
-	Kind       string      `yaml:"kind" enum:"inprocess|netns" doc:"inprocess (a gVisor stack, no privileges) or netns (a real kernel network namespace joined to the fabric; needs root and is not available yet). If omitted, inprocess."`
+	Kind       string      `yaml:"kind" enum:"inprocess|netns" doc:"inprocess (a gVisor stack, no privileges) or netns (a real Linux network namespace joined to the fabric through a TUN device: the kernel's own TCP/IP, one interface, a default route; needs root). If omitted, inprocess."`
 	Interfaces []Interface `yaml:"interfaces" doc:"Several attachments, instead of network and addr."`
 	Gateway    netip.Addr  `yaml:"gateway" doc:"The default route's next hop. If omitted, its network's gateway router."`
 	Routes     []Route     `yaml:"routes" doc:"Static routes besides the connected ones and the default."`
@@ -204,7 +204,7 @@ type Node struct {
 	Count     int      `yaml:"count" min:"1" max:"1000" doc:"Run this many alike nodes, named NAME-1 … NAME-N (zero-padded), each on a host of its own. If zero, 1."`
 	Roams     []string `yaml:"roams" doc:"Further networks the node can move to (a scenario's move step), like a laptop leaving home for a café. It gets a host on each, named NODE-NETWORK, whose link it uses once moved."`
 
-	Sandbox        *Sandbox `yaml:"sandbox" doc:"Run the node as a sandbox: pod (in-process netstack, no privileges) or gvisor (runsc; not available yet)." example:"pod"`
+	Sandbox        *Sandbox `yaml:"sandbox" doc:"Run the node as a sandbox: pod (in-process netstack, no privileges) or gvisor (Pro; the agent in runsc over the kernel wg0 of a network namespace of its own; needs root and runsc)." example:"pod"`
 	Start          *bool    `yaml:"start" doc:"Start with the topology. If false, only a scenario's start step starts it. If omitted, true."`
 	ListenPort     uint16   `yaml:"listen_port" min:"1" doc:"The node's UDP port (ICE and WireGuard). If zero, 51820."`
 	RelayTransport string   `yaml:"relay_transport" enum:"tcp|quic|race" doc:"How the node reaches relays. If omitted, the default's."`
@@ -213,7 +213,7 @@ type Node struct {
 
 // Sandbox is a node's sandbox options.
 type Sandbox struct {
-	Mode         string   `yaml:"mode,shorthand" required:"true" enum:"pod|gvisor" doc:"pod: the overlay on an in-process netstack, reached through SOCKS5/HTTP proxies. gvisor: the agent in a runsc container (not available yet)."`
+	Mode         string   `yaml:"mode,shorthand" required:"true" enum:"pod|gvisor" doc:"pod: the overlay on an in-process netstack, reached through SOCKS5/HTTP proxies. gvisor: WireGuard on a kernel wg0 in the node's own network namespace and the agent in a runsc container (no proxies, no forwards; peers reach its listeners directly)."`
 	SOCKS5       string   `yaml:"socks5" doc:"The SOCKS5 proxy's listen address on the sandbox's host. If omitted, 127.0.0.1:1080; off turns it off." example:"127.0.0.1:1080"`
 	HTTPProxy    string   `yaml:"http_proxy" doc:"The HTTP proxy's listen address. If omitted, none." example:"127.0.0.1:3128"`
 	EgressPolicy string   `yaml:"egress_policy" doc:"An egress policy file, relative to the topology file (Pro)."`
