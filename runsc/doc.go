@@ -12,7 +12,9 @@
 // with the host's /bin, /usr, /lib, /lib64 and /etc bind-mounted read-only
 // (so dynamically linked agents run) and the agent binary itself. Nothing
 // else of the host is visible: not the WireGuard key, not the state
-// directory.
+// directory. With Spec.Hosts, the host's /etc/hosts is covered by one
+// written into the bundle (localhost and the given names, e.g. the
+// overlay's peers), so the agent's own resolver finds peers by name.
 //
 // Two facts about runsc shaped this package:
 //

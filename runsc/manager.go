@@ -245,7 +245,7 @@ func (m *Manager) writeBundle(dir string, spec Spec) error {
 	if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
 		return fmt.Errorf("runsc: bundle: %w", err)
 	}
-	oci, err := spec.oci(filepath.Join(dir, "rootfs"))
+	oci, err := spec.oci(dir)
 	if err != nil {
 		return err
 	}

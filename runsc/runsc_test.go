@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,8 +66,9 @@ func TestFind(t *testing.T) {
 
 func TestSpec(t *testing.T) {
 	agent := staticAgent(t)
-	rootfs := t.TempDir()
-	oci, err := Spec{ID: "a", Args: []string{agent, "hello", "0"}, Env: []string{"X=1"}}.oci(rootfs)
+	bundle := t.TempDir()
+	rootfs := filepath.Join(bundle, "rootfs")
+	oci, err := Spec{ID: "a", Args: []string{agent, "hello", "0"}, Env: []string{"X=1"}}.oci(bundle)
 	require.NoError(t, err)
 	b, err := json.Marshal(oci)
 	require.NoError(t, err)
@@ -90,6 +92,8 @@ func TestSpec(t *testing.T) {
 	for _, d := range dests {
 		assert.False(t, strings.HasPrefix(d, "/var") || strings.HasPrefix(d, "/root") || strings.HasPrefix(d, "/run"), "host %s must stay invisible", d)
 	}
+	assert.NotContains(t, dests, "/etc/hosts", "without Hosts the host's /etc/hosts shows through /etc")
+	assert.NoFileExists(t, filepath.Join(bundle, hostsFile))
 
 	for _, tc := range []struct {
 		name string
@@ -104,6 +108,71 @@ func TestSpec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Spec{ID: "a", Args: tc.args}.oci(t.TempDir())
 			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TestSpecHosts: Spec.Hosts becomes bundle/hosts (localhost and the
+// entries, nothing of the host's), mounted read-only at /etc/hosts after
+// the /etc bind it covers.
+func TestSpecHosts(t *testing.T) {
+	agent := staticAgent(t)
+	bundle := t.TempDir()
+	oci, err := Spec{ID: "a", Args: []string{agent}, Hosts: []HostEntry{
+		{Addr: netip.MustParseAddr("100.64.0.2"), Names: []string{"web", "web.lattice"}},
+		{Addr: netip.MustParseAddr("fd7a::3"), Names: []string{"db-1", "db-1.lattice"}},
+	}}.oci(bundle)
+	require.NoError(t, err)
+
+	src := filepath.Join(bundle, "hosts")
+	b, err := os.ReadFile(src)
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1\tlocalhost\n"+
+		"::1\tlocalhost ip6-localhost ip6-loopback\n"+
+		"100.64.0.2\tweb web.lattice\n"+
+		"fd7a::3\tdb-1 db-1.lattice\n", string(b))
+	fi, err := os.Stat(src)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+
+	etc, hosts := -1, -1
+	for i, m := range oci.Mounts {
+		switch m.Destination {
+		case "/etc":
+			etc = i
+		case "/etc/hosts":
+			hosts = i
+			assert.Equal(t, ociMount{Destination: "/etc/hosts", Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}}, m)
+		}
+	}
+	require.NotEqual(t, -1, etc, "the host's /etc is mounted")
+	require.NotEqual(t, -1, hosts, "the hosts file is mounted")
+	assert.Greater(t, hosts, etc, "/etc/hosts must be mounted after /etc, or /etc hides it")
+
+	web := netip.MustParseAddr("100.64.0.2")
+	for _, tc := range []struct {
+		name    string
+		hosts   []HostEntry
+		wantErr string
+	}{
+		{"zero address", []HostEntry{{Names: []string{"web"}}}, `runsc: hosts entry 0 ["web"]: invalid address`},
+		{"zone", []HostEntry{{Addr: netip.MustParseAddr("fe80::1%eth0"), Names: []string{"web"}}}, "runsc: hosts entry 0 (fe80::1%eth0): address has a zone, which a hosts file cannot hold"},
+		{"no names", []HostEntry{{Addr: web}}, "runsc: hosts entry 0 (100.64.0.2): no names"},
+		{"empty name", []HostEntry{{Addr: web, Names: []string{"web", ""}}}, `runsc: hosts entry 0 (100.64.0.2): name "": want a hostname (letters, digits and '-' in dot-separated labels; no spaces or '#')`},
+		{"space", []HostEntry{{Addr: web, Names: []string{"web"}}, {Addr: web, Names: []string{"a b"}}}, `runsc: hosts entry 1 (100.64.0.2): name "a b": want a hostname`},
+		{"comment", []HostEntry{{Addr: web, Names: []string{"web#x"}}}, `name "web#x": want a hostname`},
+		{"newline", []HostEntry{{Addr: web, Names: []string{"web\n1.2.3.4 evil"}}}, `name "web\n1.2.3.4 evil": want a hostname`},
+		{"underscore", []HostEntry{{Addr: web, Names: []string{"my_web"}}}, `name "my_web": want a hostname`},
+		{"leading hyphen", []HostEntry{{Addr: web, Names: []string{"-web"}}}, `name "-web": want a hostname`},
+		{"empty label", []HostEntry{{Addr: web, Names: []string{"web..lattice"}}}, `name "web..lattice": want a hostname`},
+		{"long label", []HostEntry{{Addr: web, Names: []string{strings.Repeat("a", 64)}}}, "want a hostname"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bundle := t.TempDir()
+			_, err := Spec{ID: "a", Args: []string{agent}, Hosts: tc.hosts}.oci(bundle)
+			assert.ErrorContains(t, err, tc.wantErr)
+			assert.NoFileExists(t, filepath.Join(bundle, "hosts"))
+			assert.NoDirExists(t, filepath.Join(bundle, "rootfs"), "a bad entry is refused before anything is written")
 		})
 	}
 }
@@ -167,6 +236,30 @@ func TestRunStaleAndCancel(t *testing.T) {
 		t.Fatal("the agent did not stop")
 	}
 	assert.False(t, m.exists("sleeper"))
+}
+
+// TestRunHosts: the agent resolves Spec.Hosts' names with its own
+// resolver, and its /etc/hosts holds nothing of the host's.
+func TestRunHosts(t *testing.T) {
+	m := needRunsc(t)
+	hosts := []HostEntry{{Addr: netip.MustParseAddr("100.64.0.2"), Names: []string{"web", "web.lattice"}}}
+	want, err := hostsContent(hosts)
+	require.NoError(t, err)
+
+	var out, errOut bytes.Buffer
+	code, err := m.Run(t.Context(), Spec{ID: "hosts-cat", Args: []string{staticAgent(t), "cat", "/etc/hosts"}, Hosts: hosts}, Stdio{Stdout: &out, Stderr: &errOut})
+	require.NoError(t, err, errOut.String())
+	require.Equal(t, 0, code, errOut.String())
+	assert.Equal(t, string(want), out.String())
+
+	out.Reset()
+	errOut.Reset()
+	code, err = m.Run(t.Context(), Spec{ID: "hosts-resolve", Args: []string{staticAgent(t), "resolve", "web", "web.lattice", "localhost"}, Hosts: hosts}, Stdio{Stdout: &out, Stderr: &errOut})
+	require.NoError(t, err, errOut.String())
+	require.Equal(t, 0, code, errOut.String())
+	assert.Contains(t, out.String(), "web [100.64.0.2]\n")
+	assert.Contains(t, out.String(), "web.lattice [100.64.0.2]\n")
+	assert.Contains(t, out.String(), "localhost [127.0.0.1 ::1]\n")
 }
 
 func TestNewManagerErrors(t *testing.T) {

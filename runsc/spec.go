@@ -1,9 +1,12 @@
 package runsc
 
 import (
+	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 )
 
@@ -30,6 +33,56 @@ type Spec struct {
 	// NetNS, if set, is the path of the network namespace the agent
 	// uses (e.g. /run/netns/pod). If empty, the namespace runsc runs in.
 	NetNS string
+	// Hosts, if not empty, is the container's /etc/hosts: localhost and
+	// these entries, in order, and nothing of the host's /etc/hosts. The
+	// file is written into the bundle when the container starts and
+	// mounted read-only over the host's, so it is a snapshot: entries
+	// that change while the agent runs are not seen. If empty, the agent
+	// sees the host's /etc/hosts.
+	Hosts []HostEntry
+}
+
+// HostEntry is one line of the container's /etc/hosts: Names resolve to
+// Addr. Addr must be valid and have no zone; each name is a hostname
+// (letters, digits and '-' in dot-separated labels of up to 63
+// characters).
+type HostEntry struct {
+	Addr  netip.Addr
+	Names []string
+}
+
+// hostsFile is where the file for Spec.Hosts is written, in the bundle
+// directory (beside rootfs, not in it: rootfs stays an empty skeleton).
+const hostsFile = "hosts"
+
+// localHosts starts every hosts file Spec.Hosts makes.
+const localHosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+var hostnameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+
+// hostsContent renders Spec.Hosts as a hosts file, refusing an entry that
+// would not parse as one line of it (a name with a space or '#' would
+// split or end the line).
+func hostsContent(entries []HostEntry) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString(localHosts)
+	for i, e := range entries {
+		switch {
+		case !e.Addr.IsValid():
+			return nil, fmt.Errorf("runsc: hosts entry %d %q: invalid address", i, e.Names)
+		case e.Addr.Zone() != "":
+			return nil, fmt.Errorf("runsc: hosts entry %d (%v): address has a zone, which a hosts file cannot hold", i, e.Addr)
+		case len(e.Names) == 0:
+			return nil, fmt.Errorf("runsc: hosts entry %d (%v): no names", i, e.Addr)
+		}
+		for _, n := range e.Names {
+			if len(n) > 253 || !hostnameRE.MatchString(n) {
+				return nil, fmt.Errorf("runsc: hosts entry %d (%v): name %q: want a hostname (letters, digits and '-' in dot-separated labels; no spaces or '#')", i, e.Addr, n)
+			}
+		}
+		fmt.Fprintf(&b, "%s\t%s\n", e.Addr, strings.Join(e.Names, " "))
+	}
+	return b.Bytes(), nil
 }
 
 // AgentDir is where an agent binary from outside the host's system
@@ -104,12 +157,21 @@ type ociLinux struct {
 	Namespaces []ociNamespace `json:"namespaces"`
 }
 
-// oci builds the OCI config and prepares rootfs (an empty directory) with
-// the mount points and symlinks the mounts need.
-func (s Spec) oci(rootfs string) (*ociSpec, error) {
+// oci builds the OCI config for the bundle directory bundle: it prepares
+// bundle/rootfs (an empty directory) with the mount points and symlinks
+// the mounts need, and writes bundle/hosts when s.Hosts asks for one.
+func (s Spec) oci(bundle string) (*ociSpec, error) {
 	if len(s.Args) == 0 || !filepath.IsAbs(s.Args[0]) {
 		return nil, fmt.Errorf("runsc: agent %q: want an absolute path", firstOr(s.Args))
 	}
+	var hosts []byte
+	if len(s.Hosts) > 0 {
+		var err error
+		if hosts, err = hostsContent(s.Hosts); err != nil {
+			return nil, err
+		}
+	}
+	rootfs := filepath.Join(bundle, "rootfs")
 	fi, err := os.Stat(s.Args[0])
 	switch {
 	case err != nil:
@@ -203,6 +265,15 @@ func (s Spec) oci(rootfs string) (*ociSpec, error) {
 			return nil, err
 		}
 		spec.Mounts = append(spec.Mounts, ociMount{Destination: p, Type: "bind", Source: p, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	if hosts != nil {
+		// After the /etc bind: OCI mounts in order, so this one lies on top
+		// of the host's /etc/hosts (whose file is the mount point).
+		src := filepath.Join(bundle, hostsFile)
+		if err := os.WriteFile(src, hosts, 0o644); err != nil {
+			return nil, fmt.Errorf("runsc: hosts file: %w", err)
+		}
+		spec.Mounts = append(spec.Mounts, ociMount{Destination: "/etc/hosts", Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	return spec, nil
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/latticelab/lattice/audit"
@@ -131,7 +133,7 @@ func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int,
 	id := n.Identity()
 	spec := runsc.Spec{ID: d.ContainerID(), Args: append([]string{path}, argv[1:]...), Env: []string{
 		"LATTICE_SANDBOX=" + id.Name, "LATTICE_NODE_ID=" + id.NodeID, "LATTICE_ADDRESS=" + id.Address.Addr().String(),
-	}}
+	}, Hosts: peerHosts(d.peers())}
 	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, spec.ID)})
 	code, err := d.mgr.Run(ctx, spec, runsc.Stdio{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 	if err != nil {
@@ -139,6 +141,28 @@ func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int,
 	}
 	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("exited with %d", code)})
 	return code, nil
+}
+
+// peerHosts is the container's /etc/hosts for peers: NAME and
+// NAME.lattice at each named peer's overlay address, the names pod mode's
+// resolver answers. It is taken when the agent starts; a peer that joins
+// later is reached by address. Sorted by name, then address, so the file
+// does not depend on the order control announced the peers in.
+func peerHosts(peers []nodePeer) []runsc.HostEntry {
+	var out []runsc.HostEntry
+	for _, p := range peers {
+		if p.name == "" || !p.addr.IsValid() {
+			continue
+		}
+		out = append(out, runsc.HostEntry{Addr: p.addr, Names: []string{p.name, p.name + peerSuffix}})
+	}
+	slices.SortFunc(out, func(a, b runsc.HostEntry) int {
+		if c := strings.Compare(a.Names[0], b.Names[0]); c != 0 {
+			return c
+		}
+		return a.Addr.Compare(b.Addr)
+	})
+	return out
 }
 
 // Status implements IsolationDriver.

@@ -2,7 +2,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -17,5 +19,27 @@ func main() {
 		os.Exit(code)
 	case "sleep":
 		time.Sleep(time.Hour)
+	case "cat":
+		// cat FILE: print FILE as the agent sees it.
+		b, err := os.ReadFile(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+	case "resolve":
+		// resolve NAME...: print "NAME ADDR..." per name through Go's own
+		// resolver (this binary has no cgo), which reads /etc/hosts.
+		code := 0
+		for _, name := range os.Args[2:] {
+			addrs, err := net.DefaultResolver.LookupHost(context.Background(), name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = 1
+				continue
+			}
+			fmt.Println(name, addrs)
+		}
+		os.Exit(code)
 	}
 }
