@@ -55,7 +55,11 @@ func Classify(b []byte) PacketKind {
 				return KindWireGuard
 			}
 		case 4:
-			if n >= 32 && (n-16)%16 == 0 {
+			// Header and tag are 32 bytes. The padding makes the rest a
+			// multiple of 16 only below the MTU: wireguard-go caps padded
+			// packets at the MTU (1420 is not a multiple of 16), so a
+			// full-size packet's message is 1452 bytes.
+			if n >= 32 {
 				return KindWireGuard
 			}
 		}
