@@ -227,9 +227,37 @@ func (r *run) do(ctx context.Context, s *scenario.Step) (string, []report.Metric
 		})
 		return fmt.Sprintf("%q", trim(body)), nil, err
 	case s.AgentRun != nil:
-		return "", nil, fmt.Errorf("agent_run: gvisor sandboxes are %w in the lab", ErrNotAvailable)
+		a := s.AgentRun
+		ctx, cancel := r.within(ctx, a.Within, 60*time.Second)
+		defer cancel()
+		start := time.Now()
+		res, err := l.AgentRun(ctx, a.Node, a.Argv)
+		if err != nil {
+			return "", nil, err
+		}
+		took := time.Since(start)
+		detail := fmt.Sprintf("exit %d", res.Code)
+		if out := strings.TrimSpace(res.Stdout); out != "" {
+			detail += fmt.Sprintf(", printed %q", trim(out))
+		}
+		m := []report.Metric{{Name: "agent_run", Value: float64(took) / 1e6, Unit: "ms"}}
+		switch {
+		case res.Code != a.ExitCode:
+			return detail, m, fmt.Errorf("%s, want exit %d%s", detail, a.ExitCode, stderrNote(res.Stderr))
+		case !strings.Contains(res.Stdout, a.StdoutContains):
+			return detail, m, fmt.Errorf("%s: its output lacks %q%s", detail, a.StdoutContains, stderrNote(res.Stderr))
+		}
+		return detail, m, nil
 	}
 	return "", nil, errors.New("step has no action")
+}
+
+// stderrNote quotes what an agent wrote to stderr, if anything.
+func stderrNote(s string) string {
+	if s = strings.TrimSpace(s); s != "" {
+		return fmt.Sprintf("; it wrote to stderr: %q", trim(s))
+	}
+	return ""
 }
 
 func pathDetail(st node.PeerStatus) string {
@@ -275,7 +303,7 @@ func (r *run) lifecycle(ctx context.Context, s *scenario.Step) (string, []report
 	if action != "start" {
 		for _, name := range names {
 			if rn, err := l.node(name); err == nil {
-				ids = append(ids, rn.node.Identity().NodeID)
+				ids = append(ids, rn.nodeID())
 			}
 			if err := l.StopNode(name); err != nil {
 				return "", nil, err
@@ -293,10 +321,10 @@ func (r *run) lifecycle(ctx context.Context, s *scenario.Step) (string, []report
 		if err != nil {
 			return "", nil, err
 		}
-		if id := rn.node.Identity().NodeID; len(ids) == 1 && id != ids[0] {
+		if id := rn.nodeID(); len(ids) == 1 && id != ids[0] {
 			return "", nil, fmt.Errorf("%s came back as %s, was %s", names[0], id, ids[0])
 		}
-		return fmt.Sprintf("same identity %s, %v", rn.node.Identity().NodeID, rn.node.Address().Addr()), nil, nil
+		return fmt.Sprintf("same identity %s, %v", rn.nodeID(), rn.addr()), nil, nil
 	}
 	return "", nil, nil
 }

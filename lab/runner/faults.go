@@ -22,6 +22,9 @@ func (l *Lab) iface(ref string) (*fabric.Interface, error) {
 	if h := l.f.Host(owner); h != nil {
 		return h.Interface(name), nil
 	}
+	if k := l.f.KernelHost(owner); k != nil {
+		return k.Interface(), nil // its one interface
+	}
 	return l.f.Router(owner).Interface(name), nil
 }
 
@@ -173,7 +176,7 @@ func (l *Lab) DiscoverNAT(ctx context.Context, name, stunName string) (stun.Resu
 	if !server.IsValid() {
 		return stun.Result{}, fmt.Errorf("no STUN server with an alternate address")
 	}
-	var network = l.f.Host(pn.Host)
+	network := l.hostNet(pn.Host)
 	// The fabric loses nothing unless told to: one try, and a short wait
 	// for the answers the filtering tests expect not to come.
 	return stun.Discover(ctx, network, server, stun.Options{Wait: 250 * time.Millisecond, Tries: 2})

@@ -20,7 +20,8 @@ import (
 )
 
 // ErrNotAvailable marks what a topology asks for that the lab cannot run
-// here (gvisor sandboxes, netns hosts); callers skip rather than fail.
+// here (netns hosts without root; gvisor sandboxes without Pro, root or
+// runsc); tests skip rather than fail.
 var ErrNotAvailable = errors.New("not available")
 
 // Config configures a Lab.
@@ -92,14 +93,15 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 			l = nil
 		}
 	}()
-	for _, h := range l.plan.Hosts {
-		if h.Kind == "netns" {
-			return nil, fmt.Errorf("host %s: netns hosts are %w in the lab yet (the fabric cannot join namespaces)", h.Config.Name, ErrNotAvailable)
-		}
+	if l.plan.NeedsRoot() && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("topology %s has netns hosts (network namespaces), which are %w without root", l.plan.Name, ErrNotAvailable)
 	}
 	for _, n := range l.plan.Nodes {
-		if n.Sandbox != nil && n.Sandbox.Mode == "gvisor" && l.wants(n) {
-			return nil, fmt.Errorf("node %s: gvisor sandboxes are %w in the lab (they need a kernel TUN and runsc, not a fabric host)", n.Name, ErrNotAvailable)
+		if n.Sandbox != nil && n.Sandbox.Mode == "gvisor" {
+			if err := GVisorReady(); err != nil {
+				return nil, fmt.Errorf("node %s: %w: %w", n.Name, ErrNotAvailable, err)
+			}
+			break
 		}
 	}
 	if l.state = cfg.StateDir; l.state == "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/netx"
@@ -22,18 +24,21 @@ import (
 )
 
 // runningNode is a started node: a regular node on an in-process
-// netstack, or a pod sandbox.
+// netstack, a pod sandbox, or a gvisor sandbox in a process of its own
+// (gv; then node and stack are nil and its pod's namespace is kernel).
 type runningNode struct {
-	name  string
-	plan  *topology.PlanNode
-	node  *node.Node
-	pod   *sandbox.PodDriver
-	stack *netstack.Stack
-	roam  *roamingNet
-	srv   *overlayServers
-	extra []io.Closer // forward targets on the node's host
-	once  sync.Once
-	err   error
+	name   string
+	plan   *topology.PlanNode
+	node   *node.Node
+	pod    *sandbox.PodDriver
+	stack  *netstack.Stack
+	gv     *gvisorChild
+	kernel *fabric.KernelHost
+	roam   *roamingNet
+	srv    *overlayServers
+	extra  []io.Closer // forward targets on the node's host
+	once   sync.Once
+	err    error
 }
 
 func (n *runningNode) close() error {
@@ -42,7 +47,9 @@ func (n *runningNode) close() error {
 		if n.srv != nil {
 			errs = append(errs, n.srv.Close())
 		}
-		if n.pod != nil {
+		if n.gv != nil {
+			errs = append(errs, n.gv.close())
+		} else if n.pod != nil {
 			errs = append(errs, n.pod.Close())
 		} else if n.node != nil {
 			errs = append(errs, n.node.Close())
@@ -56,6 +63,39 @@ func (n *runningNode) close() error {
 		n.err = errors.Join(errs...)
 	})
 	return n.err
+}
+
+// overlay is where the node's own traffic starts: its netstack, or for a
+// gvisor sandbox its pod's namespace, whose wg0 routes into the overlay.
+func (n *runningNode) overlay() netx.Network {
+	if n.kernel != nil {
+		return n.kernel
+	}
+	return n.stack
+}
+
+// status is the node's view of its peers.
+func (n *runningNode) status() []node.PeerStatus {
+	if n.gv != nil {
+		return n.gv.peers()
+	}
+	return n.node.Status()
+}
+
+// nodeID is the node's ID at control.
+func (n *runningNode) nodeID() string {
+	if n.gv != nil {
+		return n.gv.identity().NodeID
+	}
+	return n.node.Identity().NodeID
+}
+
+// addr is the node's overlay address.
+func (n *runningNode) addr() netip.Addr {
+	if n.gv != nil {
+		return n.gv.identity().Address.Addr()
+	}
+	return n.node.Address().Addr()
 }
 
 // stackProvisioner is a SandboxProvisioner that hands out its stack.
@@ -121,12 +161,10 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		return errors.New("lab closed")
 	case running:
 		return fmt.Errorf("node %s is already running", name)
-	case pn.Sandbox != nil && pn.Sandbox.Mode == "gvisor":
-		return fmt.Errorf("node %s: gvisor sandboxes are %w in the lab", name, ErrNotAvailable)
 	}
 	begin := time.Now()
 	rn := &runningNode{name: name, plan: pn}
-	var network netx.Network = l.f.Host(pn.Host)
+	network := l.hostNet(pn.Host)
 	if len(pn.Roams) > 0 {
 		rn.roam = newRoamingNet(l.f.Host(pn.Host), pn.Network)
 		network = rn.roam
@@ -134,7 +172,19 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 	ice := node.ICEConfig{AttemptTimeout: pn.ICE.AttemptTimeout, RetryMin: pn.ICE.RetryMin, RetryMax: pn.ICE.RetryMax,
 		DeadAfter: pn.ICE.DeadAfter, RelayOnly: pn.ICE.RelayOnly}
 	log := l.log.With("node", name)
-	if sb := pn.Sandbox; sb != nil {
+	if sb := pn.Sandbox; sb != nil && sb.Mode == "gvisor" {
+		rn.kernel = l.f.KernelHost(pn.Host)
+		if rn.kernel == nil {
+			return fmt.Errorf("node %s: host %s is no kernel host", name, pn.Host)
+		}
+		gv, err := startGVisor(ctx, childConfig{Name: name, ServerURL: l.controlURL(), Token: l.plan.Token,
+			StateDir: filepath.Join(l.state, "sandboxes", name), ListenPort: int(pn.ListenPort),
+			RelayTransport: pn.RelayTransport, ICE: pn.ICE, EgressPolicy: sb.EgressPolicy}, rn.kernel.NetnsPath(), log)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		rn.gv = gv
+	} else if sb != nil {
 		cfg := sandbox.DriverConfig{Name: name, ServerURL: l.controlURL(), Token: l.plan.Token,
 			StateDir: filepath.Join(l.state, "sandboxes", name), Network: network, ListenPort: int(pn.ListenPort),
 			RelayTransport: pn.RelayTransport, ICE: ice, EgressPolicy: sb.EgressPolicy, Logger: log,
@@ -156,7 +206,7 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		}
 		for _, fw := range cfg.Forwards {
 			// What the forward exposes: a web server on the sandbox's host.
-			ln, err := l.f.Host(pn.Host).Listen(ctx, "tcp", fw.Target)
+			ln, err := network.Listen(ctx, "tcp", fw.Target)
 			if err != nil {
 				_ = rn.close()
 				return fmt.Errorf("node %s: forward target %s: %w", name, fw.Target, err)
@@ -188,7 +238,7 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		rn.stack = prov.stack
 		prov.mu.Unlock()
 	}
-	srv, err := serveOverlay(rn.stack, name)
+	srv, err := serveOverlay(rn.overlay(), name)
 	if err != nil {
 		_ = rn.close()
 		return fmt.Errorf("node %s: overlay services: %w", name, err)
@@ -207,7 +257,7 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		kind = pn.Sandbox.Mode + " sandbox"
 	}
 	l.progress("%s %s up on %s (%s, NAT %s) as %v in %s", kind, name, pn.Host, pn.Addr, l.plan.NATLabel(pn),
-		rn.node.Address().Addr(), fmtDuration(time.Since(begin)))
+		rn.addr(), fmtDuration(time.Since(begin)))
 	return nil
 }
 
@@ -254,5 +304,30 @@ func (l *Lab) overlayAddr(name string) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	return rn.node.Address().Addr(), nil
+	return rn.addr(), nil
 }
+
+// hostNet is a host's network: an in-process host or a kernel host.
+func (l *Lab) hostNet(name string) netx.Network {
+	if h := l.f.Host(name); h != nil {
+		return h
+	}
+	if k := l.f.KernelHost(name); k != nil {
+		return k
+	}
+	return missingHost(name)
+}
+
+// missingHost is a netx.Network that fails: a host the plan names but
+// the fabric lacks (a bug, reported rather than a nil dereference).
+type missingHost string
+
+func (m missingHost) err() error                                             { return fmt.Errorf("no host %s in the fabric", string(m)) }
+func (m missingHost) Dial(context.Context, string, string) (net.Conn, error) { return nil, m.err() }
+func (m missingHost) Listen(context.Context, string, string) (net.Listener, error) {
+	return nil, m.err()
+}
+func (m missingHost) ListenPacket(context.Context, string, string) (net.PacketConn, error) {
+	return nil, m.err()
+}
+func (m missingHost) Interfaces() ([]netx.Interface, error) { return nil, m.err() }

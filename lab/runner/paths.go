@@ -19,7 +19,7 @@ type nodeSnapshot struct {
 
 // snapshot keeps a node's peer statuses before it stops, for the report.
 func (l *Lab) snapshot(rn *runningNode) {
-	st := rn.node.Status()
+	st := rn.status()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev := l.snap[rn.name]
@@ -49,7 +49,7 @@ func (l *Lab) peerStatus(from, to string) (node.PeerStatus, bool, error) {
 	if err != nil {
 		return node.PeerStatus{}, false, err
 	}
-	for _, st := range rn.node.Status() {
+	for _, st := range rn.status() {
 		if st.Peer.Name == to {
 			return st, true, nil
 		}
@@ -158,7 +158,7 @@ func (l *Lab) Mesh() MeshState {
 		if err != nil {
 			continue
 		}
-		for _, st := range rn.node.Status() {
+		for _, st := range rn.status() {
 			if !running[st.Peer.Name] || st.LastHandshake.IsZero() {
 				continue
 			}
@@ -204,7 +204,7 @@ func (l *Lab) Pairs() ([]report.Pair, []report.PathEvent) {
 	}
 	l.mu.Unlock()
 	for name, rn := range nodes {
-		statuses[name] = mergeHistory(statuses[name], rn.node.Status())
+		statuses[name] = mergeHistory(statuses[name], rn.status())
 	}
 	var pairs []report.Pair
 	var events []report.PathEvent

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -39,9 +40,13 @@ func SkipReason(f *scenario.File) string {
 				return "needs the Pro edition (go test -tags pro, make EDITION=pro)"
 			}
 		case "gvisor":
-			return "gvisor sandboxes are not available in the lab: they need a kernel TUN and runsc, not a fabric host"
+			if err := GVisorReady(); err != nil {
+				return err.Error()
+			}
 		case "root":
-			return "needs root and netns hosts, which the fabric cannot join yet"
+			if os.Geteuid() != 0 {
+				return "needs root (network namespaces for netns hosts)"
+			}
 		}
 	}
 	return ""

@@ -33,7 +33,7 @@ func (l *Lab) SOCKS5Fetch(ctx context.Context, name, rawURL string, auth bool) (
 		return 0, "", fmt.Errorf("sandbox %s has no SOCKS5 proxy", name)
 	}
 	creds := rn.pod.ProxyCredentials()
-	host := l.f.Host(rn.plan.Host)
+	host := l.hostNet(rn.plan.Host)
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) {
 		c, err := host.Dial(ctx, "tcp", proxyAddr)
 		if err != nil {
@@ -161,6 +161,19 @@ func (l *Lab) Egress(ctx context.Context, name, addr string) (allowed bool, deta
 		return false, derr.Error(), nil
 	}
 	return true, "allowed, but: " + derr.Error(), nil
+}
+
+// AgentRun runs argv as the agent of a gvisor sandbox: in a runsc
+// container in the sandbox's pod, as `lattice sandbox run` would.
+func (l *Lab) AgentRun(ctx context.Context, name string, argv []string) (AgentResult, error) {
+	rn, err := l.node(name)
+	if err != nil {
+		return AgentResult{}, err
+	}
+	if rn.gv == nil {
+		return AgentResult{}, fmt.Errorf("node %s is not a gvisor sandbox", name)
+	}
+	return rn.gv.run(ctx, argv)
 }
 
 // Forward connects from a peer to a sandbox's overlay port and fetches

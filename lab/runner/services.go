@@ -83,7 +83,7 @@ func (l *Lab) StartService(ctx context.Context, name string) error {
 	default:
 		for _, r := range l.plan.Relays {
 			if r.Name == name {
-				c, err = relay.NewServer(relay.ServerConfig{Network: l.f.Host(r.Host), Addr: r.Addr.String(),
+				c, err = relay.NewServer(relay.ServerConfig{Network: l.hostNet(r.Host), Addr: r.Addr.String(),
 					Secret: l.shared.secret, TLS: l.shared.tls, Logger: l.log.With("relay", name)})
 				what = fmt.Sprintf("relay %s on %s %v (QUIC and TCP)", name, r.Host, r.Addr)
 			}
@@ -91,7 +91,7 @@ func (l *Lab) StartService(ctx context.Context, name string) error {
 		for _, s := range l.plan.STUN {
 			if s.Name == name {
 				var srv *stun.Server
-				srv, err = stun.NewServer(stun.Config{Network: l.f.Host(s.Host), Primary: s.Addr, Alternate: s.Alternate, Logger: l.log})
+				srv, err = stun.NewServer(stun.Config{Network: l.hostNet(s.Host), Primary: s.Addr, Alternate: s.Alternate, Logger: l.log})
 				if err == nil {
 					err = srv.Start(ctx)
 				}
@@ -163,7 +163,7 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 	for _, r := range l.plan.Relays {
 		relays = append(relays, control.Relay{Addr: r.Addr.String(), Fingerprint: l.shared.fingerprint})
 	}
-	host := l.f.Host(p.Host)
+	host := l.hostNet(p.Host)
 	cfg := control.Config{
 		Network: host, Logger: l.log.With("component", "control"),
 		Tokens: []control.JoinToken{{Value: l.plan.Token}}, Store: store,

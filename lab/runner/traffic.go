@@ -35,7 +35,7 @@ func (l *Lab) Ping(ctx context.Context, from, to string, count int) (PingResult,
 	if err != nil {
 		return res, err
 	}
-	pc, err := src.stack.ListenPacket(ctx, "udp", ":0")
+	pc, err := src.overlay().ListenPacket(ctx, "udp", ":0")
 	if err != nil {
 		return res, err
 	}
@@ -103,7 +103,7 @@ func (l *Lab) Transfer(ctx context.Context, from, to string, size int64) (time.D
 	var conn net.Conn
 	for {
 		attempt, cancel := context.WithTimeout(ctx, 3*time.Second)
-		conn, err = src.stack.Dial(attempt, "tcp", netip.AddrPortFrom(dst, SinkPort).String())
+		conn, err = src.overlay().Dial(attempt, "tcp", netip.AddrPortFrom(dst, SinkPort).String())
 		cancel()
 		if err == nil {
 			break
@@ -146,7 +146,7 @@ func (l *Lab) Fetch(ctx context.Context, from, rawURL string) (int, string, erro
 	if err != nil {
 		return 0, "", err
 	}
-	tr := &http.Transport{DialContext: src.stack.Dial, DisableKeepAlives: true}
+	tr := &http.Transport{DialContext: src.overlay().Dial, DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
 	return get(ctx, &http.Client{Transport: tr}, u)
 }

@@ -185,6 +185,9 @@ func (k *checker) step(path string, s *Step) {
 		}
 	case "agent_run":
 		k.sandbox(ap+".node", s.AgentRun.Node, "gvisor")
+		if len(s.AgentRun.Argv) == 0 || s.AgentRun.Argv[0] == "" {
+			k.errorf(ap+".argv", "e.g. argv: [curl, -sf, http://web/]", "no agent command")
+		}
 	}
 }
 

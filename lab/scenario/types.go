@@ -91,7 +91,7 @@ type Step struct {
 	SOCKS5Fetch *SOCKS5Fetch `yaml:"socks5_fetch" oneof:"action" doc:"Fetch a URL through a pod sandbox's SOCKS5 proxy, as an agent on the sandbox's host would."`
 	Egress      *Egress      `yaml:"egress" oneof:"action" doc:"Ask a pod sandbox to connect somewhere and check its egress policy's verdict (Pro)."`
 	Forward     *Forward     `yaml:"forward" oneof:"action" doc:"Connect from a peer to a sandbox's overlay port and check it reaches the forward's target on the sandbox's host (Pro)."`
-	AgentRun    *AgentRun    `yaml:"agent_run" oneof:"action" doc:"Run an agent in a gvisor sandbox and check its exit code (gvisor mode; not available yet)."`
+	AgentRun    *AgentRun    `yaml:"agent_run" oneof:"action" doc:"Run an agent in a gvisor sandbox and check its exit code (gvisor mode: a runsc container over the pod's wg0, peer names in its /etc/hosts)."`
 }
 
 // Duration is a step's bare duration value (sleep: 2s).
@@ -230,7 +230,9 @@ type Forward struct {
 
 // AgentRun runs an agent in a gvisor sandbox.
 type AgentRun struct {
-	Node     string   `yaml:"node" required:"true" doc:"The gvisor sandbox."`
-	Argv     []string `yaml:"argv" required:"true" doc:"The agent's command line."`
-	ExitCode int      `yaml:"exit_code" min:"0" max:"255" doc:"Expected exit status."`
+	Node           string        `yaml:"node" required:"true" doc:"The gvisor sandbox."`
+	Argv           []string      `yaml:"argv" required:"true" doc:"The agent's command line: a program of the host (found in its PATH; /bin, /usr, /lib and /etc are mounted read-only) and its arguments. Peer names resolve through the container's /etc/hosts." example:"[curl, -sf, http://web/]"`
+	ExitCode       int           `yaml:"exit_code" min:"0" max:"255" doc:"Expected exit status. If omitted, 0."`
+	StdoutContains string        `yaml:"stdout_contains" doc:"Text the agent's standard output must contain."`
+	Within         time.Duration `yaml:"within" min:"10ms" max:"1h" doc:"How long the agent may run. If zero, 60s."`
 }
