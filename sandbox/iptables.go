@@ -189,16 +189,34 @@ func (k *kernelEgress) refresh() error {
 	if slices.Equal(flat, k.last) {
 		return nil
 	}
-	if err := ipt("-F", egressChain); err != nil {
-		return err
-	}
+	// One iptables-restore transaction replaces the chain's rules: a
+	// flush and re-append would leave it empty, allowing everything, in
+	// between.
+	var b strings.Builder
+	b.WriteString("*filter\n:" + egressChain + " - [0:0]\n")
 	for _, r := range rules {
-		if err := ipt(append([]string{"-A", egressChain}, r...)...); err != nil {
-			return err
+		b.WriteString("-A " + egressChain)
+		for _, arg := range r {
+			b.WriteString(" " + restoreQuote(arg))
 		}
+		b.WriteString("\n")
+	}
+	b.WriteString("COMMIT\n")
+	cmd := exec.Command("iptables-restore", "--noflush", "-w", "5")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore of %s: %w: %s", egressChain, err, strings.TrimSpace(string(out)))
 	}
 	k.last = flat
 	return nil
+}
+
+// restoreQuote quotes an argument for iptables-restore's line parser.
+func restoreQuote(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\"'\\#") {
+		return s
+	}
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
 // remove undoes install; it is safe after a partial install.

@@ -134,6 +134,13 @@ func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int,
 	spec := runsc.Spec{ID: d.ContainerID(), Args: append([]string{path}, argv[1:]...), Env: []string{
 		"LATTICE_SANDBOX=" + id.Name, "LATTICE_NODE_ID=" + id.NodeID, "LATTICE_ADDRESS=" + id.Address.Addr().String(),
 	}, Hosts: peerHosts(d.peers())}
+	if d.egress != nil {
+		// The chain follows peer changes once a second; bring it up to
+		// date now, so a peer the agent can name is one its rules know.
+		if err := d.egress.refresh(); err != nil {
+			return -1, fmt.Errorf("sandbox: egress rules: %w", err)
+		}
+	}
 	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, spec.ID)})
 	code, err := d.mgr.Run(ctx, spec, runsc.Stdio{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 	if err != nil {

@@ -8,7 +8,7 @@
 //	cgnat.yaml           home routers behind a carrier-grade NAT
 //	corporate.yaml       an office that lets out only DNS and web ports
 //	sandbox-pod.yaml     a pod-mode sandbox beside regular peers
-//	sandbox-gvisor.yaml  a gvisor-mode sandbox (validates; running it is not available yet)
+//	sandbox-gvisor.yaml  a gvisor-mode sandbox in a network namespace of its own (Pro, root, runsc)
 //	scale.yaml           100 nodes on one network
 package topologies
 

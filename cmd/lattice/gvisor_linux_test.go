@@ -133,12 +133,15 @@ func TestSandboxGVisor(t *testing.T) {
 
 	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "agent", "--server-url", w.NATSURL,
 		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--egress-policy", pol, "--",
-		agent, "sleep", "2s", "fetch", webURL, "fetch", vaultURL, "refused", web.Addr().String()+":22",
+		agent, "sleep", "2s", "fetch", webURL, "fetch", vaultURL, "fetch", "http://web:8080/", "fetch", "http://vault.lattice:8080/",
+		"refused", web.Addr().String()+":22",
 		"notun", "noroute", "noread", filepath.Join(state, "credentials.json"), "gvisor", "exit", "7")
 	t.Logf("agent output:\n%s", stdout)
 	require.Equal(t, 7, code, "the agent's exit code; stderr:\n%s", stderr)
 	assert.Contains(t, stdout, "fetch "+webURL+": hello from web")
 	assert.Contains(t, stdout, "fetch "+vaultURL+": hello from vault")
+	assert.Contains(t, stdout, "fetch http://web:8080/: hello from web", "peer names resolve in the container")
+	assert.Contains(t, stdout, "fetch http://vault.lattice:8080/: hello from vault")
 	assert.Contains(t, stdout, "refused "+web.Addr().String()+":22")
 	assert.Contains(t, stdout, "gvisor: kernel log says gVisor")
 	assert.NotContains(t, stdout, "FAIL")
