@@ -55,8 +55,10 @@ func newKernelEgress(iface string, overlay netip.Prefix, pol *policy.Policy, pee
 
 // install creates the chain, hooks it and starts following peer changes.
 func (k *kernelEgress) install() error {
-	if _, err := exec.LookPath("iptables"); err != nil {
-		return fmt.Errorf("sandbox: gvisor mode enforces egress with iptables, which is not installed (apt-get install iptables)")
+	for _, tool := range []string{"iptables", "iptables-restore"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("sandbox: gvisor mode enforces egress with %s, which is not installed (apt-get install iptables)", tool)
+		}
 	}
 	_ = ipt("-N", egressChain) // exists after a crash: flushed below
 	if err := k.refresh(); err != nil {

@@ -28,7 +28,7 @@ import (
 const gvisorRunsc = "/usr/local/bin/runsc"
 
 // gvisorTools is what phase 1 runs (node/kernel_linux.go, sandbox/iptables.go).
-var gvisorTools = []string{"ip", "iptables"}
+var gvisorTools = []string{"ip", "iptables", "iptables-restore"}
 
 // xtablesDirs are where iptables looks for its match and target modules
 // (XTABLES_LIBDIR, fixed at its build): Debian's multiarch directory
