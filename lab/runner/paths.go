@@ -111,9 +111,10 @@ func whyNot(st node.PeerStatus, want string) string {
 		return fmt.Sprintf(" (ICE: %s; %d candidate pairs tried)", st.ICE.Err, len(st.ICE.Pairs))
 	case want == "relay" && st.Path == node.PathRelay:
 		return " (ICE has not given up yet)"
-	case want == "relay" && len(st.History) > 0:
-		e := st.History[len(st.History)-1]
-		return fmt.Sprintf(" (direct since %s: %s)", e.Time.Format("15:04:05.000"), e.Reason)
+	}
+	if n := len(st.History); n > 0 {
+		e := st.History[n-1]
+		return fmt.Sprintf(" (%s since %s: %s)", e.To, e.Time.Format("15:04:05.000"), e.Reason)
 	}
 	return ""
 }
