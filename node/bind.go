@@ -41,6 +41,7 @@ type Bind struct {
 	isOpen    bool
 	unknown   atomic.Uint64
 	relayDrop atomic.Uint64
+	crossed   atomic.Uint64 // the peer's initiations dropped for ours (crossing)
 }
 
 type relayed struct {
@@ -77,9 +78,38 @@ type Path struct {
 	// the Bind resends it a few times quickly until a response arrives.
 	hsMu       sync.Mutex
 	hsInit     []byte
+	hsSent     time.Time
 	hsResponse bool
 	hsTimer    *time.Timer
 	hsTry      int
+
+	// leads breaks ties between crossing handshakes (see crossing).
+	leads atomic.Bool
+}
+
+// SetLeads makes this side the one whose handshake wins when both open
+// one at once. Exactly one side of a pair must lead: the node gives it to
+// the side with the lower key, as ICE's controlling role.
+func (p *Path) SetLeads(leads bool) { p.leads.Store(leads) }
+
+// glareWindow bounds how long a leading side ignores the peer's
+// initiations while its own is unanswered.
+const glareWindow = 2 * time.Second
+
+// crossing reports whether pkt is the peer's handshake initiation crossing
+// ours on the way. Two crossing initiations cancel out: each side's
+// answer to the other's replaces its own pending initiation in
+// WireGuard, so neither handshake completes until WireGuard retries 5 s
+// later (seen over the relay, whose round trip makes crossings likely).
+// So the leading side drops the peer's initiation while its own is
+// unanswered; the peer answers ours, and one handshake completes.
+func (p *Path) crossing(pkt []byte) bool {
+	if len(pkt) != 148 || pkt[0] != 1 || !p.leads.Load() {
+		return false
+	}
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	return p.hsInit != nil && !p.hsResponse && time.Since(p.hsSent) < glareWindow
 }
 
 // Direct returns the direct address in use, if any.
@@ -166,6 +196,10 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 		b.unknown.Add(1)
 		return
 	}
+	if p.crossing(pkt) {
+		b.crossed.Add(1)
+		return
+	}
 	bp := muxPool.Get().(*[]byte)
 	n := copy(*bp, pkt)
 	select {
@@ -178,6 +212,10 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 
 // Unknown counts packets dropped because no peer matched their source.
 func (b *Bind) Unknown() uint64 { return b.unknown.Load() }
+
+// Crossed counts the peers' handshake initiations dropped because ours
+// was on its way (see Path.crossing).
+func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
 
 // Open implements conn.Bind. The port is the mux's; WireGuard does not
 // choose it.
@@ -212,6 +250,10 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 				p := b.byAddr[from[i]]
 				if p == nil {
 					b.unknown.Add(1)
+					continue
+				}
+				if p.crossing(bufs[i][:sizes[i]]) {
+					b.crossed.Add(1)
 					continue
 				}
 				p.lastDirectRx.Store(now)
@@ -291,6 +333,7 @@ func (b *Bind) noteInitiation(p *Path, pkt []byte) {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
 	p.hsInit = append(p.hsInit[:0], pkt...)
+	p.hsSent = time.Now()
 	p.hsResponse = false
 	p.hsTry = 0
 	if p.hsTimer != nil {

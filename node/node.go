@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -316,14 +317,48 @@ func (n *Node) addPeer(info control.Peer) {
 		}
 		old.close()
 	}
-	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=25\n",
-		hex.EncodeToString(info.PublicKey[:]), EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32))
+	// Setting a persistent keepalive makes WireGuard open a handshake at
+	// once. Both sides add each other within moments, and two initiations
+	// that cross (a relay's round trip apart) can cancel out: each side's
+	// answer to the other's replaces its own pending initiation, so
+	// neither completes until WireGuard retries 5 s later. So one side,
+	// the one that leads ICE too, opens at once; the other turns its
+	// keepalive on once that handshake has had time to land.
+	first := bytes.Compare(n.env.pub[:], info.PublicKey[:]) < 0
+	keepalive := persistentKeepalive
+	if !first {
+		keepalive = 0
+	}
+	pub := hex.EncodeToString(info.PublicKey[:])
+	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=%d\n",
+		pub, EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32), keepalive)
 	if err := n.dev.IpcSet(cfg); err != nil {
 		n.log.Warn("add WireGuard peer", "peer", info.Name, "err", err)
 		return
 	}
-	n.peers[info.NodeID] = newPeer(n.env, info)
+	p := newPeer(n.env, info)
+	n.peers[info.NodeID] = p
+	if !first {
+		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if n.closed || n.peers[info.NodeID] != p {
+				return
+			}
+			if err := n.dev.IpcSet(fmt.Sprintf("public_key=%s\nupdate_only=true\npersistent_keepalive_interval=%d\n", pub, persistentKeepalive)); err != nil {
+				n.log.Warn("WireGuard keepalive", "peer", info.Name, "err", err)
+			}
+		})
+	}
 }
+
+// persistentKeepalive (seconds) keeps NAT mappings and the relay path
+// warm; keepaliveDelay is how long the second side of a pair waits before
+// turning it on (see addPeer).
+const (
+	persistentKeepalive = 25
+	keepaliveDelay      = 3 * time.Second
+)
 
 func (n *Node) removePeer(info control.Peer) {
 	n.mu.Lock()

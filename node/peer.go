@@ -136,6 +136,9 @@ type peer struct {
 	pending     []*Signal // candidates that came before credentials
 	failures    int
 	retryTimer  *time.Timer
+	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
+	// set before run starts, stopped by close.
+	keepaliveTimer *time.Timer
 
 	mu      sync.Mutex // guards what Status reads
 	kind    PathKind
@@ -157,6 +160,7 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
 		kind:        PathRelay,
 	}
+	p.path.SetLeads(p.controlling)
 	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
 	go p.run(ctx)
 	return p
@@ -173,6 +177,9 @@ func (p *peer) post(ev peerEvent) {
 }
 
 func (p *peer) close() {
+	if p.keepaliveTimer != nil {
+		p.keepaliveTimer.Stop()
+	}
 	p.cancel()
 	<-p.done
 }
