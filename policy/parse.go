@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/latticelab/lattice/internal/strictyaml"
@@ -484,29 +483,12 @@ func (ps *parseState) ports(n ast.Node, what string) []portRange {
 }
 
 func parsePortRange(s string) (portRange, string) {
-	lo, hi, isRange := strings.Cut(s, "-")
-	a, okA := parsePort(lo)
-	b, okB := a, okA
-	if isRange {
-		b, okB = parsePort(hi)
-	}
+	a, b, ok := strictyaml.ParsePortRange(s)
 	switch {
-	case !okA || !okB:
+	case !ok:
 		return portRange{}, fmt.Sprintf("want a port (1-65535) or a range \"LO-HI\", got %q", s)
 	case a > b:
 		return portRange{}, fmt.Sprintf("range %q is reversed; write %d-%d", s, b, a)
 	}
 	return portRange{lo: a, hi: b}, ""
-}
-
-func parsePort(s string) (uint16, bool) {
-	s = strings.TrimSpace(s)
-	if s == "" || s[0] == '+' {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, false
-	}
-	return uint16(n), true
 }

@@ -224,3 +224,30 @@ func levenshtein(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// ParsePort parses a port number from 1 to 65535 (spaces around it
+// allowed, no sign).
+func ParsePort(s string) (uint16, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || s[0] == '+' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+// ParsePortRange parses a port or an inclusive LO-HI range. ok is false
+// when either end is no port; a reversed range parses with lo > hi, for
+// the caller to report.
+func ParsePortRange(s string) (lo, hi uint16, ok bool) {
+	a, b, isRange := strings.Cut(s, "-")
+	lo, ok = ParsePort(a)
+	hi = lo
+	if ok && isRange {
+		hi, ok = ParsePort(b)
+	}
+	return lo, hi, ok
+}

@@ -302,7 +302,7 @@ func (r *resolver) sandbox(path string, sb *Sandbox) *Sandbox {
 // parseForward checks a PORT[=HOST:PORT] forward.
 func parseForward(s string) (uint16, string, string) {
 	port, target, hasTarget := strings.Cut(s, "=")
-	p, ok := parsePort(port)
+	p, ok := strictyaml.ParsePort(port)
 	if !ok {
 		return 0, "", fmt.Sprintf("bad port in %q", s)
 	}

@@ -2,8 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/link"
@@ -64,14 +62,9 @@ func (*PortRange) Expect() string { return "a port (1-65535) or a range LO-HI su
 // UnmarshalText implements strictyaml.Scalar.
 func (p *PortRange) UnmarshalText(b []byte) error {
 	s := string(b)
-	lo, hi, isRange := strings.Cut(s, "-")
-	a, okA := parsePort(lo)
-	c, okC := a, okA
-	if isRange {
-		c, okC = parsePort(hi)
-	}
+	a, c, ok := strictyaml.ParsePortRange(s)
 	switch {
-	case !okA || !okC:
+	case !ok:
 		return fmt.Errorf("want %s, got %q", p.Expect(), s)
 	case a > c:
 		return fmt.Errorf("port range %q is reversed; write %d-%d", s, c, a)
@@ -87,16 +80,4 @@ func (*PortRange) JSONSchema(*strictyaml.Generator) map[string]any {
 		"minimum": 1, "maximum": 65535,
 		"pattern": `^[0-9]{1,5}(-[0-9]{1,5})?$`,
 	}
-}
-
-func parsePort(s string) (uint16, bool) {
-	s = strings.TrimSpace(s)
-	if s == "" || s[0] == '+' {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(s, 10, 16)
-	if err != nil || n == 0 {
-		return 0, false
-	}
-	return uint16(n), true
 }
