@@ -176,22 +176,31 @@ func (m *Manager) Run(ctx context.Context, spec Spec, stdio Stdio) (int, error) 
 			err = <-waited
 		}
 	}
+	code, ok := ExitStatus(err)
+	switch {
+	case !ok:
+		return -1, fmt.Errorf("runsc: run %s: %w", spec.ID, err)
+	case code == 128 && m.failedToStart(spec.ID):
+		return -1, fmt.Errorf("runsc: container %s did not start; see %s", spec.ID, m.logPath(spec.ID))
+	}
+	return code, nil
+}
+
+// ExitStatus is a finished command's exit status as a shell reports it
+// (128+N for a death by signal N), from exec.Cmd's Run or Wait error; ok
+// is false when the command did not run to an exit.
+func ExitStatus(err error) (code int, ok bool) {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, nil
+		return 0, true
 	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
+		if ws, isWS := ee.Sys().(syscall.WaitStatus); isWS && ws.Signaled() {
+			return 128 + int(ws.Signal()), true
 		}
-		code := ee.ExitCode()
-		if code == 128 && m.failedToStart(spec.ID) {
-			return -1, fmt.Errorf("runsc: container %s did not start; see %s", spec.ID, m.logPath(spec.ID))
-		}
-		return code, nil
-	default:
-		return -1, fmt.Errorf("runsc: run %s: %w", spec.ID, err)
+		return ee.ExitCode(), true
 	}
+	return -1, false
 }
 
 // failedToStart reports whether runsc's log shows the container never ran.

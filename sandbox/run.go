@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/latticelab/lattice/runsc"
 )
 
 // termGrace is how long Run lets the agent exit after SIGTERM before it
@@ -61,16 +63,8 @@ func (d *PodDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, e
 	cmd.WaitDelay = termGrace
 	d.log.Info("running agent", "argv", argv)
 	err = cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return ee.ExitCode(), nil
-	default:
-		return -1, fmt.Errorf("sandbox: run %s: %w", argv[0], err)
+	if code, ok := runsc.ExitStatus(err); ok {
+		return code, nil
 	}
+	return -1, fmt.Errorf("sandbox: run %s: %w", argv[0], err)
 }
