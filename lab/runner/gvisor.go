@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -77,19 +76,26 @@ const maxAgentOutput = 64 << 10
 // GVisorReady reports why gvisor sandboxes cannot run here, or nil when
 // they can: the Pro edition, root, nsenter and a static runsc.
 func GVisorReady() error {
+	_, err := gvisorRunsc()
+	return err
+}
+
+// gvisorRunsc checks what GVisorReady checks and returns runsc's path.
+func gvisorRunsc() (string, error) {
 	if !edition.Pro() {
-		return errors.New("gvisor sandboxes need the Pro edition (go test -tags pro, make EDITION=pro)")
+		return "", errors.New("gvisor sandboxes need the Pro edition (go test -tags pro, make EDITION=pro)")
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("gvisor sandboxes need root (a network namespace, wg0 and iptables in it)")
+		return "", errors.New("gvisor sandboxes need root (a network namespace, wg0 and iptables in it)")
 	}
 	if _, err := exec.LookPath("nsenter"); err != nil {
-		return errors.New("gvisor sandboxes need nsenter (util-linux; make deps installs it)")
+		return "", errors.New("gvisor sandboxes need nsenter (util-linux; make deps installs it)")
 	}
-	if _, err := runsc.Find(""); err != nil {
-		return fmt.Errorf("gvisor sandboxes need runsc: %w", err)
+	bin, err := runsc.Find("")
+	if err != nil {
+		return "", fmt.Errorf("gvisor sandboxes need runsc: %w", err)
 	}
-	return nil
+	return bin, nil
 }
 
 // gvisorChild is the lab's handle on a running child.
@@ -109,10 +115,10 @@ type gvisorChild struct {
 // startGVisor starts the child for one gvisor sandbox in the namespace at
 // netnsPath and waits until it has registered and brought wg0 up.
 func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *slog.Logger) (*gvisorChild, error) {
-	if err := GVisorReady(); err != nil {
+	bin, err := gvisorRunsc()
+	if err != nil {
 		return nil, err
 	}
-	bin, _ := runsc.Find("")
 	cfg.Runsc = bin
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, err
@@ -136,7 +142,9 @@ func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *sl
 	// Its own process group: Ctrl-C reaches the lab, which stops the
 	// child in order, not the child behind the lab's back.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	c := &gvisorChild{name: cfg.Name, cmd: cmd, client: socketClient(cfg.Socket), done: make(chan struct{})}
+	client := unixhttp.Client(cfg.Socket)
+	client.Timeout = 0 // an agent_run lasts as long as its step allows (the request's context)
+	c := &gvisorChild{name: cfg.Name, cmd: cmd, client: client, done: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
@@ -172,6 +180,7 @@ func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *sl
 	case <-ctx.Done():
 		err = context.Cause(ctx)
 	}
+	_ = os.Remove(cfgPath) // read by now; it holds the join token
 	if err != nil {
 		_ = c.close()
 		return nil, fmt.Errorf("gvisor sandbox %s: %w%s", cfg.Name, err, c.lastWords())
@@ -210,13 +219,6 @@ func (c *gvisorChild) lastWords() string {
 		return ""
 	}
 	return "; it said:\n  " + strings.Join(c.tail, "\n  ")
-}
-
-func socketClient(path string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}}
 }
 
 // refresh asks the child for its status.

@@ -206,7 +206,7 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		}
 		for _, fw := range cfg.Forwards {
 			// What the forward exposes: a web server on the sandbox's host.
-			ln, err := network.Listen(ctx, "tcp", fw.Target)
+			ln, err := l.hostNet(pn.Host).Listen(ctx, "tcp", fw.Target)
 			if err != nil {
 				_ = rn.close()
 				return fmt.Errorf("node %s: forward target %s: %w", name, fw.Target, err)
