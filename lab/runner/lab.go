@@ -97,7 +97,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, fmt.Errorf("topology %s has netns hosts (network namespaces), which are %w without root", l.plan.Name, ErrNotAvailable)
 	}
 	for _, n := range l.plan.Nodes {
-		if n.Sandbox != nil && n.Sandbox.Mode == "gvisor" {
+		if n.Sandbox != nil && n.Sandbox.Mode == "gvisor" && l.wants(n) { // a later start checks again
 			if err := GVisorReady(); err != nil {
 				return nil, fmt.Errorf("node %s: %w: %w", n.Name, ErrNotAvailable, err)
 			}
