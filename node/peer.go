@@ -364,15 +364,7 @@ func (p *peer) onSignal(ctx context.Context, s *Signal) {
 		}
 		if p.agent == nil || p.haveRemote {
 			// The peer restarted ICE (or we were between attempts):
-			// start afresh so both sides run the same attempt. A peer
-			// that restarts ICE has left the direct path (it failed, or
-			// the peer itself restarted and no longer knows it), so its
-			// answers to us would be dropped there: relay until the new
-			// attempt nominates a pair.
-			if _, direct := p.path.Direct(); direct {
-				p.env.bind.SetDirect(p.path, netip.AddrPort{})
-				p.record(PathRelay, netip.AddrPort{}, "peer restarted ICE: relay until the new attempt finds a path")
-			}
+			// start afresh so both sides run the same attempt.
 			p.startAttempt(ctx, "peer restarted ICE")
 			if p.agent == nil {
 				return
