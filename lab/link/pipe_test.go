@@ -357,11 +357,20 @@ func TestSetWhileFlowing(t *testing.T) {
 	for i, d := range got {
 		require.Equal(t, uint32(i), d.seq, "delivery %d out of order", i)
 	}
-	assert.Less(t, got[50].at.Sub(sent[50]), time.Millisecond, "before the change")
-	assert.InDelta(t, float64(30*time.Millisecond), float64(got[150].at.Sub(sent[150])), float64(time.Millisecond), "during the change")
-	assert.Less(t, got[n-1].at.Sub(sent[n-1]), time.Millisecond, "after the change")
+	// Medians, not single packets: on a loaded CI machine one delivery can
+	// be a few milliseconds late without the pipe being wrong.
+	delay := func(from, to int) time.Duration {
+		ds := make([]time.Duration, 0, to-from)
+		for i := from; i < to; i++ {
+			ds = append(ds, got[i].at.Sub(sent[i]))
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	assert.Less(t, delay(0, 100), time.Millisecond, "before the change")
+	assert.InDelta(t, float64(30*time.Millisecond), float64(delay(110, 190)), float64(time.Millisecond), "during the change")
 
-	// Once drained, the direct path is back.
+	// Once drained, the direct path is back: delivery happens inside Send.
 	p.Send(packet(n, 100))
 	assert.Equal(t, n+1, s.count())
 	assert.Equal(t, Impairments{}, p.Impairments())
