@@ -32,8 +32,8 @@ const (
 //
 // WireGuard: a message type 1-4 followed by three zero bytes, with the
 // exact size of a handshake initiation (148), response (92) or cookie
-// reply (64), or a transport message of at least 32 bytes whose payload is
-// a whole number of 16-byte blocks.
+// reply (64), or a transport message of at least 32 bytes (header and
+// tag; padding does not make every length a multiple of 16, see below).
 func Classify(b []byte) PacketKind {
 	n := len(b)
 	if n >= 20 && b[0]&0xc0 == 0 && binary.BigEndian.Uint32(b[4:8]) == 0x2112a442 &&

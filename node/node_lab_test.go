@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,6 +179,13 @@ func TestNodesGoDirectBehindConeNATs(t *testing.T) {
 	sa := waitPath(t, a, node.PathDirect, 10*time.Second)
 	waitPath(t, b, node.PathDirect, 10*time.Second)
 	assert.Equal(t, "203.0.113.11:51820", sa.Endpoint, "alpha reaches beta at beta's NAT mapping")
+	// Both LANs put their host at 192.168.1.2:51820, so beta's host
+	// candidates (that and loopback) are alpha's own addresses: they are
+	// reported, not tried.
+	self := strings.Join(sa.ICE.SelfCandidates, "\n")
+	assert.Len(t, sa.ICE.SelfCandidates, 2, "remote candidates %v", sa.ICE.RemoteCandidates)
+	assert.Contains(t, self, "host 192.168.1.2:51820")
+	assert.Contains(t, self, "host 127.0.0.1:51820")
 
 	l, err := pb.net.ListenTCP(&net.TCPAddr{Port: 80})
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,11 @@ type ICEReport struct {
 	LocalCandidates []string
 	// RemoteCandidates are the ones the peer signaled.
 	RemoteCandidates []string
+	// SelfCandidates are remote candidates that are our own socket's
+	// address (a peer on another LAN with the same private address and
+	// port); checks sent there would reach us, never the peer, so they
+	// are not tried.
+	SelfCandidates []string
 	// Pairs lists every candidate pair tried and its state.
 	Pairs []string
 	Err   string
@@ -110,6 +116,22 @@ type peerEnv struct {
 	log      *slog.Logger
 	signal   func(ctx context.Context, to string, payload []byte) error
 	now      func() time.Time
+}
+
+// isOwnAddr reports whether host:port is one of the addresses our shared
+// socket listens on.
+func (e *peerEnv) isOwnAddr(host string, port int) bool {
+	a, err := netip.ParseAddr(host)
+	if err != nil || e.udpMux == nil {
+		return false
+	}
+	want := netip.AddrPortFrom(a.Unmap(), uint16(port))
+	for _, la := range e.udpMux.GetListenAddresses() {
+		if ua, ok := la.(*net.UDPAddr); ok && ua.AddrPort().Addr().Unmap() == want.Addr() && ua.AddrPort().Port() == want.Port() {
+			return true
+		}
+	}
+	return false
 }
 
 // peer manages one peer: its ICE agent and its path. All its state is
@@ -422,6 +444,13 @@ func (p *peer) addRemote(s *Signal) {
 		return
 	}
 	p.setReport(func(r *ICEReport) { r.RemoteCandidates = append(r.RemoteCandidates, c.String()) })
+	if c.Type() == ice.CandidateTypeHost && p.env.isOwnAddr(c.Address(), c.Port()) {
+		// Our own address: pion would send its checks to us and, because
+		// its UDPMux routes by source address, hand our own checks to
+		// this agent as wrong-username requests.
+		p.setReport(func(r *ICEReport) { r.SelfCandidates = append(r.SelfCandidates, c.String()) })
+		return
+	}
 	if err := p.agent.AddRemoteCandidate(c); err != nil {
 		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
 	}

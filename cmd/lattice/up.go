@@ -257,6 +257,9 @@ func printPeers(w io.Writer, peers []node.PeerStatus) {
 			fmt.Fprintf(w, " (%s)", p.ICE.Err)
 		}
 		fmt.Fprintf(w, "\n  our candidates: %s\n  their candidates: %s\n", list(p.ICE.LocalCandidates), list(p.ICE.RemoteCandidates))
+		if len(p.ICE.SelfCandidates) > 0 {
+			fmt.Fprintf(w, "  not tried (our own address): %s\n", list(p.ICE.SelfCandidates))
+		}
 		for _, pair := range p.ICE.Pairs {
 			fmt.Fprintf(w, "  pair %s\n", pair)
 		}
