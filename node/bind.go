@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -25,21 +26,31 @@ type RelaySender interface {
 // peer itself, not an address: Send looks up the peer's current path,
 // direct (the nominated ICE pair, written through the shared mux socket)
 // or relay, so switching paths never touches WireGuard's state. Received
-// packets map back to the peer whichever path they came on; direct
-// packets from addresses that are no peer's direct path are counted and
-// dropped.
+// packets map back to the peer whichever path they came on.
+//
+// A direct packet from an address that is no peer's direct path is
+// matched by its receiver index instead: the index is one we chose in a
+// handshake message we sent that peer (see noteIndex). This is how a
+// restarted node hears the answer to its first handshake: the peer
+// answers on its old direct path before the restarted node's ICE has
+// chosen that address, and WireGuard refuses the resent initiation as a
+// replay, so without it the handshake waits 5 s for WireGuard's retry.
+// WireGuard authenticates every packet, so the index only routes. Other
+// packets from unknown addresses are counted and dropped.
 type Bind struct {
 	mux *Mux
 
-	mu     sync.RWMutex
-	peers  map[control.Key]*Path
-	byAddr map[netip.AddrPort]*Path
-	relay  RelaySender
+	mu      sync.RWMutex
+	peers   map[control.Key]*Path
+	byAddr  map[netip.AddrPort]*Path
+	byIndex map[uint32]*Path // our handshake sender indices
+	relay   RelaySender
 
 	relayIn   chan relayed
 	open      chan struct{} // closed by Close; replaced by Open
 	isOpen    bool
 	unknown   atomic.Uint64
+	byIndexRx atomic.Uint64 // direct packets from unknown addresses, matched by index
 	relayDrop atomic.Uint64
 	crossed   atomic.Uint64 // the peer's initiations dropped for ours (crossing)
 }
@@ -58,6 +69,7 @@ func NewBind(mux *Mux) *Bind {
 		mux:     mux,
 		peers:   map[control.Key]*Path{},
 		byAddr:  map[netip.AddrPort]*Path{},
+		byIndex: map[uint32]*Path{},
 		relayIn: make(chan relayed, muxQueueLen),
 	}
 }
@@ -85,7 +97,15 @@ type Path struct {
 
 	// leads breaks ties between crossing handshakes (see crossing).
 	leads atomic.Bool
+
+	// indices are our latest handshake sender indices for this peer,
+	// oldest first, guarded by Bind.mu. WireGuard keeps at most three
+	// keypairs (previous, current, next) and one handshake in flight.
+	indices []uint32
 }
+
+// maxIndices bounds Path.indices.
+const maxIndices = 4
 
 // SetLeads makes this side the one whose handshake wins when both open
 // one at once. Exactly one side of a pair must lead: the node gives it to
@@ -154,6 +174,11 @@ func (b *Bind) RemovePeer(key control.Key) {
 			delete(b.byAddr, p.lastAddr)
 		}
 		p.stopResends()
+		for _, i := range p.indices {
+			if b.byIndex[i] == p {
+				delete(b.byIndex, i)
+			}
+		}
 		delete(b.peers, key)
 	}
 }
@@ -213,6 +238,10 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 // Unknown counts packets dropped because no peer matched their source.
 func (b *Bind) Unknown() uint64 { return b.unknown.Load() }
 
+// ByIndex counts direct packets from addresses that were no peer's path,
+// accepted because their receiver index was one of ours (see Bind).
+func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
+
 // Crossed counts the peers' handshake initiations dropped because ours
 // was on its way (see Path.crossing).
 func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
@@ -249,14 +278,23 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			for i := range n {
 				p := b.byAddr[from[i]]
 				if p == nil {
-					b.unknown.Add(1)
-					continue
+					// Not the direct path's liveness: ICE has not chosen
+					// this address.
+					if idx, ok := receiverIndex(bufs[i][:sizes[i]]); ok {
+						p = b.byIndex[idx]
+					}
+					if p == nil {
+						b.unknown.Add(1)
+						continue
+					}
+					b.byIndexRx.Add(1)
+				} else {
+					if p.crossing(bufs[i][:sizes[i]]) {
+						b.crossed.Add(1)
+						continue
+					}
+					p.lastDirectRx.Store(now)
 				}
-				if p.crossing(bufs[i][:sizes[i]]) {
-					b.crossed.Add(1)
-					continue
-				}
-				p.lastDirectRx.Store(now)
 				p.RxDirect.Add(uint64(sizes[i]))
 				if sizes[i] == 92 && bufs[i][0] == 2 {
 					b.noteResponse(p)
@@ -385,11 +423,46 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
 	for _, buf := range bufs {
-		if len(buf) == 148 && buf[0] == 1 {
+		switch {
+		case len(buf) == 148 && buf[0] == 1:
 			b.noteInitiation(e.Path, buf)
+			b.noteIndex(e.Path, binary.LittleEndian.Uint32(buf[4:8]))
+		case len(buf) == 92 && buf[0] == 2:
+			b.noteIndex(e.Path, binary.LittleEndian.Uint32(buf[4:8]))
 		}
 	}
 	return b.send(e.Path, bufs)
+}
+
+// noteIndex records the sender index of a handshake message we send p:
+// the peer's responses, cookie replies and transport messages carry it
+// as their receiver index.
+func (b *Bind) noteIndex(p *Path, idx uint32) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byIndex[idx] == p {
+		return
+	}
+	if len(p.indices) == maxIndices {
+		if old := p.indices[0]; b.byIndex[old] == p {
+			delete(b.byIndex, old)
+		}
+		p.indices = append(p.indices[:0], p.indices[1:]...)
+	}
+	p.indices = append(p.indices, idx)
+	b.byIndex[idx] = p
+}
+
+// receiverIndex is the receiver index of a WireGuard response (92 bytes),
+// cookie reply (64) or transport message; initiations carry none.
+func receiverIndex(pkt []byte) (uint32, bool) {
+	switch {
+	case len(pkt) == 92 && pkt[0] == 2:
+		return binary.LittleEndian.Uint32(pkt[8:12]), true
+	case len(pkt) == 64 && pkt[0] == 3, len(pkt) >= 32 && pkt[0] == 4:
+		return binary.LittleEndian.Uint32(pkt[4:8]), true
+	}
+	return 0, false
 }
 
 func (b *Bind) send(p *Path, bufs [][]byte) error {

@@ -148,4 +148,64 @@ func TestBindPaths(t *testing.T) {
 	_, err = spc.WriteTo(pkt, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.1:51820")))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return a.bind.Unknown() > before }, 2*time.Second, 5*time.Millisecond)
+
+	// So is a transport message whose receiver index is none of ours.
+	pkt = make([]byte, 64)
+	pkt[0] = 4
+	pkt[4], pkt[5], pkt[6], pkt[7] = 0xde, 0xad, 0xbe, 0xef
+	before = a.bind.Unknown()
+	_, err = spc.WriteTo(pkt, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.1:51820")))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return a.bind.Unknown() > before }, 2*time.Second, 5*time.Millisecond)
+	assert.Zero(t, a.bind.ByIndex(), "a stranger's packet matched an index")
+}
+
+// TestBindAnswerOnUnchosenPath has one side send its handshake through the
+// relay while the other answers on a direct path the first has not chosen
+// (a restarted node whose ICE is not done, answered by a peer still on
+// the old direct path). The answer and the data after it are matched by
+// receiver index, so the connection opens at once; WireGuard would refuse
+// the resent initiation as a replay and retry only after 5 s.
+func TestBindAnswerOnUnchosenPath(t *testing.T) {
+	f, err := fabric.New(fabric.Config{})
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	require.NoError(t, err)
+	ha, err := f.AddHost(fabric.HostConfig{Name: "a", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.1")}}})
+	require.NoError(t, err)
+	hb, err := f.AddHost(fabric.HostConfig{Name: "b", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.2")}}})
+	require.NoError(t, err)
+	a, b := newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
+	pa, _ := a.addPeer(t, b), b.addPeer(t, a)
+	a.bind.SetRelay(&memRelay{from: node.PublicKey(a.priv), to: b.bind})
+	b.bind.SetRelay(&memRelay{from: node.PublicKey(b.priv), to: a.bind})
+	// a sends to b directly; b, like a restarted node, only has the relay.
+	a.bind.SetDirect(pa, netip.MustParseAddrPort("203.0.113.2:51820"))
+
+	l, err := a.tnet.ListenTCP(&net.TCPAddr{Port: 80})
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	c, err := b.tnet.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(a.addr, 80))
+	require.NoError(t, err, "b's handshake through the relay, answered directly")
+	defer c.Close()
+	_, err = c.Write([]byte("hello"))
+	require.NoError(t, err)
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = io.ReadFull(c, make([]byte, 5))
+	require.NoError(t, err)
+	t.Logf("round trip in %v; %d packets matched by index", time.Since(start), b.bind.ByIndex())
+	assert.Positive(t, b.bind.ByIndex(), "the direct answers came by index")
+	assert.Zero(t, b.bind.Unknown(), "nothing from a was dropped")
 }
