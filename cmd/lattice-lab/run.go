@@ -93,8 +93,13 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			file := "builtin:quickstart"
-			if len(args) == 1 {
+			switch {
+			case len(args) == 1:
 				file = args[0]
+			case opts.scenario != "":
+				// No topology to put it on: the scenario's own, as with
+				// `run SCENARIO.yaml`.
+				file, opts.scenario = opts.scenario, ""
 			}
 			return runLab(cmd.Context(), file, log, opts)
 		},

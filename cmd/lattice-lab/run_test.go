@@ -44,6 +44,14 @@ func TestRunTopologyOnce(t *testing.T) {
 	assert.Regexp(t, `(?m)^✓ all 3 node pairs have a path \(2 direct\)$`, out)
 }
 
+// TestRunScenarioFlagAlone: --scenario without a topology runs the
+// scenario on the topology it names (it was parsed as a topology).
+func TestRunScenarioFlagAlone(t *testing.T) {
+	code, out, stderr := run(t, "run", "--scenario", "../../scenarios/pair-full-cone+full-cone.yaml")
+	require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	assert.Regexp(t, `(?m)^✓ scenario pair-full-cone\+full-cone passed: 3 steps in [0-9.]+s$`, out)
+}
+
 func TestRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
