@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,12 @@ type RelaySender interface {
 // replay, so without it the handshake waits 5 s for WireGuard's retry.
 // WireGuard authenticates every packet, so the index only routes. Other
 // packets from unknown addresses are counted and dropped.
+//
+// The other way round, a transport message from a peer whose receiver
+// index is none of ours means the peer still uses a session from before
+// we restarted; the Bind tells the path's stale handler
+// (Path.SetStaleHandler) so the node can open a handshake at once instead
+// of waiting for its timers.
 type Bind struct {
 	mux *Mux
 
@@ -51,6 +58,7 @@ type Bind struct {
 	isOpen    bool
 	unknown   atomic.Uint64
 	byIndexRx atomic.Uint64 // direct packets from unknown addresses, matched by index
+	staleRx   atomic.Uint64 // transport messages for a session we do not have
 	relayDrop atomic.Uint64
 	crossed   atomic.Uint64 // the peer's initiations dropped for ours (crossing)
 }
@@ -100,12 +108,29 @@ type Path struct {
 
 	// indices are our latest handshake sender indices for this peer,
 	// oldest first, guarded by Bind.mu. WireGuard keeps at most three
-	// keypairs (previous, current, next) and one handshake in flight.
+	// keypairs (previous, current, next), but every retried initiation
+	// takes a new index, and it retries up to 18 times (90 s) while the
+	// current keypair stays in use.
 	indices []uint32
+	// onStale and lastStale: see SetStaleHandler.
+	onStale   atomic.Pointer[func()]
+	lastStale atomic.Int64 // Unix ns
+}
+
+// SetStaleHandler sets the function told, at most once a second, that the
+// peer sends transport messages for a session we do not have (it has not
+// noticed our restart). It runs on a receive goroutine and must not block.
+func (p *Path) SetStaleHandler(f func()) { p.onStale.Store(&f) }
+
+// stale runs the stale handler.
+func (p *Path) stale() {
+	if f := p.onStale.Load(); f != nil && *f != nil {
+		(*f)()
+	}
 }
 
 // maxIndices bounds Path.indices.
-const maxIndices = 4
+const maxIndices = 24
 
 // SetLeads makes this side the one whose handshake wins when both open
 // one at once. Exactly one side of a pair must lead: the node gives it to
@@ -214,12 +239,20 @@ func (b *Bind) SetRelay(r RelaySender) {
 // DeliverRelayed hands WireGuard a packet the relay received from src. It
 // copies pkt. Packets from unknown peers are dropped.
 func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
-	b.mu.RLock()
-	p := b.peers[src]
-	b.mu.RUnlock()
-	if p == nil || len(pkt) > muxBufSize || Classify(pkt) != KindWireGuard {
+	if len(pkt) > muxBufSize || Classify(pkt) != KindWireGuard {
 		b.unknown.Add(1)
 		return
+	}
+	b.mu.RLock()
+	p := b.peers[src]
+	stale := p != nil && b.staleSession(p, pkt, time.Now().UnixNano())
+	b.mu.RUnlock()
+	if p == nil {
+		b.unknown.Add(1)
+		return
+	}
+	if stale {
+		p.stale()
 	}
 	if p.crossing(pkt) {
 		b.crossed.Add(1)
@@ -237,6 +270,20 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 
 // Unknown counts packets dropped because no peer matched their source.
 func (b *Bind) Unknown() uint64 { return b.unknown.Load() }
+
+// Stale counts transport messages for a session we do not have.
+func (b *Bind) Stale() uint64 { return b.staleRx.Load() }
+
+// staleSession reports whether pkt is a transport message for none of our
+// sessions with p and p's stale handler is due. Callers hold b.mu (read).
+func (b *Bind) staleSession(p *Path, pkt []byte, now int64) bool {
+	if len(pkt) < 32 || pkt[0] != 4 || slices.Contains(p.indices, binary.LittleEndian.Uint32(pkt[4:8])) {
+		return false
+	}
+	b.staleRx.Add(1)
+	last := p.lastStale.Load()
+	return now-last >= int64(time.Second) && p.lastStale.CompareAndSwap(last, now)
+}
 
 // ByIndex counts direct packets from addresses that were no peer's path,
 // accepted because their receiver index was one of ours (see Bind).
@@ -266,6 +313,7 @@ func (b *Bind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
 
 func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 	from := make([]netip.AddrPort, conn.IdealBatchSize)
+	var stale []*Path
 	return func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 		for {
 			n, err := b.mux.ReadWireGuard(stop, bufs, sizes, from[:min(len(bufs), len(from))])
@@ -274,6 +322,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			}
 			out := 0
 			now := time.Now().UnixNano()
+			stale = stale[:0]
 			b.mu.RLock()
 			for i := range n {
 				p := b.byAddr[from[i]]
@@ -294,6 +343,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 						continue
 					}
 					p.lastDirectRx.Store(now)
+					if b.staleSession(p, bufs[i][:sizes[i]], now) {
+						stale = append(stale, p)
+					}
 				}
 				p.RxDirect.Add(uint64(sizes[i]))
 				if sizes[i] == 92 && bufs[i][0] == 2 {
@@ -308,6 +360,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 				out++
 			}
 			b.mu.RUnlock()
+			for _, p := range stale {
+				p.stale()
+			}
 			if out > 0 {
 				return out, nil
 			}

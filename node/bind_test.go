@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,4 +209,58 @@ func TestBindAnswerOnUnchosenPath(t *testing.T) {
 	t.Logf("round trip in %v; %d packets matched by index", time.Since(start), b.bind.ByIndex())
 	assert.Positive(t, b.bind.ByIndex(), "the direct answers came by index")
 	assert.Zero(t, b.bind.Unknown(), "nothing from a was dropped")
+}
+
+// TestBindStaleSession: a transport message from a peer for a session we
+// never had (the peer has not noticed our restart) runs the path's stale
+// handler, at most once a second; our own sessions' messages do not.
+func TestBindStaleSession(t *testing.T) {
+	f, err := fabric.New(fabric.Config{})
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	require.NoError(t, err)
+	ha, err := f.AddHost(fabric.HostConfig{Name: "a", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.1")}}})
+	require.NoError(t, err)
+	hb, err := f.AddHost(fabric.HostConfig{Name: "b", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.2")}}})
+	require.NoError(t, err)
+	a, b := newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
+	pa, pb := a.addPeer(t, b), b.addPeer(t, a)
+	a.bind.SetRelay(&memRelay{from: node.PublicKey(a.priv), to: b.bind})
+	b.bind.SetRelay(&memRelay{from: node.PublicKey(b.priv), to: a.bind})
+	var calls atomic.Int32
+	pa.SetStaleHandler(func() { calls.Add(1) })
+	pb.SetStaleHandler(func() { calls.Add(1) })
+
+	// A real session, over the relay: nothing is stale.
+	l, err := b.tnet.ListenTCP(&net.TCPAddr{Port: 80})
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_, _ = io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	c, err := a.tnet.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.addr, 80))
+	require.NoError(t, err)
+	_, err = c.Write([]byte("hi"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, make([]byte, 2))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	assert.Zero(t, a.bind.Stale()+b.bind.Stale(), "messages of a live session counted stale")
+	assert.Zero(t, calls.Load())
+
+	// b's messages for a session a never had: counted each time, the
+	// handler told once.
+	pkt := make([]byte, 48)
+	pkt[0] = 4
+	pkt[4], pkt[5], pkt[6], pkt[7] = 0xde, 0xad, 0xbe, 0xef
+	a.bind.DeliverRelayed(node.PublicKey(b.priv), pkt)
+	a.bind.DeliverRelayed(node.PublicKey(b.priv), pkt)
+	assert.Equal(t, uint64(2), a.bind.Stale())
+	assert.Equal(t, int32(1), calls.Load(), "stale handler calls")
 }

@@ -349,6 +349,18 @@ func (n *Node) addPeer(info control.Peer) {
 				n.log.Warn("WireGuard keepalive", "peer", info.Name, "err", err)
 			}
 		})
+		// Unless the peer still uses a session from before we restarted:
+		// it is not opening one, so there is nothing to cross. Open ours
+		// now rather than after keepaliveDelay.
+		t := p.keepaliveTimer
+		p.path.SetStaleHandler(func() {
+			if t.Stop() {
+				n.log.Debug("peer uses a session from before our restart; opening a handshake now", "peer", info.Name)
+				t.Reset(0)
+			}
+		})
+	} else {
+		p.path.SetStaleHandler(nil)
 	}
 }
 

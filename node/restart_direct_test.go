@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
@@ -12,40 +13,72 @@ import (
 	"github.com/latticelab/lattice/node"
 )
 
-// TestRestartFirstExchange restarts one node of a direct pair with the
-// same identity, three times, and times the first TCP round trip from it.
-// The peer still holds the old WireGuard session and the old direct path,
-// so it answers the restarted node's handshake from an address that
-// node's ICE has not chosen yet; the resent initiation is a replay to
-// WireGuard. Before the Bind matched such answers by receiver index, the
-// handshake waited for WireGuard's 5 s retry in most restarts.
+// TestRestartFirstExchange restarts each node of a direct pair with the
+// same identity and times the first TCP round trip each way. The one that
+// stays up still holds the old WireGuard session and the old direct path:
+//
+//   - It answers the restarted node's handshake from an address that
+//     node's ICE has not chosen yet, and the resent initiation is a replay
+//     to WireGuard. The Bind matches the answer by receiver index.
+//   - Its own packets use the old session. When the restarted node is the
+//     side that waits before opening a handshake (see Node.addPeer), those
+//     packets are its cue to open one at once.
+//
+// Before either, a first exchange waited up to 5 s for WireGuard's retry
+// or 3 s for the waiting side's keepalive.
 func TestRestartFirstExchange(t *testing.T) {
 	w := newLabWorld(t)
-	credPath := filepath.Join(t.TempDir(), "alpha.json")
-	withCreds := func(c *node.Config) { c.Credentials = node.OpenCredentials(credPath) }
+	dir := t.TempDir()
+	creds := func(name string) func(*node.Config) {
+		return func(c *node.Config) { c.Credentials = node.OpenCredentials(filepath.Join(dir, name+".json")) }
+	}
+	hostA, hostB := w.site(t, "full-cone"), w.site(t, "full-cone")
 	na, nb := &stockNetstack{}, &stockNetstack{}
-	hostA := w.site(t, "full-cone")
-	a := startNode(t, hostA, "alpha", na, withCreds)
-	b := startNode(t, w.site(t, "full-cone"), "beta", nb)
+	a := startNode(t, hostA, "alpha", na, creds("alpha"))
+	b := startNode(t, hostB, "beta", nb, creds("beta"))
+	serveEcho(t, na, 7)
 	serveEcho(t, nb, 7)
 	waitPath(t, a, node.PathDirect, slow(10*time.Second))
 	waitPath(t, b, node.PathDirect, slow(10*time.Second))
-	eventuallyEcho(t, na, b.Address().Addr(), 7, slow(10*time.Second), "before the restart")
+	eventuallyEcho(t, na, b.Address().Addr(), 7, slow(10*time.Second), "before the restarts")
 
-	for round := 1; round <= 3; round++ {
-		require.NoError(t, a.Close())
-		na = &stockNetstack{}
+	// The lower key opens handshakes at once; the other waits.
+	ida, idb := a.Identity(), b.Identity()
+	ka, kb := ida.PublicKey(), idb.PublicKey()
+	aLeads := bytes.Compare(ka[:], kb[:]) < 0
+	for round := 1; round <= 4; round++ {
+		// Rounds 1-2 restart the leading side, 3-4 the waiting one; odd
+		// rounds time restarted → peer, even ones peer → restarted.
+		restartA := (round <= 2) == aLeads
+		what := map[bool]string{true: "leading", false: "waiting"}[round <= 2]
+		var err error
 		start := time.Now()
-		a = startNode(t, hostA, "alpha", na, withCreds)
-		serveEcho(t, na, 7)
-		eventuallyEcho(t, na, b.Address().Addr(), 7, slow(10*time.Second), "restarted node to its peer")
+		if restartA {
+			require.NoError(t, a.Close())
+			na = &stockNetstack{}
+			a = startNode(t, hostA, "alpha", na, creds("alpha"))
+			serveEcho(t, na, 7)
+		} else {
+			require.NoError(t, b.Close())
+			nb = &stockNetstack{}
+			b = startNode(t, hostB, "beta", nb, creds("beta"))
+			serveEcho(t, nb, 7)
+		}
+		from, to := na, b.Address().Addr() // restarted → peer, or peer → restarted
+		if restartA == (round%2 == 0) {
+			from, to = nb, a.Address().Addr()
+		}
+		dir := map[bool]string{true: "restarted → peer", false: "peer → restarted"}[round%2 == 1]
+		eventuallyEcho(t, from, to, 7, slow(10*time.Second), dir)
 		first := time.Since(start)
-		t.Logf("restart %d: first round trip after %v", round, first)
-		// WireGuard's own retry comes at 5 s; well under it even under -race.
-		assert.Less(t, first, 2500*time.Millisecond, "restart %d: first round trip", round)
-
+		t.Logf("round %d, %s side restarted, %s: first round trip after %v", round, what, dir, first)
+		// A first TCP SYN sent on the stale session is lost, so peer →
+		// restarted takes one SYN retransmission (1 s). WireGuard's own
+		// retry comes at 5 s, the waiting side's keepalive at 3 s.
+		assert.Less(t, first, 2500*time.Millisecond, "round %d: %s side restarted, %s", round, what, dir)
 		ctx, cancel := context.WithTimeout(t.Context(), slow(3*time.Second))
-		require.NoError(t, tryEcho(ctx, nb, a.Address().Addr(), 7), "restart %d: peer to the restarted node", round)
+		err = tryEcho(ctx, na, b.Address().Addr(), 7)
 		cancel()
+		require.NoError(t, err, "round %d: alpha → beta afterwards", round)
 	}
 }
