@@ -205,7 +205,10 @@ func (n *Node) start(ctx context.Context) error {
 		}
 		urls = append(urls, u)
 	}
-	keepalive := time.Second
+	// ICE consent runs every keepalive, and the path is dead once
+	// DeadAfter passes without any: at least three must go missing, or a
+	// response a moment late (a busy machine) drops a working path.
+	keepalive := min(time.Second, n.cfg.ICE.DeadAfter/4)
 	n.env = &peerEnv{
 		priv: id.PrivateKey, pub: id.PublicKey(), bind: n.bind, udpMux: n.udpMux, cfg: n.cfg.ICE, log: n.log,
 		now: time.Now,

@@ -76,6 +76,7 @@ type ICEConfig struct {
 	STUN []string
 	// DeadAfter is how long the direct path may be silent (no ICE consent,
 	// no WireGuard) before the peer falls back to the relay. If zero, 5s.
+	// Consent checks run every min(1s, DeadAfter/4).
 	DeadAfter time.Duration
 	// RetryMin and RetryMax bound the backoff between direct attempts.
 	// If zero, 2s and 60s.
