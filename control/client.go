@@ -132,7 +132,10 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 	s := &Session{id: nodeID, onPeer: h.Peer, onSignal: h.Signal}
 	opts := []nats.Option{nats.SetCustomDialer(Dialer(n)), nats.UserInfo(creds.User, creds.Password),
 		nats.CustomInboxPrefix(creds.Inbox), nats.Name("lattice-node " + nodeID), nats.MaxReconnects(-1),
-		nats.ReconnectWait(500 * time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second)}
+		nats.ReconnectWait(500 * time.Millisecond), nats.ReconnectJitter(500*time.Millisecond, time.Second),
+		// A connection that died silently (a NAT on the way rebooted) is
+		// found within a minute, not nats.go's default four.
+		nats.PingInterval(20 * time.Second), nats.MaxPingsOutstanding(2)}
 	if h.Reconnected != nil {
 		opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) { go h.Reconnected() }))
 	}
@@ -178,6 +181,29 @@ func (s *Session) signalMsg(m *nats.Msg) {
 	if s.onSignal != nil && len(m.Data) <= MaxSignalBytes {
 		s.onSignal(m.Header.Get(HeaderFrom), m.Data)
 	}
+}
+
+// Probe checks that NATS still answers: it sends a PING and waits up to
+// timeout for the PONG. A connection that stays silent is dropped and
+// the client reconnects at once (with the same credentials), where its
+// own pings would notice only after minutes. This is for when the caller
+// has reason to doubt the path, such as its direct paths going silent
+// together: a NAT on the way may have rebooted and forgotten the
+// connection. A session that is reconnecting already is left alone.
+func (s *Session) Probe(ctx context.Context, timeout time.Duration) error {
+	if !s.nc.IsConnected() {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := s.nc.FlushWithContext(pctx)
+	if err == nil || ctx.Err() != nil || !s.nc.IsConnected() {
+		return ctx.Err()
+	}
+	if rerr := s.nc.ForceReconnect(); rerr != nil {
+		return fmt.Errorf("control session: no answer within %v (%w), and reconnecting failed: %w", timeout, err, rerr)
+	}
+	return fmt.Errorf("control session: no answer within %v, reconnecting: %w", timeout, err)
 }
 
 // Conn exposes the NATS connection (tests use it to probe permissions).

@@ -79,3 +79,51 @@ func TestRegisterInLab(t *testing.T) {
 		t.Fatal("signal did not cross the lab")
 	}
 }
+
+// TestSessionProbeAfterNATReboot: the NAT in front of a node reboots and
+// forgets its NATS connection's mapping. Probe finds the silent
+// connection within its timeout and reconnects at once; the session
+// works again, and the node is told to resync.
+func TestSessionProbeAfterNATReboot(t *testing.T) {
+	w := labtest.New(t, fabric.Config{Seed: 1})
+	site := w.Site(t, "port-restricted-cone")
+	st, err := control.OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	srv, err := control.New(ctx, control.Config{
+		Network: w.Server, Tokens: []control.JoinToken{{Value: token}}, Store: st,
+		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: w.Server, Listen: "203.0.113.100:443"},
+	})
+	require.NoError(t, err)
+	defer srv.Close()
+	var k control.Key
+	_, _ = rand.Read(k[:])
+	r, err := control.RegisterNATS(ctx, site.Host, "nats://203.0.113.100:443", control.RegisterRequest{Token: token, Name: "n", PublicKey: k})
+	require.NoError(t, err)
+	reconnected := make(chan struct{}, 1)
+	s, err := control.Connect(ctx, site.Host, r.NodeID, r.NATS, control.Handlers{Reconnected: func() {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
+	}})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Probe(ctx, time.Second), "a live session answers")
+
+	site.Router.NAT().Reboot()
+	start := time.Now()
+	err = s.Probe(ctx, 500*time.Millisecond)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "control session: no answer within 500ms, reconnecting")
+	select {
+	case <-reconnected:
+		t.Logf("reconnected %v after the reboot", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reconnect within 5 s of the failed probe")
+	}
+	_, err = s.Peers(ctx)
+	require.NoError(t, err, "the session works again")
+	require.NoError(t, s.Probe(ctx, time.Second))
+}

@@ -95,6 +95,70 @@ type Node struct {
 	mu     sync.Mutex
 	peers  map[string]*peer // by node ID
 	closed bool
+
+	// probeLoop's: a kick when a direct path goes silent; stopProbes
+	// ends it and probesDone says it has.
+	probeKick  chan struct{}
+	stopProbes context.CancelFunc
+	probesDone chan struct{}
+}
+
+// A direct path going silent may mean our network changed under us (a
+// NAT on the way rebooted and forgot every mapping). Relay and control
+// connections through it are then dead too, but TCP only finds out when a
+// keepalive times out, after a minute or more. So the node probes both
+// (see relay.Client.Probe, control.Session.Probe), at most every
+// probeEvery, and each reconnects at once if it does not answer within
+// probeTimeout.
+const (
+	probeEvery   = 10 * time.Second
+	probeTimeout = 2 * time.Second
+)
+
+// relayProber is a RelayClient that can check its connection.
+type relayProber interface {
+	Probe(ctx context.Context, timeout time.Duration) error
+}
+
+// kickProbes asks probeLoop to check the uplinks; it never blocks.
+func (n *Node) kickProbes() {
+	select {
+	case n.probeKick <- struct{}{}:
+	default:
+	}
+}
+
+// probeLoop runs the probes kickProbes asks for until ctx ends.
+func (n *Node) probeLoop(ctx context.Context) {
+	defer close(n.probesDone)
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.probeKick:
+		}
+		if time.Since(last) < probeEvery {
+			continue
+		}
+		last = time.Now()
+		var wg sync.WaitGroup
+		if rp, ok := n.relay.(relayProber); ok {
+			wg.Go(func() {
+				if err := rp.Probe(ctx, probeTimeout); err != nil && ctx.Err() == nil {
+					n.log.Info("a direct path went silent and the relay did not answer a probe: reconnecting", "err", err)
+				}
+			})
+		}
+		if s := n.session.Load(); s != nil {
+			wg.Go(func() {
+				if err := s.Probe(ctx, probeTimeout); err != nil && ctx.Err() == nil {
+					n.log.Info("a direct path went silent and control did not answer a probe: reconnecting", "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }
 
 // Start registers the node and brings up its interface, relay and peers.
@@ -131,7 +195,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{}}
+	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{},
+		probeKick: make(chan struct{}, 1), probesDone: make(chan struct{})}
+	pctx, stop := context.WithCancel(context.Background())
+	n.stopProbes = stop
+	go n.probeLoop(pctx)
 	if err := n.start(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -211,7 +279,7 @@ func (n *Node) start(ctx context.Context) error {
 	keepalive := min(time.Second, n.cfg.ICE.DeadAfter/4)
 	n.env = &peerEnv{
 		priv: id.PrivateKey, pub: id.PublicKey(), bind: n.bind, udpMux: n.udpMux, cfg: n.cfg.ICE, log: n.log,
-		now: time.Now,
+		now: time.Now, directLost: n.kickProbes,
 		agentOpt: []ice.AgentOption{
 			ice.WithNet(pn),
 			ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(n.udpMux),
@@ -555,6 +623,8 @@ func (n *Node) MuxStats() MuxStats { return n.mux.Stats() }
 // Close stops the node: peers, WireGuard, relay, control session, socket.
 // It does not deregister: a restarted node keeps its identity.
 func (n *Node) Close() error {
+	n.stopProbes()
+	<-n.probesDone
 	n.mu.Lock()
 	n.closed = true
 	peers := n.peers

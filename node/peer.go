@@ -117,6 +117,9 @@ type peerEnv struct {
 	log      *slog.Logger
 	signal   func(ctx context.Context, to string, payload []byte) error
 	now      func() time.Time
+	// directLost, if set, is told (without blocking) that a direct path
+	// went silent.
+	directLost func()
 }
 
 // isOwnAddr reports whether host:port is one of the addresses our shared
@@ -261,6 +264,9 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		case ice.ConnectionStateDisconnected, ice.ConnectionStateFailed:
 			if _, direct := p.path.Direct(); direct {
 				p.fail(ctx, "direct path silent (ICE "+ev.state.String()+")")
+				if p.env.directLost != nil {
+					p.env.directLost()
+				}
 			}
 		}
 	case ev.retry:

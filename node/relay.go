@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/netx"
@@ -74,6 +75,11 @@ func (l *lrpClient) recvLoop(ctx context.Context, deliver func(control.Key, []by
 		}
 		deliver(control.Key(src), pkt)
 	}
+}
+
+// Probe checks the relay connection answers (see relay.Client.Probe).
+func (l *lrpClient) Probe(ctx context.Context, timeout time.Duration) error {
+	return l.c.Probe(ctx, timeout)
 }
 
 // Transport is "quic", "tcp" or "" while disconnected.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,8 +140,11 @@ type Client struct {
 
 	mu      sync.Mutex // guards the following
 	token   Token
-	lastErr error         // why the last attempt or connection ended
-	changed chan struct{} // closed and replaced on every state change
+	lastErr error                     // why the last attempt or connection ended
+	changed chan struct{}             // closed and replaced on every state change
+	probes  map[[8]byte]chan struct{} // Probe's pings awaiting their pong
+
+	probeSeq atomic.Uint64
 }
 
 type inPacket struct {
@@ -456,6 +460,7 @@ func (c *Client) readLoop(w *wire) {
 		case framePing:
 			w.queueCtrl(frame{typ: framePong, ping: f.ping})
 		case framePong:
+			c.pong(f.ping)
 		case framePeerGone:
 			c.stats.peerGone.Add(1)
 			if c.cfg.OnPeerGone != nil {
@@ -477,6 +482,69 @@ func (c *Client) readLoop(w *wire) {
 			w.fail(CloseProtocol, err.Error(), err, false)
 			return
 		}
+	}
+}
+
+// Probe checks that the relay still answers on the current connection: it
+// sends a ping and waits up to timeout for the pong. A connection that
+// stays silent is closed, and the client reconnects at once. This is for
+// when the caller has reason to doubt the path (its direct paths just
+// went silent: a NAT on the way may have rebooted and forgotten the
+// connection's mapping, which the keepalive would only notice after three
+// intervals). Without a connection, Probe returns ErrNotConnected: the
+// client is reconnecting already.
+func (c *Client) Probe(ctx context.Context, timeout time.Duration) error {
+	cc := c.cur.Load()
+	if cc == nil {
+		return ErrNotConnected
+	}
+	var id [8]byte
+	// The top bit keeps probes apart from the watchdog's pings.
+	binary.BigEndian.PutUint64(id[:], c.probeSeq.Add(1)|1<<63)
+	got := make(chan struct{})
+	c.mu.Lock()
+	if c.probes == nil {
+		c.probes = map[[8]byte]chan struct{}{}
+	}
+	c.probes[id] = got
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.probes, id)
+		c.mu.Unlock()
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	// The ping waits for room among the writer's control frames; a writer
+	// that cannot take one within timeout is stuck on the connection too.
+	ping := cc.w.ctrl
+	for ping != nil || got != nil {
+		select {
+		case ping <- frame{typ: framePing, ping: id}:
+			ping = nil
+		case <-got:
+			return nil
+		case <-cc.w.done:
+			return ErrNotConnected
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			ping, got = nil, nil
+		}
+	}
+	msg := fmt.Sprintf("no answer to a probe within %v", timeout)
+	cc.w.fail(CloseIdle, msg, nil, false)
+	return fmt.Errorf("relay %s: %s: %w", c.cfg.Server, msg, ErrNotConnected)
+}
+
+// pong wakes the Probe waiting for id, if any.
+func (c *Client) pong(id [8]byte) {
+	c.mu.Lock()
+	ch := c.probes[id]
+	delete(c.probes, id)
+	c.mu.Unlock()
+	if ch != nil {
+		close(ch)
 	}
 }
 

@@ -101,3 +101,47 @@ func labSite(t *testing.T, f *fabric.Fabric, name, profile string, uplink byte) 
 	require.NoError(t, err)
 	return h, r
 }
+
+// TestLabProbeAfterNATReboot: the NAT in front of a TCP client reboots and
+// forgets the connection's mapping; the connection is silently dead (the
+// NAT drops the client's segments, which are no SYN, and the server's).
+// Probe notices within its timeout and the client reconnects at once,
+// where the keepalive would have waited three intervals.
+func TestLabProbeAfterNATReboot(t *testing.T) {
+	f, err := fabric.New(fabric.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	require.NoError(t, err)
+	server, err := f.AddHost(fabric.HostConfig{Name: "relay", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
+	require.NoError(t, err)
+	host, router := labSite(t, f, "site", "port-restricted-cone", 10)
+
+	secret := bytes.Repeat([]byte{7}, relay.MinSecretSize)
+	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	key := relay.Key{1}
+	c, err := relay.NewClient(relay.ClientConfig{
+		Network: host, Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: key,
+		Token: relay.IssueToken(secret, key, time.Now().Add(time.Hour)), Transport: "tcp",
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, c.WaitConnected(ctx))
+
+	require.NoError(t, c.Probe(ctx, time.Second), "a live connection answers")
+	require.Equal(t, uint64(1), c.Stats().Connects)
+
+	router.NAT().Reboot()
+	start := time.Now()
+	err = c.Probe(ctx, 500*time.Millisecond)
+	require.ErrorIs(t, err, relay.ErrNotConnected)
+	assert.ErrorContains(t, err, "no answer to a probe within 500ms")
+	require.Eventually(t, func() bool { return c.Stats().Connects == 2 }, 3*time.Second, 10*time.Millisecond,
+		"no reconnect within 3 s of the failed probe")
+	t.Logf("reconnected %v after the reboot", time.Since(start))
+	require.NoError(t, c.Probe(ctx, time.Second), "the new connection answers")
+}
