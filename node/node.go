@@ -236,6 +236,9 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: UDP socket: %w", err)
 	}
+	if err := netx.SetSocketBuffers(pc, netx.SocketBufferSize); err != nil {
+		n.log.Warn("UDP socket buffers stay small; bursts may be dropped", "err", err)
+	}
 	n.mux = NewMux(pc, n.log)
 	pn, err := netx.PionNet(n.cfg.Network)
 	if err != nil {
