@@ -3,9 +3,12 @@ package fabric
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +72,15 @@ func (f *Fabric) AddKernelHost(cfg KernelHostConfig) (*KernelHost, error) {
 		ifc.close()
 		return nil, fmt.Errorf("%w: kernel host %q: gateway %v is not on %s", ErrInvalid, cfg.Name, cfg.Gateway, ifc.network.name)
 	}
+	reapOnce.Do(func() {
+		reaped, err := ReapNamespaces()
+		if len(reaped) > 0 {
+			f.log.Info("removed namespaces left by labs that were killed", "namespaces", reaped)
+		}
+		if err != nil {
+			f.log.Warn("could not remove every namespace left by killed labs", "err", err)
+		}
+	})
 	// Unique per process and host: parallel labs may name hosts alike.
 	ns := fmt.Sprintf("lab-%s-%d-%d", cfg.Name, os.Getpid(), kernelHostSeq.Add(1))
 	k := &KernelHost{name: cfg.Name, netns: ns, ifc: ifc, gw: cfg.Gateway}
@@ -110,9 +122,47 @@ func ipCommand(args ...string) error {
 	return nil
 }
 
+// reapOnce runs ReapNamespaces before a process's first kernel host.
+var reapOnce sync.Once
+
+// nsName matches the namespaces kernel hosts make: lab-HOST-PID-SEQ.
+var nsName = regexp.MustCompile(`^lab-.+-([0-9]+)-[0-9]+$`)
+
+// ReapNamespaces deletes the kernel-host namespaces that labs killed
+// without a chance to clean up (SIGKILL, a crash) left under /run/netns:
+// those whose process is gone. It returns the names it deleted. A fabric
+// calls it before its first kernel host.
+func ReapNamespaces() ([]string, error) {
+	entries, err := os.ReadDir("/run/netns")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fabric: list namespaces: %w", err)
+	}
+	var reaped []string
+	var errs []error
+	for _, e := range entries {
+		m := nsName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid == os.Getpid() || !errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
+			continue // ours, or its lab still runs
+		}
+		if err := ipCommand("netns", "del", e.Name()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		reaped = append(reaped, e.Name())
+	}
+	return reaped, errors.Join(errs...)
+}
+
 // setup makes the namespace, the TUN device in it, its address and routes.
 func (k *KernelHost) setup() error {
-	_ = exec.Command("ip", "netns", "del", k.netns).Run() // a leftover of a killed run
+	_ = exec.Command("ip", "netns", "del", k.netns).Run() // ours, from a killed run with our PID
 	if err := ipCommand("netns", "add", k.netns); err != nil {
 		return err
 	}

@@ -93,3 +93,31 @@ func TestKernelHost(t *testing.T) {
 	_, err = os.Stat(k.NetnsPath())
 	assert.True(t, errors.Is(err, os.ErrNotExist), "the namespace is removed with the fabric")
 }
+
+// TestReapNamespaces: a namespace left by a lab that was killed (its PID
+// is gone) is removed; one whose lab still runs is not.
+func TestReapNamespaces(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs ip (make deps installs it)")
+	}
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	dead := fmt.Sprintf("lab-reaptest-%d-1", gone.Process.Pid)
+	live := fmt.Sprintf("lab-reaptest-%d-1", os.Getppid())
+	for _, ns := range []string{dead, live} {
+		out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput()
+		require.NoError(t, err, string(out))
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	reaped, err := fabric.ReapNamespaces()
+	require.NoError(t, err)
+	assert.Contains(t, reaped, dead)
+	assert.NotContains(t, reaped, live, "its process still runs")
+	_, err = os.Stat("/run/netns/" + dead)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Stat("/run/netns/" + live)
+	assert.NoError(t, err)
+}

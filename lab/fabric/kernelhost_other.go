@@ -29,6 +29,9 @@ func (f *Fabric) AddKernelHost(cfg KernelHostConfig) (*KernelHost, error) {
 
 func (k *KernelHost) close() error { return nil }
 
+// ReapNamespaces has nothing to do off Linux.
+func ReapNamespaces() ([]string, error) { return nil, nil }
+
 var errLinuxOnly = errors.New("fabric: kernel hosts are Linux only")
 
 // KernelHost returns nil: there are no kernel hosts off Linux.
