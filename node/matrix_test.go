@@ -160,5 +160,8 @@ func TestDirectCutMidTransfer(t *testing.T) {
 	for _, e := range st.History {
 		t.Logf("  %s %s %v: %s", e.Time.Format("15:04:05.000"), e.To, e.Addr, e.Reason)
 	}
+	for _, e := range b.Status()[0].History {
+		t.Logf("  beta %s %s %v: %s", e.Time.Format("15:04:05.000"), e.To, e.Addr, e.Reason)
+	}
 	assert.GreaterOrEqual(t, len(st.History), 4, "relay → direct → relay → direct")
 }

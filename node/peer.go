@@ -63,6 +63,9 @@ type peerEvent struct {
 	state     *ice.ConnectionState // the agent's state changed
 	session   uint64               // the session a connected/state event belongs to
 	retry     bool                 // the backoff timer fired
+	// checkDirect: restartCheck has passed since the peer restarted ICE
+	// while we were direct (see restartWhileDirect).
+	checkDirect bool
 }
 
 type iceResult struct {
@@ -162,6 +165,8 @@ type peer struct {
 	pending     []*Signal // candidates that came before credentials
 	failures    int
 	retryTimer  *time.Timer
+	checkTimer  *time.Timer // see restartWhileDirect
+	connected   uint64      // the last session whose attempt connected
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.
 	keepaliveTimer *time.Timer
@@ -225,6 +230,9 @@ func (p *peer) run(ctx context.Context) {
 			if p.retryTimer != nil {
 				p.retryTimer.Stop()
 			}
+			if p.checkTimer != nil {
+				p.checkTimer.Stop()
+			}
 			return
 		case ev := <-p.events:
 			p.handle(ctx, ev)
@@ -253,6 +261,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 			return
 		}
 		p.failures = 0
+		p.connected = ev.session
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
 	case ev.state != nil:
@@ -272,7 +281,51 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 	case ev.retry:
 		p.retryTimer = nil
 		p.startAttempt(ctx, fmt.Sprintf("retry %d", p.failures))
+	case ev.checkDirect:
+		p.checkTimer = nil
+		if ev.session != p.session || p.connected == p.session {
+			return
+		}
+		if _, direct := p.path.Direct(); direct && p.env.now().Sub(p.path.LastDirectReceive()) >= restartCheck(p.env.cfg.DeadAfter) {
+			// The attempt runs on; it returns us to a direct path if
+			// it finds one.
+			p.env.bind.SetDirect(p.path, netip.AddrPort{})
+			p.record(PathRelay, netip.AddrPort{}, "direct path silent while the peer restarted ICE")
+			if p.env.directLost != nil {
+				p.env.directLost()
+			}
+		}
 	}
+}
+
+// restartWhileDirect watches the direct path after the peer restarted
+// ICE. The peer does that when its side of the path died (or it
+// restarted), and our agent, which would have told us the same through
+// its consent checks within moments, is gone with the old attempt: the
+// new one reports only when it connects or times out (AttemptTimeout),
+// and meanwhile a dead path would swallow our traffic. Over a working
+// path the new attempt connects within a few hundred milliseconds. So if
+// it has not connected restartCheck from now, and nothing came on the
+// direct path meanwhile, the path goes to the relay; the attempt runs on
+// and brings it back when it connects.
+func (p *peer) restartWhileDirect(ctx context.Context) {
+	if _, direct := p.path.Direct(); !direct {
+		return
+	}
+	if p.checkTimer != nil {
+		p.checkTimer.Stop()
+	}
+	session := p.session
+	p.checkTimer = time.AfterFunc(restartCheck(p.env.cfg.DeadAfter), func() {
+		if ctx.Err() == nil {
+			p.post(peerEvent{checkDirect: true, session: session})
+		}
+	})
+}
+
+// restartCheck is how long restartWhileDirect gives a new attempt.
+func restartCheck(deadAfter time.Duration) time.Duration {
+	return min(deadAfter/2, 2*time.Second)
 }
 
 // fail falls back to the relay and schedules the next direct attempt.
@@ -398,6 +451,7 @@ func (p *peer) onSignal(ctx context.Context, s *Signal) {
 			if p.agent == nil {
 				return
 			}
+			p.restartWhileDirect(ctx)
 		}
 		p.haveRemote = true
 		p.boundRemote = s.Session
