@@ -27,7 +27,7 @@ test-community:
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	@# The race detector slows the end-to-end mesh tests about tenfold, so
 	@# under it they move less data; here they run again at full size.
-	$(GO) test -count=1 -timeout 15m -run 'TestDirectCutMidTransfer|TestPathMatrix' ./node/
+	$(GO) test -count=1 -timeout 15m -run 'TestDirectCutMidTransfer|TestPathMatrix|TestRestartFirstExchange|TestShortDeadAfterStaysDirect' ./node/
 
 # The Pro edition differs only in the packages that ask internal/edition;
 # their tests run again with the tag (the rest is the same code).

@@ -17,7 +17,10 @@ import (
 // left none.
 func TestShortDeadAfterStaysDirect(t *testing.T) {
 	w := newLabWorld(t)
-	short := func(c *node.Config) { c.ICE.DeadAfter = 1500 * time.Millisecond }
+	// Under -race on a busy machine pion's timers can stall for over a
+	// second, so there the DeadAfter is four times longer; the suite runs
+	// this test again without -race.
+	short := func(c *node.Config) { c.ICE.DeadAfter = slow(1500 * time.Millisecond) }
 	a := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, short)
 	b := startNode(t, w.site(t, "full-cone"), "beta", &stockNetstack{}, short)
 	waitPath(t, a, node.PathDirect, slow(10*time.Second))

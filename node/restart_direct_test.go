@@ -75,7 +75,9 @@ func TestRestartFirstExchange(t *testing.T) {
 		// A first TCP SYN sent on the stale session is lost, so peer →
 		// restarted takes one SYN retransmission (1 s). WireGuard's own
 		// retry comes at 5 s, the waiting side's keepalive at 3 s.
-		assert.Less(t, first, 2500*time.Millisecond, "round %d: %s side restarted, %s", round, what, dir)
+		// (Under -race on a busy machine, four times that; the suite
+		// runs this test again without it.)
+		assert.Less(t, first, slow(2500*time.Millisecond), "round %d: %s side restarted, %s", round, what, dir)
 		ctx, cancel := context.WithTimeout(t.Context(), slow(3*time.Second))
 		err = tryEcho(ctx, na, b.Address().Addr(), 7)
 		cancel()
