@@ -58,6 +58,14 @@ type Bind struct {
 	isOpen    bool
 	unknown   atomic.Uint64
 	byIndexRx atomic.Uint64 // direct packets from unknown addresses, matched by index
+
+	// strays are the sources of recent transport messages that matched no
+	// path and no index of ours (Unix ns), at most maxStrays: a peer
+	// still on a session from before our restart, whose address our ICE
+	// has not chosen yet. SetDirect tells the path's stale handler when
+	// ICE chooses one.
+	strayMu   sync.Mutex
+	strays    map[netip.AddrPort]int64
 	staleRx   atomic.Uint64 // transport messages for a session we do not have
 	relayDrop atomic.Uint64
 	crossed   atomic.Uint64 // the peer's initiations dropped for ours (crossing)
@@ -214,6 +222,11 @@ func (b *Bind) RemovePeer(key control.Key) {
 // sides notice a dead path at different moments, and WireGuard
 // authenticates every packet anyway.
 func (b *Bind) SetDirect(p *Path, addr netip.AddrPort) {
+	if addr.IsValid() && b.strayFrom(addr) {
+		if last := p.lastStale.Load(); p.lastStale.CompareAndSwap(last, time.Now().UnixNano()) {
+			p.stale()
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !addr.IsValid() {
@@ -273,6 +286,33 @@ func (b *Bind) Unknown() uint64 { return b.unknown.Load() }
 
 // Stale counts transport messages for a session we do not have.
 func (b *Bind) Stale() uint64 { return b.staleRx.Load() }
+
+// maxStrays bounds Bind.strays; strayAge is how long one counts.
+const (
+	maxStrays = 64
+	strayAge  = 5 * time.Second
+)
+
+// noteStray records the source of a transport message that matched
+// nothing.
+func (b *Bind) noteStray(from netip.AddrPort, now int64) {
+	b.strayMu.Lock()
+	defer b.strayMu.Unlock()
+	if b.strays == nil || len(b.strays) >= maxStrays {
+		b.strays = map[netip.AddrPort]int64{}
+	}
+	b.strays[from] = now
+}
+
+// strayFrom reports (and forgets) whether addr sent a stray transport
+// message lately.
+func (b *Bind) strayFrom(addr netip.AddrPort) bool {
+	b.strayMu.Lock()
+	defer b.strayMu.Unlock()
+	t, ok := b.strays[addr]
+	delete(b.strays, addr)
+	return ok && time.Since(time.Unix(0, t)) < strayAge
+}
 
 // staleSession reports whether pkt is a transport message for none of our
 // sessions with p and p's stale handler is due. Callers hold b.mu (read).
@@ -334,6 +374,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 					}
 					if p == nil {
 						b.unknown.Add(1)
+						if pkt := bufs[i][:sizes[i]]; len(pkt) >= 32 && pkt[0] == 4 {
+							b.noteStray(from[i], now)
+						}
 						continue
 					}
 					b.byIndexRx.Add(1)

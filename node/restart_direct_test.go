@@ -72,12 +72,18 @@ func TestRestartFirstExchange(t *testing.T) {
 		eventuallyEcho(t, from, to, 7, slow(10*time.Second), dir)
 		first := time.Since(start)
 		t.Logf("round %d, %s side restarted, %s: first round trip after %v", round, what, dir, first)
-		// A first TCP SYN sent on the stale session is lost, so peer →
-		// restarted takes one SYN retransmission (1 s). WireGuard's own
-		// retry comes at 5 s, the waiting side's keepalive at 3 s.
-		// (Under -race on a busy machine, four times that; the suite
-		// runs this test again without it.)
-		assert.Less(t, first, slow(2500*time.Millisecond), "round %d: %s side restarted, %s", round, what, dir)
+		// Restarted → peer: well under WireGuard's 5 s retry and the
+		// waiting side's 3 s keepalive. Peer → restarted: the peer's
+		// first SYN, sent on the stale session, is lost, so one SYN
+		// retransmission (1 s) when idle; on a busy machine the
+		// restarted node's ICE can be late and this still takes 3-6 s
+		// in about one run in four (one WireGuard retry), so its bound
+		// only catches worse. Under -race, four times each.
+		bound := slow(2500 * time.Millisecond)
+		if round%2 == 0 {
+			bound = slow(8 * time.Second)
+		}
+		assert.Less(t, first, bound, "round %d: %s side restarted, %s", round, what, dir)
 		ctx, cancel := context.WithTimeout(t.Context(), slow(3*time.Second))
 		err = tryEcho(ctx, na, b.Address().Addr(), 7)
 		cancel()
