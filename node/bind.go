@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,11 +129,26 @@ type Path struct {
 // noticed our restart). It runs on a receive goroutine and must not block.
 func (p *Path) SetStaleHandler(f func()) { p.onStale.Store(&f) }
 
-// stale runs the stale handler.
-func (p *Path) stale() {
+// stale runs the stale handler, at most once a second.
+func (p *Path) stale(now int64) {
+	last := p.lastStale.Load()
+	if now-last < int64(time.Second) || !p.lastStale.CompareAndSwap(last, now) {
+		return
+	}
 	if f := p.onStale.Load(); f != nil && *f != nil {
 		(*f)()
 	}
+}
+
+// hasIndex reports whether idx is one of our sender indices for p, newest
+// (the current session's) first. Callers hold Bind.mu.
+func (p *Path) hasIndex(idx uint32) bool {
+	for i := len(p.indices) - 1; i >= 0; i-- {
+		if p.indices[i] == idx {
+			return true
+		}
+	}
+	return false
 }
 
 // maxIndices bounds Path.indices.
@@ -157,7 +171,7 @@ const glareWindow = 2 * time.Second
 // So the leading side drops the peer's initiation while its own is
 // unanswered; the peer answers ours, and one handshake completes.
 func (p *Path) crossing(pkt []byte) bool {
-	if len(pkt) != 148 || pkt[0] != 1 || !p.leads.Load() {
+	if !isInitiation(pkt) || !p.leads.Load() {
 		return false
 	}
 	p.hsMu.Lock()
@@ -223,9 +237,7 @@ func (b *Bind) RemovePeer(key control.Key) {
 // authenticates every packet anyway.
 func (b *Bind) SetDirect(p *Path, addr netip.AddrPort) {
 	if addr.IsValid() && b.strayFrom(addr) {
-		if last := p.lastStale.Load(); p.lastStale.CompareAndSwap(last, time.Now().UnixNano()) {
-			p.stale()
-		}
+		p.stale(time.Now().UnixNano())
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -258,14 +270,14 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 	}
 	b.mu.RLock()
 	p := b.peers[src]
-	stale := p != nil && b.staleSession(p, pkt, time.Now().UnixNano())
+	stale := p != nil && b.staleSession(p, pkt)
 	b.mu.RUnlock()
 	if p == nil {
 		b.unknown.Add(1)
 		return
 	}
 	if stale {
-		p.stale()
+		p.stale(time.Now().UnixNano())
 	}
 	if p.crossing(pkt) {
 		b.crossed.Add(1)
@@ -314,15 +326,14 @@ func (b *Bind) strayFrom(addr netip.AddrPort) bool {
 	return ok && time.Since(time.Unix(0, t)) < strayAge
 }
 
-// staleSession reports whether pkt is a transport message for none of our
-// sessions with p and p's stale handler is due. Callers hold b.mu (read).
-func (b *Bind) staleSession(p *Path, pkt []byte, now int64) bool {
-	if len(pkt) < 32 || pkt[0] != 4 || slices.Contains(p.indices, binary.LittleEndian.Uint32(pkt[4:8])) {
+// staleSession reports (and counts) whether pkt is a transport message for
+// none of our sessions with p. Callers hold b.mu (read).
+func (b *Bind) staleSession(p *Path, pkt []byte) bool {
+	if !isTransport(pkt) || p.hasIndex(binary.LittleEndian.Uint32(pkt[4:8])) {
 		return false
 	}
 	b.staleRx.Add(1)
-	last := p.lastStale.Load()
-	return now-last >= int64(time.Second) && p.lastStale.CompareAndSwap(last, now)
+	return true
 }
 
 // ByIndex counts direct packets from addresses that were no peer's path,
@@ -374,7 +385,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 					}
 					if p == nil {
 						b.unknown.Add(1)
-						if pkt := bufs[i][:sizes[i]]; len(pkt) >= 32 && pkt[0] == 4 {
+						if isTransport(bufs[i][:sizes[i]]) {
 							b.noteStray(from[i], now)
 						}
 						continue
@@ -386,12 +397,12 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 						continue
 					}
 					p.lastDirectRx.Store(now)
-					if b.staleSession(p, bufs[i][:sizes[i]], now) {
+					if b.staleSession(p, bufs[i][:sizes[i]]) {
 						stale = append(stale, p)
 					}
 				}
 				p.RxDirect.Add(uint64(sizes[i]))
-				if sizes[i] == 92 && bufs[i][0] == 2 {
+				if isResponse(bufs[i][:sizes[i]]) {
 					b.noteResponse(p)
 				}
 				if out != i {
@@ -404,7 +415,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			}
 			b.mu.RUnlock()
 			for _, p := range stale {
-				p.stale()
+				p.stale(now)
 			}
 			if out > 0 {
 				return out, nil
@@ -426,7 +437,7 @@ func (b *Bind) receiveRelayed(stop chan struct{}) conn.ReceiveFunc {
 			sizes[i] = copy(bufs[i], (*r.buf)[:r.n])
 			muxPool.Put(r.buf)
 			r.path.RxRelay.Add(uint64(sizes[i]))
-			if sizes[i] == 92 && bufs[i][0] == 2 {
+			if isResponse(bufs[i][:sizes[i]]) {
 				b.noteResponse(r.path)
 			}
 			eps[i] = &Endpoint{Path: r.path}
@@ -522,10 +533,10 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	}
 	for _, buf := range bufs {
 		switch {
-		case len(buf) == 148 && buf[0] == 1:
+		case isInitiation(buf):
 			b.noteInitiation(e.Path, buf)
 			b.noteIndex(e.Path, binary.LittleEndian.Uint32(buf[4:8]))
-		case len(buf) == 92 && buf[0] == 2:
+		case isResponse(buf):
 			b.noteIndex(e.Path, binary.LittleEndian.Uint32(buf[4:8]))
 		}
 	}
@@ -555,9 +566,9 @@ func (b *Bind) noteIndex(p *Path, idx uint32) {
 // cookie reply (64) or transport message; initiations carry none.
 func receiverIndex(pkt []byte) (uint32, bool) {
 	switch {
-	case len(pkt) == 92 && pkt[0] == 2:
+	case isResponse(pkt):
 		return binary.LittleEndian.Uint32(pkt[8:12]), true
-	case len(pkt) == 64 && pkt[0] == 3, len(pkt) >= 32 && pkt[0] == 4:
+	case len(pkt) == cookieSize && pkt[0] == 3, isTransport(pkt):
 		return binary.LittleEndian.Uint32(pkt[4:8]), true
 	}
 	return 0, false

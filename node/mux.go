@@ -43,15 +43,15 @@ func Classify(b []byte) PacketKind {
 	if n >= 4 && b[1] == 0 && b[2] == 0 && b[3] == 0 {
 		switch b[0] {
 		case 1:
-			if n == 148 {
+			if n == initiationSize {
 				return KindWireGuard
 			}
 		case 2:
-			if n == 92 {
+			if n == responseSize {
 				return KindWireGuard
 			}
 		case 3:
-			if n == 64 {
+			if n == cookieSize {
 				return KindWireGuard
 			}
 		case 4:
@@ -59,13 +59,26 @@ func Classify(b []byte) PacketKind {
 			// multiple of 16 only below the MTU: wireguard-go caps padded
 			// packets at the MTU (1420 is not a multiple of 16), so a
 			// full-size packet's message is 1452 bytes.
-			if n >= 32 {
+			if n >= transportMin {
 				return KindWireGuard
 			}
 		}
 	}
 	return KindOther
 }
+
+// WireGuard message shapes (type byte and length), for the Bind. They
+// assume Classify said KindWireGuard or check as much as they need.
+const (
+	initiationSize = 148
+	responseSize   = 92
+	cookieSize     = 64
+	transportMin   = 32 // header and tag
+)
+
+func isInitiation(b []byte) bool { return len(b) == initiationSize && b[0] == 1 }
+func isResponse(b []byte) bool   { return len(b) == responseSize && b[0] == 2 }
+func isTransport(b []byte) bool  { return len(b) >= transportMin && b[0] == 4 }
 
 // MuxStats counts what the mux saw.
 type MuxStats struct {

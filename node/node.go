@@ -433,8 +433,6 @@ func (n *Node) addPeer(info control.Peer) {
 				t.Reset(0)
 			}
 		})
-	} else {
-		p.path.SetStaleHandler(nil)
 	}
 }
 

@@ -134,7 +134,7 @@ func (e *peerEnv) isOwnAddr(host string, port int) bool {
 	}
 	want := netip.AddrPortFrom(a.Unmap(), uint16(port))
 	for _, la := range e.udpMux.GetListenAddresses() {
-		if ua, ok := la.(*net.UDPAddr); ok && ua.AddrPort().Addr().Unmap() == want.Addr() && ua.AddrPort().Port() == want.Port() {
+		if ua, ok := la.(*net.UDPAddr); ok && netip.AddrPortFrom(ua.AddrPort().Addr().Unmap(), ua.AddrPort().Port()) == want {
 			return true
 		}
 	}
