@@ -70,23 +70,44 @@ func (n *wgNode) addPeer(t *testing.T, o *wgNode) *node.Path {
 	return n.bind.Peer(pub)
 }
 
-// TestBindPaths runs WireGuard between two lab hosts over the node's Bind:
-// first direct, then, mid-transfer, over a relay, then direct again; the
-// data arrives intact and each path carried part of it.
-func TestBindPaths(t *testing.T) {
+// newWGPair puts two WireGuard nodes on a lab internet (a at
+// 203.0.113.1, b at .2), each the other's peer, with a relay between them
+// in memory and no direct path yet. pa is a's view of b, pb b's of a.
+func newWGPair(t *testing.T) (f *fabric.Fabric, a, b *wgNode, pa, pb *node.Path) {
+	t.Helper()
 	f, err := fabric.New(fabric.Config{})
 	require.NoError(t, err)
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
 	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
 	require.NoError(t, err)
 	ha, err := f.AddHost(fabric.HostConfig{Name: "a", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.1")}}})
 	require.NoError(t, err)
 	hb, err := f.AddHost(fabric.HostConfig{Name: "b", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.2")}}})
 	require.NoError(t, err)
-	a, b := newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
-	pa, pb := a.addPeer(t, b), b.addPeer(t, a) // pa: a's view of b
+	a, b = newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
+	pa, pb = a.addPeer(t, b), b.addPeer(t, a)
 	a.bind.SetRelay(&memRelay{from: node.PublicKey(a.priv), to: b.bind})
 	b.bind.SetRelay(&memRelay{from: node.PublicKey(b.priv), to: a.bind})
+	return f, a, b, pa, pb
+}
+
+// echoOnce serves one connection on l, echoing what it reads.
+func echoOnce(l net.Listener) {
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+}
+
+// TestBindPaths runs WireGuard between two lab hosts over the node's Bind:
+// first direct, then, mid-transfer, over a relay, then direct again; the
+// data arrives intact and each path carried part of it.
+func TestBindPaths(t *testing.T) {
+	f, a, b, pa, pb := newWGPair(t) // pa: a's view of b
 	a.bind.SetDirect(pa, netip.MustParseAddrPort("203.0.113.2:51820"))
 	b.bind.SetDirect(pb, netip.MustParseAddrPort("203.0.113.1:51820"))
 
@@ -168,33 +189,14 @@ func TestBindPaths(t *testing.T) {
 // receiver index, so the connection opens at once; WireGuard would refuse
 // the resent initiation as a replay and retry only after 5 s.
 func TestBindAnswerOnUnchosenPath(t *testing.T) {
-	f, err := fabric.New(fabric.Config{})
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
-	require.NoError(t, err)
-	ha, err := f.AddHost(fabric.HostConfig{Name: "a", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.1")}}})
-	require.NoError(t, err)
-	hb, err := f.AddHost(fabric.HostConfig{Name: "b", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.2")}}})
-	require.NoError(t, err)
-	a, b := newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
-	pa, _ := a.addPeer(t, b), b.addPeer(t, a)
-	a.bind.SetRelay(&memRelay{from: node.PublicKey(a.priv), to: b.bind})
-	b.bind.SetRelay(&memRelay{from: node.PublicKey(b.priv), to: a.bind})
+	_, a, b, pa, _ := newWGPair(t)
 	// a sends to b directly; b, like a restarted node, only has the relay.
 	a.bind.SetDirect(pa, netip.MustParseAddrPort("203.0.113.2:51820"))
 
 	l, err := a.tnet.ListenTCP(&net.TCPAddr{Port: 80})
 	require.NoError(t, err)
 	defer l.Close()
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, _ = io.Copy(c, c)
-	}()
+	echoOnce(l)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -215,19 +217,7 @@ func TestBindAnswerOnUnchosenPath(t *testing.T) {
 // never had (the peer has not noticed our restart) runs the path's stale
 // handler, at most once a second; our own sessions' messages do not.
 func TestBindStaleSession(t *testing.T) {
-	f, err := fabric.New(fabric.Config{})
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
-	require.NoError(t, err)
-	ha, err := f.AddHost(fabric.HostConfig{Name: "a", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.1")}}})
-	require.NoError(t, err)
-	hb, err := f.AddHost(fabric.HostConfig{Name: "b", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.2")}}})
-	require.NoError(t, err)
-	a, b := newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
-	pa, pb := a.addPeer(t, b), b.addPeer(t, a)
-	a.bind.SetRelay(&memRelay{from: node.PublicKey(a.priv), to: b.bind})
-	b.bind.SetRelay(&memRelay{from: node.PublicKey(b.priv), to: a.bind})
+	_, a, b, pa, pb := newWGPair(t)
 	var calls atomic.Int32
 	pa.SetStaleHandler(func() { calls.Add(1) })
 	pb.SetStaleHandler(func() { calls.Add(1) })
@@ -236,12 +226,7 @@ func TestBindStaleSession(t *testing.T) {
 	l, err := b.tnet.ListenTCP(&net.TCPAddr{Port: 80})
 	require.NoError(t, err)
 	defer l.Close()
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			_, _ = io.Copy(c, c)
-			c.Close()
-		}
-	}()
+	echoOnce(l)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	c, err := a.tnet.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.addr, 80))

@@ -190,14 +190,7 @@ func TestNodesGoDirectBehindConeNATs(t *testing.T) {
 	l, err := pb.net.ListenTCP(&net.TCPAddr{Port: 80})
 	require.NoError(t, err)
 	defer l.Close()
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, _ = io.Copy(c, c)
-	}()
+	echoOnce(l)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	relayedBefore := a.Status()[0].TxRelay

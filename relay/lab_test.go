@@ -22,20 +22,9 @@ import (
 // first client which transport to use: it must end up on TCP by itself
 // while the other uses QUIC, and packets must flow between them.
 func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
-	f, err := fabric.New(fabric.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, f.Close()) })
-	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
-	require.NoError(t, err)
-	server, err := f.AddHost(fabric.HostConfig{Name: "relay", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
-	require.NoError(t, err)
+	f, s, secret := labRelay(t)
 	blockedHost, blockedRouter := labSite(t, f, "blocked", "udp-blocked", 10)
 	openHost, _ := labSite(t, f, "open", "full-cone", 11)
-
-	secret := bytes.Repeat([]byte{7}, relay.MinSecretSize)
-	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
 
 	dial := func(h *fabric.Host, key relay.Key) *relay.Client {
 		c, err := relay.NewClient(relay.ClientConfig{
@@ -74,6 +63,24 @@ func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
 	assert.Equal(t, map[string]int{"quic": 1, "tcp": 1}, st.Clients)
 }
 
+// labRelay starts a fabric with an internet and a relay on 203.0.113.100:443
+// that issues tokens with secret.
+func labRelay(t *testing.T) (*fabric.Fabric, *relay.Server, []byte) {
+	t.Helper()
+	f, err := fabric.New(fabric.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.Close()) })
+	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
+	require.NoError(t, err)
+	server, err := f.AddHost(fabric.HostConfig{Name: "relay", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
+	require.NoError(t, err)
+	secret := bytes.Repeat([]byte{7}, relay.MinSecretSize)
+	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return f, s, secret
+}
+
 // labSite adds a LAN with one host behind a router whose uplink is
 // 203.0.113.<uplink>, translating with the named NAT profile.
 func labSite(t *testing.T, f *fabric.Fabric, name, profile string, uplink byte) (*fabric.Host, *fabric.Router) {
@@ -108,19 +115,8 @@ func labSite(t *testing.T, f *fabric.Fabric, name, profile string, uplink byte) 
 // Probe notices within its timeout and the client reconnects at once,
 // where the keepalive would have waited three intervals.
 func TestLabProbeAfterNATReboot(t *testing.T) {
-	f, err := fabric.New(fabric.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, f.Close()) })
-	_, err = f.AddNetwork(fabric.NetworkConfig{Name: "internet", Prefix: netip.MustParsePrefix("203.0.113.0/24")})
-	require.NoError(t, err)
-	server, err := f.AddHost(fabric.HostConfig{Name: "relay", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
-	require.NoError(t, err)
+	f, s, secret := labRelay(t)
 	host, router := labSite(t, f, "site", "port-restricted-cone", 10)
-
-	secret := bytes.Repeat([]byte{7}, relay.MinSecretSize)
-	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	key := relay.Key{1}
 	c, err := relay.NewClient(relay.ClientConfig{
 		Network: host, Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: key,
