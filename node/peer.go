@@ -11,6 +11,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,19 +127,23 @@ type peerEnv struct {
 }
 
 // isOwnAddr reports whether host:port is one of the addresses our shared
-// socket listens on.
-func (e *peerEnv) isOwnAddr(host string, port int) bool {
+// socket listens on. It lists them once per attempt (listing a kernel's
+// interfaces is a few syscalls).
+func (p *peer) isOwnAddr(host string, port int) bool {
 	a, err := netip.ParseAddr(host)
-	if err != nil || e.udpMux == nil {
+	if err != nil || p.env.udpMux == nil {
 		return false
 	}
-	want := netip.AddrPortFrom(a.Unmap(), uint16(port))
-	for _, la := range e.udpMux.GetListenAddresses() {
-		if ua, ok := la.(*net.UDPAddr); ok && netip.AddrPortFrom(ua.AddrPort().Addr().Unmap(), ua.AddrPort().Port()) == want {
-			return true
+	if p.ownAddrs == nil {
+		p.ownAddrs = []netip.AddrPort{}
+		for _, la := range p.env.udpMux.GetListenAddresses() {
+			if ua, ok := la.(*net.UDPAddr); ok {
+				ap := ua.AddrPort()
+				p.ownAddrs = append(p.ownAddrs, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+			}
 		}
 	}
-	return false
+	return slices.Contains(p.ownAddrs, netip.AddrPortFrom(a.Unmap(), uint16(port)))
 }
 
 // peer manages one peer: its ICE agent and its path. All its state is
@@ -161,6 +166,7 @@ type peer struct {
 	boundRemote uint64 // the peer's session those credentials belong to
 	ufrag, pwd  string // the current agent's credentials
 	localCands  []string
+	ownAddrs    []netip.AddrPort // our socket's addresses, listed once per attempt (isOwnAddr)
 	remote      replayGuard
 	pending     []*Signal // candidates that came before credentials
 	failures    int
@@ -368,6 +374,7 @@ func (p *peer) stopAgent() {
 	p.haveRemote = false
 	p.boundRemote = 0
 	p.localCands = nil
+	p.ownAddrs = nil
 	p.pending = nil
 }
 
@@ -505,7 +512,7 @@ func (p *peer) addRemote(s *Signal) {
 		return
 	}
 	p.setReport(func(r *ICEReport) { r.RemoteCandidates = append(r.RemoteCandidates, c.String()) })
-	if c.Type() == ice.CandidateTypeHost && p.env.isOwnAddr(c.Address(), c.Port()) {
+	if c.Type() == ice.CandidateTypeHost && p.isOwnAddr(c.Address(), c.Port()) {
 		// Our own address: pion would send its checks to us and, because
 		// its UDPMux routes by source address, hand our own checks to
 		// this agent as wrong-username requests.
