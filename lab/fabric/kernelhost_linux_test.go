@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
@@ -32,6 +33,10 @@ func TestKernelHost(t *testing.T) {
 			t.Skipf("needs %s (make deps installs it)", tool)
 		}
 	}
+	// Registered first, so it runs after every other cleanup: nothing the
+	// test started (the HTTP client's connections included) outlives it.
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 	w := labtest.New(t, fabric.Config{})
 	site := w.Site(t, "port-restricted-cone")
 	k, err := w.Fabric.AddKernelHost(fabric.KernelHostConfig{Name: fmt.Sprintf("kh%d", os.Getpid()%10000),
@@ -76,11 +81,18 @@ func TestKernelHost(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, []string{"lo", "eth0"}, names, "only the namespace's interfaces")
-	client := &http.Client{Transport: &http.Transport{DialContext: k.Dial}, Timeout: 10 * time.Second}
+	// One request, no keep-alive: an idle connection's readLoop would
+	// outlive the test and trip goleak at exit whenever the fabric's
+	// teardown did not reach the kernel socket in time.
+	noHTTP := goleak.IgnoreCurrent()
+	tr := &http.Transport{DialContext: k.Dial, DisableKeepAlives: true}
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	resp, err := client.Get("http://203.0.113.100/")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	tr.CloseIdleConnections()
+	goleak.VerifyNone(t, noHTTP)
 	assert.True(t, strings.HasPrefix(string(body), "you are "+site.Public.String()+":"), "a Dial from the namespace goes through the NAT: %s", body)
 	kln, err := k.Listen(t.Context(), "tcp", "192.168.1.3:0")
 	require.NoError(t, err)
