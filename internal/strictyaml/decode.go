@@ -434,39 +434,40 @@ func (d *Decoder) decodeInt(n Node, v reflect.Value, path string, f *field) {
 		d.HintErrorf(n, path, hint, "want an integer, got %s", describe(n))
 		return
 	}
-	lo, hi := intRange(v.Kind())
-	if f != nil && f.min != nil {
-		lo = max(lo, *f.min)
+	// The kind's limits are compared and printed as integers: through
+	// float64, 2^63 would pass for an int64 and 2^64-1 print rounded.
+	lo, hi := intLimits(v.Kind())
+	loText, hiText := strconv.FormatInt(lo, 10), strconv.FormatUint(hi, 10)
+	if f != nil && f.min != nil && *f.min > float64(lo) {
+		loText = fmtNum(*f.min)
 	}
-	if f != nil && f.max != nil {
-		hi = min(hi, *f.max)
+	if f != nil && f.max != nil && *f.max < float64(hi) {
+		hiText = fmtNum(*f.max)
 	}
-	var x float64
+	inTags := func(x float64) bool {
+		return f == nil || ((f.min == nil || x >= *f.min) && (f.max == nil || x <= *f.max))
+	}
 	switch val := in.Value.(type) {
 	case int64:
-		x = float64(val)
-		if x < lo || x > hi {
-			break
+		if val >= lo && (val < 0 || uint64(val) <= hi) && inTags(float64(val)) {
+			if v.CanInt() {
+				v.SetInt(val)
+			} else {
+				v.SetUint(uint64(val))
+			}
+			return
 		}
-		if v.CanInt() {
-			v.SetInt(val)
-		} else {
-			v.SetUint(uint64(val))
-		}
-		return
 	case uint64:
-		x = float64(val)
-		if x < lo || x > hi {
-			break
+		if val <= hi && inTags(float64(val)) {
+			if v.CanUint() {
+				v.SetUint(val)
+			} else {
+				v.SetInt(int64(val))
+			}
+			return
 		}
-		if v.CanUint() {
-			v.SetUint(val)
-		} else {
-			v.SetInt(int64(val))
-		}
-		return
 	}
-	d.Errorf(n, path, "want an integer from %s to %s, got %s", fmtNum(lo), fmtNum(hi), in.GetToken().Value)
+	d.Errorf(n, path, "want an integer from %s to %s, got %s", loText, hiText, in.GetToken().Value)
 }
 
 func (d *Decoder) decodeFloat(n Node, v reflect.Value, path string, f *field) {

@@ -143,8 +143,14 @@ func parseBound(t reflect.Type, sf reflect.StructField, tag string) *float64 {
 	return &v
 }
 
-// intRange is the range of an integer kind.
+// intRange is the range of an integer kind in float64, as JSON Schema states it.
 func intRange(k reflect.Kind) (lo, hi float64) {
+	l, h := intLimits(k)
+	return float64(l), float64(h)
+}
+
+// intLimits is the exact range of an integer kind.
+func intLimits(k reflect.Kind) (lo int64, hi uint64) {
 	switch k {
 	case reflect.Int8:
 		return math.MinInt8, math.MaxInt8
