@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/latticelab/lattice/internal/unixhttp"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/node"
+)
+
+// statusReply is what `lattice up` serves on its socket.
+type statusReply struct {
+	Name    string            `json:"name"`
+	NodeID  string            `json:"node_id"`
+	Address string            `json:"address"`
+	Mux     node.MuxStats     `json:"mux"`
+	Peers   []node.PeerStatus `json:"peers"`
+}
+
+// serveStatus answers GET /status on a unix socket only the owner can use.
+func serveStatus(path string, n *node.Node) (func(), error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		id := n.Identity()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(), Mux: n.MuxStats(), Peers: n.Status()})
+	})
+	return unixhttp.Serve(path, mux)
+}
+
+func newStatusCmd() *cobra.Command {
+	var stateDir string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each peer's path, endpoint, RTT, traffic and why it is relayed",
+		Example: `  lattice status
+  lattice status --json | jq '.peers[] | {name: .Peer.name, path: .Path}'`,
+		Args: cobra.NoArgs,
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "the running node's --state-dir")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		st, raw, err := fetchStatus(cmd.Context(), filepath.Join(stateDir, "lattice.sock"))
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			_, err := cmd.OutOrStdout().Write(raw)
+			return err
+		}
+		printStatus(cmd.OutOrStdout(), st)
+		return nil
+	}
+	return cmd
+}
+
+func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, error) {
+	client := unixhttp.Client(socket)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lattice/status", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || strings.Contains(err.Error(), "no such file") || strings.Contains(err.Error(), "connection refused") {
+			return nil, nil, fmt.Errorf("no running node at %s: is 'lattice up' running with this --state-dir?", socket)
+		}
+		return nil, nil, fmt.Errorf("status: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("status: %w", err)
+	}
+	var st statusReply
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, nil, fmt.Errorf("status: %w", err)
+	}
+	return &st, raw, nil
+}
+
+func printStatus(w io.Writer, st *statusReply) {
+	fmt.Fprintf(w, "%s (%s) %s\n\n", st.Name, st.NodeID, st.Address)
+	printPeers(w, st.Peers)
+}
+
+// printPeers prints a table of peers and why each relayed one is.
+func printPeers(w io.Writer, peers []node.PeerStatus) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tADDRESS\tPATH\tENDPOINT\tRTT\tTX\tRX\tHANDSHAKE")
+	sort.Slice(peers, func(i, j int) bool { return peers[i].Peer.Name < peers[j].Peer.Name })
+	for _, p := range peers {
+		rtt, hs := "-", "never"
+		if p.RTT > 0 {
+			rtt = p.RTT.Round(10 * time.Microsecond).String()
+		}
+		if !p.LastHandshake.IsZero() {
+			hs = time.Since(p.LastHandshake).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Peer.Name, p.Peer.Address.Addr(), p.Path, p.Endpoint, rtt,
+			bytesStr(p.TxDirect+p.TxRelay), bytesStr(p.RxDirect+p.RxRelay), hs)
+	}
+	tw.Flush()
+	for _, p := range peers {
+		if p.Path != node.PathRelay {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s is relayed:\n", p.Peer.Name)
+		if n := len(p.History); n > 0 {
+			fmt.Fprintf(w, "  last change: %s\n", p.History[n-1].Reason)
+		}
+		fmt.Fprintf(w, "  ICE: %s", orDash(p.ICE.State))
+		if p.ICE.Err != "" {
+			fmt.Fprintf(w, " (%s)", p.ICE.Err)
+		}
+		fmt.Fprintf(w, "\n  our candidates: %s\n  their candidates: %s\n", list(p.ICE.LocalCandidates), list(p.ICE.RemoteCandidates))
+		if len(p.ICE.SelfCandidates) > 0 {
+			fmt.Fprintf(w, "  not tried (our own address): %s\n", list(p.ICE.SelfCandidates))
+		}
+		for _, pair := range p.ICE.Pairs {
+			fmt.Fprintf(w, "  pair %s\n", pair)
+		}
+	}
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "; ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func bytesStr(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
