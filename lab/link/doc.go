@@ -42,6 +42,8 @@
 // Every random decision comes from a PRNG seeded with Config.Seed and is drawn
 // in a fixed order per packet that does not depend on timing: the same seed
 // and the same packet sequence give the same losses, duplicates, reorderings
-// and jitter. Delivery instants still follow the wall clock (see package
-// lab/clock: traffic runs in real time).
+// and jitter. Delivery instants follow the clock of the goroutine that made the
+// pipe: the wall clock, or inside a testing/synctest bubble the bubble's
+// virtual clock, where a packet arrives after exactly its delay. A pipe used in
+// a bubble must be made in it (its channels and timer belong to the bubble).
 package link

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Config configures a Pipe. Only Deliver is required.
@@ -63,6 +64,7 @@ type Pipe struct {
 	deliver func([]byte)
 	release func([]byte)
 	log     *slog.Logger
+	epoch   time.Time // origin of nanotime, taken in New
 
 	shape   atomic.Pointer[shape] // current impairments
 	closed  atomic.Bool           // set with dmu and mu held
@@ -109,6 +111,7 @@ func New(cfg Config) (*Pipe, error) {
 		deliver: cfg.Deliver,
 		release: cfg.Release,
 		log:     log,
+		epoch:   time.Now(),
 		wake:    make(chan struct{}, 1),
 		quit:    make(chan struct{}),
 	}

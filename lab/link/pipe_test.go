@@ -266,7 +266,7 @@ func TestBandwidth(t *testing.T) {
 		p.Send(pkt)
 		if sent%64 == 0 {
 			p.mu.Lock()
-			backlog := float64(p.q.linkFree-nanotime()) * float64(rate) / 8e9
+			backlog := float64(p.q.linkFree-p.nanotime()) * float64(rate) / 8e9
 			maxBacklog = max(maxBacklog, backlog)
 			maxPending = max(maxPending, float64(p.q.bytes))
 			p.mu.Unlock()

@@ -35,11 +35,11 @@ const (
 	maxEarly     = time.Millisecond
 )
 
-// epoch anchors nanotime on the monotonic clock.
-var epoch = time.Now()
-
-// nanotime returns monotonic nanoseconds since epoch.
-func nanotime() int64 { return int64(time.Since(epoch)) }
+// nanotime returns monotonic nanoseconds since the pipe was made. The epoch
+// is taken in New, never at package load: inside a testing/synctest bubble
+// time.Now reads the bubble's clock, and an epoch read outside it would put
+// every delivery decades away.
+func (p *Pipe) nanotime() int64 { return int64(time.Since(p.epoch)) }
 
 // queue is the scheduler state. It is guarded by Pipe.mu.
 type queue struct {
@@ -120,7 +120,7 @@ func (p *Pipe) scheduleLocked(s *shape, pkt []byte, dup bool) bool {
 	if q.bytes+size > maxPendingBytes {
 		return false
 	}
-	now := nanotime()
+	now := p.nanotime()
 	at := now
 	if r := int64(im.Rate); r > 0 {
 		free := max(q.linkFree, now)
@@ -195,14 +195,22 @@ func (p *Pipe) run() {
 			timer.Stop()
 		} else {
 			target = next - early
-			timer.Reset(time.Duration(target - nanotime()))
+			timer.Reset(time.Duration(target - p.nanotime()))
 		}
 		select {
 		case <-p.quit:
 			return
 		case <-p.wake:
 		case <-timer.C:
-			late := min(max(nanotime()-target, 0), int64(maxEarly))
+			late := p.nanotime() - target
+			if late == 0 {
+				// Only a virtual clock (a synctest bubble) fires a
+				// timer to the nanosecond; there waking early would
+				// only deliver early.
+				early = 0
+				break
+			}
+			late = min(max(late, 0), int64(maxEarly))
 			early += (late - early) / 8
 			early = min(max(early, int64(minEarly)), int64(maxEarly))
 		}
@@ -216,7 +224,7 @@ func (p *Pipe) deliverDue(early int64, batch [][]byte) int64 {
 	for {
 		p.dmu.Lock()
 		p.mu.Lock()
-		limit := nanotime() + early
+		limit := p.nanotime() + early
 		b := batch[:0]
 		for len(b) < maxBatch {
 			pkt, ok := p.q.popDue(limit)
