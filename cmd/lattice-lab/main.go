@@ -78,5 +78,6 @@ path, reboot a NAT, stop the relay, and check what happens. go test
 	}
 	cli.Configure(root)
 	root.AddCommand(newRunCmd(), newValidateCmd(), newGraphCmd(), newSchemaCmd(), newBenchCmd(), newListCmd())
+	root.AddCommand(cli.NewVersionCmd())
 	return root
 }

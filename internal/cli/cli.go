@@ -58,6 +58,7 @@ func Configure(root *cobra.Command) {
 // Execute runs root with args and returns the process exit code. Errors
 // go to stderr, once.
 func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
+	usageArgs(root)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -79,5 +80,26 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, st
 	default:
 		fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
 		return ExitFailure
+	}
+}
+
+// usageArgs makes every positional-argument check in the tree (cobra.NoArgs,
+// ExactArgs, ...) report a UsageError, so a stray argument exits with
+// ExitUsage like a bad flag does.
+func usageArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := check(c, args); err != nil {
+				var ue UsageError
+				if errors.As(err, &ue) {
+					return err
+				}
+				return UsageError{err}
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		usageArgs(c)
 	}
 }
