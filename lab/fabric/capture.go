@@ -2,6 +2,9 @@ package fabric
 
 import (
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latticelab/lattice/lab/pcapng"
@@ -48,6 +51,9 @@ func (ifc *Interface) StopCapture() { ifc.tap.Store(nil) }
 
 // Capture records every frame crossing the network segment (after the
 // sender's egress impairments, before the receiver's ingress impairments) to w.
+// Frames a router on the segment dropped are recorded again, inbound, with
+// the router's interface and the reason as a packet comment; a frame that
+// created a NAT mapping carries the mapping as its comment.
 func (n *Network) Capture(w *pcapng.Writer) error {
 	t, err := newTap(w, n.f, pcapng.Interface{
 		Name:        n.name,
@@ -70,4 +76,61 @@ func newTap(w *pcapng.Writer, f *Fabric, ifc pcapng.Interface) (*tap, error) {
 		return nil, err
 	}
 	return &tap{w: w, id: id, clk: f.clock.Now}, nil
+}
+
+// segmentDropNote is the comment on a dropped frame in a segment's capture,
+// which, unlike the interface's own, must say who dropped it.
+func segmentDropNote(ifc *Interface, reason string) string {
+	if strings.HasPrefix(reason, "dropped") {
+		return ifc.String() + ": " + reason
+	}
+	return ifc.String() + ": dropped: " + reason
+}
+
+// notes carries capture comments (a new NAT mapping) from the interface that
+// transmits a frame to the segment capture that records it after the egress
+// pipe, which may delay, reorder or lose the frame. Frames are keyed by their
+// first byte's address: a pooled frame is not reused before the pipe
+// delivers or releases it, and either takes its note. Notes are rare (one
+// per mapping), so the hot path costs one atomic load.
+type notes struct {
+	n atomic.Int32 // len(m), read without mu
+
+	mu sync.Mutex // guards the following fields
+	m  map[*byte]string
+}
+
+func (ns *notes) hold(f []byte, note string) {
+	if len(f) == 0 {
+		return
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.m == nil {
+		ns.m = make(map[*byte]string)
+	}
+	ns.m[&f[0]] = note
+	ns.n.Store(int32(len(ns.m)))
+}
+
+// take returns and forgets f's note, if any.
+func (ns *notes) take(f []byte) string {
+	if ns.n.Load() == 0 || len(f) == 0 {
+		return ""
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	note, ok := ns.m[&f[0]]
+	if ok {
+		delete(ns.m, &f[0])
+		ns.n.Store(int32(len(ns.m)))
+	}
+	return note
+}
+
+// releaseFrame is the egress pipes' Release: a frame they dropped never
+// reaches the segment, so its note goes with it.
+func (n *Network) releaseFrame(f []byte) {
+	n.notes.take(f)
+	putFrame(f)
 }

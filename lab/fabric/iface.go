@@ -124,7 +124,7 @@ func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Inter
 		Impairments: cfg.Egress,
 		Seed:        f.seedFor(ifc.String() + "/egress"),
 		Deliver:     n.switchFrame,
-		Release:     putFrame,
+		Release:     n.releaseFrame,
 		Logger:      f.log,
 	})
 	if err != nil {
@@ -195,14 +195,21 @@ func (ifc *Interface) transmitNote(f []byte, note string) {
 	if t := ifc.tap.Load(); t != nil {
 		t.write(f, dirOut, note)
 	}
+	if note != "" && ifc.network.tap.Load() != nil {
+		ifc.network.notes.hold(f, note)
+	}
 	ifc.egress.Send(f)
 }
 
 // traceDrop records a frame the owner dropped, with why, in the interface's
-// capture (as a packet comment) and the debug log.
+// capture and the capture of the segment it came from (as a packet comment)
+// and the debug log.
 func (ifc *Interface) traceDrop(f []byte, log *slog.Logger, reason string) {
 	if t := ifc.tap.Load(); t != nil {
 		t.write(f, dirIn, reason)
+	}
+	if t := ifc.network.tap.Load(); t != nil {
+		t.write(f, dirIn, segmentDropNote(ifc, reason))
 	}
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		log.Debug("drop", "interface", ifc.String(), "reason", reason)

@@ -32,7 +32,8 @@ type Network struct {
 	ports  atomic.Pointer[[]*Interface] // index = port number in the MAC
 	byAddr atomic.Pointer[map[netip.Addr]*Interface]
 
-	tap atomic.Pointer[tap]
+	tap   atomic.Pointer[tap]
+	notes notes // capture comments for frames still in an egress pipe
 
 	unknownDst atomic.Uint64 // frames for a MAC that no port owns
 }
@@ -97,8 +98,9 @@ func (n *Network) attach(ifc *Interface) error {
 // switchFrame delivers a frame that left an interface's egress pipe to the
 // port its destination MAC names. It is the egress pipes' Deliver callback.
 func (n *Network) switchFrame(f []byte) {
+	note := n.notes.take(f)
 	if t := n.tap.Load(); t != nil {
-		t.write(f, dirNone, "")
+		t.write(f, dirNone, note)
 	}
 	dst := n.portFor(f)
 	if dst == nil {
