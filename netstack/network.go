@@ -96,7 +96,7 @@ func (s *Stack) checkOpen(op, network string) error {
 // opError converts a gVisor error, once, into the *net.OpError every
 // netx.Network returns.
 func opError(op, network string, addr tcpip.FullAddress, err tcpip.Error) error {
-	oe := &net.OpError{Op: op, Net: network, Err: errors.New(err.String())}
+	oe := &net.OpError{Op: op, Net: network, Err: errnoOf(err)}
 	if addr.Addr.BitLen() != 0 || addr.Port != 0 {
 		a := netip.AddrPortFrom(fromTCPIP(addr.Addr), addr.Port)
 		if network[:3] == "udp" {
@@ -130,11 +130,42 @@ func (s *Stack) Dial(ctx context.Context, network, address string) (net.Conn, er
 		}
 		return &packetConn{UDPConn: c, proto: ea.proto}, nil
 	}
-	c, err := gonet.DialTCPWithBind(ctx, s.stack, tcpip.FullAddress{}, ea.full, ea.proto)
-	if err != nil {
-		return nil, wrapDialError(network, err)
+	return s.dialTCP(ctx, network, ea)
+}
+
+// dialTCP connects like gonet.DialTCPWithBind, which flattens a failure
+// into errors.New(err.String()); keeping the tcpip.Error lets opError say
+// "refused" or "unreachable" in errno terms, as package net would.
+func (s *Stack) dialTCP(ctx context.Context, network string, ea endpointAddr) (net.Conn, error) {
+	var wq waiter.Queue
+	ep, terr := s.stack.NewEndpoint(tcp.ProtocolNumber, ea.proto, &wq)
+	if terr != nil {
+		return nil, opError("dial", network, ea.full, terr)
 	}
-	return c, nil
+	entry, writable := waiter.NewChannelEntry(waiter.WritableEvents)
+	wq.EventRegister(&entry)
+	defer wq.EventUnregister(&entry)
+	terr = ep.Connect(ea.full)
+	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
+		select {
+		case <-ctx.Done():
+			// An ICMP error received meanwhile is the better answer, as
+			// Linux reports a soft error rather than ETIMEDOUT.
+			soft := ep.LastError()
+			ep.Close()
+			if soft != nil {
+				return nil, opError("dial", network, ea.full, soft)
+			}
+			return nil, wrapDialError(network, ctx.Err())
+		case <-writable:
+		}
+		terr = ep.LastError()
+	}
+	if terr != nil {
+		ep.Close()
+		return nil, opError("dial", network, ea.full, terr)
+	}
+	return gonet.NewTCPConn(&wq, ep), nil
 }
 
 // wrapDialError makes every dial failure a *net.OpError: gonet returns the
