@@ -86,6 +86,7 @@ type Writer struct {
 	err      error    // first WritePacket error, reported by Flush and Close
 	ioErr    error    // first failed write; sticky
 	closed   bool
+	packets  uint64   // written by WritePacket
 	closeErr error    // Close's result, returned again by later Close calls
 	scratch  [32]byte // block header, then option headers and trailer
 }
@@ -300,7 +301,19 @@ func (w *Writer) writePacketLocked(p *Packet) error {
 		n += 4
 	}
 	le.PutUint32(s[n:], uint32(total))
-	return w.write(s[:n+4])
+	if err := w.write(s[:n+4]); err != nil {
+		return err
+	}
+	w.packets++
+	return nil
+}
+
+// Packets reports how many packets have been written, so a caller can tell
+// a capture that saw nothing.
+func (w *Writer) Packets() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.packets
 }
 
 // write writes b to the buffer and makes a failure sticky. The caller holds

@@ -288,6 +288,7 @@ func TestFirstErrorRemembered(t *testing.T) {
 	require.Error(t, w.WritePacket(Packet{Interface: 7}))
 	require.Error(t, w.WritePacket(Packet{Interface: 0, Dir: 9}))
 	require.NoError(t, w.WritePacket(Packet{Interface: 0, Data: []byte{0x45}}), "a rejected packet does not stop the writer")
+	assert.Equal(t, uint64(1), w.Packets(), "rejected packets are not counted")
 
 	const want = "pcapng: write packet: interface 7: unknown interface"
 	require.EqualError(t, w.Flush(), want)
@@ -334,7 +335,9 @@ func TestCreate(t *testing.T) {
 	require.NoError(t, err)
 	id, err := w.AddInterface(Interface{Name: "link0"})
 	require.NoError(t, err)
+	assert.Zero(t, w.Packets())
 	require.NoError(t, w.WritePacket(Packet{Interface: id, Time: time.Unix(1700000000, 5), Data: []byte{0x45, 0}}))
+	assert.Equal(t, uint64(1), w.Packets())
 	require.NoError(t, w.Close())
 	require.NoError(t, w.Close())
 
