@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,4 +183,51 @@ func TestRelayAndControlTogether(t *testing.T) {
 	c.Close()
 	assert.Equal(t, exitOK, cstop())
 	assert.Equal(t, exitOK, rstop())
+}
+
+func TestRelayBindError(t *testing.T) {
+	eacces := &net.OpError{Op: "listen", Net: "udp", Err: os.NewSyscallError("bind", syscall.EACCES)}
+	other := &net.OpError{Op: "listen", Net: "udp", Err: os.NewSyscallError("bind", syscall.EADDRINUSE)}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"eacces", fmt.Errorf("relay: listen udp 0.0.0.0:443: %w", eacces),
+			"relay: listen udp 0.0.0.0:443: listen udp: bind: permission denied\n(--listen 0.0.0.0:443: a port below 1024 needs root or CAP_NET_BIND_SERVICE: " +
+				`sudo setcap cap_net_bind_service=+ep "$(command -v lattice)", or use a port from 1024 up)`},
+		{"in use is left alone", fmt.Errorf("relay: listen udp 0.0.0.0:443: %w", other),
+			"relay: listen udp 0.0.0.0:443: listen udp: bind: address already in use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := bindError("0.0.0.0:443", tc.err)
+			assert.EqualError(t, err, tc.want)
+			assert.ErrorIs(t, err, tc.err, "the cause stays wrapped")
+		})
+	}
+}
+
+// TestRelayPrivilegedPort runs the relay as an unprivileged user on port
+// 443 of loopback: the kernel refuses with EACCES and the message says why.
+func TestRelayPrivilegedPort(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the relay as another user")
+	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+	require.NoError(t, err)
+	if strings.TrimSpace(string(b)) == "0" {
+		t.Skip("net.ipv4.ip_unprivileged_port_start is 0: every user may bind port 443")
+	}
+	bin, state, _ := unprivilegedSetup(t)
+	secret := filepath.Join(state, "relay.secret")
+	require.NoError(t, os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef-secret\n"), 0o600))
+	require.NoError(t, os.Chown(secret, unprivileged, unprivileged))
+	cmd := exec.Command(bin, "relay", "--listen", "127.0.0.1:443", "--secret-file", secret)
+	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: unprivileged, Gid: unprivileged}}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "output: %s", out)
+	assert.Equal(t, exitFailure, exit.ExitCode())
+	assert.Contains(t, string(out), "permission denied\n(--listen 127.0.0.1:443: a port below 1024 needs root or CAP_NET_BIND_SERVICE")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +31,11 @@ the same port number; clients race both and prefer QUIC, so a network that
 blocks UDP still reaches the relay over TCP. Without --cert/--key the relay
 makes a self-signed certificate and prints its fingerprint: give it to control
 as --relay ADDR,FINGERPRINT so nodes can pin it. The wire format is in
-docs/LRP.md.`,
+docs/LRP.md.
+
+A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
+  sudo setcap cap_net_bind_service=+ep "$(command -v lattice)"
+(or AmbientCapabilities=CAP_NET_BIND_SERVICE in a systemd unit).`,
 		Example: `  # A secret for relay and control
   head -c 32 /dev/urandom | base64 > relay.secret && chmod 600 relay.secret
 
@@ -62,7 +67,7 @@ docs/LRP.md.`,
 			Secret: bytes.TrimSpace(secret), Logger: logger(), Registerer: reg,
 		})
 		if err != nil {
-			return err
+			return bindError(listen, err)
 		}
 		defer srv.Close()
 		out := cmd.OutOrStdout()
@@ -95,4 +100,15 @@ docs/LRP.md.`,
 		return nil
 	}
 	return cmd
+}
+
+// bindError explains the usual reason a relay cannot take its port: ports
+// below net.ipv4.ip_unprivileged_port_start (1024 by default) are reserved
+// for root and CAP_NET_BIND_SERVICE.
+func bindError(addr string, err error) error {
+	if !errors.Is(err, syscall.EACCES) {
+		return err
+	}
+	return fmt.Errorf("%w\n(--listen %s: a port below 1024 needs root or CAP_NET_BIND_SERVICE: "+
+		"sudo setcap cap_net_bind_service=+ep \"$(command -v lattice)\", or use a port from 1024 up)", err, addr)
 }
