@@ -240,7 +240,7 @@ func (n *Node) start(ctx context.Context) error {
 		n.log.Warn("UDP socket buffers stay small; bursts may be dropped", "err", err)
 	}
 	n.mux = NewMux(pc, n.log)
-	pn, err := netx.PionNet(n.cfg.Network)
+	pn, err := netx.PionNet(withoutOverlay{n.cfg.Network, resp.Address.Addr()})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
@@ -300,19 +300,9 @@ func (n *Node) start(ctx context.Context) error {
 			ice.WithPrflxAcceptanceMinWait(50 * time.Millisecond),
 			ice.WithDisconnectedTimeout(n.cfg.ICE.DeadAfter - keepalive),
 			ice.WithFailedTimeout(2 * n.cfg.ICE.DeadAfter),
-			ice.WithIPFilter(func(ip net.IP) bool {
-				a, ok := netip.AddrFromSlice(ip)
-				if !ok {
-					return false
-				}
-				if f := n.cfg.ICE.Candidates; f != nil {
-					return f(a.Unmap())
-				}
-				// Loopback candidates would pair with the peer's own loopback.
-				return !a.IsLoopback()
-			}),
 		},
 	}
+	n.env.agentOpt = append(n.env.agentOpt, ice.WithIPFilter(hostCandidateFilter(resp.Address.Addr(), n.cfg.ICE.Candidates)))
 	if n.cfg.ICE.Candidates != nil {
 		n.env.agentOpt = append(n.env.agentOpt, ice.WithIncludeLoopback())
 	}
