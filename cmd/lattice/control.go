@@ -20,7 +20,7 @@ import (
 type controlFlags struct {
 	httpListen, natsListen, natsURL, natsUser, natsPassFile, advertise string
 	embedded                                                           bool
-	tokenFile, store, dataDir                                          string
+	tokenFile, store, stateDir                                         string
 	relays, stuns                                                      []string
 	relaySecretFile                                                    string
 	relayTokenTTL                                                      time.Duration
@@ -44,9 +44,16 @@ Join tokens come from --token-file: one per line, optionally followed by an
 expiry in RFC 3339 ("tok-123… 2027-01-01T00:00:00Z"); '#' starts a comment.
 The file must not be readable by others.
 
-The registry is a JSON file (--store file:PATH, the default under --data-dir)
-or a JetStream key-value bucket (--store kv:BUCKET), which lets several
-control instances share one registry.`,
+The registry is a JSON file (--store file:PATH; by default registry.json in
+--state-dir) or a JetStream key-value bucket (--store kv:BUCKET), which lets
+several control instances share one registry; with --embedded-nats the
+bucket's data lives in STATE-DIR/jetstream. control prints where its registry
+is when it starts.
+
+--state-dir defaults to /var/lib/lattice/control for root and to
+lattice/control under the user's config directory ($XDG_CONFIG_HOME, else
+~/.config) for anyone else, next to the state of 'lattice up' and
+'lattice sandbox'.`,
 		Example: `  # Everything embedded, listening on loopback
   lattice control --embedded-nats --token-file tokens.txt
 
@@ -66,8 +73,10 @@ control instances share one registry.`,
 	f.StringVar(&fl.natsPassFile, "nats-password-file", "", "file holding the external NATS password")
 	f.StringVar(&fl.advertise, "advertise-nats", "", "NATS URL given to nodes (default: the one control uses)")
 	f.StringVar(&fl.tokenFile, "token-file", "", "file of join tokens (required)")
-	f.StringVar(&fl.store, "store", "", "registry: file:PATH or kv:BUCKET (default file:DATA-DIR/registry.json)")
-	f.StringVar(&fl.dataDir, "data-dir", "lattice-control", "directory for the registry and JetStream")
+	f.StringVar(&fl.store, "store", "", "registry: file:PATH or kv:BUCKET (default file:STATE-DIR/registry.json)")
+	f.StringVar(&fl.stateDir, "state-dir", filepath.Join(defaultStateDir(), "control"), "directory for the registry file and embedded JetStream data")
+	f.StringVar(&fl.stateDir, "data-dir", filepath.Join(defaultStateDir(), "control"), "old name of --state-dir")
+	_ = f.MarkHidden("data-dir")
 	f.StringArrayVar(&fl.relays, "relay", nil, "relay for nodes, ADDR or ADDR,FINGERPRINT (repeatable)")
 	f.StringArrayVar(&fl.stuns, "stun", nil, "STUN server for nodes, ADDR (repeatable)")
 	f.StringVar(&fl.relaySecretFile, "relay-secret-file", "", "secret shared with the relays, to issue relay tokens (required with --relay)")
@@ -87,9 +96,6 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	}
 	if fl.embedded == (fl.natsURL != "") {
 		return usagef("use exactly one of --embedded-nats and --nats-url")
-	}
-	if err := os.MkdirAll(fl.dataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
 	}
 	cfg := control.Config{
 		Network:       netx.OS,
@@ -122,11 +128,18 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	}
 	store := fl.store
 	if store == "" {
-		store = "file:" + filepath.Join(fl.dataDir, "registry.json")
+		store = "file:" + filepath.Join(fl.stateDir, "registry.json")
 	}
 	kind, arg, _ := strings.Cut(store, ":")
+	var where string // the registry, as control reports it at startup
 	switch {
 	case kind == "file" && arg != "":
+		if fl.store == "" {
+			if err := os.MkdirAll(fl.stateDir, 0o700); err != nil {
+				return fmt.Errorf("state dir: %w", err)
+			}
+		}
+		where = arg
 		st, err := control.OpenFileStore(arg)
 		if err != nil {
 			return err
@@ -134,13 +147,18 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 		cfg.Store = st
 	case kind == "kv" && arg != "":
 		cfg.KVBucket = arg
+		where = "JetStream bucket " + arg
 	default:
 		return usagef("--store %q: want file:PATH or kv:BUCKET", store)
 	}
 	if fl.embedded {
 		cfg.EmbeddedNATS = &control.EmbeddedNATSConfig{Network: netx.OS, Listen: fl.natsListen, Logger: cfg.Logger}
 		if cfg.KVBucket != "" {
-			cfg.EmbeddedNATS.StoreDir = filepath.Join(fl.dataDir, "jetstream")
+			cfg.EmbeddedNATS.StoreDir = filepath.Join(fl.stateDir, "jetstream")
+			if err := os.MkdirAll(cfg.EmbeddedNATS.StoreDir, 0o700); err != nil {
+				return fmt.Errorf("state dir: %w", err)
+			}
+			where += " (data in " + cfg.EmbeddedNATS.StoreDir + ")"
 		}
 	} else {
 		cfg.NATSURL, cfg.NATSUser = fl.natsURL, fl.natsUser
@@ -158,6 +176,7 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	}
 	defer srv.Close()
 	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "control: registry in %s\n", where)
 	if n := srv.NATS(); n != nil {
 		fmt.Fprintf(out, "control: NATS on %s\n", n.URL())
 	}

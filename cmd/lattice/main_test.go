@@ -88,8 +88,9 @@ func writeFile(t testing.TB, name, content string, mode os.FileMode) string {
 
 func TestControlCommand(t *testing.T) {
 	tokens := writeFile(t, "tokens", "# join tokens\ncli-test-token-0123456789\nold-token-0123456789abc 2020-01-01T00:00:00Z\n", 0o600)
+	state := filepath.Join(t.TempDir(), "control")
 	out, errOut, stop := start(t, "control", "--embedded-nats", "--nats-listen", "127.0.0.1:0",
-		"--listen-http", "127.0.0.1:0", "--token-file", tokens, "--data-dir", t.TempDir(), "--stun", "127.0.0.1:3478")
+		"--listen-http", "127.0.0.1:0", "--token-file", tokens, "--state-dir", state, "--stun", "127.0.0.1:3478")
 	re := regexp.MustCompile(`HTTP registration on (http://[0-9.:]+)/v1/register`)
 	require.Eventually(t, func() bool { return re.MatchString(out.String()) }, 10*time.Second, 10*time.Millisecond, "output: %s\n%s", out, errOut)
 	base := re.FindStringSubmatch(out.String())[1]
@@ -105,7 +106,52 @@ func TestControlCommand(t *testing.T) {
 	require.ErrorContains(t, err, "expired")
 
 	assert.Equal(t, exitOK, stop())
+	assert.Contains(t, out.String(), "control: registry in "+filepath.Join(state, "registry.json")+"\n")
 	assert.Contains(t, out.String(), "control: stopped (1 registered, 1 refused)")
+	b, err := os.ReadFile(filepath.Join(state, "registry.json"))
+	require.NoError(t, err, "the registry is kept in --state-dir")
+	assert.Contains(t, string(b), "cli-node")
+}
+
+// TestControlStateDir: control says where its registry is, keeps it in
+// --state-dir (or the old --data-dir), and by default in the same tree as
+// the other commands' state, never in the working directory.
+func TestControlStateDir(t *testing.T) {
+	def := newControlCmd().Flags().Lookup("state-dir").DefValue
+	assert.Equal(t, filepath.Join(defaultStateDir(), "control"), def)
+	assert.True(t, filepath.IsAbs(def), "default %q is not relative to the working directory", def)
+	if os.Geteuid() == 0 {
+		assert.Equal(t, "/var/lib/lattice/control", def)
+	}
+	assert.True(t, newControlCmd().Flags().Lookup("data-dir").Hidden, "--data-dir is the old, hidden name")
+
+	tokens := writeFile(t, "tokens", "cli-test-token-0123456789\n", 0o600)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"old flag name", []string{"--data-dir", filepath.Join(dir, "old")}, "control: registry in " + filepath.Join(dir, "old", "registry.json") + "\n"},
+		{"explicit file store", []string{"--state-dir", filepath.Join(dir, "unused"), "--store", "file:" + filepath.Join(dir, "r.json")},
+			"control: registry in " + filepath.Join(dir, "r.json") + "\n"},
+		{"embedded JetStream", []string{"--state-dir", filepath.Join(dir, "kv"), "--store", "kv:lattice"},
+			"control: registry in JetStream bucket lattice (data in " + filepath.Join(dir, "kv", "jetstream") + ")\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			args := append([]string{"control", "--embedded-nats", "--nats-listen", "127.0.0.1:0", "--listen-http", "", "--token-file", tokens}, tc.args...)
+			out, errOut, stop := start(t, args...)
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "NATS on") }, 10*time.Second, 10*time.Millisecond, "%s%s", out, errOut)
+			assert.Equal(t, exitOK, stop(), "%s", errOut)
+			assert.Contains(t, out.String(), tc.want)
+			cwd, err := os.ReadDir(".")
+			require.NoError(t, err)
+			assert.Empty(t, cwd, "control writes nothing in the working directory")
+		})
+	}
+	_, err := os.Stat(filepath.Join(dir, "unused"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "with --store file:PATH the state dir is not needed")
 }
 
 func TestControlUsageErrors(t *testing.T) {
