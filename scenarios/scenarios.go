@@ -5,8 +5,10 @@ package scenarios
 
 import "embed"
 
-// FS holds every scenario file, by base name. Their topology paths
-// (../topologies/NAME.yaml) resolve against package topologies' FS.
+// FS holds every scenario file, by base name, and the files they name
+// by a path relative to themselves (testdata/, e.g. egress policies).
+// Their topology paths (../topologies/NAME.yaml) resolve against package
+// topologies' FS.
 //
-//go:embed *.yaml
+//go:embed *.yaml testdata
 var FS embed.FS

@@ -3,7 +3,10 @@ package scenarios_test
 import (
 	"context"
 	"flag"
+	"io/fs"
+	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -11,12 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/latticelab/lattice/lab/report"
 	"github.com/latticelab/lattice/lab/runner"
 	"github.com/latticelab/lattice/lab/scenario"
+	"github.com/latticelab/lattice/scenarios"
 )
 
 var (
@@ -81,4 +86,24 @@ func TestScenarios(t *testing.T) {
 			require.Equal(t, report.Passed, res.Status, res.Error)
 		})
 	}
+}
+
+// TestEmbedsWhatScenariosName: every file a scenario names relative to
+// itself (an egress policy) is in FS, so the lattice-lab binary has it
+// wherever it runs.
+func TestEmbedsWhatScenariosName(t *testing.T) {
+	files, err := fs.Glob(scenarios.FS, "*.yaml")
+	require.NoError(t, err)
+	ref := regexp.MustCompile(`egress_policy:\s*([^\s,}]+)`)
+	found := 0
+	for _, file := range files {
+		data, err := fs.ReadFile(scenarios.FS, file)
+		require.NoError(t, err)
+		for _, m := range ref.FindAllSubmatch(data, -1) {
+			found++
+			_, err := fs.Stat(scenarios.FS, path.Clean(string(m[1])))
+			assert.NoError(t, err, "%s names %s", file, m[1])
+		}
+	}
+	assert.Positive(t, found, "no scenario names a file; the pattern is stale")
 }

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/scenarios"
@@ -87,15 +91,30 @@ func builtinPathOf(name, kind string) (string, error) {
 // loadFile reads and parses a topology or scenario; kind forces one
 // ("" guesses). Problems come back as a *strictyaml.Errors.
 func loadFile(p, kind string) (*labFile, error) {
-	read := topology.ReadFile
+	display, root := p, ""
 	if strings.HasPrefix(p, builtinPrefix) {
 		bp, err := builtinPathOf(p, kind)
 		if err != nil {
 			return nil, err
 		}
-		p, read = bp, readBuiltin
+		if root, err = builtinFiles.root(); err != nil {
+			return nil, err
+		}
+		display, p = bp, filepath.Join(root, filepath.FromSlash(bp))
 	}
-	data, err := read(p)
+	f, err := parseFile(p, kind)
+	if err != nil {
+		return nil, renameErrors(err, root)
+	}
+	f.path = display
+	if f.scenario != nil {
+		f.scenario.Path = display
+	}
+	return f, nil
+}
+
+func parseFile(p, kind string) (*labFile, error) {
+	data, err := topology.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +124,7 @@ func loadFile(p, kind string) (*labFile, error) {
 	f := &labFile{path: p, kind: kind}
 	switch kind {
 	case "scenario":
-		s, err := scenario.Parse(p, data, scenario.Options{ReadFile: read})
+		s, err := scenario.Parse(p, data, scenario.Options{})
 		if err != nil {
 			return nil, err
 		}
@@ -118,6 +137,83 @@ func loadFile(p, kind string) (*labFile, error) {
 		f.topo, f.plan = t, plan
 	}
 	return f, nil
+}
+
+// renameErrors names files under root by their repository paths, as
+// builtins are known.
+func renameErrors(err error, root string) error {
+	var es *strictyaml.Errors
+	if root == "" || !errors.As(err, &es) {
+		return err
+	}
+	for _, e := range es.List {
+		if rel, rerr := filepath.Rel(root, e.File); rerr == nil && !strings.HasPrefix(rel, "..") {
+			e.File = filepath.ToSlash(rel)
+		}
+		e.Msg = strings.ReplaceAll(e.Msg, root+string(filepath.Separator), "")
+	}
+	return err
+}
+
+// builtinFiles keeps the shipped files on disk while a command runs:
+// what a builtin names by a path relative to itself (an egress policy) is
+// checked by the topology resolver with os.Stat and read by the sandbox
+// long after parsing, so it must be a real file, wherever lattice-lab runs.
+var builtinFiles extracted
+
+// extracted is a temporary directory holding scenarios.FS under
+// scenarios/ and topologies.FS under topologies/, written on first use and
+// removed when the last holder lets go.
+type extracted struct {
+	mu    sync.Mutex // guards the following fields
+	holds int
+	dir   string
+}
+
+// hold keeps the files until release is called; execute holds them for
+// the whole command. release reports a directory it could not remove.
+func (e *extracted) hold() (release func() error) {
+	e.mu.Lock()
+	e.holds++
+	e.mu.Unlock()
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if e.holds--; e.holds == 0 && e.dir != "" {
+				if rerr := os.RemoveAll(e.dir); rerr != nil {
+					err = fmt.Errorf("remove builtin files: %w", rerr)
+				}
+				e.dir = ""
+			}
+		})
+		return err
+	}
+}
+
+// root returns the directory, writing it on first use.
+func (e *extracted) root() (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.holds == 0 {
+		return "", errors.New("builtin files: not held (use them inside execute)")
+	}
+	if e.dir != "" {
+		return e.dir, nil
+	}
+	dir, err := os.MkdirTemp("", "lattice-lab-builtin-")
+	if err != nil {
+		return "", fmt.Errorf("builtin files: %w", err)
+	}
+	for sub, fsys := range map[string]fs.FS{"scenarios": scenarios.FS, "topologies": topologies.FS} {
+		if err := os.CopyFS(filepath.Join(dir, sub), fsys); err != nil {
+			return "", errors.Join(fmt.Errorf("builtin files: write %s: %w", sub, err), os.RemoveAll(dir))
+		}
+	}
+	e.dir = dir
+	return dir, nil
 }
 
 // isNotExist reports a missing file, to be told apart from bad contents.

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -42,7 +43,12 @@ func main() {
 // execute runs the command line args and returns the process exit code.
 // Progress goes to stdout; errors and logs go to stderr.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return cli.Execute(ctx, newRootCmd(), args, stdout, stderr)
+	release := builtinFiles.hold()
+	code := cli.Execute(ctx, newRootCmd(), args, stdout, stderr)
+	if err := release(); err != nil {
+		fmt.Fprintf(stderr, "lattice-lab: %v\n", err)
+	}
+	return code
 }
 
 // newRootCmd returns the lattice-lab command tree. It holds no state of its
