@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +36,8 @@ type Config struct {
 	// nodes restart as themselves. If empty, a temporary directory
 	// removed by Close.
 	StateDir string
-	// CaptureDir, if set, receives one pcapng file per network.
+	// CaptureDir, if set, receives one pcapng file per network. Close
+	// removes the files of networks that carried no traffic.
 	CaptureDir string
 	// Progress receives one line per thing brought up or done. If nil,
 	// nothing is printed.
@@ -69,8 +71,10 @@ type Lab struct {
 }
 
 type capture struct {
-	path string
-	w    *pcapng.Writer
+	network string
+	path    string
+	w       *pcapng.Writer
+	removed bool // empty, so Close removed it
 }
 
 // Up builds the plan's network, starts its services and its nodes, and
@@ -181,7 +185,7 @@ func (l *Lab) startCaptures(dir string) error {
 		if err != nil {
 			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
 		}
-		l.captures = append(l.captures, &capture{path: path, w: w})
+		l.captures = append(l.captures, &capture{network: n.Config.Name, path: path, w: w})
 		if err := l.f.Network(n.Config.Name).Capture(w); err != nil {
 			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
 		}
@@ -190,13 +194,46 @@ func (l *Lab) startCaptures(dir string) error {
 	return nil
 }
 
-// Captures lists the pcapng files being written.
+// Captures lists the pcapng files being written or, after Close, the ones
+// kept (those of networks that carried traffic).
 func (l *Lab) Captures() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var out []string
 	for _, c := range l.captures {
-		out = append(out, c.path)
+		if !c.removed {
+			out = append(out, c.path)
+		}
 	}
 	return out
+}
+
+// closeCaptures completes the capture files and removes the empty ones: a
+// file with no packet would only say the network was quiet.
+func (l *Lab) closeCaptures() error {
+	var quiet []string
+	var err error
+	for _, c := range l.captures {
+		if cerr := c.w.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("capture %s: %w", c.network, cerr))
+			continue
+		}
+		if c.w.Packets() > 0 {
+			continue
+		}
+		if rerr := os.Remove(c.path); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("capture %s: remove empty file: %w", c.network, rerr))
+			continue
+		}
+		l.mu.Lock()
+		c.removed = true
+		l.mu.Unlock()
+		quiet = append(quiet, c.network)
+	}
+	if len(quiet) > 0 {
+		l.progress("no capture file for %d networks without traffic: %s", len(quiet), strings.Join(quiet, ", "))
+	}
+	return err
 }
 
 // Close stops the nodes, the services, the fabric and the captures, in
@@ -241,9 +278,7 @@ func (l *Lab) Close() error {
 	if l.f != nil {
 		errs = append(errs, l.f.Close())
 	}
-	for _, c := range l.captures {
-		errs = append(errs, c.w.Close())
-	}
+	errs = append(errs, l.closeCaptures())
 	if l.temp {
 		errs = append(errs, os.RemoveAll(l.state))
 	}

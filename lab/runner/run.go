@@ -94,10 +94,10 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 	r := &run{l: l, f: f, res: res, bg: map[string]*background{}, progress: opt.Progress, slow: slow}
 	r.timeline(ctx)
 	res.Pairs, res.Events = l.Pairs()
-	res.Captures = l.Captures()
 	if err := l.Close(); err != nil && res.Status == report.Passed {
 		res.Status, res.Error = report.Failed, "teardown: "+err.Error()
 	}
+	res.Captures = l.Captures() // after Close, which completes them and drops the empty ones
 	return res
 }
 
