@@ -109,7 +109,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 	fl.BoolVar(&opts.once, "once", false, "topology only: print the reachability table once the mesh settles, then exit")
 	fl.DurationVar(&opts.duration, "duration", 0, "topology only: stop watching after this long (0: until interrupted)")
 	fl.DurationVar(&opts.interval, "interval", opts.interval, "topology only: how often to print the reachability table")
-	fl.StringVar(&opts.captureDir, "capture", "", "write one pcapng capture per network to `DIR`/NETWORK.pcapng")
+	fl.StringVar(&opts.captureDir, "capture", "", "write one pcapng capture per network that carried traffic to `DIR`/NETWORK.pcapng")
 	fl.StringVar(&opts.reportDir, "report", "", "write result.json, junit.xml and report.html to `DIR`")
 	fl.StringVar(&opts.stateDir, "state", "", "keep node identities and control's registry in `DIR` (default: a temporary directory)")
 	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs of every component on stderr")
