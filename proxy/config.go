@@ -24,9 +24,12 @@ import (
 // Config.DialTimeout and cancelled by Close.
 //
 // The error chooses what the client is told: one wrapping ErrDenied is a
-// policy refusal (SOCKS5 0x02, HTTP 403 with the error text as body);
-// ErrNoHost or a *net.DNSError is SOCKS5 0x04 / HTTP 502; ECONNREFUSED is
-// 0x05 / 502; a timeout is 0x06 / 504; anything else 0x01 / 502.
+// policy refusal (SOCKS5 0x02, HTTP 403 with the error text as body), as
+// is EACCES or EPERM for SOCKS5; ErrNoHost, a *net.DNSError, EHOSTUNREACH
+// or EHOSTDOWN is SOCKS5 0x04 / HTTP 502; ENETUNREACH is 0x03 / 502;
+// ECONNREFUSED is 0x05 / 502; a timeout is 0x06 / 504; anything else
+// 0x01 / 502. Errors should wrap the syscall.Errno (as package net's and
+// netstack's *net.OpError do) rather than only quote its text.
 // Implementations must be safe for concurrent use.
 type Dialer func(ctx context.Context, network, address string) (net.Conn, error)
 
@@ -63,6 +66,26 @@ type Attempt struct {
 	Err error
 }
 
+// LoginFailure describes a refused proxy login, for auditing. It never
+// holds the password the client sent.
+type LoginFailure struct {
+	// Client is the remote address of the client's TCP connection.
+	Client net.Addr
+	// Username is the user the client named; empty if it sent none or the
+	// message could not be read.
+	Username string
+	// Reason says why the login was refused, e.g. "wrong username or
+	// password" or "no username/password offered".
+	Reason string
+}
+
+// Reasons of a LoginFailure.
+const (
+	ReasonNoCredentials  = "no username/password offered"
+	ReasonBadCredentials = "wrong username or password"
+	ReasonMalformed      = "malformed credentials"
+)
+
 // Config configures a Server. Only Dial is required; the zero value of
 // every other field is a safe default.
 type Config struct {
@@ -87,6 +110,12 @@ type Config struct {
 	// a UDP association. It runs on the connection's goroutine, so it must
 	// be quick, safe for concurrent use, and must not call Close.
 	Event func(Attempt)
+	// LoginFailed, if set, is called once per refused login when
+	// Credentials are set: a SOCKS5 client that offers no username/password
+	// method, sends a malformed subnegotiation or wrong credentials, an
+	// HTTP request without a valid Proxy-Authorization. Like Event it runs
+	// on the connection's goroutine and must be quick and concurrency-safe.
+	LoginFailed func(LoginFailure)
 	// HandshakeTimeout bounds a client's SOCKS5 negotiation (greeting,
 	// authentication, request) or its HTTP request header. If zero, 10s.
 	HandshakeTimeout time.Duration

@@ -47,18 +47,21 @@ const (
 
 // replyCode maps a dial or parse error to the SOCKS5 reply a client sees.
 // A timeout is reported as 0x06 (TTL expired), the code Tor and other
-// proxies use for "timed out": RFC 1928 has no better one.
+// proxies use for "timed out": RFC 1928 has no better one. EACCES and
+// EPERM from connect are the host's own rules refusing the flow (a
+// prohibit route, a netfilter DROP on output), so 0x02 as for our policy.
 func replyCode(err error) byte {
 	var dnsErr *net.DNSError
 	switch {
 	case err == nil:
 		return repSucceeded
-	case errors.Is(err, ErrDenied):
+	case errors.Is(err, ErrDenied), errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 		return repNotAllowed
 	case errors.Is(err, errATYP):
 		return repATYPNotSupported
 	case errors.Is(err, ErrNoHost), errors.Is(err, errBadHost),
-		errors.Is(err, syscall.EHOSTUNREACH), errors.As(err, &dnsErr) && !dnsErr.IsTimeout:
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.EHOSTDOWN),
+		errors.As(err, &dnsErr) && !dnsErr.IsTimeout:
 		return repHostUnreachable
 	case errors.Is(err, syscall.ENETUNREACH):
 		return repNetworkUnreachable

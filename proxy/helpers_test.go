@@ -32,9 +32,10 @@ type testNet struct {
 	hosts    map[string]string // host the client names -> loopback IP dialed
 	redirect map[string]string // address the client names -> address dialed
 
-	mu       sync.Mutex // guards the following
-	dialed   []string   // "network address" per call
-	attempts []Attempt  // from Config.Event
+	mu       sync.Mutex     // guards the following
+	dialed   []string       // "network address" per call
+	attempts []Attempt      // from Config.Event
+	logins   []LoginFailure // from Config.LoginFailed
 }
 
 func newTestNet() *testNet {
@@ -87,6 +88,18 @@ func (n *testNet) event(a Attempt) {
 	n.attempts = append(n.attempts, a)
 }
 
+func (n *testNet) loginFailed(f LoginFailure) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.logins = append(n.logins, f)
+}
+
+func (n *testNet) LoginFailures() []LoginFailure {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.logins)
+}
+
 func (n *testNet) Dialed() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -108,6 +121,7 @@ func (n *testNet) config(creds *Credentials) Config {
 		ListenPacket: lc.ListenPacket,
 		Credentials:  creds,
 		Event:        n.event,
+		LoginFailed:  n.loginFailed,
 		DialTimeout:  500 * time.Millisecond,
 	}
 }

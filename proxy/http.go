@@ -146,7 +146,7 @@ func (s *Server) authorized(r *http.Request, client net.Addr) bool {
 	}
 	h := r.Header.Get("Proxy-Authorization")
 	if h == "" {
-		s.log.Debug("http proxy authentication missing", "client", client)
+		s.loginFailed(client, "", ReasonNoCredentials)
 		return false
 	}
 	scheme, cred, _ := strings.Cut(h, " ")
@@ -154,11 +154,11 @@ func (s *Server) authorized(r *http.Request, client net.Addr) bool {
 	user, pass, ok := strings.Cut(string(raw), ":")
 	if !strings.EqualFold(scheme, "Basic") || err != nil || !ok {
 		// Log nothing of the value: it may hold a password in any form.
-		s.log.Info("http proxy authentication refused", "client", client, "reason", "malformed Proxy-Authorization")
+		s.loginFailed(client, "", ReasonMalformed)
 		return false
 	}
 	if !s.auth.match([]byte(user), []byte(pass)) {
-		s.log.Info("http proxy authentication refused", "client", client, "user", user)
+		s.loginFailed(client, user, ReasonBadCredentials)
 		return false
 	}
 	return true

@@ -198,21 +198,29 @@ func TestHTTPAuth(t *testing.T) {
 		auth       string // Proxy-Authorization, if any
 		wantStatus int
 		wantLog    string
+		// The refused login reported to LoginFailed, if any.
+		wantUser, wantReason string
 	}{
 		{name: "right", auth: basic("agent", "s3cret"), wantStatus: http.StatusOK},
 		{name: "scheme case-insensitive", auth: "basic " + base64.StdEncoding.EncodeToString([]byte("agent:s3cret")), wantStatus: http.StatusOK},
-		{name: "missing", wantStatus: http.StatusProxyAuthRequired},
-		{name: "wrong password", auth: basic("agent", "nope"), wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused"},
-		{name: "wrong user", auth: basic("root", "s3cret"), wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused"},
-		{name: "not basic", auth: "Bearer abc", wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused"},
-		{name: "bad base64", auth: "Basic !!!", wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused"},
-		{name: "no colon", auth: "Basic " + base64.StdEncoding.EncodeToString([]byte("agents3cret")), wantStatus: http.StatusProxyAuthRequired},
+		{name: "missing", wantStatus: http.StatusProxyAuthRequired, wantReason: ReasonNoCredentials},
+		{name: "wrong password", auth: basic("agent", "nope"), wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused",
+			wantUser: "agent", wantReason: ReasonBadCredentials},
+		{name: "wrong user", auth: basic("root", "s3cret"), wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused",
+			wantUser: "root", wantReason: ReasonBadCredentials},
+		{name: "not basic", auth: "Bearer abc", wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused",
+			wantReason: ReasonMalformed},
+		{name: "bad base64", auth: "Basic !!!", wantStatus: http.StatusProxyAuthRequired, wantLog: "http proxy authentication refused",
+			wantReason: ReasonMalformed},
+		{name: "no colon", auth: "Basic " + base64.StdEncoding.EncodeToString([]byte("agents3cret")), wantStatus: http.StatusProxyAuthRequired,
+			wantReason: ReasonMalformed},
 	}
 	for _, tt := range tests {
 		for _, method := range []string{http.MethodGet, http.MethodConnect} {
 			t.Run(tt.name+"/"+method, func(t *testing.T) {
 				var logs logBuf
-				cfg := newTestNet().config(testCreds)
+				n := newTestNet()
+				cfg := n.config(testCreds)
 				cfg.Logger = logs.logger()
 				_, proxyAddr := startHTTP(t, cfg)
 				uri := plain
@@ -232,6 +240,17 @@ func TestHTTPAuth(t *testing.T) {
 					assert.Contains(t, logs.String(), "level=INFO msg=\""+tt.wantLog)
 				}
 				assert.NotContains(t, logs.String(), "s3cret")
+				var reasons []string
+				for _, f := range n.LoginFailures() {
+					assert.Equal(t, tt.wantUser, f.Username)
+					assert.NotNil(t, f.Client)
+					reasons = append(reasons, f.Reason)
+				}
+				var want []string
+				if tt.wantReason != "" {
+					want = []string{tt.wantReason}
+				}
+				assert.Equal(t, want, reasons)
 			})
 		}
 	}

@@ -273,6 +273,23 @@ func (s *Server) report(client net.Addr, network, address string, err error) {
 	}
 }
 
+// loginFailed reports a refused login to LoginFailed and the log.
+func (s *Server) loginFailed(client net.Addr, user, reason string) {
+	if s.cfg.LoginFailed != nil {
+		s.cfg.LoginFailed(LoginFailure{Client: client, Username: user, Reason: reason})
+	}
+	msg, level := "socks5 authentication refused", slog.LevelInfo
+	if s.httpSrv != nil {
+		msg = "http proxy authentication refused"
+		if reason == ReasonNoCredentials {
+			// The 407 challenge is how most HTTP clients learn they must
+			// authenticate: audited, but not worth an Info line each.
+			level = slog.LevelDebug
+		}
+	}
+	s.log.Log(s.ctx, level, msg, "client", client, "user", user, "reason", reason)
+}
+
 // limitListener admits the HTTP server's connections like acceptLoop does
 // for SOCKS5; net/http does its own backoff on Accept errors.
 type limitListener struct {

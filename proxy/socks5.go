@@ -85,7 +85,7 @@ func (s *Server) negotiate(c net.Conn) error {
 	if !bytes.Contains(methods, []byte{want}) {
 		_, _ = c.Write([]byte{socksVersion, methodNoAcceptable})
 		if s.auth != nil {
-			s.log.Info("socks5 authentication refused", "client", c.RemoteAddr(), "reason", "client offers no username/password")
+			s.loginFailed(c.RemoteAddr(), "", ReasonNoCredentials)
 		}
 		return fmt.Errorf("%w among %x", errMethod, methods)
 	}
@@ -108,6 +108,7 @@ func (s *Server) authenticate(c net.Conn) error {
 	}
 	if hdr[0] != authVersion {
 		_, _ = c.Write([]byte{authVersion, authFailure})
+		s.loginFailed(c.RemoteAddr(), "", ReasonMalformed)
 		return fmt.Errorf("%w: subnegotiation version 0x%02x", errAuth, hdr[0])
 	}
 	u := user[:hdr[1]]
@@ -123,7 +124,7 @@ func (s *Server) authenticate(c net.Conn) error {
 	}
 	if !s.auth.match(u, p) {
 		_, _ = c.Write([]byte{authVersion, authFailure})
-		s.log.Info("socks5 authentication refused", "client", c.RemoteAddr(), "user", string(u))
+		s.loginFailed(c.RemoteAddr(), string(u), ReasonBadCredentials)
 		return errAuth
 	}
 	if _, err := c.Write([]byte{authVersion, authSuccess}); err != nil {

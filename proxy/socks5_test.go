@@ -79,6 +79,8 @@ func TestSOCKS5Auth(t *testing.T) {
 		send    []byte
 		want    []byte // everything the server sends before closing
 		wantLog bool   // an Info line about the refusal
+		// The refused login reported to LoginFailed, if any.
+		wantUser, wantReason string
 	}{
 		{
 			name: "no auth", send: []byte{5, 1, 0},
@@ -95,32 +97,39 @@ func TestSOCKS5Auth(t *testing.T) {
 		{
 			name: "wrong password", creds: testCreds,
 			send: authMsg(0, "agent", "s3creT"), want: []byte{5, 2, 1, 1}, wantLog: true,
+			wantUser: "agent", wantReason: ReasonBadCredentials,
 		},
 		{
 			name: "wrong username", creds: testCreds,
 			send: authMsg(0, "agent2", "s3cret"), want: []byte{5, 2, 1, 1}, wantLog: true,
+			wantUser: "agent2", wantReason: ReasonBadCredentials,
 		},
 		{
 			name: "password is a prefix", creds: testCreds,
 			send: authMsg(0, "agent", "s3c"), want: []byte{5, 2, 1, 1}, wantLog: true,
+			wantUser: "agent", wantReason: ReasonBadCredentials,
 		},
 		{
 			name: "empty fields", creds: testCreds,
 			send: authMsg(0, "", ""), want: []byte{5, 2, 1, 1}, wantLog: true,
+			wantReason: ReasonBadCredentials,
 		},
 		{
 			name: "client offers only no auth", creds: testCreds,
 			send: []byte{5, 1, 0}, want: []byte{5, 0xff}, wantLog: true,
+			wantReason: ReasonNoCredentials,
 		},
 		{
 			name: "wrong subnegotiation version", creds: testCreds,
-			send: authMsg(5, "agent", "s3cret"), want: []byte{5, 2, 1, 1},
+			send: authMsg(5, "agent", "s3cret"), want: []byte{5, 2, 1, 1}, wantLog: true,
+			wantReason: ReasonMalformed,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs logBuf
-			cfg := newTestNet().config(tt.creds)
+			n := newTestNet()
+			cfg := n.config(tt.creds)
 			cfg.Logger = logs.logger()
 			cfg.HandshakeTimeout = 200 * time.Millisecond
 			_, proxyAddr := startSOCKS(t, cfg)
@@ -133,6 +142,11 @@ func TestSOCKS5Auth(t *testing.T) {
 				assert.Contains(t, logs.String(), "level=INFO msg=\"socks5 authentication refused\"")
 			}
 			assert.NotContains(t, logs.String(), "s3cre", "no password in the logs")
+			var want []LoginFailure
+			if tt.wantReason != "" {
+				want = []LoginFailure{{Client: c.LocalAddr(), Username: tt.wantUser, Reason: tt.wantReason}}
+			}
+			assert.Equal(t, want, n.LoginFailures())
 		})
 	}
 }
