@@ -113,6 +113,27 @@ func loadFile(p, kind string) (*labFile, error) {
 	return f, nil
 }
 
+// guessKind is the kind loadFile takes p for: kind if set, else what the
+// file's keys say; "" when p cannot be read.
+func guessKind(p, kind string) string {
+	if kind != "" {
+		return kind
+	}
+	read := topology.ReadFile
+	if strings.HasPrefix(p, builtinPrefix) {
+		bp, err := builtinPath(p)
+		if err != nil {
+			return ""
+		}
+		p, read = bp, readBuiltin
+	}
+	data, err := read(p)
+	if err != nil {
+		return ""
+	}
+	return kindOf(data)
+}
+
 func parseFile(p, kind string) (*labFile, error) {
 	data, err := topology.ReadFile(p)
 	if err != nil {

@@ -29,7 +29,7 @@ reports every problem of every file at once, each as FILE:LINE:COL, the path
 of the value in the document, what is wrong and, where it helps, how to fix
 it:
 
-  topologies/home.yaml:12:13: networks.home.uplink: no network "internt"; did you mean "internet"?
+  topologies/cgnat.yaml:20:13: networks.home1.uplink: no network "carier"; did you mean "carrier"?
 
 It checks the syntax (unknown keys, values of the wrong type or out of
 range), then the meaning: names used twice or naming nothing, addresses off
@@ -47,7 +47,7 @@ shipped inside lattice-lab (lattice-lab list shows them).
 Exit status: 0 when every file is valid, 1 when any is not, 2 for bad
 flags.`,
 		Example: `  # Check a topology and a scenario
-  lattice-lab validate topologies/home.yaml scenarios/home-failover.yaml
+  lattice-lab validate topologies/cgnat.yaml scenarios/cgnat-hairpin.yaml
 
   # Check everything in the repository, as CI does
   lattice-lab validate topologies/*.yaml scenarios/*.yaml
@@ -64,7 +64,7 @@ flags.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.kind, "kind", "", "treat every FILE as a `topology` or scenario instead of guessing")
-	fl.BoolVar(&opts.json, "json", false, "print a JSON array of {file, kind, valid, summary, problems}")
+	fl.BoolVar(&opts.json, "json", false, "print a JSON array of {file, kind, name, valid, summary, problems}; kind is left out only for a file that cannot be read")
 	fl.BoolVar(&opts.noBuild, "no-build", false, "skip building the network on the fabric")
 	return cmd
 }
@@ -122,6 +122,7 @@ func validateOne(p string, opts validateOptions) validation {
 	v := validation{File: p, Kind: opts.kind}
 	f, err := loadFile(p, opts.kind)
 	if err != nil {
+		v.Kind = guessKind(p, opts.kind)
 		var es *strictyaml.Errors
 		if errors.As(err, &es) {
 			v.Problems = es.List

@@ -85,3 +85,35 @@ func TestGraphAndSchema(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "schema: name a format: topology or scenario")
 }
+
+// TestValidateJSONKind: --json names the kind of an invalid file too,
+// guessed as for a valid one or as --kind says.
+func TestValidateJSONKind(t *testing.T) {
+	dir := t.TempDir()
+	badTopo := filepath.Join(dir, "topo.yaml")
+	require.NoError(t, os.WriteFile(badTopo, []byte("networks:\n  lan: {cidr: 10.0.0.0/33}\n"), 0o644))
+	badScenario := filepath.Join(dir, "scenario.yaml")
+	require.NoError(t, os.WriteFile(badScenario, []byte("topology: nowhere.yaml\nsteps: []\n"), 0o644))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{name: "guessed", args: []string{badTopo, badScenario}, want: []string{"topology", "scenario"}},
+		{name: "forced", args: []string{"--kind", "scenario", badTopo}, want: []string{"scenario"}},
+		{name: "builtin forced", args: []string{"--kind", "scenario", "builtin:topologies/cgnat"}, want: []string{"scenario"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := run(t, append([]string{"validate", "--json"}, tc.args...)...)
+			require.Equal(t, 1, code, stderr)
+			var got []map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &got))
+			require.Len(t, got, len(tc.want))
+			for i, g := range got {
+				assert.Equal(t, false, g["valid"])
+				assert.Equal(t, tc.want[i], g["kind"], "%v", g["file"])
+				assert.NotEmpty(t, g["problems"])
+			}
+		})
+	}
+}
