@@ -9,7 +9,7 @@ import (
 type Event struct {
 	// Time is when it happened. If zero, the time of Write.
 	Time time.Time `json:"time"`
-	// Kind says what happened: "start", "stop", "connect", "egress",
+	// Kind says what happened: "start", "stop", "connect", "login", "egress",
 	// "forward", "policy", ...
 	Kind string `json:"kind"`
 	// Decision is "allow" or "deny" for decisions.

@@ -146,7 +146,7 @@ func (d *PodDriver) startProxies(ctx context.Context) error {
 			continue
 		}
 		srv, err := p.new(proxy.Config{Dial: d.Dial, ListenPacket: d.cfg.Network.ListenPacket, Credentials: &d.creds,
-			Logger: d.cfg.Logger, Event: d.proxyEvent(p.kind)})
+			Logger: d.cfg.Logger, Event: d.proxyEvent(p.kind), LoginFailed: d.loginEvent(p.kind)})
 		if err != nil {
 			return fmt.Errorf("sandbox: proxy: %w", err)
 		}
@@ -196,6 +196,21 @@ func (d *PodDriver) proxyEvent(kind string) func(proxy.Attempt) {
 				e.Decision = "deny"
 			}
 			e.Detail += ": " + a.Err.Error()
+		}
+		d.record(e)
+	}
+}
+
+// loginEvent audits a refused proxy login: who tried and why, never the
+// password.
+func (d *PodDriver) loginEvent(kind string) func(proxy.LoginFailure) {
+	return func(f proxy.LoginFailure) {
+		e := audit.Event{Kind: "login", Proto: "tcp", Decision: "deny", Detail: kind + ": " + f.Reason}
+		if f.Client != nil {
+			e.Src = f.Client.String()
+		}
+		if f.Username != "" {
+			e.Detail += fmt.Sprintf(" (user %q)", f.Username)
 		}
 		d.record(e)
 	}
