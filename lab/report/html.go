@@ -12,8 +12,9 @@ import (
 
 // HTMLOptions tune WriteHTML.
 type HTMLOptions struct {
-	// CaptureBase is the directory the report is written to; capture
-	// links are made relative to it. If empty, paths are used as they are.
+	// CaptureBase is the directory the report is written to. Links to
+	// captures inside it are relative; others are absolute file: URLs. If
+	// empty, relative capture paths are linked as they are.
 	CaptureBase string
 	// Title heads the page. If empty, "lattice-lab report".
 	Title string
@@ -180,7 +181,8 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		}
 		return nil
 	},
-	"rel":  relPath,
+	"link": captureLink,
+	"name": captureText,
 	"join": strings.Join,
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
@@ -214,7 +216,7 @@ td.direct{background:#dcfce7}td.relay{background:#fef3c7}td.mixed{background:#e0
 {{if .Events}}<details><summary>{{len .Events}} path switches with reasons</summary><table class="events"><tr><th>at</th><th>node → peer</th><th>to</th><th>address</th><th>reason</th></tr>
 {{range .Events}}<tr><td>{{dur .At}}</td><td>{{.Node}} → {{.Peer}}</td><td>{{.To}}</td><td>{{.Addr}}</td><td>{{.Reason}}</td></tr>
 {{end}}</table></details>{{end}}
-{{if .Captures}}<p>Captures: {{range .Captures}}<a href="{{rel $base .}}">{{rel $base .}}</a> {{end}}</p>{{end}}
+{{if .Captures}}<p>Captures: {{range .Captures}}<a href="{{link $base .}}">{{name $base .}}</a> {{end}}</p>{{end}}
 {{end}}
 </body></html>
 `))

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +91,30 @@ func TestHTML(t *testing.T) {
 	assert.NotContains(t, page, "<script", "self-contained and static")
 }
 
+// TestHTMLCaptureLinks: a capture outside the report's directory is linked
+// by an escaped file: URL, not html/template's #ZgotmplZ for a rejected URL.
+func TestHTMLCaptureLinks(t *testing.T) {
+	tests := []struct {
+		name, base, capture, want string
+	}{
+		{"inside", "/tmp/rep", "/tmp/rep/caps/internet.pcapng", `<a href="caps/internet.pcapng">caps/internet.pcapng</a>`},
+		{"elsewhere", "/tmp/rep", "/srv/lab caps/a#b.pcapng", `<a href="file:///srv/lab%20caps/a%23b.pcapng">/srv/lab caps/a#b.pcapng</a>`},
+		{"sibling with a common prefix", "/tmp/rep", "/tmp/report/x.pcapng", `<a href="file:///tmp/report/x.pcapng">/tmp/report/x.pcapng</a>`},
+		{"no base, relative", "", "caps/x.pcapng", `<a href="caps/x.pcapng">caps/x.pcapng</a>`},
+		{"colon in a relative name", "/tmp/rep", "/tmp/rep/a:b.pcapng", `<a href="./a:b.pcapng">a:b.pcapng</a>`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := sample()[:1]
+			res[0].Captures = []string{tt.capture}
+			var b bytes.Buffer
+			require.NoError(t, WriteHTML(&b, res, HTMLOptions{CaptureBase: tt.base}))
+			assert.Contains(t, b.String(), tt.want)
+			assert.NotContains(t, b.String(), "ZgotmplZ")
+		})
+	}
+}
+
 // TestHTMLInChromium opens the report in headless Chromium (Debian's
 // chromium package) and checks the matrix made it into the rendered DOM.
 func TestHTMLInChromium(t *testing.T) {
@@ -97,12 +123,14 @@ func TestHTMLInChromium(t *testing.T) {
 		t.Skip("chromium is not installed (apt-get install chromium)")
 	}
 	dir := t.TempDir()
-	paths, err := WriteDir(dir, sample())
+	results := sample()
+	results[0].Captures = []string{writeCapture(t, filepath.Join(t.TempDir(), "internet.pcapng"), "x")}
+	paths, err := WriteDir(dir, results)
 	require.NoError(t, err)
 	html := paths[2]
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--user-data-dir=" + filepath.Join(dir, "profile")}
+	args := chromiumArgs(filepath.Join(t.TempDir(), "profile"))
 	out, err := exec.CommandContext(ctx, bin, append(args, "--dump-dom", "file://"+html)...).Output()
 	require.NoError(t, err)
 	dom := string(out)
@@ -114,4 +142,89 @@ func TestHTMLInChromium(t *testing.T) {
 	fi, err := os.Stat(shot)
 	require.NoError(t, err)
 	assert.Greater(t, fi.Size(), int64(10_000), "a rendered page, not a blank one")
+}
+
+// chromiumArgs are headless Chromium's flags for a test, with its profile in
+// dir.
+func chromiumArgs(dir string) []string {
+	return []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--user-data-dir=" + dir}
+}
+
+func writeCapture(t *testing.T, path, content string) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	return path
+}
+
+// probeScript, appended to a copy of the report next to it, fetches every
+// link to another file as Chromium resolves it and lists href, status and
+// content. An href of #ZgotmplZ resolves to the page itself, so it lists
+// nothing.
+const probeScript = `<script>
+(async () => {
+  const out = [];
+  for (const a of document.links) {
+    if (a.pathname === location.pathname) continue; // the page's own anchors
+    try { const r = await fetch(a.href); out.push(a.href + " " + r.status + " " + (await r.text())); }
+    catch (e) { out.push(a.href + " error"); }
+  }
+  const p = document.createElement("pre"); p.id = "probe"; p.textContent = out.join("\n"); document.body.appendChild(p);
+})();
+</script>`
+
+// TestCaptureLinksInChromium writes a report with captures inside its
+// directory and elsewhere, moves the report directory, deletes the captures
+// outside it, and has headless Chromium follow every capture link: each
+// resolves to a file in the moved report holding that capture.
+func TestCaptureLinksInChromium(t *testing.T) {
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium is not installed (apt-get install chromium)")
+	}
+	tests := []struct {
+		name     string
+		inside   bool   // the capture directory is under the report's
+		wantPath string // where the link leads, under the moved report
+	}{
+		{"capture inside report", true, "caps/internet.pcapng"},
+		{"capture elsewhere", false, "captures/pair-full-cone+symmetric/internet.pcapng"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			rep := filepath.Join(root, "report")
+			caps := filepath.Join(root, "lab caps")
+			if tt.inside {
+				caps = filepath.Join(rep, "caps")
+			}
+			results := sample()[:1]
+			results[0].Captures = []string{writeCapture(t, filepath.Join(caps, "internet.pcapng"), "pcapng of internet")}
+			paths, err := WriteDir(rep, results)
+			require.NoError(t, err)
+			page, err := os.ReadFile(paths[2])
+			require.NoError(t, err)
+			assert.NotContains(t, string(page), "ZgotmplZ")
+
+			moved := filepath.Join(root, "moved", "report")
+			require.NoError(t, os.MkdirAll(filepath.Dir(moved), 0o755))
+			require.NoError(t, os.Rename(rep, moved))
+			if !tt.inside {
+				require.NoError(t, os.RemoveAll(caps))
+			}
+			probe := filepath.Join(moved, "probe.html")
+			require.NoError(t, os.WriteFile(probe, append(page, probeScript...), 0o644))
+
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			args := append(chromiumArgs(filepath.Join(root, "profile")), "--allow-file-access-from-files",
+				"--virtual-time-budget=10000", "--dump-dom", "file://"+probe)
+			out, err := exec.CommandContext(ctx, bin, args...).Output()
+			require.NoError(t, err)
+			m := regexp.MustCompile(`(?s)<pre id="probe">(.*?)</pre>`).FindStringSubmatch(string(out))
+			require.NotNil(t, m, "the probe ran: %s", out)
+			want := (&url.URL{Scheme: "file", Path: filepath.Join(moved, tt.wantPath)}).String()
+			assert.Equal(t, []string{want + " 200 pcapng of internet"}, strings.Split(m[1], "\n"))
+		})
+	}
 }

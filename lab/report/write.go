@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // WriteJSON writes the results as one indented JSON array.
@@ -103,17 +102,22 @@ func WriteJUnit(w io.Writer, results []*Result) error {
 }
 
 // WriteDir writes result.json, junit.xml and report.html into dir and
-// returns their paths.
+// returns their paths. Captures outside dir are copied to
+// dir/captures/SCENARIO/, so report.html links only to files in dir (with
+// relative links) and keeps working when dir is moved; result.json keeps
+// the captures' original paths. A capture that cannot be copied is linked
+// where it is and named in the error, after every file is written.
 func WriteDir(dir string, results []*Result) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	shown, copyErr := collectCaptures(dir, results)
 	var paths []string
 	for _, f := range []struct {
 		name  string
 		write func(io.Writer, []*Result) error
-	}{{"result.json", WriteJSON}, {"junit.xml", WriteJUnit}, {"report.html", func(w io.Writer, rs []*Result) error {
-		return WriteHTML(w, rs, HTMLOptions{CaptureBase: dir})
+	}{{"result.json", WriteJSON}, {"junit.xml", WriteJUnit}, {"report.html", func(w io.Writer, _ []*Result) error {
+		return WriteHTML(w, shown, HTMLOptions{CaptureBase: dir})
 	}}} {
 		p := filepath.Join(dir, f.name)
 		file, err := os.Create(p)
@@ -129,19 +133,5 @@ func WriteDir(dir string, results []*Result) ([]string, error) {
 		}
 		paths = append(paths, p)
 	}
-	return paths, nil
-}
-
-// relPath makes a capture path relative to the report's directory.
-func relPath(base, p string) string {
-	if base == "" {
-		return p
-	}
-	if r, err := filepath.Rel(base, p); err == nil && !strings.HasPrefix(r, "..") {
-		return r
-	}
-	if abs, err := filepath.Abs(p); err == nil {
-		return "file://" + abs
-	}
-	return p
+	return paths, copyErr
 }
