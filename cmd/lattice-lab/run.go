@@ -110,7 +110,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 	fl.DurationVar(&opts.duration, "duration", 0, "topology only: stop watching after this long (0: until interrupted)")
 	fl.DurationVar(&opts.interval, "interval", opts.interval, "topology only: how often to print the reachability table")
 	fl.StringVar(&opts.captureDir, "capture", "", "write one pcapng capture per network that carried traffic to `DIR`/NETWORK.pcapng")
-	fl.StringVar(&opts.reportDir, "report", "", "write result.json, junit.xml and report.html to `DIR`")
+	fl.StringVar(&opts.reportDir, "report", "", "write result.json, junit.xml and report.html to `DIR` (captures outside DIR are copied to DIR/captures, so the report can be moved)")
 	fl.StringVar(&opts.stateDir, "state", "", "keep node identities and control's registry in `DIR` (default: a temporary directory)")
 	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs of every component on stderr")
 	return cmd
