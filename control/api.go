@@ -42,6 +42,7 @@ const (
 	LeafSignalOut  = "signal.out" // node → control: a signal for HeaderTo
 	LeafPeerList   = "peers.get"  // node → control, request: the current peer list
 	LeafDeregister = "deregister" // node → control, request: leave the network
+	LeafPresence   = "presence"   // node → control, request: PresenceRequest (heartbeat or goodbye)
 )
 
 // Signaling headers.
@@ -78,6 +79,10 @@ type RegisterResponse struct {
 	STUN       []string     `json:"stun,omitempty"`
 	Peers      []Peer       `json:"peers"`
 	NATS       NATSCreds    `json:"nats"`
+	// PresenceTTLMillis is how long control keeps the node online without
+	// a heartbeat; the node sends one every third of it. Zero: control
+	// tracks no presence.
+	PresenceTTLMillis int64 `json:"presence_ttl_ms,omitempty"`
 }
 
 // Relay is an LRP relay a node may use.
@@ -103,6 +108,9 @@ type Peer struct {
 	Name      string       `json:"name"`
 	PublicKey Key          `json:"public_key"`
 	Address   netip.Prefix `json:"address"`
+	// Offline: the node is registered but not running (it left, or its
+	// heartbeats stopped). Its identity and address stay its own.
+	Offline bool `json:"offline,omitempty"`
 }
 
 // PeerEventType says what happened to a peer.
@@ -113,6 +121,10 @@ const (
 	PeerAdded   PeerEventType = "add"
 	PeerUpdated PeerEventType = "update"
 	PeerRemoved PeerEventType = "remove"
+	// PeerOffline and PeerOnline: the peer stopped or came back; it stays
+	// registered (see presence.go).
+	PeerOffline PeerEventType = "offline"
+	PeerOnline  PeerEventType = "online"
 )
 
 // PeerEvent is pushed on a node's LeafPeers subject.

@@ -250,5 +250,21 @@ func (s *Session) Deregister(ctx context.Context) error {
 	return decodeReply(r.Data, &ok)
 }
 
+// Presence tells control the node is running (online: a heartbeat) or
+// is stopping (a goodbye): peers are told at once that it is offline, its
+// identity and address stay registered. See presence.go.
+func (s *Session) Presence(ctx context.Context, online bool) error {
+	body, _ := json.Marshal(PresenceRequest{Online: online})
+	r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPresence), body)
+	if err != nil {
+		return fmt.Errorf("presence: %w", err)
+	}
+	var ok struct{}
+	if err := decodeReply(r.Data, &ok); err != nil {
+		return fmt.Errorf("presence: %w", err)
+	}
+	return nil
+}
+
 // Close closes the session.
 func (s *Session) Close() { s.nc.Close() }

@@ -425,3 +425,88 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: newKey(t)})
 	require.NoError(t, err, "the name is free again")
 }
+
+func TestPresence(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	env := startServer(t, "", func(c *Config) { c.PresenceTTL = ttl })
+	ctx := ctxT(t)
+	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	assert.Equal(t, ttl.Milliseconds(), a.PresenceTTLMillis)
+	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	require.NoError(t, err)
+	events := make(chan PeerEvent, 16)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sa.Close()
+	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{})
+	require.NoError(t, err)
+	defer sb.Close()
+	next := func(within time.Duration) PeerEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(within):
+			t.Fatalf("no peer event within %v", within)
+			return PeerEvent{}
+		}
+	}
+	peerB := func() Peer {
+		t.Helper()
+		peers, err := sa.Peers(ctx)
+		require.NoError(t, err)
+		require.Len(t, peers, 1)
+		return peers[0]
+	}
+
+	// A clean stop: offline at once, still registered.
+	require.NoError(t, sb.Presence(ctx, true))
+	assert.False(t, peerB().Offline)
+	start := time.Now()
+	require.NoError(t, sb.Presence(ctx, false))
+	ev := next(time.Second)
+	assert.Less(t, time.Since(start), ttl, "the goodbye is announced at once, not after the TTL")
+	assert.Equal(t, PeerOffline, ev.Type)
+	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
+	assert.Equal(t, b.Address, ev.Peer.Address, "an offline node keeps its address")
+	assert.True(t, ev.Peer.Offline)
+	assert.True(t, peerB().Offline)
+	_, err = env.srv.Store().Get(ctx, b.NodeID)
+	require.NoError(t, err, "leaving is not deregistering")
+
+	// Back: online again.
+	require.NoError(t, sb.Presence(ctx, true))
+	ev = next(time.Second)
+	assert.Equal(t, PeerOnline, ev.Type)
+	assert.False(t, ev.Peer.Offline)
+	assert.False(t, peerB().Offline)
+
+	// Heartbeats keep it online past the TTL.
+	for range 4 {
+		time.Sleep(ttl / 3)
+		require.NoError(t, sb.Presence(ctx, true))
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("a node sending heartbeats got %v", ev.Type)
+	default:
+	}
+
+	// An unclean stop: no goodbye, no heartbeats; offline after the TTL.
+	last := time.Now()
+	ev = next(2 * ttl)
+	assert.Equal(t, PeerOffline, ev.Type)
+	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
+	assert.GreaterOrEqual(t, time.Since(last), ttl)
+
+	var e *Error
+	err = sb.Presence(ctx, true)
+	require.NoError(t, err)
+	assert.Equal(t, PeerOnline, next(time.Second).Type)
+	// Garbage is refused by name.
+	r, err := sb.Conn().RequestWithContext(ctx, NodeSubject(b.NodeID, LeafPresence), []byte("{"))
+	require.NoError(t, err)
+	require.ErrorAs(t, decodeReply(r.Data, &struct{}{}), &e)
+	assert.Equal(t, CodeBadRequest, e.Code)
+}

@@ -58,6 +58,10 @@ type Config struct {
 	STUN   []string
 	// RelayToken issues a node's relay token. If nil, nodes get none.
 	RelayToken func(key Key, now time.Time) (string, error)
+
+	// PresenceTTL is how long a node stays online without a heartbeat
+	// (see presence.go). If zero, DefaultPresenceTTL (15s).
+	PresenceTTL time.Duration
 }
 
 // Stats counts what a Server did.
@@ -82,6 +86,10 @@ type Server struct {
 	secrets map[string][]byte // node ID → SHA-256 of its NATS password
 	regMu   sync.Mutex        // serializes registrations in this instance
 
+	presMu sync.Mutex           // guards seen
+	seen   map[string]time.Time // online node ID → its last sign of life
+	stop   context.CancelFunc   // ends presenceLoop
+
 	registered, refused, deregistered, relayed, dropped atomic.Uint64
 }
 
@@ -93,6 +101,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	switch {
+	case cfg.PresenceTTL == 0:
+		cfg.PresenceTTL = DefaultPresenceTTL
+	case cfg.PresenceTTL < 0:
+		return nil, fmt.Errorf("control: PresenceTTL %v is negative", cfg.PresenceTTL)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -106,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	case cfg.KVBucket != "" && cfg.EmbeddedNATS != nil && cfg.EmbeddedNATS.StoreDir == "":
 		return nil, errors.New("control: KVBucket with embedded NATS needs EmbeddedNATS.StoreDir for JetStream")
 	}
-	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), secrets: map[string][]byte{}}
+	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), secrets: map[string][]byte{}, seen: map[string]time.Time{}, stop: func() {}}
 	if err := s.tokens.validate(); err != nil {
 		return nil, err
 	}
@@ -132,10 +146,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.secrets[n.ID] = n.SecretHash
 	}
 	s.mu.Unlock()
+	// Nodes that were running before control (re)started are presumed
+	// online for one PresenceTTL, in which their heartbeats resume: a
+	// restart of control must not take the whole mesh offline.
+	now := cfg.Now()
+	s.presMu.Lock()
+	for _, n := range nodes {
+		s.seen[n.ID] = now
+	}
+	s.presMu.Unlock()
 	if err := s.subscribe(); err != nil {
 		s.Close()
 		return nil, err
 	}
+	pctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	s.wg.Go(func() { s.presenceLoop(pctx) })
 	if cfg.HTTPListen != "" {
 		if err := s.serveHTTP(ctx); err != nil {
 			s.Close()
@@ -225,6 +251,11 @@ func (s *Server) subscribe() error {
 		if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
 			return fmt.Errorf("control: subscribe %s: %w", sub.subject, err)
 		}
+	}
+	// Every instance hears every heartbeat (no queue group), so all agree
+	// on presence; the requester takes the first reply.
+	if _, err := s.nc.Subscribe(subjectNodes+"*."+LeafPresence, s.onPresence); err != nil {
+		return fmt.Errorf("control: subscribe %s: %w", LeafPresence, err)
 	}
 	return s.nc.Flush()
 }
@@ -330,6 +361,7 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest) (*RegisterR
 	s.mu.Lock()
 	s.secrets[id] = hash[:]
 	s.mu.Unlock()
+	s.markOnline(id)
 
 	all, err := s.cfg.Store.List(ctx)
 	if err != nil {
@@ -342,6 +374,8 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest) (*RegisterR
 		STUN:    s.cfg.STUN,
 		Peers:   []Peer{},
 		NATS:    NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id},
+
+		PresenceTTLMillis: s.cfg.PresenceTTL.Milliseconds(),
 	}
 	if s.cfg.RelayToken != nil {
 		if resp.RelayToken, err = s.cfg.RelayToken(req.PublicKey, now); err != nil {
@@ -353,7 +387,7 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest) (*RegisterR
 		if o.ID == id {
 			continue
 		}
-		resp.Peers = append(resp.Peers, o.peer())
+		resp.Peers = append(resp.Peers, s.peerOf(o))
 		if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
 			s.log.Warn("peer event", "to", o.ID, "err", err)
 		}
@@ -397,7 +431,7 @@ func (s *Server) onPeerList(m *nats.Msg) {
 	peers := []Peer{}
 	for _, n := range all {
 		if n.ID != self {
-			peers = append(peers, n.peer())
+			peers = append(peers, s.peerOf(n))
 		}
 	}
 	reply(m, peers)
@@ -417,6 +451,7 @@ func (s *Server) onDeregister(m *nats.Msg) {
 	s.mu.Lock()
 	delete(s.secrets, id)
 	s.mu.Unlock()
+	s.markOffline(id)
 	s.deregistered.Add(1)
 	ev, _ := json.Marshal(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
 	if all, err := s.cfg.Store.List(ctx); err == nil {
@@ -446,6 +481,7 @@ func (s *Server) Close() error {
 		_ = s.http.Shutdown(ctx)
 		cancel()
 	}
+	s.stop()
 	s.wg.Wait()
 	if s.nc != nil {
 		s.nc.Close()

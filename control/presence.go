@@ -1,0 +1,141 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Presence is separate from identity. A registered node keeps its ID, key
+// and address while it is down; presence says whether it is running. A
+// node is online from its registration (or control's start) while its
+// heartbeats (LeafPresence, every PresenceTTL/3) keep coming; it goes
+// offline when it says so on the way out, or PresenceTTL after its last
+// heartbeat (killed, or its network lost). Each change is a PeerOffline or
+// PeerOnline event to every other node, and peer lists carry it
+// (Peer.Offline).
+//
+// Several control instances sharing a KV registry each track presence:
+// heartbeats reach every instance (the subscription has no queue group),
+// so they agree, and a change may be announced once per instance; nodes
+// take repeated events as no change.
+
+// DefaultPresenceTTL is Config.PresenceTTL's default.
+const DefaultPresenceTTL = 15 * time.Second
+
+// PresenceRequest is a node's heartbeat (Online) or its goodbye.
+type PresenceRequest struct {
+	Online bool `json:"online"`
+}
+
+// presenceLoop expires nodes whose heartbeats stopped, until ctx ends.
+func (s *Server) presenceLoop(ctx context.Context) {
+	t := time.NewTicker(max(s.cfg.PresenceTTL/10, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.cfg.Now()
+		var expired []string
+		s.presMu.Lock()
+		for id, seen := range s.seen {
+			if now.Sub(seen) > s.cfg.PresenceTTL {
+				delete(s.seen, id)
+				expired = append(expired, id)
+			}
+		}
+		s.presMu.Unlock()
+		for _, id := range expired {
+			s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
+			s.announcePresence(ctx, id, PeerOffline)
+		}
+	}
+}
+
+// markOnline records a sign of life from id and reports whether it was
+// offline before.
+func (s *Server) markOnline(id string) bool {
+	s.presMu.Lock()
+	defer s.presMu.Unlock()
+	_, was := s.seen[id]
+	s.seen[id] = s.cfg.Now()
+	return !was
+}
+
+// markOffline forgets id's presence and reports whether it was online.
+func (s *Server) markOffline(id string) bool {
+	s.presMu.Lock()
+	defer s.presMu.Unlock()
+	_, was := s.seen[id]
+	delete(s.seen, id)
+	return was
+}
+
+// online reports whether id is present.
+func (s *Server) online(id string) bool {
+	s.presMu.Lock()
+	defer s.presMu.Unlock()
+	_, ok := s.seen[id]
+	return ok
+}
+
+// peerOf is n as other nodes see it, presence included.
+func (s *Server) peerOf(n *Node) Peer {
+	p := n.peer()
+	p.Offline = !s.online(n.ID)
+	return p
+}
+
+func (s *Server) onPresence(m *nats.Msg) {
+	id := nodeOf(m.Subject)
+	var req PresenceRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		reply(m, errorReply{&Error{Code: CodeBadRequest, Message: "malformed presence: " + err.Error()}})
+		return
+	}
+	if s.secretHash(id) == nil {
+		reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
+		return
+	}
+	ctx := context.Background()
+	switch {
+	case req.Online && s.markOnline(id):
+		s.log.Info("node online", "id", id)
+		s.announcePresence(ctx, id, PeerOnline)
+	case !req.Online && s.markOffline(id):
+		s.log.Info("node offline: it left", "id", id)
+		s.announcePresence(ctx, id, PeerOffline)
+	}
+	reply(m, struct{}{})
+}
+
+// announcePresence tells every other node that id went online or offline.
+func (s *Server) announcePresence(ctx context.Context, id string, t PeerEventType) {
+	n, err := s.cfg.Store.Get(ctx, id)
+	if err != nil {
+		s.log.Warn("presence event", "id", id, "err", err)
+		return
+	}
+	p := n.peer()
+	p.Offline = t == PeerOffline
+	ev, _ := json.Marshal(PeerEvent{Type: t, Peer: p})
+	all, err := s.cfg.Store.List(ctx)
+	if err != nil {
+		s.log.Warn("presence event", "id", id, "err", err)
+		return
+	}
+	for _, o := range all {
+		if o.ID == id {
+			continue
+		}
+		if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
+			s.log.Warn("presence event", "to", o.ID, "err", err)
+		}
+	}
+}
