@@ -91,10 +91,17 @@ type Node struct {
 	dev     *device.Device
 	relay   RelayClient
 	env     *peerEnv
+	tun     *unreachableTUN
 
-	mu     sync.Mutex
-	peers  map[string]*peer // by node ID
-	closed bool
+	mu      sync.Mutex
+	peers   map[string]*peer        // online peers, by node ID
+	offline map[string]*offlinePeer // registered peers that are not running, by node ID
+	closed  bool
+
+	// heartbeat's (see presence.go): stopHeartbeat ends it and
+	// heartbeatDone says it has.
+	stopHeartbeat context.CancelFunc
+	heartbeatDone chan struct{}
 
 	// probeLoop's: a kick when a direct path goes silent; stopProbes
 	// ends it and probesDone says it has.
@@ -195,8 +202,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{},
-		probeKick: make(chan struct{}, 1), probesDone: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{}, offline: map[string]*offlinePeer{},
+		probeKick: make(chan struct{}, 1), probesDone: make(chan struct{}), stopHeartbeat: func() {}}
 	pctx, stop := context.WithCancel(context.Background())
 	n.stopProbes = stop
 	go n.probeLoop(pctx)
@@ -260,7 +267,8 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node: interface: %w", err)
 	}
-	n.dev = device.NewDevice(tdev, n.bind, device.NewLogger(device.LogLevelSilent, ""))
+	n.tun = newUnreachableTUN(tdev)
+	n.dev = device.NewDevice(n.tun, n.bind, device.NewLogger(device.LogLevelSilent, ""))
 	if err := n.dev.IpcSet("private_key=" + hex.EncodeToString(id.PrivateKey[:]) + "\n"); err != nil {
 		return fmt.Errorf("node: configure WireGuard: %w", err)
 	}
@@ -330,8 +338,9 @@ func (n *Node) start(ctx context.Context) error {
 		n.log.Warn("peer list after subscribing", "err", err)
 	}
 	for _, p := range peers {
-		n.addPeer(p)
+		n.setPeer(p)
 	}
+	n.startHeartbeat()
 	return nil
 }
 
@@ -362,11 +371,23 @@ func (n *Node) Address() netip.Prefix { return n.id.Address }
 
 func (n *Node) onPeerEvent(ev control.PeerEvent) {
 	switch ev.Type {
-	case control.PeerAdded, control.PeerUpdated:
-		n.addPeer(ev.Peer)
+	case control.PeerAdded, control.PeerUpdated, control.PeerOnline:
+		n.setPeer(ev.Peer)
+	case control.PeerOffline:
+		ev.Peer.Offline = true
+		n.setPeer(ev.Peer)
 	case control.PeerRemoved:
 		n.removePeer(ev.Peer)
 	}
+}
+
+// setPeer brings the peer to what control says: online or offline.
+func (n *Node) setPeer(info control.Peer) {
+	if info.Offline {
+		n.peerOffline(info)
+		return
+	}
+	n.addPeer(info)
 }
 
 func (n *Node) addPeer(info control.Peer) {
@@ -374,6 +395,11 @@ func (n *Node) addPeer(info control.Peer) {
 	defer n.mu.Unlock()
 	if n.closed || info.NodeID == n.id.NodeID {
 		return
+	}
+	if off := n.offline[info.NodeID]; off != nil {
+		delete(n.offline, info.NodeID)
+		n.tun.setOffline(off.info.Address.Addr(), false)
+		n.log.Info("peer online", "peer", info.Name)
 	}
 	if old := n.peers[info.NodeID]; old != nil {
 		if old.info == info {
@@ -438,6 +464,10 @@ func (n *Node) removePeer(info control.Peer) {
 	n.mu.Lock()
 	p := n.peers[info.NodeID]
 	delete(n.peers, info.NodeID)
+	if off := n.offline[info.NodeID]; off != nil {
+		delete(n.offline, info.NodeID)
+		n.tun.setOffline(off.info.Address.Addr(), false)
+	}
 	n.mu.Unlock()
 	if p == nil {
 		return
@@ -506,11 +536,16 @@ func (n *Node) resync() {
 	want := map[string]control.Peer{}
 	for _, p := range peers {
 		want[p.NodeID] = p
-		n.addPeer(p)
+		n.setPeer(p)
 	}
 	n.mu.Lock()
 	var gone []control.Peer
 	for id, p := range n.peers {
+		if _, ok := want[id]; !ok {
+			gone = append(gone, p.info)
+		}
+	}
+	for id, p := range n.offline {
 		if _, ok := want[id]; !ok {
 			gone = append(gone, p.info)
 		}
@@ -538,16 +573,22 @@ func (n *Node) onSignal(from string, payload []byte) {
 	p.post(peerEvent{signal: s})
 }
 
-// Peers returns the peers control announced, sorted by name: what Status
-// returns without the paths, cheap enough to ask per connection.
+// Peers returns the peers control announced, sorted by name, offline ones
+// included (Offline set): what Status returns without the paths, cheap
+// enough to ask per connection.
 func (n *Node) Peers() []control.Peer {
 	n.mu.Lock()
 	peers := make([]*peer, 0, len(n.peers))
 	for _, p := range n.peers {
 		peers = append(peers, p)
 	}
+	out := make([]control.Peer, 0, len(peers)+len(n.offline))
+	for _, p := range n.offline {
+		info := p.info
+		info.Offline = true
+		out = append(out, info)
+	}
 	n.mu.Unlock()
-	out := make([]control.Peer, 0, len(peers))
 	for _, p := range peers {
 		p.mu.Lock()
 		out = append(out, p.info)
@@ -569,9 +610,11 @@ func (n *Node) Status() []PeerStatus {
 	out := make([]PeerStatus, 0, len(peers))
 	for _, p := range peers {
 		st := p.status()
+		st.Online = true
 		st.LastHandshake = handshakes[st.Peer.PublicKey]
 		out = append(out, st)
 	}
+	out = append(out, n.offlineStatus()...)
 	slices.SortFunc(out, func(a, b PeerStatus) int { return strings.Compare(a.Peer.Name, b.Peer.Name) })
 	return out
 }
@@ -612,10 +655,13 @@ func (n *Node) handshakes() map[control.Key]time.Time {
 func (n *Node) MuxStats() MuxStats { return n.mux.Stats() }
 
 // Close stops the node: peers, WireGuard, relay, control session, socket.
-// It does not deregister: a restarted node keeps its identity.
+// It tells control the node is going offline, so peers stop sending to it
+// at once (see presence.go), but does not deregister: a restarted node
+// keeps its identity and address.
 func (n *Node) Close() error {
 	n.stopProbes()
 	<-n.probesDone
+	n.leave()
 	n.mu.Lock()
 	n.closed = true
 	peers := n.peers

@@ -73,11 +73,14 @@ type labWorld struct {
 	secret    []byte
 	tls       *tls.Config
 	storePath string
+	ctrlOpts  []func(*control.Config)
 }
 
 const natsAddr = "203.0.113.101:443"
 
-func newLabWorld(t testing.TB) *labWorld {
+// newLabWorld builds the world; opts adjust control's Config (at every
+// start).
+func newLabWorld(t testing.TB, opts ...func(*control.Config)) *labWorld {
 	t.Helper()
 	lw := labtest.New(t, fabric.Config{Seed: 1})
 	f, server := lw.Fabric, lw.Server
@@ -86,7 +89,7 @@ func newLabWorld(t testing.TB) *labWorld {
 	require.NoError(t, st.Start(t.Context()))
 	t.Cleanup(func() { st.Close() })
 	w := &labWorld{lw: lw, f: f, server: server, secret: []byte("lab-relay-secret-0123456789abcdef"),
-		tls: meshtest.SelfSignedTLS(t), storePath: filepath.Join(t.TempDir(), "registry.json")}
+		tls: meshtest.SelfSignedTLS(t), storePath: filepath.Join(t.TempDir(), "registry.json"), ctrlOpts: opts}
 	w.startRelay(t)
 	w.startControl(t)
 	t.Cleanup(func() {
@@ -110,7 +113,7 @@ func (w *labWorld) startControl(t testing.TB) {
 	t.Helper()
 	store, err := control.OpenFileStore(w.storePath)
 	require.NoError(t, err)
-	ctrl, err := control.New(t.Context(), control.Config{
+	cfg := control.Config{
 		Network: w.server, Tokens: []control.JoinToken{{Value: labToken}}, Store: store,
 		// NATS on 443 of the second address: corporate firewalls let it out.
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: w.server, Listen: natsAddr},
@@ -119,7 +122,11 @@ func (w *labWorld) startControl(t testing.TB) {
 		RelayToken: func(k control.Key, now time.Time) (string, error) {
 			return string(relay.IssueToken(w.secret, relay.Key(k), now.Add(time.Hour))), nil
 		},
-	})
+	}
+	for _, o := range w.ctrlOpts {
+		o(&cfg)
+	}
+	ctrl, err := control.New(t.Context(), cfg)
 	require.NoError(t, err)
 	w.ctrl = ctrl
 }

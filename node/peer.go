@@ -28,6 +28,9 @@ type PathKind string
 const (
 	PathRelay  PathKind = "relay"
 	PathDirect PathKind = "direct"
+	// PathOffline: the peer is registered but not running; nothing is
+	// sent to it.
+	PathOffline PathKind = "offline"
 )
 
 // PathEvent records a path switch and why it happened.
@@ -588,7 +591,10 @@ func (p *peer) setReport(f func(*ICEReport)) {
 
 // PeerStatus is what `lattice status` shows for a peer.
 type PeerStatus struct {
-	Peer                                 control.Peer
+	Peer control.Peer
+	// Online: control says the peer is running. An offline peer has
+	// Path PathOffline and no endpoint.
+	Online                               bool
 	Path                                 PathKind
 	Endpoint                             string
 	RTT                                  time.Duration // the direct path's, as ICE measures it

@@ -1,0 +1,145 @@
+package node
+
+import (
+	"context"
+	"encoding/hex"
+	"time"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// Presence: control keeps a node online while its heartbeats come (every
+// third of the TTL control gave at registration) and marks it offline
+// when it leaves (Close) or the TTL passes without one (killed, network
+// lost); see control/presence.go. An offline peer keeps its identity, but
+// we stop reaching for it: no WireGuard peer, no ICE agent, no relay
+// traffic, and packets for its address are answered with ICMP host
+// unreachable (unreachableTUN), so connections fail at once.
+
+// leaveTimeout bounds the goodbye in Close: a node whose control is
+// unreachable still stops promptly, and peers then see it go after the
+// TTL.
+const leaveTimeout = 500 * time.Millisecond
+
+// offlinePeer is a registered peer that is not running.
+type offlinePeer struct {
+	info    control.Peer
+	history []PathEvent
+}
+
+// PresenceTTL is how long after its last heartbeat control shows a node
+// offline when it stops without leaving (killed, network lost): the
+// liveness timeout. Zero if control tracks no presence.
+func (n *Node) PresenceTTL() time.Duration {
+	if n.resp == nil {
+		return 0
+	}
+	return time.Duration(n.resp.PresenceTTLMillis) * time.Millisecond
+}
+
+// peerOffline stops reaching for a peer that control says is not running.
+func (n *Node) peerOffline(info control.Peer) {
+	info.Offline = false // the stored identity; presence is where it is kept
+	n.mu.Lock()
+	if n.closed || info.NodeID == n.id.NodeID {
+		n.mu.Unlock()
+		return
+	}
+	if off := n.offline[info.NodeID]; off != nil && off.info == info {
+		n.mu.Unlock()
+		return
+	}
+	p := n.peers[info.NodeID]
+	delete(n.peers, info.NodeID)
+	off := &offlinePeer{info: info}
+	if old := n.offline[info.NodeID]; old != nil {
+		off.history = old.history
+		n.tun.setOffline(old.info.Address.Addr(), false)
+	}
+	n.offline[info.NodeID] = off
+	n.tun.setOffline(info.Address.Addr(), true)
+	n.mu.Unlock()
+	var hist []PathEvent
+	if p != nil {
+		p.close()
+		p.mu.Lock()
+		hist = append(hist, p.history...)
+		p.mu.Unlock()
+		_ = n.dev.IpcSet("public_key=" + hex.EncodeToString(p.info.PublicKey[:]) + "\nremove=true\n")
+		n.bind.RemovePeer(p.info.PublicKey)
+	}
+	n.mu.Lock()
+	off.history = append(off.history, hist...)
+	off.history = append(off.history, PathEvent{Time: time.Now(), To: PathOffline, Reason: "control: the peer is not running"})
+	if len(off.history) > maxHistory {
+		off.history = off.history[len(off.history)-maxHistory:]
+	}
+	n.mu.Unlock()
+	n.log.Info("peer offline", "peer", info.Name)
+}
+
+// offlineStatus is the status of every offline peer.
+func (n *Node) offlineStatus() []PeerStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]PeerStatus, 0, len(n.offline))
+	for _, p := range n.offline {
+		out = append(out, PeerStatus{Peer: p.info, Path: PathOffline, History: append([]PathEvent(nil), p.history...)})
+	}
+	return out
+}
+
+// startHeartbeat tells control, now and every third of the TTL, that the
+// node is running.
+func (n *Node) startHeartbeat() {
+	ttl := n.PresenceTTL()
+	if ttl <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	n.mu.Lock()
+	n.stopHeartbeat, n.heartbeatDone = cancel, done
+	n.mu.Unlock()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			hctx, hcancel := context.WithTimeout(ctx, ttl/3)
+			err := n.session.Load().Presence(hctx, true)
+			hcancel()
+			if err != nil && ctx.Err() == nil {
+				n.log.Debug("presence heartbeat", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// leave stops the heartbeat and tells control the node is going offline.
+func (n *Node) leave() {
+	n.mu.Lock()
+	stop, done := n.stopHeartbeat, n.heartbeatDone
+	n.mu.Unlock()
+	stop()
+	if done == nil {
+		return
+	}
+	<-done
+	s := n.session.Load()
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+	defer cancel()
+	if err := s.Presence(ctx, false); err != nil {
+		n.log.Warn("could not tell control we are leaving; peers see us offline after the liveness timeout", "timeout", n.PresenceTTL(), "err", err)
+		return
+	}
+	n.log.Info("left: peers see us offline")
+}
