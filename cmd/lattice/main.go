@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/latticelab/lattice/internal/cli"
@@ -87,4 +88,44 @@ func readSecretFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("secret file: %w", err)
 	}
 	return b, nil
+}
+
+// controlFlag adds --control, the control URL, and its older name
+// --server-url (hidden), so scripts written for either keep working.
+func controlFlag(cmd *cobra.Command, p *string, usage string) {
+	f := cmd.Flags()
+	f.StringVar(p, "control", "", usage)
+	f.StringVar(p, "server-url", "", "old name of --control")
+	_ = f.MarkHidden("server-url")
+}
+
+// tokenFlags adds --token and --token-file; joinToken reads what they say.
+func tokenFlags(cmd *cobra.Command, token, tokenFile *string) {
+	f := cmd.Flags()
+	f.StringVar(token, "token", "", "join token (prefer --token-file or $LATTICE_TOKEN: other users can read arguments in ps)")
+	f.StringVar(tokenFile, "token-file", "", "file holding the join token (mode 0600)")
+}
+
+// joinToken returns the join token from --token, --token-file or
+// $LATTICE_TOKEN, in that order. It never puts the token in an error.
+func joinToken(token, tokenFile string) (string, error) {
+	switch {
+	case token != "" && tokenFile != "":
+		return "", usagef("give --token or --token-file, not both")
+	case tokenFile != "":
+		b, err := readSecretFile(tokenFile)
+		if err != nil {
+			return "", err
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return "", fmt.Errorf("token file %s is empty", tokenFile)
+		}
+	case token == "":
+		token = strings.TrimSpace(os.Getenv("LATTICE_TOKEN"))
+	}
+	if token == "" {
+		return "", usagef("a join token is required: --token, --token-file or $LATTICE_TOKEN")
+	}
+	return token, nil
 }

@@ -57,11 +57,10 @@ type sandboxFlags struct {
 func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "name", "", "sandbox (node) name: lowercase letters, digits, hyphens (required)")
-	fl.StringVar(&f.serverURL, "server-url", "", "control's NATS URL, nats://HOST:PORT (required; sandboxes register over NATS only)")
-	fl.StringVar(&f.token, "token", "", "join token (or --token-file, or $LATTICE_TOKEN)")
-	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the join token (mode 0600)")
+	controlFlag(cmd, &f.serverURL, "control's NATS URL, nats://HOST:PORT (required; sandboxes register over NATS only)")
+	tokenFlags(cmd, &f.token, &f.tokenFile)
 	fl.StringVar(&f.mode, "mode", "pod", "isolation mode: pod or gvisor")
-	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: a per-name directory under the user's config dir; "mem:" for none)`)
+	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: `+filepath.Join(defaultStateDir(), "sandbox", "NAME")+`; "mem:" for none)`)
 	if proxies {
 		fl.StringVar(&f.socks5, "socks5", "", "serve SOCKS5 on this address (PORT means 127.0.0.1:PORT)")
 		fl.StringVar(&f.httpProxy, "http-proxy", "", "serve an HTTP/CONNECT proxy on this address (PORT means 127.0.0.1:PORT)")
@@ -86,26 +85,14 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 		return "", cfg, usagef("--mode: %v", err)
 	}
 	if f.name == "" || f.serverURL == "" {
-		return "", cfg, usagef("--name and --server-url are required")
+		return "", cfg, usagef("--name and --control are required")
 	}
 	if sanitizeName(f.name) != f.name {
 		return "", cfg, usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, sanitizeName(f.name))
 	}
-	token := f.token
-	switch {
-	case token != "" && f.tokenFile != "":
-		return "", cfg, usagef("give --token or --token-file, not both")
-	case f.tokenFile != "":
-		b, err := readSecretFile(f.tokenFile)
-		if err != nil {
-			return "", cfg, err
-		}
-		token = strings.TrimSpace(string(b))
-	case token == "":
-		token = os.Getenv("LATTICE_TOKEN")
-	}
-	if token == "" {
-		return "", cfg, usagef("a join token is required: --token, --token-file or $LATTICE_TOKEN")
+	token, err := joinToken(f.token, f.tokenFile)
+	if err != nil {
+		return "", cfg, err
 	}
 	stateDir := f.stateDir
 	if stateDir == "" {
@@ -201,19 +188,26 @@ as PID 1 in a runsc container over the pod's wg0, and exits with its code, as
 'sandbox run' does.
 
 The proxies always require a user and password: --proxy-credentials-file, or
-generated into STATE-DIR/proxy-credentials. Peers are reachable by IP or by name
-(web-1 or web-1.lattice).`,
+generated into STATE-DIR/proxy-credentials; start prints the file's path. Peers
+are reachable by IP or by name (web-1 or web-1.lattice).
+
+STATE-DIR (--state-dir) defaults to /var/lib/lattice/sandbox/NAME for root and
+to lattice/sandbox/NAME under the user's config directory ($XDG_CONFIG_HOME,
+else ~/.config) for anyone else. The join token comes from --token-file,
+$LATTICE_TOKEN or --token.`,
 		Example: `  # An agent's network identity, no privileges needed
-  lattice sandbox start --name agent-1 --server-url nats://control:4222 \
+  lattice sandbox start --name agent-1 --control nats://control:4222 \
       --token-file token --socks5 1080
+  # it prints: sandbox: SOCKS5 on 127.0.0.1:1080 (credentials in STATE-DIR/proxy-credentials),
+  # STATE-DIR being ~/.config/lattice/sandbox/agent-1 (as root: /var/lib/lattice/sandbox/agent-1)
   curl --socks5-hostname "$(cat ~/.config/lattice/sandbox/agent-1/proxy-credentials)@127.0.0.1:1080" http://web-1:8080/
 
   # Pro, gvisor mode: the agent in runsc, its traffic through the pod's wg0
-  sudo lattice sandbox start --mode gvisor --name agent-1 --server-url nats://control:4222 \
+  sudo lattice sandbox start --mode gvisor --name agent-1 --control nats://control:4222 \
       --token-file token --egress-policy policy.yaml -- /opt/agent/bin/agent --task 42
 
   # Pro: policy, audit and an inbound forward to the agent's dev server
-  lattice sandbox start --name agent-1 --server-url nats://control:4222 --token-file token \
+  lattice sandbox start --name agent-1 --control nats://control:4222 --token-file token \
       --socks5 1080 --egress-policy policy.yaml --forward 8080=127.0.0.1:3000`,
 	}
 	f.add(cmd, true)
@@ -319,7 +313,7 @@ wg0, its routes, the iptables rules and the container are gone.
 In pod mode CMD gets ALL_PROXY (socks5h://) and HTTP_PROXY / HTTPS_PROXY pointing
 at the sandbox's proxies on 127.0.0.1, with credentials made for this run, plus
 LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
-		Example: `  lattice sandbox run --name agent-1 --server-url nats://control:4222 --token-file token \
+		Example: `  lattice sandbox run --name agent-1 --control nats://control:4222 --token-file token \
       -- curl -s http://web-1:8080/`,
 		Args: cobra.MinimumNArgs(1),
 	}

@@ -194,7 +194,7 @@ func TestSandboxCommandErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no name", []string{"sandbox", "start", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, "--name and --server-url are required"},
+		{"no name", []string{"sandbox", "start", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, "--name and --control are required"},
 		{"bad name", []string{"sandbox", "start", "--name", "Agent One", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, `"agent-one"`},
 		{"no token", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://x:1", "--state-dir", "mem:"}, exitUsage, "a join token is required"},
 		{"http control", []string{"sandbox", "start", "--name", "a", "--server-url", "http://x:1", "--token", "t", "--state-dir", "mem:"}, exitFailure, "sandboxes register over NATS only"},
@@ -211,4 +211,83 @@ func TestSandboxCommandErrors(t *testing.T) {
 			assert.Contains(t, errOut.String(), tc.want)
 		})
 	}
+}
+
+// TestControlAndTokenFlags: up and sandbox start take the control URL as
+// --control (documented) or --server-url (the older name, hidden), and the
+// join token from --token, --token-file or $LATTICE_TOKEN, which they never
+// print.
+func TestControlAndTokenFlags(t *testing.T) {
+	w := meshtest.Start(t)
+	tokenFile := writeFile(t, "token", meshtest.Token+"\n", 0o600)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		env   string // $LATTICE_TOKEN
+		ready string
+	}{
+		{"up --control, $LATTICE_TOKEN", []string{"up", "--name", "n1", "--control", w.NATSURL}, meshtest.Token, "up: n1 ("},
+		{"up --server-url, --token", []string{"up", "--name", "n2", "--server-url", w.NATSURL, "--token", meshtest.Token}, "", "up: n2 ("},
+		{"up --control, --token-file", []string{"up", "--name", "n3", "--control", w.NATSURL, "--token-file", tokenFile}, "", "up: n3 ("},
+		{"sandbox --control, $LATTICE_TOKEN", []string{"sandbox", "start", "--name", "s1", "--control", w.NATSURL}, meshtest.Token, "sandbox: s1 ("},
+		{"sandbox --server-url, --token-file", []string{"sandbox", "start", "--name", "s2", "--server-url", w.NATSURL, "--token-file", tokenFile}, "", "sandbox: s2 ("},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("LATTICE_TOKEN", tc.env)
+			args := append(tc.args, "--state-dir", "mem:", "--listen-addr", "127.0.0.1", "-v")
+			if tc.args[0] == "up" {
+				args = append(args, "--userspace", "--port", "0")
+			}
+			out, errOut, stop := start(t, args...)
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), tc.ready) }, 30*time.Second, 20*time.Millisecond, "%s%s", out, errOut)
+			assert.Equal(t, exitOK, stop(), "%s", errOut)
+			assert.NotContains(t, out.String()+errOut.String(), meshtest.Token, "the token is never printed, not even in debug logs")
+		})
+	}
+
+	t.Setenv("LATTICE_TOKEN", "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"up without control", []string{"up", "--token", "t"}, "--control is required"},
+		{"up without token", []string{"up", "--control", w.NATSURL}, "a join token is required: --token, --token-file or $LATTICE_TOKEN"},
+		{"up with two tokens", []string{"up", "--control", w.NATSURL, "--token", "t", "--token-file", tokenFile}, "give --token or --token-file, not both"},
+		{"sandbox without control", []string{"sandbox", "start", "--name", "a", "--token", "t"}, "--name and --control are required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			assert.Equal(t, exitUsage, execute(t.Context(), append(tc.args, "--state-dir", "mem:"), &out, &errOut), errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+
+	for _, args := range [][]string{{"up", "--help"}, {"sandbox", "start", "--help"}} {
+		var out, errOut strings.Builder
+		require.Equal(t, exitOK, execute(t.Context(), args, &out, &errOut), errOut.String())
+		assert.Contains(t, out.String(), "--control string", "%v documents --control", args)
+		assert.Contains(t, out.String(), "--token string", "%v", args)
+		assert.NotContains(t, out.String(), "--server-url", "%v hides the old name", args)
+	}
+}
+
+// TestUpPrintsStatusCommand: a node with its own --state-dir says how to
+// see its status, and that command works.
+func TestUpPrintsStatusCommand(t *testing.T) {
+	w := meshtest.Start(t)
+	state := filepath.Join(t.TempDir(), "second")
+	out, errOut, stop := start(t, "up", "--name", "second", "--control", w.NATSURL, "--token", meshtest.Token,
+		"--userspace", "--port", "0", "--listen-addr", "127.0.0.1", "--state-dir", state)
+	want := "up: status on " + filepath.Join(state, "lattice.sock") + " (lattice status --state-dir " + state + ")\n"
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), want) }, 30*time.Second, 20*time.Millisecond, "%s%s", out, errOut)
+
+	var sout, serr strings.Builder
+	require.Equal(t, exitOK, execute(t.Context(), []string{"status", "--state-dir", state}, &sout, &serr), serr.String())
+	assert.Regexp(t, `^second \(\S+\) 100\.`, sout.String())
+	assert.Equal(t, exitOK, stop(), "%s", errOut)
+
+	assert.Equal(t, "lattice status", statusCommand(defaultStateDir()))
+	t.Chdir(filepath.Dir(state))
+	assert.Equal(t, "lattice status --state-dir "+state, statusCommand("second"), "a relative --state-dir is printed absolute")
 }

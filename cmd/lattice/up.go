@@ -24,7 +24,7 @@ func defaultStateDir() string {
 }
 
 func newUpCmd() *cobra.Command {
-	var name, controlURL, tokenFile, stateDir, ifname, listenAddr, relayTransport string
+	var name, controlURL, token, tokenFile, stateDir, ifname, listenAddr, relayTransport string
 	var port int
 	var userspace, noFirewall bool
 	cmd := &cobra.Command{
@@ -38,19 +38,32 @@ why it is relayed.
 
 The interface is a kernel TUN device (root, or CAP_NET_ADMIN) unless --userspace
 is given, in which case the node runs on an in-process network stack and needs no
-privileges.`,
+privileges.
+
+The join token comes from --token-file, $LATTICE_TOKEN or --token (in that
+order of preference: arguments show in ps). --state-dir holds the identity
+(node.json) and the status socket (lattice.sock); it defaults to
+/var/lib/lattice for root and to lattice under the user's config directory
+($XDG_CONFIG_HOME, else ~/.config) for anyone else. 'lattice status' reads the
+default; a node with another --state-dir is shown by 'lattice status
+--state-dir DIR', and up prints that command when it starts.`,
 		Example: `  # A node on a server, joining with a token from control
   sudo lattice up --control nats://control.example.net:4222 --token-file /etc/lattice/token
 
   # Without root
-  lattice up --userspace --control https://control.example.net --token-file token`,
+  lattice up --userspace --control https://control.example.net --token-file token
+
+  # A second node on the same machine: its own UDP port, identity and socket
+  sudo lattice up --name web-2 --interface lattice1 --port 0 --state-dir /var/lib/lattice/web-2 \
+      --control nats://control.example.net:4222 --token-file /etc/lattice/token
+  sudo lattice status --state-dir /var/lib/lattice/web-2`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
 	host, _ := os.Hostname()
 	f.StringVar(&name, "name", sanitizeName(host), "node name (lowercase letters, digits, hyphens)")
-	f.StringVar(&controlURL, "control", "", "control URL: nats://HOST:PORT or http(s)://HOST:PORT (required)")
-	f.StringVar(&tokenFile, "token-file", "", "file holding the join token (required)")
+	controlFlag(cmd, &controlURL, "control URL: nats://HOST:PORT or http(s)://HOST:PORT (required)")
+	tokenFlags(cmd, &token, &tokenFile)
 	f.StringVar(&stateDir, "state-dir", defaultStateDir(), `directory for the identity and the status socket ("mem:" for an ephemeral identity)`)
 	f.IntVar(&port, "port", 51820, "UDP port shared by ICE and WireGuard (0: any)")
 	f.StringVar(&listenAddr, "listen-addr", "", "bind the UDP socket to this address only")
@@ -60,16 +73,16 @@ privileges.`,
 	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if controlURL == "" || tokenFile == "" {
-			return usagef("--control and --token-file are required")
+		if controlURL == "" {
+			return usagef("--control is required: the URL of 'lattice control'")
 		}
-		tok, err := readSecretFile(tokenFile)
+		tok, err := joinToken(token, tokenFile)
 		if err != nil {
 			return err
 		}
 		log := logger()
 		cfg := node.Config{
-			Name: name, Network: netx.OS, Control: controlURL, Token: strings.TrimSpace(string(tok)),
+			Name: name, Network: netx.OS, Control: controlURL, Token: tok,
 			ListenPort: port, Logger: log, Relay: node.LRPRelay(netx.OS, log, relayTransport),
 		}
 		if port == 0 {
@@ -110,13 +123,26 @@ privileges.`,
 				return err
 			}
 			defer stop()
-			fmt.Fprintf(cmd.OutOrStdout(), "up: status on %s (lattice status --state-dir %s)\n", socket, stateDir)
+			fmt.Fprintf(cmd.OutOrStdout(), "up: status on %s (%s)\n", socket, statusCommand(stateDir))
+		} else {
+			fmt.Fprintln(cmd.OutOrStdout(), "up: no status socket with --state-dir mem: ('lattice status' cannot show this node)")
 		}
 		<-cmd.Context().Done()
 		fmt.Fprintln(cmd.OutOrStdout(), "up: stopped")
 		return nil
 	}
 	return cmd
+}
+
+// statusCommand is the command that shows the node using stateDir.
+func statusCommand(stateDir string) string {
+	if stateDir == defaultStateDir() {
+		return "lattice status"
+	}
+	if abs, err := filepath.Abs(stateDir); err == nil {
+		stateDir = abs
+	}
+	return "lattice status --state-dir " + stateDir
 }
 
 func sanitizeName(s string) string {
