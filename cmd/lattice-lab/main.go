@@ -80,10 +80,14 @@ path, reboot a NAT, stop the relay, and check what happens. go test
   lattice-lab run scenarios/blackhole-failover.yaml --report out/
 
   # Learn what a command does and which flags it takes
-  lattice-lab run --help`,
+  lattice-lab run --help
+
+  # Tab completion of commands, flags and builtin:NAME (b<Tab>); also zsh, fish
+  source <(lattice-lab completion bash)`,
 	}
 	cli.Configure(root)
 	root.AddCommand(newRunCmd(), newValidateCmd(), newGraphCmd(), newSchemaCmd(), newBenchCmd(), newListCmd())
 	root.AddCommand(cli.NewVersionCmd())
+	registerCompletions(root)
 	return root
 }

@@ -14,9 +14,8 @@ import (
 func newSchemaCmd() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
-		Use:       "schema topology|scenario",
-		Short:     "Print the JSON Schema of the topology or scenario format",
-		ValidArgs: []string{"topology", "scenario"},
+		Use:   "schema topology|scenario",
+		Short: "Print the JSON Schema of the topology or scenario format",
 		Long: `schema prints the JSON Schema (draft 2020-12) of a lab file format, so an
 editor completes keys, shows each one's documentation and flags mistakes as
 you type. The schema is generated from the same definitions the parser
