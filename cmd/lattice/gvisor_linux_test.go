@@ -182,7 +182,7 @@ func TestSandboxGVisorBadInput(t *testing.T) {
 		{"agent not executable", append(base, "--", writeFile(t, "agent", "data", 0o644)), "permission denied"},
 		{"runsc missing", append(base, "--runsc", "/no/runsc", "--", "/bin/true"), "runsc: not found: /no/runsc: build it statically with: CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@"},
 		{"runsc dynamic", append(base, "--runsc", "/bin/sh", "--", "/bin/true"), "dynamically linked: /bin/sh needs a dynamic loader"},
-		{"proxy in gvisor mode", append(base[:1:1], "start", "--mode", "gvisor", "--name", "a", "--server-url", w.NATSURL, "--token", "t", "--socks5", "1080", "--", "/bin/true"), "gvisor mode has no proxies"},
+		{"proxy in gvisor mode", append(base[:1:1], "start", "--mode", "gvisor", "--name", "a", "--server-url", w.NATSURL, "--token", "t", "--socks5", "1080", "--state-dir", state, "--", "/bin/true"), "gvisor mode has no proxies"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := p.run(t, tc.args...)

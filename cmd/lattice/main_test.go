@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(stateRootGuard{m})
 }
 
 // syncBuffer is a bytes.Buffer safe to read while the command writes.
