@@ -81,3 +81,13 @@ image: ## build the FROM-scratch image lattice:dev (EDITION=pro: lattice:dev-pro
 
 test-e2e: ## run the image in real containers (test/; skips without a Docker engine)
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
+
+# Virtual time (docs/VIRTUAL_TIME.md). scripts/vtime-flags.sh prints the go
+# flags (-modfile, -overlay) under which gVisor's sleepers park durably, so a
+# testing/synctest bubble holding gVisor stacks advances its clock; a bare go
+# test lacks them and lab/vtime's tests say so. vtime-check fails unless this
+# build gets virtual time (-vtime.require turns the skip into a failure).
+.PHONY: vtime-check
+
+vtime-check: ## check that gVisor stacks run on virtual time with the flags scripts/vtime-flags.sh prints
+	flags=$$(scripts/vtime-flags.sh) && $(GO) test -count=1 $$flags ./lab/vtime/ -args -vtime.require

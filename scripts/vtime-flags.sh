@@ -1,0 +1,81 @@
+#!/bin/sh
+# Prints the go flags that give this module's gVisor stacks virtual time in a
+# testing/synctest bubble:
+#
+#   go test $(scripts/vtime-flags.sh) ./lab/vtime/
+#
+# gVisor's pkg/sleep and pkg/syncevent park goroutines with the runtime's
+# plain "select" wait reason, which synctest does not count as durably
+# blocked, so a bubble holding a gVisor stack never advances its clock. The
+# fix is one constant in one file (pkg/sync/runtime_constants_go_impl.go):
+# WaitReasonSelect must name the runtime's waitReasonSynctestSelect ("select
+# (durable)"). `go build -overlay` may not replace files beneath GOMODCACHE,
+# so this script, in a temp dir keyed by the gVisor and Go versions, writes:
+#   gvisor        a symlink to the module cache's own gVisor (read-only),
+#   go.mod/.sum   copies of ours plus `replace gvisor.dev/gvisor => <dir>/gvisor`,
+#   overlay.json  swapping that one file for a copy patched with sed,
+# and prints `-modfile=<dir>/go.mod -overlay=<dir>/overlay.json`. Nothing of
+# gVisor is committed or copied beyond the one patched file, and the build
+# uses the very gVisor version go.mod pins. See docs/VIRTUAL_TIME.md.
+#
+# It fails, naming what did not match, if a gVisor or Go upgrade moved what
+# it patches.
+set -eu
+
+die() {
+	echo "vtime-flags: $*" >&2
+	exit 1
+}
+
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+
+gvdir=$($GO list -m -f '{{.Dir}}' gvisor.dev/gvisor) || die "go list gvisor.dev/gvisor failed"
+[ -n "$gvdir" ] || die "gvisor.dev/gvisor is not downloaded (run: $GO mod download gvisor.dev/gvisor)"
+gvver=$($GO list -m -f '{{.Version}}' gvisor.dev/gvisor)
+goroot=$($GO env GOROOT)
+gover=$($GO env GOVERSION)
+src=$gvdir/pkg/sync/runtime_constants_go_impl.go
+rt=$goroot/src/runtime/runtime2.go
+[ -f "$src" ] || die "$src is missing: gVisor moved its wait-reason constants"
+[ -f "$rt" ] || die "$rt is missing: cannot read the runtime's wait reasons"
+
+# reason NAME prints the value of the runtime's waitReason constant NAME: its
+# position in the iota block that starts at waitReasonZero.
+reason() {
+	awk -v want="$1" '
+		/^\twaitReasonZero[ \t]+waitReason = iota/ { on = 1; n = 0 }
+		on && /^\)/ { exit }
+		on && $1 ~ /^waitReason[A-Za-z0-9]+$/ { if ($1 == want) { print n; found = 1; exit } n++ }
+		END { if (!found) exit 1 }
+	' "$rt"
+}
+plain=$(reason waitReasonSelect) || die "no waitReasonSelect in $rt"
+durable=$(reason waitReasonSynctestSelect) || die "no waitReasonSynctestSelect in $rt (Go $gover)"
+
+line="WaitReasonSelect      uint8 = $plain"
+grep -qx "	$line" "$src" || die "$src has no line '$line': gVisor's constant no longer matches Go $gover's waitReasonSelect"
+
+grep -q '^replace[[:space:]].*gvisor.dev/gvisor' go.mod && die "go.mod already replaces gvisor.dev/gvisor; the overlay would hide it"
+
+out=${TMPDIR:-/tmp}/lattice-vtime-$(id -u)/$gvver-$gover
+mkdir -p "$out"
+case "$gvdir$out" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $gvdir, $out" ;; esac
+
+# Each file is written beside its final name and renamed, so concurrent
+# builds never read a half-written one.
+put() { # put NAME: stdin becomes $out/NAME
+	cat >"$out/$1.$$"
+	mv -f "$out/$1.$$" "$out/$1"
+}
+ln -sfn "$gvdir" "$out/gvisor"
+{
+	cat go.mod
+	printf '\n// Added by scripts/vtime-flags.sh: the same gVisor, seen outside GOMODCACHE so -overlay may patch it.\n'
+	printf 'replace gvisor.dev/gvisor => %s/gvisor\n' "$out"
+} | put go.mod
+put go.sum <go.sum
+sed "s/^	$line\$/	WaitReasonSelect      uint8 = $durable \/\/ lattice vtime overlay: waitReasonSynctestSelect/" "$src" | put runtime_constants_go_impl.go
+grep -q "uint8 = $durable // lattice vtime overlay" "$out/runtime_constants_go_impl.go" || die "patching $src failed"
+printf '{"Replace":{"%s":"%s"}}\n' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go" | put overlay.json
+echo "-modfile=$out/go.mod -overlay=$out/overlay.json"
