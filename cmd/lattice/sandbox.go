@@ -75,7 +75,14 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl.StringVar(&f.runscBin, "runsc", "", "gvisor mode: the runsc binary (default: runsc in $PATH; make runsc builds it)")
 	fl.StringVar(&f.platform, "platform", "systrap", "gvisor mode: runsc platform, systrap or ptrace")
 	fl.StringVar(&f.iface, "interface", "wg0", "gvisor mode: the pod's WireGuard interface")
+	cli.FlagValues(cmd, "mode", string(sandbox.ModePod), string(sandbox.ModeGVisor))
+	cli.FlagValues(cmd, "relay-transport", relayTransports...)
+	cli.FlagValues(cmd, "platform", "systrap", "ptrace")
+	_ = cmd.MarkFlagDirname("state-dir")
 }
+
+// relayTransports are node.LRPRelay's transports, for completion.
+var relayTransports = []string{"tcp", "quic", "race"}
 
 // config turns the flags into a driver config.
 func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverConfig, error) {
@@ -409,6 +416,33 @@ directory, for manual debugging:
 		}
 		return sandbox.NewClient(filepath.Join(dir, sandbox.SocketName)), nil
 	}
+	_ = cmd.RegisterFlagCompletionFunc("name", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return sandboxNames(filepath.Join(defaultStateDir(), "sandbox")), cobra.ShellCompDirectiveNoFileComp
+	})
+	_ = cmd.MarkPersistentFlagDirname("state-dir")
+	// peerNames completes a peer's name, followed by suffix, from the
+	// running sandbox's status.
+	peerNames := func(suffix string, directive cobra.ShellCompDirective) cobra.CompletionFunc {
+		return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			directive |= cobra.ShellCompDirectiveNoFileComp
+			if len(args) > 0 {
+				return nil, directive
+			}
+			c, err := client()
+			if err != nil {
+				return nil, directive
+			}
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return nil, directive
+			}
+			var names []string
+			for _, p := range st.Peers {
+				names = append(names, p.Peer.Name+suffix)
+			}
+			return names, directive
+		}
+	}
 	cmd.AddCommand(&cobra.Command{
 		Use: "status", Short: "Show the sandbox's identity, proxies, policy and peers", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -437,6 +471,7 @@ directory, for manual debugging:
 		},
 	}, &cobra.Command{
 		Use: "resolve NAME", Short: "Show what NAME resolves to inside the sandbox", Args: cobra.ExactArgs(1),
+		ValidArgsFunction: peerNames("", cobra.ShellCompDirectiveDefault),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client()
 			if err != nil {
@@ -458,6 +493,7 @@ directory, for manual debugging:
 		},
 	}, &cobra.Command{
 		Use: "dial HOST:PORT", Short: "Connect as the agent would and report the outcome", Args: cobra.ExactArgs(1),
+		ValidArgsFunction: peerNames(":", cobra.ShellCompDirectiveNoSpace),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client()
 			if err != nil {
@@ -475,6 +511,22 @@ directory, for manual debugging:
 		},
 	})
 	return cmd
+}
+
+// sandboxNames lists the sandboxes under dir that have a control socket,
+// for completing --name.
+func sandboxNames(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), sandbox.SocketName)); err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
 }
 
 func newSandboxAuditCmd() *cobra.Command {

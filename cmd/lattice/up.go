@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
 )
@@ -71,6 +72,8 @@ default; a node with another --state-dir is shown by 'lattice status
 	f.BoolVar(&userspace, "userspace", false, "in-process network stack, no privileges")
 	f.BoolVar(&noFirewall, "no-firewall", false, "do not add the iptables rule accepting overlay traffic")
 	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
+	cli.FlagValues(cmd, "relay-transport", relayTransports...)
+	_ = cmd.MarkFlagDirname("state-dir")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if controlURL == "" {
