@@ -82,8 +82,13 @@ func isTransport(b []byte) bool  { return len(b) >= transportMin && b[0] == 4 }
 
 // MuxStats counts what the mux saw.
 type MuxStats struct {
-	STUN, WireGuard, Other       uint64 // datagrams received, by kind
-	STUNDropped, WireGuardDroped uint64 // their queue was full
+	// Datagrams received, by kind.
+	STUN      uint64 `json:"stun_datagrams"`
+	WireGuard uint64 `json:"wireguard_datagrams"`
+	Other     uint64 `json:"other_datagrams"`
+	// Datagrams dropped because their queue was full.
+	STUNDropped     uint64 `json:"stun_dropped"`
+	WireGuardDroped uint64 `json:"wireguard_dropped"`
 }
 
 // datagram is a received packet with its source.

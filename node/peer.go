@@ -35,28 +35,28 @@ const (
 
 // PathEvent records a path switch and why it happened.
 type PathEvent struct {
-	Time   time.Time
-	To     PathKind
-	Addr   netip.AddrPort // the direct address, for PathDirect
-	Reason string
+	Time   time.Time      `json:"time"`
+	To     PathKind       `json:"to"`
+	Addr   netip.AddrPort `json:"addr"` // the direct address, for PathDirect
+	Reason string         `json:"reason"`
 }
 
 // ICEReport says what the last ICE attempt with a peer saw: the answer
 // to "why is this peer relayed?".
 type ICEReport struct {
-	Session         uint64
-	State           string
-	LocalCandidates []string
+	Session         uint64   `json:"session"`
+	State           string   `json:"state"`
+	LocalCandidates []string `json:"local_candidates"`
 	// RemoteCandidates are the ones the peer signaled.
-	RemoteCandidates []string
+	RemoteCandidates []string `json:"remote_candidates"`
 	// SelfCandidates are remote candidates that are our own socket's
 	// address (a peer on another LAN with the same private address and
 	// port); checks sent there would reach us, never the peer, so they
 	// are not tried.
-	SelfCandidates []string
+	SelfCandidates []string `json:"self_candidates"`
 	// Pairs lists every candidate pair tried and its state.
-	Pairs []string
-	Err   string
+	Pairs []string `json:"pairs"`
+	Err   string   `json:"error"`
 }
 
 // peerEvent is what drives a peer's goroutine.
@@ -589,7 +589,8 @@ func (p *peer) setReport(f func(*ICEReport)) {
 	f(&p.report)
 }
 
-// PeerStatus is what `lattice status` shows for a peer.
+// PeerStatus is what `lattice status` shows for a peer. Its JSON shape
+// is in statusjson.go.
 type PeerStatus struct {
 	Peer control.Peer
 	// Online: control says the peer is running. An offline peer has

@@ -21,24 +21,49 @@ import (
 	"github.com/latticelab/lattice/node"
 )
 
-// statusReply is what `lattice up` serves on its socket.
+// statusReply is what `lattice up` serves on its socket and `lattice
+// status --json` prints; statusLong documents it.
 type statusReply struct {
-	Name    string            `json:"name"`
-	NodeID  string            `json:"node_id"`
-	Address string            `json:"address"`
-	Mux     node.MuxStats     `json:"mux"`
-	Peers   []node.PeerStatus `json:"peers"`
+	Name    string `json:"name"`
+	NodeID  string `json:"node_id"`
+	Address string `json:"address"`
+	// LivenessTimeoutMillis: a peer that stops without leaving (killed,
+	// network lost) is shown offline this long after its last heartbeat.
+	LivenessTimeoutMillis int64             `json:"liveness_timeout_ms"`
+	Mux                   node.MuxStats     `json:"mux"`
+	Peers                 []node.PeerStatus `json:"peers"`
 }
+
+const statusLong = `status asks the running 'lattice up' (through the socket in --state-dir) for each
+peer's state and path. A peer that stops cleanly is shown offline at once; one that
+stops without a word (killed, network lost) after the liveness timeout, which the
+first line states. Connections to an offline peer fail at once (host unreachable).
+
+--json prints one object:
+  name, node_id, address, liveness_timeout_ms,
+  mux: {stun_datagrams, wireguard_datagrams, other_datagrams, stun_dropped, wireguard_dropped},
+  peers: [{name, node_id, address, public_key,
+           online (bool), state ("online" | "offline"),
+           path ("direct" | "relay" | "offline"), endpoint, rtt_ms,
+           last_handshake (RFC 3339, null before the first),
+           tx_bytes, rx_bytes, tx_direct_bytes, tx_relay_bytes, rx_direct_bytes, rx_relay_bytes,
+           history: [{time, to, addr, reason}],
+           ice: {session, state, local_candidates, remote_candidates, self_candidates, pairs, error}}]`
 
 // serveStatus answers GET /status on a unix socket only the owner can use.
 func serveStatus(path string, n *node.Node) (func(), error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		id := n.Identity()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(), Mux: n.MuxStats(), Peers: n.Status()})
+		_ = json.NewEncoder(w).Encode(newStatusReply(n))
 	})
 	return unixhttp.Serve(path, mux)
+}
+
+func newStatusReply(n *node.Node) statusReply {
+	id := n.Identity()
+	return statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(),
+		LivenessTimeoutMillis: n.PresenceTTL().Milliseconds(), Mux: n.MuxStats(), Peers: n.Status()}
 }
 
 func newStatusCmd() *cobra.Command {
@@ -46,9 +71,11 @@ func newStatusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each peer's path, endpoint, RTT, traffic and why it is relayed",
+		Short: "Show each peer's state, path, endpoint, RTT, traffic and why it is relayed",
+		Long:  statusLong,
 		Example: `  lattice status
-  lattice status --json | jq '.peers[] | {name: .Peer.name, path: .Path}'`,
+  lattice status --json | jq -r '.peers[] | "\(.name) \(.state) \(.path) \(.rtt_ms)ms"'
+  lattice status --json | jq '[.peers[] | select(.online | not) | .name]'`,
 		Args: cobra.NoArgs,
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "the running node's --state-dir")
@@ -94,14 +121,19 @@ func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, erro
 }
 
 func printStatus(w io.Writer, st *statusReply) {
-	fmt.Fprintf(w, "%s (%s) %s\n\n", st.Name, st.NodeID, st.Address)
+	fmt.Fprintf(w, "%s (%s) %s\n", st.Name, st.NodeID, st.Address)
+	if st.LivenessTimeoutMillis > 0 {
+		fmt.Fprintf(w, "peers that stop without leaving are shown offline %v after their last heartbeat\n",
+			time.Duration(st.LivenessTimeoutMillis)*time.Millisecond)
+	}
+	fmt.Fprintln(w)
 	printPeers(w, st.Peers)
 }
 
 // printPeers prints a table of peers and why each relayed one is.
 func printPeers(w io.Writer, peers []node.PeerStatus) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tADDRESS\tPATH\tENDPOINT\tRTT\tTX\tRX\tHANDSHAKE")
+	fmt.Fprintln(tw, "PEER\tADDRESS\tSTATE\tPATH\tENDPOINT\tRTT\tTX\tRX\tHANDSHAKE")
 	sort.Slice(peers, func(i, j int) bool { return peers[i].Peer.Name < peers[j].Peer.Name })
 	for _, p := range peers {
 		rtt, hs := "-", "never"
@@ -111,7 +143,11 @@ func printPeers(w io.Writer, peers []node.PeerStatus) {
 		if !p.LastHandshake.IsZero() {
 			hs = time.Since(p.LastHandshake).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Peer.Name, p.Peer.Address.Addr(), p.Path, p.Endpoint, rtt,
+		state := "online"
+		if !p.Online {
+			state = "offline"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Peer.Name, p.Peer.Address.Addr(), state, p.Path, orDash(p.Endpoint), rtt,
 			bytesStr(p.TxDirect+p.TxRelay), bytesStr(p.RxDirect+p.RxRelay), hs)
 	}
 	tw.Flush()
