@@ -185,8 +185,8 @@ func plainSleepers() int {
 }
 
 // TestTCPExchange is the smallest check that gVisor's TCP runs on virtual
-// time: a connection and one round over a 100 ms RTT take exactly two RTTs of
-// bubble time (the SYN/SYN-ACK exchange; Dial returns once the ACK is sent).
+// time: over a 100 ms RTT, connecting (SYN, SYN-ACK; Dial returns as it sends
+// the ACK) and one request round each take exactly one RTT of bubble time.
 func TestTCPExchange(t *testing.T) {
 	needShim(t)
 	inBubble(t, func(t *testing.T) {
