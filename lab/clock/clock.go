@@ -1,7 +1,9 @@
 // Package clock provides the lab's clocks. NAT mapping lifetimes and other
 // lab-side timeouts read a Clock instead of time.Now so a test can jump hours
 // ahead in an instant, while traffic itself keeps flowing in real time (the
-// gVisor stacks and link impairments run on the wall clock).
+// gVisor stacks and link impairments run on the time package's clock). Inside
+// a testing/synctest bubble that clock, and so Real and Lab, is the bubble's
+// virtual clock; see docs/VIRTUAL_TIME.md.
 package clock
 
 import (
