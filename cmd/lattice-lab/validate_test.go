@@ -117,3 +117,12 @@ func TestValidateJSONKind(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateSeedRange: the seed's range is stated exactly, 2^64-1.
+func TestValidateSeedRange(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "seed.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("seed: -1\nnetworks: {lan: {cidr: 10.0.0.0/24}}\n"), 0o644))
+	code, out, _ := run(t, "validate", bad)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, bad+":1:7: seed: want an integer from 0 to 18446744073709551615, got -1\n")
+}
