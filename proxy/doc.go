@@ -3,7 +3,8 @@
 // of overlays or policy: every destination goes through the Config's
 // Dialer, which the sandbox supplies to route it and to apply the egress
 // policy. Its errors decide what the client is told (see Dialer), and
-// Config.Event reports every attempt for auditing.
+// Config.Event reports every attempt for auditing, Config.LoginFailed every
+// refused login.
 //
 // # Security defaults
 //
@@ -14,7 +15,7 @@
 // Config.Credentials set, SOCKS5 offers only username/password
 // authentication and the HTTP proxy requires Proxy-Authorization: Basic;
 // both compare username and password in constant time (SHA-256 digests,
-// so lengths do not leak) and log refusals. Every read a client can
+// so lengths do not leak) and report refusals (never the password). Every read a client can
 // influence is bounded: SOCKS5 fields by their one-byte lengths and the
 // whole negotiation by HandshakeTimeout, HTTP request headers by
 // MaxHeaderBytes and ReadHeaderTimeout, concurrent clients by MaxConns,
@@ -41,8 +42,9 @@
 // Not implemented: BIND (reply 0x07, command not supported), GSSAPI
 // (method 0x01, RFC 1961) and any other method, UDP fragmentation (§7
 // makes it optional: datagrams with FRAG other than 0 are dropped).
-// Failure replies map errors as Dialer documents; a timeout is 0x06 (TTL
-// expired), for want of a better code. A client speaking another version
+// Failure replies map errors as Dialer documents, from the errno a
+// *net.OpError wraps (refused 0x05, no route 0x03, unreachable 0x04); a
+// timeout is 0x06 (TTL expired), for want of a better code. A client speaking another version
 // is disconnected without a reply.
 //
 // # HTTP
