@@ -36,8 +36,8 @@ type statusReply struct {
 
 const statusLong = `status asks the running 'lattice up' (through the socket in --state-dir) for each
 peer's state and path. A peer that stops cleanly is shown offline at once; one that
-stops without a word (killed, network lost) after the liveness timeout, which the
-first line states. Connections to an offline peer fail at once (host unreachable).
+stops without a word (killed, network lost) after the liveness timeout, printed
+under the node's own line. Connections to an offline peer fail at once (host unreachable).
 
 --json prints one object:
   name, node_id, address, liveness_timeout_ms,
