@@ -396,9 +396,10 @@ func (n *Node) addPeer(info control.Peer) {
 	if n.closed || info.NodeID == n.id.NodeID {
 		return
 	}
-	if off := n.offline[info.NodeID]; off != nil {
+	back := n.offline[info.NodeID]
+	if back != nil {
 		delete(n.offline, info.NodeID)
-		n.tun.setOffline(off.info.Address.Addr(), false)
+		n.tun.setOffline(back.info.Address.Addr(), false)
 		n.log.Info("peer online", "peer", info.Name)
 	}
 	if old := n.peers[info.NodeID]; old != nil {
@@ -427,6 +428,12 @@ func (n *Node) addPeer(info control.Peer) {
 		return
 	}
 	p := newPeer(n.env, info)
+	if back != nil {
+		p.path.TxDirect.Add(back.txDirect)
+		p.path.TxRelay.Add(back.txRelay)
+		p.path.RxDirect.Add(back.rxDirect)
+		p.path.RxRelay.Add(back.rxRelay)
+	}
 	n.peers[info.NodeID] = p
 	if !first {
 		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {

@@ -25,6 +25,10 @@ const leaveTimeout = 500 * time.Millisecond
 type offlinePeer struct {
 	info    control.Peer
 	history []PathEvent
+	// The byte counters the peer had when it went offline: status keeps
+	// showing them, and they carry over when it comes back, so a peer's
+	// counters are totals since this node started.
+	txDirect, txRelay, rxDirect, rxRelay uint64
 }
 
 // PresenceTTL is how long after its last heartbeat control shows a node
@@ -54,6 +58,7 @@ func (n *Node) peerOffline(info control.Peer) {
 	off := &offlinePeer{info: info}
 	if old := n.offline[info.NodeID]; old != nil {
 		off.history = old.history
+		off.txDirect, off.txRelay, off.rxDirect, off.rxRelay = old.txDirect, old.txRelay, old.rxDirect, old.rxRelay
 		n.tun.setOffline(old.info.Address.Addr(), false)
 	}
 	n.offline[info.NodeID] = off
@@ -65,6 +70,8 @@ func (n *Node) peerOffline(info control.Peer) {
 		p.mu.Lock()
 		hist = append(hist, p.history...)
 		p.mu.Unlock()
+		off.txDirect, off.txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
+		off.rxDirect, off.rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
 		_ = n.dev.IpcSet("public_key=" + hex.EncodeToString(p.info.PublicKey[:]) + "\nremove=true\n")
 		n.bind.RemovePeer(p.info.PublicKey)
 	}
@@ -84,7 +91,8 @@ func (n *Node) offlineStatus() []PeerStatus {
 	defer n.mu.Unlock()
 	out := make([]PeerStatus, 0, len(n.offline))
 	for _, p := range n.offline {
-		out = append(out, PeerStatus{Peer: p.info, Path: PathOffline, History: append([]PathEvent(nil), p.history...)})
+		out = append(out, PeerStatus{Peer: p.info, Path: PathOffline, History: append([]PathEvent(nil), p.history...),
+			TxDirect: p.txDirect, TxRelay: p.txRelay, RxDirect: p.rxDirect, RxRelay: p.rxRelay})
 	}
 	return out
 }

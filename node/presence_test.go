@@ -74,6 +74,8 @@ func TestStoppedPeerOffline(t *testing.T) {
 	requireRefusedAtOnce(t, na, b)
 	st, _ := peerState(a)
 	assert.Equal(t, b.Address(), st.Peer.Address, "an offline peer keeps its address")
+	before := st.RxDirect + st.RxRelay
+	assert.NotZero(t, before, "an offline peer keeps the byte counters of its last session")
 
 	// Back, same identity: online and reachable again.
 	nb2 := &stockNetstack{}
@@ -84,6 +86,8 @@ func TestStoppedPeerOffline(t *testing.T) {
 		return ok && st.Online && st.Path != node.PathOffline
 	}, slow(5*time.Second), 10*time.Millisecond, "beta never came back online: %+v", a.Status())
 	eventuallyEcho(t, na, b2.Address().Addr(), 7, slow(10*time.Second), "after the comeback")
+	st, _ = peerState(a)
+	assert.Greater(t, st.RxDirect+st.RxRelay, before, "counters carry over the offline spell: totals since start")
 }
 
 // TestUncleanStopOfflineAfterTTL: a node that vanishes without a word
