@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/latticelab/lattice/netx/gvnet"
 )
 
 // stream returns n consecutive segments of flow f carrying size bytes
@@ -126,7 +128,7 @@ func TestGROOtherPackets(t *testing.T) {
 	udp := make([]byte, 28+100)
 	ip := header.IPv4(udp)
 	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(udp)), TTL: 64, Protocol: uint8(header.UDPProtocolNumber),
-		SrcAddr: toTCPIP(flowA4.src.Addr()), DstAddr: toTCPIP(flowA4.dst.Addr())})
+		SrcAddr: gvnet.ToTCPIP(flowA4.src.Addr()), DstAddr: gvnet.ToTCPIP(flowA4.dst.Addr())})
 	ip.SetChecksum(^ip.CalculateChecksum())
 	fragment := segs[1].bytes()
 	header.IPv4(fragment).SetFlagsFragmentOffset(header.IPv4FlagMoreFragments, 0)

@@ -11,6 +11,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/latticelab/lattice/netx/gvnet"
 )
 
 // seg describes a TCP segment for tests; bytes builds it with correct
@@ -73,7 +75,7 @@ func (s seg) bytes() []byte {
 		ipLen = header.IPv6MinimumSize
 	}
 	b := make([]byte, ipLen+tcpLen)
-	src, dst := toTCPIP(s.src.Addr()), toTCPIP(s.dst.Addr())
+	src, dst := gvnet.ToTCPIP(s.src.Addr()), gvnet.ToTCPIP(s.dst.Addr())
 	if s.v6() {
 		header.IPv6(b).Encode(&header.IPv6Fields{
 			PayloadLength: uint16(tcpLen), TransportProtocol: header.TCPProtocolNumber,
@@ -146,8 +148,8 @@ func parseTCP(t testing.TB, b []byte) parsedTCP {
 	th := header.TCP(b[ipLen:])
 	require.GreaterOrEqual(t, len(th), header.TCPMinimumSize)
 	doff := int(th.DataOffset())
-	p.src = netip.AddrPortFrom(fromTCPIP(src), th.SourcePort())
-	p.dst = netip.AddrPortFrom(fromTCPIP(dst), th.DestinationPort())
+	p.src = netip.AddrPortFrom(gvnet.FromTCPIP(src), th.SourcePort())
+	p.dst = netip.AddrPortFrom(gvnet.FromTCPIP(dst), th.DestinationPort())
 	p.seq, p.ack, p.flags, p.window = th.SequenceNumber(), th.AckNumber(), th.Flags(), th.WindowSize()
 	p.opts = append([]byte(nil), th[header.TCPMinimumSize:doff]...)
 	p.payload = append([]byte(nil), th[doff:]...)
@@ -221,7 +223,7 @@ func gsoPacket(s seg, mss int) *stack.PacketBuffer {
 		off += n
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 128, Payload: payload})
-	src, dst := toTCPIP(s.src.Addr()), toTCPIP(s.dst.Addr())
+	src, dst := gvnet.ToTCPIP(s.src.Addr()), gvnet.ToTCPIP(s.dst.Addr())
 	th := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize + len(s.opts)))
 	th.Encode(&header.TCPFields{
 		SrcPort: s.src.Port(), DstPort: s.dst.Port(), SeqNum: s.seq, AckNum: s.ack,

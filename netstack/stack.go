@@ -18,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/netx/gvnet"
 )
 
 // DefaultMTU is the overlay MTU when Config.MTU is zero: a 1500-byte
@@ -86,8 +87,8 @@ type Stack struct {
 	mtu    int
 	log    *slog.Logger
 	stack  *stack.Stack
+	net    *gvnet.Network
 	tun    *TUNAdapter
-	egress EgressFunc
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -114,11 +115,10 @@ func New(cfg Config) (*Stack, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Stack{
-		addr:   cfg.Address,
-		mtu:    mtu,
-		log:    log.With("component", "netstack", "addr", cfg.Address.String()),
-		tun:    newTUNAdapter(mtu),
-		egress: cfg.Egress,
+		addr: cfg.Address,
+		mtu:  mtu,
+		log:  log.With("component", "netstack", "addr", cfg.Address.String()),
+		tun:  newTUNAdapter(mtu),
 	}
 	if err := s.build(); err != nil {
 		s.stack.Close()
@@ -126,6 +126,17 @@ func New(cfg Config) (*Stack, error) {
 		_ = s.tun.Close()
 		return nil, fmt.Errorf("netstack: %w", err)
 	}
+	n, err := gvnet.New(gvnet.Config{
+		Stack:      s.stack,
+		PreferIPv6: cfg.Address.Addr().Is6(),
+		ErrClosed:  ErrClosed,
+		Egress:     cfg.Egress,
+	})
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("netstack: %w", err)
+	}
+	s.net = n
 	s.log.Debug("stack up", "mtu", mtu)
 	return s, nil
 }
@@ -195,7 +206,7 @@ func (s *Stack) addAddress(nic tcpip.NICID, p netip.Prefix) error {
 	}
 	if err := s.stack.AddProtocolAddress(nic, tcpip.ProtocolAddress{
 		Protocol:          proto,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: toTCPIP(p.Addr()), PrefixLen: p.Bits()},
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: gvnet.ToTCPIP(p.Addr()), PrefixLen: p.Bits()},
 	}, stack.AddressProperties{}); err != nil {
 		return fmt.Errorf("address %v: %s", p, err)
 	}
@@ -216,6 +227,9 @@ func (s *Stack) Address() netip.Prefix { return s.addr }
 func (s *Stack) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
+		if s.net != nil {
+			_ = s.net.Close()
+		}
 		_ = s.tun.Close()
 		s.stack.Close()
 		s.stack.Wait()
@@ -226,7 +240,7 @@ func (s *Stack) Close() error {
 
 func subnet(p netip.Prefix) tcpip.Subnet {
 	p = p.Masked()
-	sn, err := tcpip.NewSubnet(toTCPIP(p.Addr()), tcpip.MaskFromBytes(netipMask(p)))
+	sn, err := tcpip.NewSubnet(gvnet.ToTCPIP(p.Addr()), tcpip.MaskFromBytes(netipMask(p)))
 	if err != nil {
 		panic(fmt.Sprintf("netstack: subnet %v: %v", p, err)) // unreachable: p is masked
 	}
@@ -239,21 +253,4 @@ func netipMask(p netip.Prefix) []byte {
 		m[i/8] |= 0x80 >> (i % 8)
 	}
 	return m
-}
-
-func toTCPIP(a netip.Addr) tcpip.Address {
-	if a.Is4() {
-		return tcpip.AddrFrom4(a.As4())
-	}
-	return tcpip.AddrFrom16(a.As16())
-}
-
-func fromTCPIP(a tcpip.Address) netip.Addr {
-	switch a.BitLen() {
-	case 32:
-		return netip.AddrFrom4(a.As4())
-	case 128:
-		return netip.AddrFrom16(a.As16())
-	}
-	return netip.Addr{}
 }

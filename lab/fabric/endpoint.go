@@ -1,13 +1,14 @@
 package fabric
 
 import (
-	"net/netip"
 	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/latticelab/lattice/netx/gvnet"
 )
 
 // endpoint is the gVisor link endpoint of a host interface: the host's stack
@@ -42,7 +43,7 @@ func (e *endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		if nh.BitLen() == 0 {
 			nh = pkt.EgressRoute.RemoteAddress
 		}
-		nb := e.ifc.network.neighbor(tcpipToAddr(nh))
+		nb := e.ifc.network.neighbor(gvnet.FromTCPIP(nh))
 		n++
 		if nb == nil {
 			e.noNeighbor.Add(1)
@@ -109,20 +110,3 @@ func (e *endpoint) AddHeader(*stack.PacketBuffer)           {}
 func (e *endpoint) ParseHeader(*stack.PacketBuffer) bool    { return true }
 func (e *endpoint) Close()                                  {}
 func (e *endpoint) SetOnCloseAction(func())                 {}
-
-func tcpipToAddr(a tcpip.Address) netip.Addr {
-	switch a.BitLen() {
-	case 32:
-		return netip.AddrFrom4(a.As4())
-	case 128:
-		return netip.AddrFrom16(a.As16())
-	}
-	return netip.Addr{}
-}
-
-func addrToTCPIP(a netip.Addr) tcpip.Address {
-	if a.Is4() {
-		return tcpip.AddrFrom4(a.As4())
-	}
-	return tcpip.AddrFrom16(a.As16())
-}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/loopback"
@@ -18,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/netx/gvnet"
 )
 
 // HostConfig declares an in-process host: a gVisor network stack of its own,
@@ -47,7 +47,7 @@ type Host struct {
 	eps    []*endpoint
 	routes routeTable
 	udp    *udpStack
-	closed atomic.Bool
+	net    *gvnet.Network
 	once   sync.Once
 }
 
@@ -118,6 +118,11 @@ func (h *Host) buildStack(routes routeTable) error {
 		SecureRNG:          rnd,
 	})
 	h.stack = s
+	n, err := gvnet.New(gvnet.Config{Stack: s, Name: h.name, IPv4Only: true, ErrClosed: ErrClosed, UDP: h.udp})
+	if err != nil {
+		return err
+	}
+	h.net = n
 	opts := []tcpip.SettableTransportProtocolOption{
 		new(tcpip.TCPSACKEnabled),
 		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpRecvMin, Default: tcpRecvDefault, Max: tcpRecvMax},
@@ -154,7 +159,7 @@ func (h *Host) buildStack(routes routeTable) error {
 		for _, a := range ifc.Addrs() {
 			if err := s.AddProtocolAddress(id, tcpip.ProtocolAddress{
 				Protocol:          ipv4.ProtocolNumber,
-				AddressWithPrefix: tcpip.AddressWithPrefix{Address: addrToTCPIP(a), PrefixLen: ifc.network.prefix.Bits()},
+				AddressWithPrefix: tcpip.AddressWithPrefix{Address: gvnet.ToTCPIP(a), PrefixLen: ifc.network.prefix.Bits()},
 			}, stack.AddressProperties{}); err != nil {
 				return fmt.Errorf("address %v on %s: %s", a, ifc.name, err)
 			}
@@ -163,7 +168,7 @@ func (h *Host) buildStack(routes routeTable) error {
 	for _, rt := range routes {
 		r := tcpip.Route{Destination: mustSubnet(rt.dst), NIC: nicOf[rt.ifc]}
 		if rt.via.IsValid() {
-			r.Gateway = addrToTCPIP(rt.via)
+			r.Gateway = gvnet.ToTCPIP(rt.via)
 		}
 		table = append(table, r)
 	}
@@ -173,7 +178,7 @@ func (h *Host) buildStack(routes routeTable) error {
 
 func mustSubnet(p netip.Prefix) tcpip.Subnet {
 	mask := net.CIDRMask(p.Bits(), p.Addr().BitLen())
-	sn, err := tcpip.NewSubnet(addrToTCPIP(p.Masked().Addr()), tcpip.MaskFromBytes(mask))
+	sn, err := tcpip.NewSubnet(gvnet.ToTCPIP(p.Masked().Addr()), tcpip.MaskFromBytes(mask))
 	if err != nil {
 		panic(fmt.Sprintf("fabric: subnet %v: %v", p, err)) // unreachable: p is validated and masked
 	}
@@ -205,7 +210,7 @@ func (h *Host) Stack() *stack.Stack { return h.stack }
 
 func (h *Host) close() error {
 	h.once.Do(func() {
-		h.closed.Store(true)
+		_ = h.net.Close()
 		h.udp.close()
 		h.stack.Close()
 		h.stack.Wait()

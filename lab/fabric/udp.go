@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+
+	"github.com/latticelab/lattice/netx/gvnet"
 )
 
 // A host's UDP sockets are served by the fabric itself, not by its gVisor
@@ -69,6 +71,17 @@ func newUDPStack(h *Host, rnd *seededRand) *udpStack {
 }
 
 var loopbackAddr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+var _ gvnet.UDPBinder = (*udpStack)(nil)
+
+// BindUDP implements gvnet.UDPBinder.
+func (u *udpStack) BindUDP(op, network string, local, remote netip.AddrPort) (gvnet.UDPConn, error) {
+	c, err := u.bind(op, network, local, remote)
+	if err != nil {
+		return nil, err // not a nil *udpConn in a non-nil interface
+	}
+	return c, nil
+}
 
 // bind creates a socket on local (unspecified address: every address; port
 // 0: an ephemeral port) connected to remote if remote is valid.
