@@ -190,6 +190,7 @@ func TestSandboxGVisorBadInput(t *testing.T) {
 			assert.Contains(t, stderr, tc.want)
 			out, err := p.inPod("ip", "link", "show", "wg0")
 			assert.Error(t, err, "no wg0 left: %s", out)
+			assert.NoFileExists(t, filepath.Join(state, "proxy-credentials"), "a refused command writes no state")
 		})
 	}
 }

@@ -132,7 +132,9 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 			return "", cfg, err
 		}
 		cfg.ProxyCredentials = &c
-	} else if (cfg.SOCKS5 != "" || cfg.HTTPProxy != "") && stateDir != "mem:" {
+	} else if mode == sandbox.ModePod && (cfg.SOCKS5 != "" || cfg.HTTPProxy != "") && stateDir != "mem:" {
+		// Only pod mode has proxies; gvisor mode refuses them later, and a
+		// refused command must leave no state behind.
 		c, err := stateCredentials(stateDir)
 		if err != nil {
 			return "", cfg, err
