@@ -11,6 +11,7 @@ import (
 	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/bench"
+	"github.com/latticelab/lattice/lab/labfile"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -66,17 +67,17 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 					return fmt.Errorf("baseline %s: %w", baseline, err)
 				}
 			}
-			pf, err := loadFile(pair, "topology")
+			pf, err := lab.Load(pair, labfile.Options{Kind: labfile.Topology})
 			if err != nil {
 				return err
 			}
-			topos := bench.Topologies{Pair: pf.plan, Direct: [2]string{"laptop", "tablet"}, Relay: [2]string{"laptop", "desktop"}}
+			topos := bench.Topologies{Pair: pf.Plan, Direct: [2]string{"laptop", "tablet"}, Relay: [2]string{"laptop", "desktop"}}
 			if only == "" || strings.Contains(only, "scale") {
-				sf, err := loadFile(scale, "topology")
+				sf, err := lab.Load(scale, labfile.Options{Kind: labfile.Topology})
 				if err != nil {
 					return err
 				}
-				topos.Scale = sf.plan
+				topos.Scale = sf.Plan
 			}
 			rep, err := bench.Run(cmd.Context(), topos, bench.Options{Only: names, Bytes: int64(size), Runs: runs,
 				Progress: func(s string) { fmt.Fprintln(w, s) }})

@@ -1,22 +1,20 @@
 package main
 
 import (
-	"io/fs"
 	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 	"github.com/spf13/cobra"
 
-	"github.com/latticelab/lattice/scenarios"
-	"github.com/latticelab/lattice/topologies"
+	"github.com/latticelab/lattice/lab/labfile"
 )
 
 // registerCompletions adds shell completion (lattice-lab completion
 // bash|zsh|fish|powershell) to the commands under root: builtin:NAME and
 // YAML files for FILE arguments and flags, and the values of enum flags.
 func registerCompletions(root *cobra.Command) {
-	anyFile, scenarioFiles, topologyFiles := completeLabFile(""), completeLabFile("scenario"), completeLabFile("topology")
+	anyFile, scenarioFiles, topologyFiles := completeLabFile(""), completeLabFile(labfile.Scenario), completeLabFile(labfile.Topology)
 	kinds := choices("topology", "a network and what runs on it", "scenario", "a topology and a timeline of steps")
 	for _, c := range root.Commands() {
 		flag := func(name string, f cobra.CompletionFunc) {
@@ -81,9 +79,9 @@ func oneArg(f cobra.CompletionFunc) cobra.CompletionFunc {
 // completeLabFile completes a FILE of kind ("" for either): the shipped
 // builtin:NAME files once the word starts like "builtin:", YAML files
 // otherwise, since a shell shows either the one list or the other.
-func completeLabFile(kind string) cobra.CompletionFunc {
+func completeLabFile(kind labfile.Kind) cobra.CompletionFunc {
 	return func(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if toComplete == "" || !(strings.HasPrefix(builtinPrefix, toComplete) || strings.HasPrefix(toComplete, builtinPrefix)) {
+		if toComplete == "" || !(strings.HasPrefix(labfile.Prefix, toComplete) || labfile.IsBuiltin(toComplete)) {
 			return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
 		}
 		var out []cobra.Completion
@@ -101,33 +99,17 @@ type builtinRef struct{ ref, description string }
 // builtinRefs lists what builtin:… names the shipped files of kind ("" for
 // both) by, each with its description. Only the description is decoded:
 // completion runs on every Tab and need not check the files.
-func builtinRefs(kind string) []builtinRef {
+func builtinRefs(kind labfile.Kind) []builtinRef {
+	shipped, _ := lab.Builtins(kind) // nothing to offer if the files cannot be listed
 	var refs []builtinRef
-	for _, g := range []struct {
-		kind, dir string
-		fsys      fs.FS
-	}{{"scenario", "scenarios", scenarios.FS}, {"topology", "topologies", topologies.FS}} {
-		if kind != "" && kind != g.kind {
-			continue
+	for _, b := range shipped {
+		var head struct {
+			Description string `yaml:"description"`
 		}
-		names, _ := fs.Glob(g.fsys, "*.yaml")
-		for _, n := range names {
-			name := strings.TrimSuffix(n, ".yaml")
-			ref := builtinPrefix + name
-			if kind != g.kind {
-				// builtin:NAME is the scenario when both have the name.
-				if p, err := builtinPath(name); err != nil || p != g.dir+"/"+n {
-					ref = builtinPrefix + g.dir + "/" + name
-				}
-			}
-			var head struct {
-				Description string `yaml:"description"`
-			}
-			if data, err := fs.ReadFile(g.fsys, n); err == nil {
-				_ = yaml.Unmarshal(data, &head) // a file that does not decode is listed without one
-			}
-			refs = append(refs, builtinRef{ref, head.Description})
+		if data, err := lab.Read(b.Ref, b.Kind); err == nil {
+			_ = yaml.Unmarshal(data, &head) // a file that does not decode is listed without one
 		}
+		refs = append(refs, builtinRef{b.Ref, head.Description})
 	}
 	return refs
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/labfile"
 )
 
 // complete asks cobra's hidden __complete command what a shell would
@@ -68,7 +70,7 @@ func TestCompletion(t *testing.T) {
 			if len(tc.wantSome) > 0 {
 				assert.Subset(t, got, tc.wantSome)
 				for _, w := range got {
-					assert.True(t, strings.HasPrefix(w, builtinPrefix), w)
+					assert.True(t, labfile.IsBuiltin(w), w)
 				}
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/lab/labfile"
 )
 
 func newGraphCmd() *cobra.Command {
@@ -40,7 +41,7 @@ fence in Markdown.`,
 			if format != "dot" && format != "mermaid" {
 				return cli.Usagef("--format %q: want dot or mermaid", format)
 			}
-			f, err := loadFile(args[0], kind)
+			f, err := lab.Load(args[0], labfile.Options{Kind: labfile.Kind(kind)})
 			if err != nil {
 				return err
 			}
@@ -54,9 +55,9 @@ fence in Markdown.`,
 				w = file
 			}
 			if format == "mermaid" {
-				err = f.plan.WriteMermaid(w)
+				err = f.Plan.WriteMermaid(w)
 			} else {
-				err = f.plan.WriteDOT(w)
+				err = f.Plan.WriteDOT(w)
 			}
 			if err != nil {
 				return fmt.Errorf("graph: %w", err)

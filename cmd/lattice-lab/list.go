@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/latticelab/lattice/scenarios"
-	"github.com/latticelab/lattice/topologies"
+	"github.com/latticelab/lattice/lab/labfile"
 )
 
 func newListCmd() *cobra.Command {
@@ -62,32 +60,23 @@ type builtin struct {
 // A file that does not load is listed without a description and named in
 // the error.
 func builtins() ([]builtin, error) {
+	shipped, err := lab.Builtins("")
+	if err != nil {
+		return nil, err
+	}
 	var list []builtin
 	var errs []error
-	for _, group := range []struct {
-		kind, dir string
-		fsys      fs.FS
-	}{{"scenario", "scenarios", scenarios.FS}, {"topology", "topologies", topologies.FS}} {
-		names, err := fs.Glob(group.fsys, "*.yaml")
+	for _, s := range shipped {
+		b := builtin{Name: s.Name, Kind: string(s.Kind), Ref: s.Ref}
+		f, err := lab.Load(s.Ref, labfile.Options{Kind: s.Kind})
 		if err != nil {
-			return nil, err
+			errs = append(errs, fmt.Errorf("%s: %w", s.Ref, err))
+		} else if f.Scenario != nil {
+			b.Description, b.Tags, b.Requires = f.Scenario.Description, f.Scenario.Tags, f.Scenario.Requires
+		} else {
+			b.Description = f.Topology.Description
 		}
-		for _, n := range names {
-			b := builtin{Name: strings.TrimSuffix(n, ".yaml"), Kind: group.kind}
-			b.Ref = builtinPrefix + b.Name
-			if p, err := builtinPath(b.Name); err != nil || p != group.dir+"/"+n {
-				b.Ref = builtinPrefix + group.dir + "/" + b.Name // a scenario has the name
-			}
-			f, err := loadFile(b.Ref, group.kind)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", b.Ref, err))
-			} else if f.scenario != nil {
-				b.Description, b.Tags, b.Requires = f.scenario.Description, f.scenario.Tags, f.scenario.Requires
-			} else {
-				b.Description = f.topo.Description
-			}
-			list = append(list, b)
-		}
+		list = append(list, b)
 	}
 	return list, errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/lab/labfile"
 	"github.com/latticelab/lattice/scenarios"
 	"github.com/latticelab/lattice/topologies"
 )
@@ -115,7 +116,7 @@ func TestBuiltinFromAnyDirectory(t *testing.T) {
 	for _, name := range []string{"builtin:sandbox-pod-policy", "builtin:sandbox-gvisor-policy"} {
 		code, out, stderr := run(t, "validate", name)
 		assert.Equal(t, 0, code, "%s\n%s", out, stderr)
-		assert.Contains(t, out, "✓ scenarios/"+strings.TrimPrefix(name, builtinPrefix)+".yaml: scenario ")
+		assert.Contains(t, out, "✓ scenarios/"+strings.TrimPrefix(name, labfile.Prefix)+".yaml: scenario ")
 	}
 	left, err := os.ReadDir(os.Getenv("TMPDIR"))
 	require.NoError(t, err)

@@ -12,10 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/lab/labfile"
 	"github.com/latticelab/lattice/lab/report"
 	"github.com/latticelab/lattice/lab/runner"
-	"github.com/latticelab/lattice/lab/scenario"
-	"github.com/latticelab/lattice/lab/topology"
 )
 
 // runOptions are the run command's flags.
@@ -119,21 +118,19 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions) error {
 	out := opts.out
 	say := func(s string) { fmt.Fprint(out, indent(s, "  ")) }
-	var f *labFile
-	var err error
+	load := labfile.Options{}
 	if opts.scenario != "" {
-		f, err = loadScenarioOn(opts.scenario, file)
-	} else {
-		f, err = loadFile(file, "")
+		file, load.On = opts.scenario, file
 	}
+	f, err := lab.Load(file, load)
 	if err != nil {
 		return err
 	}
-	if f.scenario == nil {
+	if f.Scenario == nil {
 		return watch(ctx, f, log, opts)
 	}
-	sc := f.scenario
-	fmt.Fprintf(out, "lattice-lab run: scenario %s on topology %s (%s)\n", sc.Name, f.plan.Name, summary(f.plan))
+	sc := f.Scenario
+	fmt.Fprintf(out, "lattice-lab run: scenario %s on topology %s (%s)\n", sc.Name, f.Plan.Name, summary(f.Plan))
 	if sc.Description != "" {
 		fmt.Fprint(out, indentText(sc.Description, "  "))
 	}
@@ -163,40 +160,12 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 	return cli.ExitCode{Code: cli.ExitFailure}
 }
 
-// loadScenarioOn loads a scenario to run on another topology.
-func loadScenarioOn(scenarioPath, topoPath string) (*labFile, error) {
-	read := func(p string) ([]byte, error) {
-		if strings.HasPrefix(p, builtinPrefix) {
-			bp, err := builtinPath(p)
-			if err != nil {
-				return nil, err
-			}
-			return readBuiltin(bp)
-		}
-		if strings.HasPrefix(p, "topologies/") || strings.HasPrefix(p, "scenarios/") {
-			if b, err := readBuiltin(p); err == nil {
-				return b, nil
-			}
-		}
-		return readLabFile(p)
-	}
-	data, err := read(scenarioPath)
-	if err != nil {
-		return nil, err
-	}
-	s, err := scenario.Parse(scenarioPath, data, scenario.Options{ReadFile: read, Topology: topoPath})
-	if err != nil {
-		return nil, err
-	}
-	return &labFile{path: scenarioPath, kind: "scenario", scenario: s, plan: s.Plan()}, nil
-}
-
 // watch brings a topology up and prints its reachability table.
-func watch(ctx context.Context, f *labFile, log *slog.Logger, opts runOptions) error {
+func watch(ctx context.Context, f *labfile.File, log *slog.Logger, opts runOptions) error {
 	out := opts.out
-	fmt.Fprintf(out, "lattice-lab run: topology %s (%s)\n", f.plan.Name, summary(f.plan))
+	fmt.Fprintf(out, "lattice-lab run: topology %s (%s)\n", f.Plan.Name, summary(f.Plan))
 	start := time.Now()
-	l, err := runner.Up(ctx, runner.Config{Plan: f.plan, StateDir: opts.stateDir, CaptureDir: opts.captureDir,
+	l, err := runner.Up(ctx, runner.Config{Plan: f.Plan, StateDir: opts.stateDir, CaptureDir: opts.captureDir,
 		Progress: func(s string) { fmt.Fprint(out, indent(s, "  ")) }, Logger: log})
 	if err != nil {
 		return err
@@ -245,13 +214,19 @@ func watch(ctx context.Context, f *labFile, log *slog.Logger, opts runOptions) e
 	}
 }
 
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + line + "\n")
+	}
+	return b.String()
+}
+
 func indentText(s, prefix string) string { return strings.TrimRight(indent(s, prefix), "\n") + "\n" }
 
 // fmtSeconds prints a run's length.
 func fmtSeconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
-
-// readLabFile reads a lab file from disk.
-func readLabFile(p string) ([]byte, error) { return topology.ReadFile(p) }
 
 // writeReports writes result.json, junit.xml and report.html to dir.
 func writeReports(dir string, results []*report.Result, out io.Writer) error {

@@ -60,3 +60,32 @@ func TestRunInterrupted(t *testing.T) {
 	assert.Equal(t, 130, code, "%s%s", out.String(), errOut.String())
 	assert.Equal(t, "lattice-lab: interrupted (context canceled)\n", errOut.String())
 }
+
+// TestRunScenarioOn: run TOPOLOGY --scenario SCENARIO puts the scenario on
+// that topology, loaded as every command loads a file: a path is the file
+// on disk (not the shipped file of that name), builtin:NAME the shipped
+// topology even when a scenario has the name.
+func TestRunScenarioOn(t *testing.T) {
+	shipped, err := os.ReadFile("../../topologies/quickstart.yaml")
+	require.NoError(t, err)
+	t.Chdir(t.TempDir())
+	edited := regexp.MustCompile(`(?m)^name: quickstart$`).ReplaceAll(shipped, []byte("name: edited"))
+	require.NoError(t, os.MkdirAll("topologies", 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join("topologies", "quickstart.yaml"), edited, 0o644))
+	for _, tc := range []struct {
+		name, topology, want string
+	}{
+		{name: "a file on disk", topology: "topologies/quickstart.yaml", want: "edited"},
+		{name: "a builtin topology a scenario shares the name of", topology: "builtin:quickstart", want: "quickstart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Interrupted before the first step: loading is what is tested.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var out, errOut bytes.Buffer
+			code := execute(ctx, []string{"run", tc.topology, "--scenario", "builtin:quickstart"}, &out, &errOut)
+			assert.Equal(t, 130, code, "%s%s", out.String(), errOut.String())
+			assert.Regexp(t, `(?m)^lattice-lab run: scenario quickstart on topology `+tc.want+` \(5 networks, 4 routers, 4 hosts, 3 nodes; control, 1 relay, 1 STUN server\)$`, out.String())
+		})
+	}
+}

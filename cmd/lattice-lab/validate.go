@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/labfile"
+	"github.com/latticelab/lattice/lab/topology"
 )
 
 type validateOptions struct {
@@ -120,9 +123,9 @@ func validate(out io.Writer, paths []string, opts validateOptions) error {
 
 func validateOne(p string, opts validateOptions) validation {
 	v := validation{File: p, Kind: opts.kind}
-	f, err := loadFile(p, opts.kind)
+	f, err := lab.Load(p, labfile.Options{Kind: labfile.Kind(opts.kind)})
 	if err != nil {
-		v.Kind = guessKind(p, opts.kind)
+		v.Kind = string(lab.GuessKind(p, labfile.Kind(opts.kind)))
 		var es *strictyaml.Errors
 		if errors.As(err, &es) {
 			v.Problems = es.List
@@ -134,13 +137,13 @@ func validateOne(p string, opts validateOptions) validation {
 		}
 		return v
 	}
-	v.File, v.Kind, v.Name, v.Summary = f.path, f.kind, f.name(), summary(f.plan)
-	if f.scenario != nil {
-		v.Summary = fmt.Sprintf("%s on topology %s (%s)", plural(len(f.scenario.Steps), "step"), f.plan.Name, v.Summary)
+	v.File, v.Kind, v.Name, v.Summary = f.Path, string(f.Kind), f.Name(), summary(f.Plan)
+	if f.Scenario != nil {
+		v.Summary = fmt.Sprintf("%s on topology %s (%s)", plural(len(f.Scenario.Steps), "step"), f.Plan.Name, v.Summary)
 	}
 	if !opts.noBuild {
 		if err := dryBuild(f); err != nil {
-			v.Problems = []*strictyaml.Error{{File: f.path, Msg: "the network does not build: " + err.Error(),
+			v.Problems = []*strictyaml.Error{{File: f.Path, Msg: "the network does not build: " + err.Error(),
 				Hint: "this is a gap in validation; please report it"}}
 			return v
 		}
@@ -150,15 +153,53 @@ func validateOne(p string, opts validateOptions) validation {
 }
 
 // dryBuild builds a plan's network on a fabric and tears it down.
-func dryBuild(f *labFile) error {
-	for _, h := range f.plan.Hosts {
+func dryBuild(f *labfile.File) error {
+	for _, h := range f.Plan.Hosts {
 		if h.Kind == "netns" {
 			return nil // namespaces need root; the plan's checks stand
 		}
 	}
-	fab, err := fabric.New(fabric.Config{Seed: f.plan.Seed})
+	fab, err := fabric.New(fabric.Config{Seed: f.Plan.Seed})
 	if err != nil {
 		return err
 	}
-	return errors.Join(f.plan.AddTo(fab), fab.Close())
+	return errors.Join(f.Plan.AddTo(fab), fab.Close())
+}
+
+// summary says what a plan holds, in one line.
+func summary(p *topology.Plan) string {
+	var parts []string
+	count := func(n int, one, many string) {
+		if n == 1 {
+			parts = append(parts, "1 "+one)
+		} else if n > 1 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, many))
+		}
+	}
+	count(len(p.Networks), "network", "networks")
+	count(len(p.Routers), "router", "routers")
+	count(len(p.Hosts), "host", "hosts")
+	count(len(p.Nodes), "node", "nodes")
+	var svc []string
+	if p.Control != nil {
+		svc = append(svc, "control")
+	}
+	if n := len(p.Relays); n > 0 {
+		svc = append(svc, plural(n, "relay"))
+	}
+	if n := len(p.STUN); n > 0 {
+		svc = append(svc, plural(n, "STUN server"))
+	}
+	s := strings.Join(parts, ", ")
+	if len(svc) > 0 {
+		s += "; " + strings.Join(svc, ", ")
+	}
+	return s
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
