@@ -20,13 +20,13 @@
 // gVisor's socket layer would cost more than the code under test.
 //
 // Every interface has an egress and an ingress link.Pipe carrying seeded
-// impairments (latency, jitter, loss, duplication, reordering, rate) and a
-// bounded receive queue drained by the interface's own goroutine. Every
-// random decision derives from Config.Seed and an element's name, so a
-// topology built the same way behaves the same way. NAT lifetimes run on
-// Config.Clock, which tests advance. Network.Capture and
-// Interface.CaptureInterface write pcapng, with a comment naming the reason
-// on every dropped packet.
+// impairments (latency, jitter, loss, duplication, reordering, rate, MTU,
+// down) and a bounded receive queue drained by the interface's own
+// goroutine. Every random decision derives from Config.Seed and an
+// element's name, so a topology built the same way behaves the same way.
+// NAT lifetimes run on Config.Clock, which tests advance. Network.Capture
+// and Interface.CaptureInterface write pcapng, with a comment naming the
+// reason on every dropped packet.
 //
 // Close stops every goroutine the fabric started; when it returns, none is
 // left.
