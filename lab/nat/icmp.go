@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // ICMP errors (RFC 5508). An error about a translated flow quotes
@@ -33,37 +37,37 @@ func isICMPError(t uint8) bool {
 
 // parseQuote locates the packet quoted by the ICMP error p.
 func parseQuote(p *packet) (quote, dropClass, string) {
-	q := quote{off: p.l4 + 8}
-	b := p.b[q.off:]
-	if len(b) < 20 || b[0]>>4 != 4 || int(b[0]&0x0f)*4 < 20 || len(b) < int(b[0]&0x0f)*4+8 {
-		return q, dropMalformed, fmt.Sprintf("malformed: %s quotes a truncated or non-IPv4 packet (%d bytes)", p.String(), len(b))
+	q := quote{off: p.l4 + header.ICMPv4MinimumSize}
+	ip := header.IPv4(p.b[q.off:])
+	if len(ip) < header.IPv4MinimumSize || header.IPVersion(ip) != header.IPv4Version ||
+		int(ip.HeaderLength()) < header.IPv4MinimumSize || len(ip) < int(ip.HeaderLength())+8 {
+		return q, dropMalformed, fmt.Sprintf("malformed: %s quotes a truncated or non-IPv4 packet (%d bytes)", p.String(), len(ip))
 	}
-	ihl := int(b[0]&0x0f) * 4
+	ihl := int(ip.HeaderLength())
 	q.l4 = q.off + ihl
-	l4 := b[ihl:]
-	src := netip.AddrFrom4([4]byte(b[12:16]))
-	dst := netip.AddrFrom4([4]byte(b[16:20]))
+	l4 := ip[ihl:] // at least 8 bytes: ports, or ICMP type, code, checksum and identifier
 	var sport, dport uint16
-	switch b[9] {
+	switch ip.Protocol() {
 	case ipProtoTCP, ipProtoUDP:
 		q.proto = TCP
-		if b[9] == ipProtoUDP {
+		if ip.Protocol() == ipProtoUDP {
 			q.proto = UDP
 		}
-		sport = binary.BigEndian.Uint16(l4[0:])
-		dport = binary.BigEndian.Uint16(l4[2:])
+		// The ports open both headers: a UDP view reads them for TCP too.
+		sport, dport = header.UDP(l4).SourcePort(), header.UDP(l4).DestinationPort()
 	case ipProtoICMP:
 		q.proto = ICMP
-		if l4[0] != icmpEchoRequest && l4[0] != icmpEchoReply {
-			return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes icmp type %d", p.String(), l4[0])
+		ih := header.ICMPv4(l4)
+		if t := uint8(ih.Type()); t != icmpEchoRequest && t != icmpEchoReply {
+			return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes icmp type %d", p.String(), t)
 		}
-		sport = binary.BigEndian.Uint16(l4[4:])
+		sport = ih.Ident()
 		dport = sport
 	default:
-		return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes ip protocol %d", p.String(), b[9])
+		return q, dropUnsupported, fmt.Sprintf("unsupported: %s quotes ip protocol %d", p.String(), ip.Protocol())
 	}
-	q.src = netip.AddrPortFrom(src, sport)
-	q.dst = netip.AddrPortFrom(dst, dport)
+	q.src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SourceAddressSlice())), sport)
+	q.dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())), dport)
 	return q, dropNone, ""
 }
 
@@ -147,37 +151,37 @@ func rewriteQuote(p *packet, q *quote, dst bool, ep netip.AddrPort) {
 	}
 	oa, na := old.Addr().As4(), ep.Addr().As4()
 
-	var ipd csumDelta
-	ipd.addr(oa, na)
+	var ipd inet.Delta
+	ipd.Addr4(oa, na)
 	e.putAddr(addrOff, na)
-	e.put16(q.off+10, ipd.apply(e.get16(q.off+10)))
+	e.put16(q.off+ipv4ChecksumOff, ipd.Apply(e.get16(q.off+ipv4ChecksumOff)))
 
 	end := len(p.b)
 	switch q.proto {
 	case TCP, UDP:
 		d := ipd // the pseudo-header holds the address
-		d.word(old.Port(), ep.Port())
+		d.Word(old.Port(), ep.Port())
 		e.put16(portOff, ep.Port())
 		// Only the first 8 bytes of the transport header are sure to be
 		// quoted: UDP's checksum is among them, TCP's usually is not.
 		if q.proto == UDP {
-			if c := e.get16(q.l4 + 6); c != 0 {
-				c = d.apply(c)
+			if c := e.get16(q.l4 + udpChecksumOff); c != 0 {
+				c = d.Apply(c)
 				if c == 0 {
 					c = 0xffff
 				}
-				e.put16(q.l4+6, c)
+				e.put16(q.l4+udpChecksumOff, c)
 			}
-		} else if q.l4+18 <= end {
-			e.put16(q.l4+16, d.apply(e.get16(q.l4+16)))
+		} else if q.l4+tcpChecksumOff+2 <= end {
+			e.put16(q.l4+tcpChecksumOff, d.Apply(e.get16(q.l4+tcpChecksumOff)))
 		}
 	case ICMP:
-		var d csumDelta
-		d.word(old.Port(), ep.Port())
-		e.put16(q.l4+4, ep.Port())
-		e.put16(q.l4+2, d.apply(e.get16(q.l4+2)))
+		var d inet.Delta
+		d.Word(old.Port(), ep.Port())
+		e.put16(q.l4+4, ep.Port()) // the echo identifier
+		e.put16(q.l4+icmpChecksumOff, d.Apply(e.get16(q.l4+icmpChecksumOff)))
 	}
-	e.outer.fix(p.b, p.l4+2)
+	e.outer.Fix(p.b, p.l4+icmpChecksumOff)
 }
 
 // quoteEdit writes 16-bit words inside an ICMP error's quote while
@@ -186,13 +190,13 @@ func rewriteQuote(p *packet, q *quote, dst bool, ep netip.AddrPort) {
 // header lengths are multiples of 4), so word-wise deltas line up.
 type quoteEdit struct {
 	b     []byte
-	outer csumDelta
+	outer inet.Delta
 }
 
 func (e *quoteEdit) get16(off int) uint16 { return binary.BigEndian.Uint16(e.b[off:]) }
 
 func (e *quoteEdit) put16(off int, v uint16) {
-	e.outer.word(e.get16(off), v)
+	e.outer.Word(e.get16(off), v)
 	binary.BigEndian.PutUint16(e.b[off:], v)
 }
 

@@ -4,24 +4,36 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // IP protocol numbers, TCP flags and ICMP types the NAT looks at.
 const (
-	ipProtoICMP = 1
-	ipProtoTCP  = 6
-	ipProtoUDP  = 17
+	ipProtoICMP = uint8(header.ICMPv4ProtocolNumber)
+	ipProtoTCP  = uint8(header.TCPProtocolNumber)
+	ipProtoUDP  = uint8(header.UDPProtocolNumber)
 
-	tcpFIN = 0x01
-	tcpSYN = 0x02
-	tcpRST = 0x04
-	tcpACK = 0x10
+	tcpFIN = uint8(header.TCPFlagFin)
+	tcpSYN = uint8(header.TCPFlagSyn)
+	tcpRST = uint8(header.TCPFlagRst)
+	tcpACK = uint8(header.TCPFlagAck)
 
-	icmpEchoReply    = 0
-	icmpUnreachable  = 3
-	icmpEchoRequest  = 8
-	icmpTimeExceeded = 11
-	icmpParamProblem = 12
+	icmpEchoReply    = uint8(header.ICMPv4EchoReply)
+	icmpUnreachable  = uint8(header.ICMPv4DstUnreachable)
+	icmpEchoRequest  = uint8(header.ICMPv4Echo)
+	icmpTimeExceeded = uint8(header.ICMPv4TimeExceeded)
+	icmpParamProblem = uint8(header.ICMPv4ParamProblem)
+)
+
+// Checksum offsets within their headers, for inet.Delta.Fix.
+const (
+	ipv4ChecksumOff = 10
+	tcpChecksumOff  = header.TCPChecksumOffset
+	udpChecksumOff  = 6
+	icmpChecksumOff = 2
 )
 
 // packet is a parsed IPv4 packet with a TCP, UDP or ICMP header. Offsets
@@ -54,74 +66,74 @@ func (p *packet) parse(b []byte) (dropClass, string) {
 	if len(b) == 0 {
 		return dropMalformed, "malformed: empty packet"
 	}
-	if v := b[0] >> 4; v != 4 {
+	if v := header.IPVersion(b); v != header.IPv4Version {
 		return dropUnsupported, fmt.Sprintf("unsupported: ip version %d", v)
 	}
-	if len(b) < 20 {
+	if len(b) < header.IPv4MinimumSize {
 		return dropMalformed, fmt.Sprintf("malformed: truncated ipv4 header (%d bytes)", len(b))
 	}
-	ihl := int(b[0]&0x0f) * 4
-	if ihl < 20 {
+	ip := header.IPv4(b)
+	ihl := int(ip.HeaderLength())
+	if ihl < header.IPv4MinimumSize {
 		return dropMalformed, fmt.Sprintf("malformed: bad ipv4 header length %d", ihl)
 	}
 	if ihl > len(b) {
 		return dropMalformed, fmt.Sprintf("malformed: truncated ipv4 header (%d of %d bytes)", len(b), ihl)
 	}
-	total := int(binary.BigEndian.Uint16(b[2:]))
+	total := int(ip.TotalLength())
 	if total < ihl {
 		return dropMalformed, fmt.Sprintf("malformed: ipv4 total length %d shorter than its header (%d bytes)", total, ihl)
 	}
 	if total > len(b) {
 		return dropMalformed, fmt.Sprintf("malformed: truncated packet (ipv4 total length %d, %d bytes present)", total, len(b))
 	}
-	b = b[:total]
-	if frag := binary.BigEndian.Uint16(b[6:]); frag&0x3fff != 0 {
-		// MF set or a non-zero offset. Translating fragments needs
-		// reassembly or per-fragment-ID state (RFC 4787 REQ-14); the lab
-		// avoids fragmenting instead.
-		return dropUnsupported, fmt.Sprintf("unsupported: ipv4 fragment (offset %d, more fragments %t)", (frag&0x1fff)*8, frag&0x2000 != 0)
+	ip = ip[:total]
+	if ip.More() || ip.FragmentOffset() != 0 {
+		// Translating fragments needs reassembly or per-fragment-ID
+		// state (RFC 4787 REQ-14); the lab avoids fragmenting instead.
+		return dropUnsupported, fmt.Sprintf("unsupported: ipv4 fragment (offset %d, more fragments %t)", ip.FragmentOffset(), ip.More())
 	}
 	*p = packet{
-		b:   b,
+		b:   ip,
 		l4:  ihl,
-		src: netip.AddrFrom4([4]byte(b[12:16])),
-		dst: netip.AddrFrom4([4]byte(b[16:20])),
+		src: netip.AddrFrom4([4]byte(ip.SourceAddressSlice())),
+		dst: netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())),
 	}
-	l4 := b[ihl:]
-	switch b[9] {
+	l4 := ip[ihl:]
+	switch ip.Protocol() {
 	case ipProtoTCP:
 		p.proto = TCP
-		if len(l4) < 20 {
+		if len(l4) < header.TCPMinimumSize {
 			return dropMalformed, fmt.Sprintf("malformed: truncated tcp header (%d bytes)", len(l4))
 		}
-		if off := int(l4[12]>>4) * 4; off < 20 || off > len(l4) {
+		th := header.TCP(l4)
+		if off := int(th.DataOffset()); off < header.TCPMinimumSize || off > len(l4) {
 			return dropMalformed, fmt.Sprintf("malformed: bad tcp data offset %d (%d bytes of tcp)", off, len(l4))
 		}
-		p.sport = binary.BigEndian.Uint16(l4[0:])
-		p.dport = binary.BigEndian.Uint16(l4[2:])
-		p.tcpFlags = l4[13]
+		p.sport, p.dport = th.SourcePort(), th.DestinationPort()
+		p.tcpFlags = uint8(th.Flags())
 	case ipProtoUDP:
 		p.proto = UDP
-		if len(l4) < 8 {
+		if len(l4) < header.UDPMinimumSize {
 			return dropMalformed, fmt.Sprintf("malformed: truncated udp header (%d bytes)", len(l4))
 		}
-		if n := int(binary.BigEndian.Uint16(l4[4:])); n < 8 || n > len(l4) {
+		uh := header.UDP(l4)
+		if n := int(uh.Length()); n < header.UDPMinimumSize || n > len(l4) {
 			return dropMalformed, fmt.Sprintf("malformed: udp length %d does not fit %d bytes", n, len(l4))
 		}
-		p.sport = binary.BigEndian.Uint16(l4[0:])
-		p.dport = binary.BigEndian.Uint16(l4[2:])
+		p.sport, p.dport = uh.SourcePort(), uh.DestinationPort()
 	case ipProtoICMP:
 		p.proto = ICMP
-		if len(l4) < 8 {
+		if len(l4) < header.ICMPv4MinimumSize {
 			return dropMalformed, fmt.Sprintf("malformed: truncated icmp header (%d bytes)", len(l4))
 		}
-		p.icmpType = l4[0]
+		ih := header.ICMPv4(l4)
+		p.icmpType = uint8(ih.Type())
 		if p.isEcho() {
-			id := binary.BigEndian.Uint16(l4[4:])
-			p.sport, p.dport = id, id
+			p.sport, p.dport = ih.Ident(), ih.Ident()
 		}
 	default:
-		return dropUnsupported, fmt.Sprintf("unsupported: ip protocol %d", b[9])
+		return dropUnsupported, fmt.Sprintf("unsupported: ip protocol %d", ip.Protocol())
 	}
 	return dropNone, ""
 }
@@ -151,10 +163,10 @@ func (p *packet) setDst(ep netip.AddrPort) {
 func (p *packet) rewrite(addrOff, portOff int, oldAddr netip.Addr, oldPort uint16, ep netip.AddrPort) {
 	b := p.b
 	oa, na := oldAddr.As4(), ep.Addr().As4()
-	var addr csumDelta
-	addr.addr(oa, na)
+	var addr inet.Delta
+	addr.Addr4(oa, na)
 	copy(b[addrOff:addrOff+4], na[:])
-	addr.fix(b, 10)
+	addr.Fix(b, ipv4ChecksumOff)
 
 	// TCP and UDP checksums cover a pseudo-header holding both addresses
 	// (RFC 793, RFC 768), so they take the address change too; ICMP's
@@ -163,19 +175,19 @@ func (p *packet) rewrite(addrOff, portOff int, oldAddr netip.Addr, oldPort uint1
 	switch p.proto {
 	case TCP, UDP:
 		d := addr
-		d.word(oldPort, ep.Port())
+		d.Word(oldPort, ep.Port())
 		binary.BigEndian.PutUint16(l4[portOff:], ep.Port())
 		if p.proto == TCP {
-			d.fix(l4, 16)
+			d.Fix(l4, tcpChecksumOff)
 		} else {
-			d.fixUDP(l4, 6)
+			d.FixUDP(l4, udpChecksumOff)
 		}
 	case ICMP:
 		if p.isEcho() {
-			var d csumDelta
-			d.word(oldPort, ep.Port())
-			binary.BigEndian.PutUint16(l4[4:], ep.Port())
-			d.fix(l4, 2)
+			var d inet.Delta
+			d.Word(oldPort, ep.Port())
+			header.ICMPv4(l4).SetIdent(ep.Port())
+			d.Fix(l4, icmpChecksumOff)
 		}
 	}
 }
