@@ -2,7 +2,6 @@ package node
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -26,48 +25,25 @@ type RelaySender interface {
 // peer itself, not an address: Send looks up the peer's current path,
 // direct (the nominated ICE pair, written through the shared mux socket)
 // or relay, so switching paths never touches WireGuard's state. Received
-// packets map back to the peer whichever path they came on.
-//
-// A direct packet from an address that is no peer's direct path is
-// matched by its receiver index instead: the index is one we chose in a
-// handshake message we sent that peer (see noteIndex). This is how a
-// restarted node hears the answer to its first handshake: the peer
-// answers on its old direct path before the restarted node's ICE has
-// chosen that address, and WireGuard refuses the resent initiation as a
-// replay, so without it the handshake waits 5 s for WireGuard's retry.
-// WireGuard authenticates every packet, so the index only routes. Other
-// packets from unknown addresses are counted and dropped.
-//
-// The other way round, a transport message from a peer whose receiver
-// index is none of ours means the peer still uses a session from before
-// we restarted; the Bind tells the path's stale handler
-// (Path.SetStaleHandler) so the node can open a handshake at once instead
-// of waiting for its timers.
+// packets map back to the peer whichever path they came on; other
+// packets from unknown addresses are counted and dropped. The
+// workarounds for WireGuard's timing that ride on the Bind (resends,
+// crossing initiations, receiver-index routing, stale sessions) are in
+// handshake.go.
 type Bind struct {
 	mux *Mux
 
-	mu      sync.RWMutex
-	peers   map[control.Key]*Path
-	byAddr  map[netip.AddrPort]*Path
-	byIndex map[uint32]*Path // our handshake sender indices
-	relay   RelaySender
+	mu     sync.RWMutex
+	peers  map[control.Key]*Path
+	byAddr map[netip.AddrPort]*Path
+	relay  RelaySender
+	sessions
 
 	relayIn   chan relayed
 	open      chan struct{} // closed by Close; replaced by Open
 	isOpen    bool
 	unknown   atomic.Uint64
-	byIndexRx atomic.Uint64 // direct packets from unknown addresses, matched by index
-
-	// strays are the sources of recent transport messages that matched no
-	// path and no index of ours (Unix ns), at most maxStrays: a peer
-	// still on a session from before our restart, whose address our ICE
-	// has not chosen yet. SetDirect tells the path's stale handler when
-	// ICE chooses one.
-	strayMu   sync.Mutex
-	strays    map[netip.AddrPort]int64
-	staleRx   atomic.Uint64 // transport messages for a session we do not have
 	relayDrop atomic.Uint64
-	crossed   atomic.Uint64 // the peer's initiations dropped for ours (crossing)
 }
 
 type relayed struct {
@@ -81,118 +57,12 @@ var _ conn.Bind = (*Bind)(nil)
 // NewBind returns a Bind over mux.
 func NewBind(mux *Mux) *Bind {
 	return &Bind{
-		mux:     mux,
-		peers:   map[control.Key]*Path{},
-		byAddr:  map[netip.AddrPort]*Path{},
-		byIndex: map[uint32]*Path{},
-		relayIn: make(chan relayed, muxQueueLen),
+		mux:      mux,
+		peers:    map[control.Key]*Path{},
+		byAddr:   map[netip.AddrPort]*Path{},
+		sessions: sessions{byIndex: map[uint32]*Path{}},
+		relayIn:  make(chan relayed, muxQueueLen),
 	}
-}
-
-// Path is one peer's path state, shared by the Bind and the peer's path
-// manager.
-type Path struct {
-	Key      control.Key
-	direct   atomic.Pointer[netip.AddrPort] // nil: relay
-	lastAddr netip.AddrPort                 // the last direct address, guarded by Bind.mu
-
-	lastDirectRx                         atomic.Int64  // Unix ns of the last direct packet
-	TxDirect, TxRelay, RxDirect, RxRelay atomic.Uint64 // bytes
-
-	// Handshake resends: WireGuard retries a lost initiation only after 5
-	// seconds, and the first one is often lost (the peer's relay
-	// connection or NAT mapping is a moment behind its registration), so
-	// the Bind resends it a few times quickly until a response arrives.
-	hsMu       sync.Mutex
-	hsInit     []byte
-	hsSent     time.Time
-	hsResponse bool
-	hsTimer    *time.Timer
-	hsTry      int
-
-	// leads breaks ties between crossing handshakes (see crossing).
-	leads atomic.Bool
-
-	// indices are our latest handshake sender indices for this peer,
-	// oldest first, guarded by Bind.mu. WireGuard keeps at most three
-	// keypairs (previous, current, next), but every retried initiation
-	// takes a new index, and it retries up to 18 times (90 s) while the
-	// current keypair stays in use.
-	indices []uint32
-	// onStale and lastStale: see SetStaleHandler.
-	onStale   atomic.Pointer[func()]
-	lastStale atomic.Int64 // Unix ns
-}
-
-// SetStaleHandler sets the function told, at most once a second, that the
-// peer sends transport messages for a session we do not have (it has not
-// noticed our restart). It runs on a receive goroutine and must not block.
-func (p *Path) SetStaleHandler(f func()) { p.onStale.Store(&f) }
-
-// stale runs the stale handler, at most once a second.
-func (p *Path) stale(now int64) {
-	last := p.lastStale.Load()
-	if now-last < int64(time.Second) || !p.lastStale.CompareAndSwap(last, now) {
-		return
-	}
-	if f := p.onStale.Load(); f != nil && *f != nil {
-		(*f)()
-	}
-}
-
-// hasIndex reports whether idx is one of our sender indices for p, newest
-// (the current session's) first. Callers hold Bind.mu.
-func (p *Path) hasIndex(idx uint32) bool {
-	for i := len(p.indices) - 1; i >= 0; i-- {
-		if p.indices[i] == idx {
-			return true
-		}
-	}
-	return false
-}
-
-// maxIndices bounds Path.indices.
-const maxIndices = 24
-
-// SetLeads makes this side the one whose handshake wins when both open
-// one at once. Exactly one side of a pair must lead: the node gives it to
-// the side with the lower key, as ICE's controlling role.
-func (p *Path) SetLeads(leads bool) { p.leads.Store(leads) }
-
-// glareWindow bounds how long a leading side ignores the peer's
-// initiations while its own is unanswered.
-const glareWindow = 2 * time.Second
-
-// crossing reports whether pkt is the peer's handshake initiation crossing
-// ours on the way. Two crossing initiations cancel out: each side's
-// answer to the other's replaces its own pending initiation in
-// WireGuard, so neither handshake completes until WireGuard retries 5 s
-// later (seen over the relay, whose round trip makes crossings likely).
-// So the leading side drops the peer's initiation while its own is
-// unanswered; the peer answers ours, and one handshake completes.
-func (p *Path) crossing(pkt []byte) bool {
-	if !isInitiation(pkt) || !p.leads.Load() {
-		return false
-	}
-	p.hsMu.Lock()
-	defer p.hsMu.Unlock()
-	return p.hsInit != nil && !p.hsResponse && time.Since(p.hsSent) < glareWindow
-}
-
-// Direct returns the direct address in use, if any.
-func (p *Path) Direct() (netip.AddrPort, bool) {
-	if a := p.direct.Load(); a != nil {
-		return *a, true
-	}
-	return netip.AddrPort{}, false
-}
-
-// LastDirectReceive is when the last packet arrived on the direct path.
-func (p *Path) LastDirectReceive() time.Time {
-	if ns := p.lastDirectRx.Load(); ns != 0 {
-		return time.Unix(0, ns)
-	}
-	return time.Time{}
 }
 
 // Peer returns the path for key, creating it.
@@ -221,11 +91,7 @@ func (b *Bind) RemovePeer(key control.Key) {
 			delete(b.byAddr, p.lastAddr)
 		}
 		p.stopResends()
-		for _, i := range p.indices {
-			if b.byIndex[i] == p {
-				delete(b.byIndex, i)
-			}
-		}
+		b.forgetIndicesLocked(p)
 		delete(b.peers, key)
 	}
 }
@@ -270,7 +136,10 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 	}
 	b.mu.RLock()
 	p := b.peers[src]
-	stale := p != nil && b.staleSession(p, pkt)
+	var drop, stale bool
+	if p != nil {
+		drop, stale = b.checkLocked(p, pkt)
+	}
 	b.mu.RUnlock()
 	if p == nil {
 		b.unknown.Add(1)
@@ -279,8 +148,7 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 	if stale {
 		p.stale(time.Now().UnixNano())
 	}
-	if p.crossing(pkt) {
-		b.crossed.Add(1)
+	if drop {
 		return
 	}
 	bp := muxPool.Get().(*[]byte)
@@ -295,54 +163,6 @@ func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
 
 // Unknown counts packets dropped because no peer matched their source.
 func (b *Bind) Unknown() uint64 { return b.unknown.Load() }
-
-// Stale counts transport messages for a session we do not have.
-func (b *Bind) Stale() uint64 { return b.staleRx.Load() }
-
-// maxStrays bounds Bind.strays; strayAge is how long one counts.
-const (
-	maxStrays = 64
-	strayAge  = 5 * time.Second
-)
-
-// noteStray records the source of a transport message that matched
-// nothing.
-func (b *Bind) noteStray(from netip.AddrPort, now int64) {
-	b.strayMu.Lock()
-	defer b.strayMu.Unlock()
-	if b.strays == nil || len(b.strays) >= maxStrays {
-		b.strays = map[netip.AddrPort]int64{}
-	}
-	b.strays[from] = now
-}
-
-// strayFrom reports (and forgets) whether addr sent a stray transport
-// message lately.
-func (b *Bind) strayFrom(addr netip.AddrPort) bool {
-	b.strayMu.Lock()
-	defer b.strayMu.Unlock()
-	t, ok := b.strays[addr]
-	delete(b.strays, addr)
-	return ok && time.Since(time.Unix(0, t)) < strayAge
-}
-
-// staleSession reports (and counts) whether pkt is a transport message for
-// none of our sessions with p. Callers hold b.mu (read).
-func (b *Bind) staleSession(p *Path, pkt []byte) bool {
-	if !isTransport(pkt) || p.hasIndex(binary.LittleEndian.Uint32(pkt[4:8])) {
-		return false
-	}
-	b.staleRx.Add(1)
-	return true
-}
-
-// ByIndex counts direct packets from addresses that were no peer's path,
-// accepted because their receiver index was one of ours (see Bind).
-func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
-
-// Crossed counts the peers' handshake initiations dropped because ours
-// was on its way (see Path.crossing).
-func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
 
 // Open implements conn.Bind. The port is the mux's; WireGuard does not
 // choose it.
@@ -376,39 +196,31 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			stale = stale[:0]
 			b.mu.RLock()
 			for i := range n {
+				pkt := bufs[i][:sizes[i]]
 				p := b.byAddr[from[i]]
 				if p == nil {
 					// Not the direct path's liveness: ICE has not chosen
 					// this address.
-					if idx, ok := receiverIndex(bufs[i][:sizes[i]]); ok {
-						p = b.byIndex[idx]
-					}
-					if p == nil {
+					if p = b.matchIndexLocked(pkt, from[i], now); p == nil {
 						b.unknown.Add(1)
-						if isTransport(bufs[i][:sizes[i]]) {
-							b.noteStray(from[i], now)
-						}
 						continue
 					}
-					b.byIndexRx.Add(1)
 				} else {
-					if p.crossing(bufs[i][:sizes[i]]) {
-						b.crossed.Add(1)
+					drop, isStale := b.checkLocked(p, pkt)
+					if drop {
 						continue
 					}
 					p.lastDirectRx.Store(now)
-					if b.staleSession(p, bufs[i][:sizes[i]]) {
+					if isStale {
 						stale = append(stale, p)
 					}
 				}
 				p.RxDirect.Add(uint64(sizes[i]))
-				if isResponse(bufs[i][:sizes[i]]) {
-					b.noteResponse(p)
-				}
+				b.noteReceived(p, pkt)
 				if out != i {
 					// wireguard-go reads its own arrays by index, so the
 					// packet must move, not the slice header.
-					sizes[out] = copy(bufs[out], bufs[i][:sizes[i]])
+					sizes[out] = copy(bufs[out], pkt)
 				}
 				eps[out] = &Endpoint{Path: p}
 				out++
@@ -437,9 +249,7 @@ func (b *Bind) receiveRelayed(stop chan struct{}) conn.ReceiveFunc {
 			sizes[i] = copy(bufs[i], (*r.buf)[:r.n])
 			muxPool.Put(r.buf)
 			r.path.RxRelay.Add(uint64(sizes[i]))
-			if isResponse(bufs[i][:sizes[i]]) {
-				b.noteResponse(r.path)
-			}
+			b.noteReceived(r.path, bufs[i][:sizes[i]])
 			eps[i] = &Endpoint{Path: r.path}
 			i++
 			if i == len(bufs) {
@@ -472,106 +282,14 @@ func (b *Bind) SetMark(uint32) error { return nil }
 // BatchSize implements conn.Bind.
 func (b *Bind) BatchSize() int { return conn.IdealBatchSize }
 
-// handshakeResends are the delays after an initiation at which it is
-// sent again while no response came.
-var handshakeResends = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second}
-
-func (b *Bind) noteInitiation(p *Path, pkt []byte) {
-	p.hsMu.Lock()
-	defer p.hsMu.Unlock()
-	p.hsInit = append(p.hsInit[:0], pkt...)
-	p.hsSent = time.Now()
-	p.hsResponse = false
-	p.hsTry = 0
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-	}
-	p.hsTimer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
-}
-
-func (b *Bind) resendInitiation(p *Path) {
-	p.hsMu.Lock()
-	if p.hsResponse || p.hsInit == nil {
-		p.hsMu.Unlock()
-		return
-	}
-	pkt := append([]byte(nil), p.hsInit...)
-	p.hsTry++
-	if p.hsTry < len(handshakeResends) {
-		p.hsTimer = time.AfterFunc(handshakeResends[p.hsTry]-handshakeResends[p.hsTry-1], func() { b.resendInitiation(p) })
-	}
-	p.hsMu.Unlock()
-	_ = b.send(p, [][]byte{pkt})
-}
-
-func (b *Bind) noteResponse(p *Path) {
-	p.hsMu.Lock()
-	p.hsResponse = true
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-		p.hsTimer = nil
-	}
-	p.hsMu.Unlock()
-}
-
-// stopResends cancels pending handshake resends (the peer is gone).
-func (p *Path) stopResends() {
-	p.hsMu.Lock()
-	defer p.hsMu.Unlock()
-	p.hsResponse = true
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-		p.hsTimer = nil
-	}
-}
-
 // Send implements conn.Bind.
 func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	e, ok := ep.(*Endpoint)
 	if !ok {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
-	for _, buf := range bufs {
-		switch {
-		case isInitiation(buf):
-			b.noteInitiation(e.Path, buf)
-			b.noteIndex(e.Path, binary.LittleEndian.Uint32(buf[4:8]))
-		case isResponse(buf):
-			b.noteIndex(e.Path, binary.LittleEndian.Uint32(buf[4:8]))
-		}
-	}
+	b.noteSent(e.Path, bufs)
 	return b.send(e.Path, bufs)
-}
-
-// noteIndex records the sender index of a handshake message we send p:
-// the peer's responses, cookie replies and transport messages carry it
-// as their receiver index.
-func (b *Bind) noteIndex(p *Path, idx uint32) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.byIndex[idx] == p {
-		return
-	}
-	if len(p.indices) == maxIndices {
-		if old := p.indices[0]; b.byIndex[old] == p {
-			delete(b.byIndex, old)
-		}
-		p.indices = append(p.indices[:0], p.indices[1:]...)
-	}
-	p.indices = append(p.indices, idx)
-	b.byIndex[idx] = p
-}
-
-// receiverIndex is the receiver index of a WireGuard response (92 bytes),
-// cookie reply (64) or transport message; initiations carry none.
-func receiverIndex(pkt []byte) (uint32, bool) {
-	switch {
-	case isResponse(pkt):
-		return binary.LittleEndian.Uint32(pkt[8:12]), true
-	case len(pkt) == cookieSize && pkt[0] == 3, isTransport(pkt):
-		return binary.LittleEndian.Uint32(pkt[4:8]), true
-	}
-	return 0, false
 }
 
 func (b *Bind) send(p *Path, bufs [][]byte) error {

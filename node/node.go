@@ -10,9 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,17 +30,6 @@ type Provisioner interface {
 	// returns its TUN device; WireGuard owns and closes it.
 	Up(ctx context.Context, addr netip.Prefix, mtu int) (tun.Device, error)
 }
-
-// RelayClient is a connection to an LRP relay.
-type RelayClient interface {
-	RelaySender
-	Close() error
-}
-
-// RelayDialer connects to a relay as key (the node's private key's public
-// half is the relay identity) with token; deliver receives the packets
-// peers send through the relay.
-type RelayDialer func(ctx context.Context, relay control.Relay, token string, priv control.Key, deliver func(src control.Key, pkt []byte)) (RelayClient, error)
 
 // Config configures a Node.
 type Config struct {
@@ -108,64 +94,6 @@ type Node struct {
 	probeKick  chan struct{}
 	stopProbes context.CancelFunc
 	probesDone chan struct{}
-}
-
-// A direct path going silent may mean our network changed under us (a
-// NAT on the way rebooted and forgot every mapping). Relay and control
-// connections through it are then dead too, but TCP only finds out when a
-// keepalive times out, after a minute or more. So the node probes both
-// (see relay.Client.Probe, control.Session.Probe), at most every
-// probeEvery, and each reconnects at once if it does not answer within
-// probeTimeout.
-const (
-	probeEvery   = 10 * time.Second
-	probeTimeout = 2 * time.Second
-)
-
-// relayProber is a RelayClient that can check its connection.
-type relayProber interface {
-	Probe(ctx context.Context, timeout time.Duration) error
-}
-
-// kickProbes asks probeLoop to check the uplinks; it never blocks.
-func (n *Node) kickProbes() {
-	select {
-	case n.probeKick <- struct{}{}:
-	default:
-	}
-}
-
-// probeLoop runs the probes kickProbes asks for until ctx ends.
-func (n *Node) probeLoop(ctx context.Context) {
-	defer close(n.probesDone)
-	var last time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.probeKick:
-		}
-		if time.Since(last) < probeEvery {
-			continue
-		}
-		last = time.Now()
-		var wg sync.WaitGroup
-		if rp, ok := n.relay.(relayProber); ok {
-			wg.Go(func() {
-				if err := rp.Probe(ctx, probeTimeout); err != nil && ctx.Err() == nil {
-					n.log.Info("a direct path went silent and the relay did not answer a probe: reconnecting", "err", err)
-				}
-			})
-		}
-		if s := n.session.Load(); s != nil {
-			wg.Go(func() {
-				if err := s.Probe(ctx, probeTimeout); err != nil && ctx.Err() == nil {
-					n.log.Info("a direct path went silent and control did not answer a probe: reconnecting", "err", err)
-				}
-			})
-		}
-		wg.Wait()
-	}
 }
 
 // Start registers the node and brings up its interface, relay and peers.
@@ -344,42 +272,11 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// register registers the node's identity with control.
-func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) {
-	req := control.RegisterRequest{Token: n.cfg.Token, Name: n.id.Name, PublicKey: n.id.PublicKey()}
-	var resp *control.RegisterResponse
-	var err error
-	switch {
-	case strings.HasPrefix(n.cfg.Control, "nats://"):
-		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
-	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
-		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
-	default:
-		return nil, fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
-	}
-	return resp, nil
-}
-
 // Identity returns the node's identity.
 func (n *Node) Identity() Identity { return *n.id }
 
 // Address is the node's overlay address.
 func (n *Node) Address() netip.Prefix { return n.id.Address }
-
-func (n *Node) onPeerEvent(ev control.PeerEvent) {
-	switch ev.Type {
-	case control.PeerAdded, control.PeerUpdated, control.PeerOnline:
-		n.setPeer(ev.Peer)
-	case control.PeerOffline:
-		ev.Peer.Offline = true
-		n.setPeer(ev.Peer)
-	case control.PeerRemoved:
-		n.removePeer(ev.Peer)
-	}
-}
 
 // setPeer brings the peer to what control says: online or offline.
 func (n *Node) setPeer(info control.Peer) {
@@ -484,182 +381,6 @@ func (n *Node) removePeer(info control.Peer) {
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)
 }
-
-func (n *Node) connectSession(ctx context.Context, resp *control.RegisterResponse) error {
-	s, err := control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
-		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
-	})
-	if err != nil {
-		return fmt.Errorf("node: control session: %w", err)
-	}
-	if old := n.session.Swap(s); old != nil {
-		old.Close()
-	}
-	return nil
-}
-
-// reregister registers again with the same identity after control
-// refused the session's credentials, then resyncs the peers. It retries
-// with backoff until it works or the node closes.
-func (n *Node) reregister() {
-	n.regMu.Lock()
-	defer n.regMu.Unlock()
-	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
-		n.mu.Lock()
-		closed := n.closed
-		n.mu.Unlock()
-		if closed {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		resp, err := n.register(ctx)
-		if err == nil {
-			err = n.connectSession(ctx, resp)
-		}
-		cancel()
-		if err == nil {
-			if resp.Address != n.id.Address {
-				n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
-			}
-			n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
-			n.resync()
-			return
-		}
-		n.log.Warn("re-register", "err", err, "retry in", delay)
-		time.Sleep(delay)
-	}
-}
-
-// resync reconciles the peer set with control's after a NATS outage, in
-// which peer events may have been lost.
-func (n *Node) resync() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	peers, err := n.session.Load().Peers(ctx)
-	if err != nil {
-		n.log.Warn("resync peers after reconnect", "err", err)
-		return
-	}
-	want := map[string]control.Peer{}
-	for _, p := range peers {
-		want[p.NodeID] = p
-		n.setPeer(p)
-	}
-	n.mu.Lock()
-	var gone []control.Peer
-	for id, p := range n.peers {
-		if _, ok := want[id]; !ok {
-			gone = append(gone, p.info)
-		}
-	}
-	for id, p := range n.offline {
-		if _, ok := want[id]; !ok {
-			gone = append(gone, p.info)
-		}
-	}
-	n.mu.Unlock()
-	for _, p := range gone {
-		n.removePeer(p)
-	}
-	n.log.Info("resynced peers after reconnect", "peers", len(peers))
-}
-
-func (n *Node) onSignal(from string, payload []byte) {
-	n.mu.Lock()
-	p := n.peers[from]
-	n.mu.Unlock()
-	if p == nil {
-		n.log.Debug("signal from unknown node", "from", from)
-		return
-	}
-	s, err := OpenSignal(n.id.PrivateKey, p.info.PublicKey, payload)
-	if err != nil {
-		n.log.Debug("signal refused", "from", p.info.Name, "err", err)
-		return
-	}
-	p.post(peerEvent{signal: s})
-}
-
-// Peers returns the peers control announced, sorted by name, offline ones
-// included (Offline set): what Status returns without the paths, cheap
-// enough to ask per connection.
-func (n *Node) Peers() []control.Peer {
-	n.mu.Lock()
-	peers := make([]*peer, 0, len(n.peers))
-	for _, p := range n.peers {
-		peers = append(peers, p)
-	}
-	out := make([]control.Peer, 0, len(peers)+len(n.offline))
-	for _, p := range n.offline {
-		info := p.info
-		info.Offline = true
-		out = append(out, info)
-	}
-	n.mu.Unlock()
-	for _, p := range peers {
-		p.mu.Lock()
-		out = append(out, p.info)
-		p.mu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b control.Peer) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
-
-// Status returns every peer's status, sorted by name.
-func (n *Node) Status() []PeerStatus {
-	n.mu.Lock()
-	peers := make([]*peer, 0, len(n.peers))
-	for _, p := range n.peers {
-		peers = append(peers, p)
-	}
-	n.mu.Unlock()
-	handshakes := n.handshakes()
-	out := make([]PeerStatus, 0, len(peers))
-	for _, p := range peers {
-		st := p.status()
-		st.Online = true
-		st.LastHandshake = handshakes[st.Peer.PublicKey]
-		out = append(out, st)
-	}
-	out = append(out, n.offlineStatus()...)
-	slices.SortFunc(out, func(a, b PeerStatus) int { return strings.Compare(a.Peer.Name, b.Peer.Name) })
-	return out
-}
-
-// handshakes reads each peer's last handshake from WireGuard.
-func (n *Node) handshakes() map[control.Key]time.Time {
-	out := map[control.Key]time.Time{}
-	if n.dev == nil {
-		return out
-	}
-	conf, err := n.dev.IpcGet()
-	if err != nil {
-		return out
-	}
-	var key control.Key
-	var sec int64
-	for line := range strings.Lines(conf) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
-		switch k {
-		case "public_key":
-			b, err := hex.DecodeString(v)
-			if err == nil && len(b) == 32 {
-				key = control.Key(b)
-			}
-		case "last_handshake_time_sec":
-			sec, _ = strconv.ParseInt(v, 10, 64)
-		case "last_handshake_time_nsec":
-			nsec, _ := strconv.ParseInt(v, 10, 64)
-			if sec != 0 || nsec != 0 {
-				out[key] = time.Unix(sec, nsec)
-			}
-		}
-	}
-	return out
-}
-
-// MuxStats returns the shared socket's counters.
-func (n *Node) MuxStats() MuxStats { return n.mux.Stats() }
 
 // Close stops the node: peers, WireGuard, relay, control session, socket.
 // It tells control the node is going offline, so peers stop sending to it

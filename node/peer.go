@@ -3,15 +3,11 @@ package node
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
-	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,44 +16,6 @@ import (
 
 	"github.com/latticelab/lattice/control"
 )
-
-// PathKind is how a peer is reached.
-type PathKind string
-
-// Path kinds.
-const (
-	PathRelay  PathKind = "relay"
-	PathDirect PathKind = "direct"
-	// PathOffline: the peer is registered but not running; nothing is
-	// sent to it.
-	PathOffline PathKind = "offline"
-)
-
-// PathEvent records a path switch and why it happened.
-type PathEvent struct {
-	Time   time.Time      `json:"time"`
-	To     PathKind       `json:"to"`
-	Addr   netip.AddrPort `json:"addr"` // the direct address, for PathDirect
-	Reason string         `json:"reason"`
-}
-
-// ICEReport says what the last ICE attempt with a peer saw: the answer
-// to "why is this peer relayed?".
-type ICEReport struct {
-	Session         uint64   `json:"session"`
-	State           string   `json:"state"`
-	LocalCandidates []string `json:"local_candidates"`
-	// RemoteCandidates are the ones the peer signaled.
-	RemoteCandidates []string `json:"remote_candidates"`
-	// SelfCandidates are remote candidates that are our own socket's
-	// address (a peer on another LAN with the same private address and
-	// port); checks sent there would reach us, never the peer, so they
-	// are not tried.
-	SelfCandidates []string `json:"self_candidates"`
-	// Pairs lists every candidate pair tried and its state.
-	Pairs []string `json:"pairs"`
-	Err   string   `json:"error"`
-}
 
 // peerEvent is what drives a peer's goroutine.
 type peerEvent struct {
@@ -70,47 +28,6 @@ type peerEvent struct {
 	// checkDirect: restartCheck has passed since the peer restarted ICE
 	// while we were direct (see restartWhileDirect).
 	checkDirect bool
-}
-
-type iceResult struct {
-	addr netip.AddrPort
-	err  error
-}
-
-// ICEConfig tunes ICE and path selection. Its zero value works.
-type ICEConfig struct {
-	// STUN servers for server-reflexive candidates ("host:port").
-	STUN []string
-	// DeadAfter is how long the direct path may be silent (no ICE consent,
-	// no WireGuard) before the peer falls back to the relay. If zero, 5s.
-	// Consent checks run every min(1s, DeadAfter/4).
-	DeadAfter time.Duration
-	// RetryMin and RetryMax bound the backoff between direct attempts.
-	// If zero, 2s and 60s.
-	RetryMin, RetryMax time.Duration
-	// AttemptTimeout bounds one ICE attempt. If zero, 10s.
-	AttemptTimeout time.Duration
-	// Candidates filters the addresses host candidates may use. If nil,
-	// every address but loopback.
-	Candidates func(netip.Addr) bool
-	// RelayOnly never tries a direct path (for measurements and networks
-	// where direct paths are unwanted).
-	RelayOnly bool
-}
-
-func (c *ICEConfig) defaults() {
-	if c.DeadAfter == 0 {
-		c.DeadAfter = 5 * time.Second
-	}
-	if c.RetryMin == 0 {
-		c.RetryMin = 2 * time.Second
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = 60 * time.Second
-	}
-	if c.AttemptTimeout == 0 {
-		c.AttemptTimeout = 10 * time.Second
-	}
 }
 
 // peerEnv is what a peer needs from its node.
@@ -127,26 +44,6 @@ type peerEnv struct {
 	// directLost, if set, is told (without blocking) that a direct path
 	// went silent.
 	directLost func()
-}
-
-// isOwnAddr reports whether host:port is one of the addresses our shared
-// socket listens on. It lists them once per attempt (listing a kernel's
-// interfaces is a few syscalls).
-func (p *peer) isOwnAddr(host string, port int) bool {
-	a, err := netip.ParseAddr(host)
-	if err != nil || p.env.udpMux == nil {
-		return false
-	}
-	if p.ownAddrs == nil {
-		p.ownAddrs = []netip.AddrPort{}
-		for _, la := range p.env.udpMux.GetListenAddresses() {
-			if ua, ok := la.(*net.UDPAddr); ok {
-				ap := ua.AddrPort()
-				p.ownAddrs = append(p.ownAddrs, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
-			}
-		}
-	}
-	return slices.Contains(p.ownAddrs, netip.AddrPortFrom(a.Unmap(), uint16(port)))
 }
 
 // peer manages one peer: its ICE agent and its path. All its state is
@@ -185,8 +82,6 @@ type peer struct {
 	history []PathEvent
 	report  ICEReport
 }
-
-const maxHistory = 32
 
 func newPeer(env *peerEnv, info control.Peer) *peer {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -364,71 +259,6 @@ func (p *peer) scheduleRetry(ctx context.Context) {
 	})
 }
 
-func (p *peer) stopAgent() {
-	if p.attemptDone != nil {
-		p.attemptDone()
-		p.attemptDone = nil
-	}
-	if p.agent != nil {
-		_ = p.agent.Close()
-		p.agent = nil
-		p.agentRef.Store(nil)
-	}
-	p.haveRemote = false
-	p.boundRemote = 0
-	p.localCands = nil
-	p.ownAddrs = nil
-	p.pending = nil
-}
-
-// startAttempt creates a new ICE agent under a new session and sends our
-// credentials to the peer.
-func (p *peer) startAttempt(ctx context.Context, why string) {
-	p.stopAgent()
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	// Sessions only grow, so the peer can tell a restart from a replay.
-	p.session = max(p.session+1, uint64(p.env.now().UnixMilli())<<16|uint64(binary.BigEndian.Uint16(b[:2])))
-	p.seq = 0
-	session := p.session
-	agent, err := ice.NewAgentWithOptions(p.env.agentOpt...)
-	if err != nil {
-		p.env.log.Warn("ICE agent", "peer", p.info.Name, "err", err)
-		p.failures++
-		p.scheduleRetry(ctx)
-		return
-	}
-	p.agent = agent
-	p.agentRef.Store(agent)
-	p.setReport(func(r *ICEReport) { *r = ICEReport{Session: session, State: "new"} })
-	_ = agent.OnCandidate(func(c ice.Candidate) {
-		if c == nil {
-			return
-		}
-		p.setReport(func(r *ICEReport) { r.LocalCandidates = append(r.LocalCandidates, c.String()) })
-		p.post(peerEvent{local: c.Marshal(), session: session})
-	})
-	_ = agent.OnConnectionStateChange(func(s ice.ConnectionState) {
-		p.post(peerEvent{state: &s, session: session})
-	})
-	ufrag, pwd, err := agent.GetLocalUserCredentials()
-	p.ufrag, p.pwd = ufrag, pwd
-	if err == nil {
-		err = p.sendCredentials(ctx)
-	}
-	if err == nil {
-		err = agent.GatherCandidates()
-	}
-	if err != nil {
-		p.env.log.Debug("ICE attempt", "peer", p.info.Name, "err", err)
-		p.failures++
-		p.stopAgent()
-		p.scheduleRetry(ctx)
-		return
-	}
-	p.env.log.Debug("ICE attempt", "peer", p.info.Name, "session", session, "why", why, "controlling", p.controlling)
-}
-
 // send seals and signals s under the current session.
 func (p *peer) send(ctx context.Context, s *Signal) error {
 	p.seq++
@@ -508,70 +338,6 @@ func (p *peer) resendIfLost(ctx context.Context, s *Signal) {
 	}
 }
 
-func (p *peer) addRemote(s *Signal) {
-	c, err := ice.UnmarshalCandidate(s.Candidate)
-	if err != nil {
-		p.env.log.Debug("bad remote candidate", "peer", p.info.Name, "err", err)
-		return
-	}
-	p.setReport(func(r *ICEReport) { r.RemoteCandidates = append(r.RemoteCandidates, c.String()) })
-	if c.Type() == ice.CandidateTypeHost && p.isOwnAddr(c.Address(), c.Port()) {
-		// Our own address: pion would send its checks to us and, because
-		// its UDPMux routes by source address, hand our own checks to
-		// this agent as wrong-username requests.
-		p.setReport(func(r *ICEReport) { r.SelfCandidates = append(r.SelfCandidates, c.String()) })
-		return
-	}
-	if err := p.agent.AddRemoteCandidate(c); err != nil {
-		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
-	}
-}
-
-// connect runs Dial or Accept in the background and posts the outcome.
-func (p *peer) connect(ctx context.Context, ufrag, pwd string) {
-	agent, session := p.agent, p.session
-	actx, cancel := context.WithTimeout(ctx, p.env.cfg.AttemptTimeout)
-	p.attemptDone = cancel
-	go func() {
-		defer cancel()
-		var err error
-		if p.controlling {
-			_, err = agent.Dial(actx, ufrag, pwd)
-		} else {
-			_, err = agent.Accept(actx, ufrag, pwd)
-		}
-		res := &iceResult{err: err}
-		if err == nil {
-			pair, perr := agent.GetSelectedCandidatePair()
-			if perr != nil || pair == nil {
-				res.err = fmt.Errorf("connected without a selected pair: %v", perr)
-			} else {
-				ip, perr := netip.ParseAddr(pair.Remote.Address())
-				if perr != nil {
-					res.err = fmt.Errorf("selected pair address %q: %v", pair.Remote.Address(), perr)
-				} else {
-					res.addr = netip.AddrPortFrom(ip.Unmap(), uint16(pair.Remote.Port()))
-				}
-			}
-		}
-		if err != nil {
-			p.reportPairs(agent)
-		}
-		if ctx.Err() == nil {
-			p.post(peerEvent{connected: res, session: session})
-		}
-	}()
-}
-
-func (p *peer) reportPairs(agent *ice.Agent) {
-	stats := agent.GetCandidatePairsStats()
-	var pairs []string
-	for _, s := range stats {
-		pairs = append(pairs, fmt.Sprintf("%s ↔ %s: %s", s.LocalCandidateID, s.RemoteCandidateID, s.State))
-	}
-	p.setReport(func(r *ICEReport) { r.Pairs = pairs })
-}
-
 func (p *peer) record(kind PathKind, addr netip.AddrPort, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -587,43 +353,4 @@ func (p *peer) setReport(f func(*ICEReport)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f(&p.report)
-}
-
-// PeerStatus is what `lattice status` shows for a peer. Its JSON shape
-// is in statusjson.go.
-type PeerStatus struct {
-	Peer control.Peer
-	// Online: control says the peer is running. An offline peer has
-	// Path PathOffline and no endpoint.
-	Online                               bool
-	Path                                 PathKind
-	Endpoint                             string
-	RTT                                  time.Duration // the direct path's, as ICE measures it
-	LastHandshake                        time.Time     // WireGuard's last completed handshake
-	TxDirect, TxRelay, RxDirect, RxRelay uint64
-	History                              []PathEvent
-	ICE                                  ICEReport
-}
-
-func (p *peer) status() PeerStatus {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := PeerStatus{
-		Peer: p.info, Path: p.kind, History: append([]PathEvent(nil), p.history...), ICE: p.report,
-		TxDirect: p.path.TxDirect.Load(), TxRelay: p.path.TxRelay.Load(),
-		RxDirect: p.path.RxDirect.Load(), RxRelay: p.path.RxRelay.Load(),
-	}
-	st.ICE.LocalCandidates = append([]string(nil), p.report.LocalCandidates...)
-	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
-	if a, ok := p.path.Direct(); ok {
-		st.Endpoint = a.String()
-		if ag := p.agentRef.Load(); ag != nil {
-			if s, ok := ag.GetSelectedCandidatePairStats(); ok {
-				st.RTT = time.Duration(s.CurrentRoundTripTime * float64(time.Second))
-			}
-		}
-	} else {
-		st.Endpoint = "relay"
-	}
-	return st
 }

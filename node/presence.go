@@ -85,18 +85,6 @@ func (n *Node) peerOffline(info control.Peer) {
 	n.log.Info("peer offline", "peer", info.Name)
 }
 
-// offlineStatus is the status of every offline peer.
-func (n *Node) offlineStatus() []PeerStatus {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]PeerStatus, 0, len(n.offline))
-	for _, p := range n.offline {
-		out = append(out, PeerStatus{Peer: p.info, Path: PathOffline, History: append([]PathEvent(nil), p.history...),
-			TxDirect: p.txDirect, TxRelay: p.txRelay, RxDirect: p.rxDirect, RxRelay: p.rxRelay})
-	}
-	return out
-}
-
 // startHeartbeat tells control, now and every third of the TTL, that the
 // node is running.
 func (n *Node) startHeartbeat() {

@@ -13,6 +13,17 @@ import (
 	"github.com/latticelab/lattice/relay"
 )
 
+// RelayClient is a connection to an LRP relay.
+type RelayClient interface {
+	RelaySender
+	Close() error
+}
+
+// RelayDialer connects to a relay as key (the node's private key's public
+// half is the relay identity) with token; deliver receives the packets
+// peers send through the relay.
+type RelayDialer func(ctx context.Context, relay control.Relay, token string, priv control.Key, deliver func(src control.Key, pkt []byte)) (RelayClient, error)
+
 // LRPRelay returns a RelayDialer for LRP relays on network n over
 // transport: "tcp" (the default when empty), "quic", or "race" (race both,
 // prefer QUIC).

@@ -1,0 +1,318 @@
+package node
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Workarounds for WireGuard's timing, which assumes a fixed endpoint and
+// a lossless first exchange; here a peer's address changes under ICE and
+// its first handshake often races its relay connection. The Bind calls
+// these hooks as packets pass (noteSent, noteReceived, and the checks in
+// its receive paths); none changes what WireGuard sees except by dropping
+// or resending its own messages, and WireGuard authenticates every
+// packet, so none can let anything through that it would refuse.
+//
+//   - Handshake resends: WireGuard retries a lost initiation only after
+//     5 s, and the first one is often lost (the peer's relay connection
+//     or NAT mapping is a moment behind its registration), so it is sent
+//     again a few times quickly until a response arrives.
+//   - Crossing initiations: two that cross cancel out (each side's answer
+//     to the other's replaces its own pending initiation, so neither
+//     completes until the 5 s retry; common over the relay's round trip).
+//     The leading side drops the peer's initiation while its own is
+//     unanswered.
+//   - Receiver-index routing: a direct packet from an address that is no
+//     peer's path is matched by its receiver index, one we chose in a
+//     handshake message we sent that peer. This is how a restarted node
+//     hears the answer to its first handshake: the peer answers on its
+//     old direct path before the restarted node's ICE has chosen that
+//     address, and WireGuard refuses the resent initiation as a replay.
+//   - Stale sessions: a transport message whose receiver index is none of
+//     ours means the peer still uses a session from before we restarted;
+//     the path's stale handler (Path.SetStaleHandler) lets the node open
+//     a handshake at once instead of waiting for its timers.
+
+// handshakes is a Path's share of the workarounds.
+type handshakes struct {
+	// Handshake resends.
+	hsMu       sync.Mutex
+	hsInit     []byte
+	hsSent     time.Time
+	hsResponse bool
+	hsTimer    *time.Timer
+	hsTry      int
+
+	// leads breaks ties between crossing handshakes (see crossing).
+	leads atomic.Bool
+
+	// indices are our latest handshake sender indices for this peer,
+	// oldest first, guarded by Bind.mu. WireGuard keeps at most three
+	// keypairs (previous, current, next), but every retried initiation
+	// takes a new index, and it retries up to 18 times (90 s) while the
+	// current keypair stays in use.
+	indices []uint32
+	// onStale and lastStale: see SetStaleHandler.
+	onStale   atomic.Pointer[func()]
+	lastStale atomic.Int64 // Unix ns
+}
+
+// sessions is the Bind's share of the workarounds.
+type sessions struct {
+	byIndex   map[uint32]*Path // our handshake sender indices, guarded by Bind.mu
+	byIndexRx atomic.Uint64    // direct packets from unknown addresses, matched by index
+
+	// strays are the sources of recent transport messages that matched no
+	// path and no index of ours (Unix ns), at most maxStrays: a peer
+	// still on a session from before our restart, whose address our ICE
+	// has not chosen yet. SetDirect tells the path's stale handler when
+	// ICE chooses one.
+	strayMu sync.Mutex
+	strays  map[netip.AddrPort]int64
+	staleRx atomic.Uint64 // transport messages for a session we do not have
+	crossed atomic.Uint64 // the peer's initiations dropped for ours (crossing)
+}
+
+const (
+	// maxIndices bounds Path.indices.
+	maxIndices = 24
+	// glareWindow bounds how long a leading side ignores the peer's
+	// initiations while its own is unanswered.
+	glareWindow = 2 * time.Second
+	// maxStrays bounds Bind.strays; strayAge is how long one counts.
+	maxStrays = 64
+	strayAge  = 5 * time.Second
+)
+
+// handshakeResends are the delays after an initiation at which it is
+// sent again while no response came.
+var handshakeResends = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 3 * time.Second}
+
+// SetStaleHandler sets the function told, at most once a second, that the
+// peer sends transport messages for a session we do not have (it has not
+// noticed our restart). It runs on a receive goroutine and must not block.
+func (p *Path) SetStaleHandler(f func()) { p.onStale.Store(&f) }
+
+// stale runs the stale handler, at most once a second.
+func (p *Path) stale(now int64) {
+	last := p.lastStale.Load()
+	if now-last < int64(time.Second) || !p.lastStale.CompareAndSwap(last, now) {
+		return
+	}
+	if f := p.onStale.Load(); f != nil && *f != nil {
+		(*f)()
+	}
+}
+
+// SetLeads makes this side the one whose handshake wins when both open
+// one at once. Exactly one side of a pair must lead: the node gives it to
+// the side with the lower key, as ICE's controlling role.
+func (p *Path) SetLeads(leads bool) { p.leads.Store(leads) }
+
+// crossing reports whether pkt is the peer's handshake initiation
+// crossing ours on the way, to be dropped: the peer answers ours, and
+// one handshake completes.
+func (p *Path) crossing(pkt []byte) bool {
+	if !isInitiation(pkt) || !p.leads.Load() {
+		return false
+	}
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	return p.hsInit != nil && !p.hsResponse && time.Since(p.hsSent) < glareWindow
+}
+
+// hasIndex reports whether idx is one of our sender indices for p, newest
+// (the current session's) first. Callers hold Bind.mu.
+func (p *Path) hasIndex(idx uint32) bool {
+	for i := len(p.indices) - 1; i >= 0; i-- {
+		if p.indices[i] == idx {
+			return true
+		}
+	}
+	return false
+}
+
+// stopResends cancels pending handshake resends (the peer is gone).
+func (p *Path) stopResends() {
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	p.hsResponse = true
+	if p.hsTimer != nil {
+		p.hsTimer.Stop()
+		p.hsTimer = nil
+	}
+}
+
+// forgetIndicesLocked drops p's entries from the index table. Callers
+// hold b.mu.
+func (b *Bind) forgetIndicesLocked(p *Path) {
+	for _, i := range p.indices {
+		if b.byIndex[i] == p {
+			delete(b.byIndex, i)
+		}
+	}
+}
+
+// noteSent records what WireGuard sends p: an initiation to resend until
+// answered, and the sender index of each handshake message.
+func (b *Bind) noteSent(p *Path, bufs [][]byte) {
+	for _, buf := range bufs {
+		switch {
+		case isInitiation(buf):
+			b.noteInitiation(p, buf)
+			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
+		case isResponse(buf):
+			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
+		}
+	}
+}
+
+// noteReceived records what WireGuard receives from p: a response ends
+// the resends.
+func (b *Bind) noteReceived(p *Path, pkt []byte) {
+	if isResponse(pkt) {
+		b.noteResponse(p)
+	}
+}
+
+func (b *Bind) noteInitiation(p *Path, pkt []byte) {
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	p.hsInit = append(p.hsInit[:0], pkt...)
+	p.hsSent = time.Now()
+	p.hsResponse = false
+	p.hsTry = 0
+	if p.hsTimer != nil {
+		p.hsTimer.Stop()
+	}
+	p.hsTimer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+}
+
+func (b *Bind) resendInitiation(p *Path) {
+	p.hsMu.Lock()
+	if p.hsResponse || p.hsInit == nil {
+		p.hsMu.Unlock()
+		return
+	}
+	pkt := append([]byte(nil), p.hsInit...)
+	p.hsTry++
+	if p.hsTry < len(handshakeResends) {
+		p.hsTimer = time.AfterFunc(handshakeResends[p.hsTry]-handshakeResends[p.hsTry-1], func() { b.resendInitiation(p) })
+	}
+	p.hsMu.Unlock()
+	_ = b.send(p, [][]byte{pkt})
+}
+
+func (b *Bind) noteResponse(p *Path) {
+	p.hsMu.Lock()
+	p.hsResponse = true
+	if p.hsTimer != nil {
+		p.hsTimer.Stop()
+		p.hsTimer = nil
+	}
+	p.hsMu.Unlock()
+}
+
+// noteIndex records the sender index of a handshake message we send p:
+// the peer's responses, cookie replies and transport messages carry it
+// as their receiver index.
+func (b *Bind) noteIndex(p *Path, idx uint32) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byIndex[idx] == p {
+		return
+	}
+	if len(p.indices) == maxIndices {
+		if old := p.indices[0]; b.byIndex[old] == p {
+			delete(b.byIndex, old)
+		}
+		p.indices = append(p.indices[:0], p.indices[1:]...)
+	}
+	p.indices = append(p.indices, idx)
+	b.byIndex[idx] = p
+}
+
+// receiverIndex is the receiver index of a WireGuard response (92 bytes),
+// cookie reply (64) or transport message; initiations carry none.
+func receiverIndex(pkt []byte) (uint32, bool) {
+	switch {
+	case isResponse(pkt):
+		return binary.LittleEndian.Uint32(pkt[8:12]), true
+	case len(pkt) == cookieSize && pkt[0] == 3, isTransport(pkt):
+		return binary.LittleEndian.Uint32(pkt[4:8]), true
+	}
+	return 0, false
+}
+
+// matchIndexLocked is the path a direct packet from an address that is no
+// peer's path belongs to by its receiver index, or nil; a transport
+// message that matches nothing is remembered as a stray. Callers hold
+// b.mu (read).
+func (b *Bind) matchIndexLocked(pkt []byte, from netip.AddrPort, now int64) *Path {
+	if idx, ok := receiverIndex(pkt); ok {
+		if p := b.byIndex[idx]; p != nil {
+			b.byIndexRx.Add(1)
+			return p
+		}
+	}
+	if isTransport(pkt) {
+		b.noteStray(from, now)
+	}
+	return nil
+}
+
+// checkLocked inspects a packet from p: drop says it is an initiation
+// crossing ours, stale that it is a transport message for a session we do
+// not have (counted). Callers hold b.mu (read).
+func (b *Bind) checkLocked(p *Path, pkt []byte) (drop, stale bool) {
+	if p.crossing(pkt) {
+		b.crossed.Add(1)
+		return true, false
+	}
+	return false, b.staleSessionLocked(p, pkt)
+}
+
+// staleSessionLocked reports (and counts) whether pkt is a transport
+// message for none of our sessions with p. Callers hold b.mu (read).
+func (b *Bind) staleSessionLocked(p *Path, pkt []byte) bool {
+	if !isTransport(pkt) || p.hasIndex(binary.LittleEndian.Uint32(pkt[4:8])) {
+		return false
+	}
+	b.staleRx.Add(1)
+	return true
+}
+
+// noteStray records the source of a transport message that matched
+// nothing.
+func (b *Bind) noteStray(from netip.AddrPort, now int64) {
+	b.strayMu.Lock()
+	defer b.strayMu.Unlock()
+	if b.strays == nil || len(b.strays) >= maxStrays {
+		b.strays = map[netip.AddrPort]int64{}
+	}
+	b.strays[from] = now
+}
+
+// strayFrom reports (and forgets) whether addr sent a stray transport
+// message lately.
+func (b *Bind) strayFrom(addr netip.AddrPort) bool {
+	b.strayMu.Lock()
+	defer b.strayMu.Unlock()
+	t, ok := b.strays[addr]
+	delete(b.strays, addr)
+	return ok && time.Since(time.Unix(0, t)) < strayAge
+}
+
+// Stale counts transport messages for a session we do not have.
+func (b *Bind) Stale() uint64 { return b.staleRx.Load() }
+
+// ByIndex counts direct packets from addresses that were no peer's path,
+// accepted because their receiver index was one of ours.
+func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
+
+// Crossed counts the peers' handshake initiations dropped because ours
+// was on its way (see Path.crossing).
+func (b *Bind) Crossed() uint64 { return b.crossed.Load() }

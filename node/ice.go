@@ -1,0 +1,204 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/pion/ice/v4"
+)
+
+// ICEConfig tunes ICE and path selection. Its zero value works.
+type ICEConfig struct {
+	// STUN servers for server-reflexive candidates ("host:port").
+	STUN []string
+	// DeadAfter is how long the direct path may be silent (no ICE consent,
+	// no WireGuard) before the peer falls back to the relay. If zero, 5s.
+	// Consent checks run every min(1s, DeadAfter/4).
+	DeadAfter time.Duration
+	// RetryMin and RetryMax bound the backoff between direct attempts.
+	// If zero, 2s and 60s.
+	RetryMin, RetryMax time.Duration
+	// AttemptTimeout bounds one ICE attempt. If zero, 10s.
+	AttemptTimeout time.Duration
+	// Candidates filters the addresses host candidates may use. If nil,
+	// every address but loopback.
+	Candidates func(netip.Addr) bool
+	// RelayOnly never tries a direct path (for measurements and networks
+	// where direct paths are unwanted).
+	RelayOnly bool
+}
+
+func (c *ICEConfig) defaults() {
+	if c.DeadAfter == 0 {
+		c.DeadAfter = 5 * time.Second
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = 2 * time.Second
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = 60 * time.Second
+	}
+	if c.AttemptTimeout == 0 {
+		c.AttemptTimeout = 10 * time.Second
+	}
+}
+
+type iceResult struct {
+	addr netip.AddrPort
+	err  error
+}
+
+// startAttempt creates a new ICE agent under a new session and sends our
+// credentials to the peer.
+func (p *peer) startAttempt(ctx context.Context, why string) {
+	p.stopAgent()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	// Sessions only grow, so the peer can tell a restart from a replay.
+	p.session = max(p.session+1, uint64(p.env.now().UnixMilli())<<16|uint64(binary.BigEndian.Uint16(b[:2])))
+	p.seq = 0
+	session := p.session
+	agent, err := ice.NewAgentWithOptions(p.env.agentOpt...)
+	if err != nil {
+		p.env.log.Warn("ICE agent", "peer", p.info.Name, "err", err)
+		p.failures++
+		p.scheduleRetry(ctx)
+		return
+	}
+	p.agent = agent
+	p.agentRef.Store(agent)
+	p.setReport(func(r *ICEReport) { *r = ICEReport{Session: session, State: "new"} })
+	_ = agent.OnCandidate(func(c ice.Candidate) {
+		if c == nil {
+			return
+		}
+		p.setReport(func(r *ICEReport) { r.LocalCandidates = append(r.LocalCandidates, c.String()) })
+		p.post(peerEvent{local: c.Marshal(), session: session})
+	})
+	_ = agent.OnConnectionStateChange(func(s ice.ConnectionState) {
+		p.post(peerEvent{state: &s, session: session})
+	})
+	ufrag, pwd, err := agent.GetLocalUserCredentials()
+	p.ufrag, p.pwd = ufrag, pwd
+	if err == nil {
+		err = p.sendCredentials(ctx)
+	}
+	if err == nil {
+		err = agent.GatherCandidates()
+	}
+	if err != nil {
+		p.env.log.Debug("ICE attempt", "peer", p.info.Name, "err", err)
+		p.failures++
+		p.stopAgent()
+		p.scheduleRetry(ctx)
+		return
+	}
+	p.env.log.Debug("ICE attempt", "peer", p.info.Name, "session", session, "why", why, "controlling", p.controlling)
+}
+
+func (p *peer) stopAgent() {
+	if p.attemptDone != nil {
+		p.attemptDone()
+		p.attemptDone = nil
+	}
+	if p.agent != nil {
+		_ = p.agent.Close()
+		p.agent = nil
+		p.agentRef.Store(nil)
+	}
+	p.haveRemote = false
+	p.boundRemote = 0
+	p.localCands = nil
+	p.ownAddrs = nil
+	p.pending = nil
+}
+
+// connect runs Dial or Accept in the background and posts the outcome.
+func (p *peer) connect(ctx context.Context, ufrag, pwd string) {
+	agent, session := p.agent, p.session
+	actx, cancel := context.WithTimeout(ctx, p.env.cfg.AttemptTimeout)
+	p.attemptDone = cancel
+	go func() {
+		defer cancel()
+		var err error
+		if p.controlling {
+			_, err = agent.Dial(actx, ufrag, pwd)
+		} else {
+			_, err = agent.Accept(actx, ufrag, pwd)
+		}
+		res := &iceResult{err: err}
+		if err == nil {
+			pair, perr := agent.GetSelectedCandidatePair()
+			if perr != nil || pair == nil {
+				res.err = fmt.Errorf("connected without a selected pair: %v", perr)
+			} else {
+				ip, perr := netip.ParseAddr(pair.Remote.Address())
+				if perr != nil {
+					res.err = fmt.Errorf("selected pair address %q: %v", pair.Remote.Address(), perr)
+				} else {
+					res.addr = netip.AddrPortFrom(ip.Unmap(), uint16(pair.Remote.Port()))
+				}
+			}
+		}
+		if err != nil {
+			p.reportPairs(agent)
+		}
+		if ctx.Err() == nil {
+			p.post(peerEvent{connected: res, session: session})
+		}
+	}()
+}
+
+func (p *peer) addRemote(s *Signal) {
+	c, err := ice.UnmarshalCandidate(s.Candidate)
+	if err != nil {
+		p.env.log.Debug("bad remote candidate", "peer", p.info.Name, "err", err)
+		return
+	}
+	p.setReport(func(r *ICEReport) { r.RemoteCandidates = append(r.RemoteCandidates, c.String()) })
+	if c.Type() == ice.CandidateTypeHost && p.isOwnAddr(c.Address(), c.Port()) {
+		// Our own address: pion would send its checks to us and, because
+		// its UDPMux routes by source address, hand our own checks to
+		// this agent as wrong-username requests.
+		p.setReport(func(r *ICEReport) { r.SelfCandidates = append(r.SelfCandidates, c.String()) })
+		return
+	}
+	if err := p.agent.AddRemoteCandidate(c); err != nil {
+		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
+	}
+}
+
+// isOwnAddr reports whether host:port is one of the addresses our shared
+// socket listens on. It lists them once per attempt (listing a kernel's
+// interfaces is a few syscalls).
+func (p *peer) isOwnAddr(host string, port int) bool {
+	a, err := netip.ParseAddr(host)
+	if err != nil || p.env.udpMux == nil {
+		return false
+	}
+	if p.ownAddrs == nil {
+		p.ownAddrs = []netip.AddrPort{}
+		for _, la := range p.env.udpMux.GetListenAddresses() {
+			if ua, ok := la.(*net.UDPAddr); ok {
+				ap := ua.AddrPort()
+				p.ownAddrs = append(p.ownAddrs, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+			}
+		}
+	}
+	return slices.Contains(p.ownAddrs, netip.AddrPortFrom(a.Unmap(), uint16(port)))
+}
+
+func (p *peer) reportPairs(agent *ice.Agent) {
+	stats := agent.GetCandidatePairsStats()
+	var pairs []string
+	for _, s := range stats {
+		pairs = append(pairs, fmt.Sprintf("%s ↔ %s: %s", s.LocalCandidateID, s.RemoteCandidateID, s.State))
+	}
+	p.setReport(func(r *ICEReport) { r.Pairs = pairs })
+}

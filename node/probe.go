@@ -1,0 +1,65 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A direct path going silent may mean our network changed under us (a
+// NAT on the way rebooted and forgot every mapping). Relay and control
+// connections through it are then dead too, but TCP only finds out when a
+// keepalive times out, after a minute or more. So the node probes both
+// (see relay.Client.Probe, control.Session.Probe), at most every
+// probeEvery, and each reconnects at once if it does not answer within
+// probeTimeout.
+const (
+	probeEvery   = 10 * time.Second
+	probeTimeout = 2 * time.Second
+)
+
+// relayProber is a RelayClient that can check its connection.
+type relayProber interface {
+	Probe(ctx context.Context, timeout time.Duration) error
+}
+
+// kickProbes asks probeLoop to check the uplinks; it never blocks.
+func (n *Node) kickProbes() {
+	select {
+	case n.probeKick <- struct{}{}:
+	default:
+	}
+}
+
+// probeLoop runs the probes kickProbes asks for until ctx ends.
+func (n *Node) probeLoop(ctx context.Context) {
+	defer close(n.probesDone)
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.probeKick:
+		}
+		if time.Since(last) < probeEvery {
+			continue
+		}
+		last = time.Now()
+		var wg sync.WaitGroup
+		if rp, ok := n.relay.(relayProber); ok {
+			wg.Go(func() {
+				if err := rp.Probe(ctx, probeTimeout); err != nil && ctx.Err() == nil {
+					n.log.Info("a direct path went silent and the relay did not answer a probe: reconnecting", "err", err)
+				}
+			})
+		}
+		if s := n.session.Load(); s != nil {
+			wg.Go(func() {
+				if err := s.Probe(ctx, probeTimeout); err != nil && ctx.Err() == nil {
+					n.log.Info("a direct path went silent and control did not answer a probe: reconnecting", "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}

@@ -1,0 +1,136 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// register registers the node's identity with control.
+func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) {
+	req := control.RegisterRequest{Token: n.cfg.Token, Name: n.id.Name, PublicKey: n.id.PublicKey()}
+	var resp *control.RegisterResponse
+	var err error
+	switch {
+	case strings.HasPrefix(n.cfg.Control, "nats://"):
+		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
+	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
+		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
+	default:
+		return nil, fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
+	}
+	return resp, nil
+}
+
+func (n *Node) connectSession(ctx context.Context, resp *control.RegisterResponse) error {
+	s, err := control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
+		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
+	})
+	if err != nil {
+		return fmt.Errorf("node: control session: %w", err)
+	}
+	if old := n.session.Swap(s); old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+func (n *Node) onPeerEvent(ev control.PeerEvent) {
+	switch ev.Type {
+	case control.PeerAdded, control.PeerUpdated, control.PeerOnline:
+		n.setPeer(ev.Peer)
+	case control.PeerOffline:
+		ev.Peer.Offline = true
+		n.setPeer(ev.Peer)
+	case control.PeerRemoved:
+		n.removePeer(ev.Peer)
+	}
+}
+
+func (n *Node) onSignal(from string, payload []byte) {
+	n.mu.Lock()
+	p := n.peers[from]
+	n.mu.Unlock()
+	if p == nil {
+		n.log.Debug("signal from unknown node", "from", from)
+		return
+	}
+	s, err := OpenSignal(n.id.PrivateKey, p.info.PublicKey, payload)
+	if err != nil {
+		n.log.Debug("signal refused", "from", p.info.Name, "err", err)
+		return
+	}
+	p.post(peerEvent{signal: s})
+}
+
+// reregister registers again with the same identity after control
+// refused the session's credentials, then resyncs the peers. It retries
+// with backoff until it works or the node closes.
+func (n *Node) reregister() {
+	n.regMu.Lock()
+	defer n.regMu.Unlock()
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		n.mu.Lock()
+		closed := n.closed
+		n.mu.Unlock()
+		if closed {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		resp, err := n.register(ctx)
+		if err == nil {
+			err = n.connectSession(ctx, resp)
+		}
+		cancel()
+		if err == nil {
+			if resp.Address != n.id.Address {
+				n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
+			}
+			n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
+			n.resync()
+			return
+		}
+		n.log.Warn("re-register", "err", err, "retry in", delay)
+		time.Sleep(delay)
+	}
+}
+
+// resync reconciles the peer set with control's after a NATS outage, in
+// which peer events may have been lost.
+func (n *Node) resync() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	peers, err := n.session.Load().Peers(ctx)
+	if err != nil {
+		n.log.Warn("resync peers after reconnect", "err", err)
+		return
+	}
+	want := map[string]control.Peer{}
+	for _, p := range peers {
+		want[p.NodeID] = p
+		n.setPeer(p)
+	}
+	n.mu.Lock()
+	var gone []control.Peer
+	for id, p := range n.peers {
+		if _, ok := want[id]; !ok {
+			gone = append(gone, p.info)
+		}
+	}
+	for id, p := range n.offline {
+		if _, ok := want[id]; !ok {
+			gone = append(gone, p.info)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range gone {
+		n.removePeer(p)
+	}
+	n.log.Info("resynced peers after reconnect", "peers", len(peers))
+}
