@@ -10,6 +10,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // groMaxSize caps a coalesced packet at the largest IPv4 packet.
@@ -253,21 +255,10 @@ func (b *groBatch) join(it int, i int32, payload int, psh bool) {
 // payload sum to zero (0xffff), so the payload sums to minus the rest.
 func payloadSum(p []byte, ipLen, doff int) uint16 {
 	th := p[ipLen:]
-	return ^checksum.Combine(pseudoHeaderSum(p, ipLen, len(th)), checksum.Checksum(th[:doff], 0))
+	return ^checksum.Combine(inet.PseudoHeaderSum(p, tcpProto, len(th)), checksum.Checksum(th[:doff], 0))
 }
 
-// pseudoHeaderSum is the TCP pseudo-header's sum (RFC 9293 section 3.1,
-// RFC 8200 section 8.1) for an IP packet p whose TCP header is at ipLen.
-func pseudoHeaderSum(p []byte, ipLen, tcpLen int) uint16 {
-	var s uint16
-	if p[0]>>4 == 4 {
-		s = checksum.Checksum(p[12:20], 0)
-	} else {
-		s = checksum.Checksum(p[8:40], 0)
-	}
-	s = checksum.Combine(s, uint16(header.TCPProtocolNumber))
-	return checksum.Combine(s, uint16(tcpLen))
-}
+const tcpProto = uint8(header.TCPProtocolNumber)
 
 // deliver hands every entry to dp in arrival order and returns how many
 // packets it delivered. Each delivered packet is a copy, in two buffers:
@@ -309,9 +300,9 @@ func (b *groBatch) merge(item *groItem) buffer.Buffer {
 	hdr := buffer.NewViewWithData(b.pkts[item.head][:item.hdrLen])
 	out := hdr.AsSlice()
 	if !item.key.v6 {
-		binary.BigEndian.PutUint16(out[2:], uint16(total))
-		out[10], out[11] = 0, 0
-		binary.BigEndian.PutUint16(out[10:], ^checksum.Checksum(out[:item.ipLen], 0))
+		ip := header.IPv4(out)
+		ip.SetTotalLength(uint16(total))
+		inet.SetIPv4Checksum(ip)
 	} else {
 		binary.BigEndian.PutUint16(out[4:], uint16(total-header.IPv6MinimumSize))
 	}
@@ -320,7 +311,7 @@ func (b *groBatch) merge(item *groItem) buffer.Buffer {
 		th[13] |= uint8(header.TCPFlagPsh)
 	}
 	th[16], th[17] = 0, 0
-	sum := checksum.Combine(pseudoHeaderSum(out, item.ipLen, total-item.ipLen), checksum.Checksum(th, 0))
+	sum := checksum.Combine(inet.PseudoHeaderSum(out, tcpProto, total-item.ipLen), checksum.Checksum(th, 0))
 	binary.BigEndian.PutUint16(th[16:], ^checksum.Combine(sum, item.sum))
 
 	pv := buffer.NewViewSize(item.payload)

@@ -6,6 +6,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // queueOut queues a reference to each packet for Read and returns how
@@ -148,13 +150,7 @@ func (a *TUNAdapter) splitTCPLocked(pkt *stack.PacketBuffer, bufs [][]byte, size
 	}
 
 	// The pseudo-header sum without its length, which varies by segment.
-	var addrs []byte
-	if v4 {
-		addrs = ipHdr[12:20]
-	} else {
-		addrs = ipHdr[8:40]
-	}
-	pseudo := checksum.Combine(checksum.Checksum(addrs, 0), uint16(header.TCPProtocolNumber))
+	pseudo := inet.PseudoHeaderSum(ipHdr, tcpProto, 0)
 	seq := binary.BigEndian.Uint32(tcpHdr[4:])
 	flags := tcpHdr[13]
 	var id uint16
@@ -189,10 +185,10 @@ func (a *TUNAdapter) splitTCPLocked(pkt *stack.PacketBuffer, bufs [][]byte, size
 
 		ip := out[:len(ipHdr)]
 		if v4 {
-			binary.BigEndian.PutUint16(ip[2:], uint16(len(out)))
-			binary.BigEndian.PutUint16(ip[4:], id+uint16(seg))
-			ip[10], ip[11] = 0, 0
-			binary.BigEndian.PutUint16(ip[10:], ^checksum.Checksum(ip, 0))
+			h := header.IPv4(ip)
+			h.SetTotalLength(uint16(len(out)))
+			h.SetID(id + uint16(seg))
+			inet.SetIPv4Checksum(h)
 		} else {
 			binary.BigEndian.PutUint16(ip[4:], uint16(len(out)-header.IPv6MinimumSize))
 		}

@@ -13,14 +13,18 @@ import (
 )
 
 // PseudoHeaderSum is the ones' complement sum of the TCP or UDP
-// pseudo-header (RFC 9293 section 3.1, RFC 768, RFC 8200 section 8.1):
-// addresses src and dst (4 bytes each for IPv4, 16 for IPv6), the
-// transport protocol number and length, the transport header and payload
-// included.
-func PseudoHeaderSum(proto uint8, src, dst []byte, length int) uint16 {
-	s := checksum.Checksum(src, 0)
-	s = checksum.Checksum(dst, s)
-	s = checksum.Combine(s, uint16(proto))
+// pseudo-header (RFC 9293 section 3.1, RFC 768, RFC 8200 section 8.1) of IP
+// packet ip, IPv4 or IPv6 by its version: its source and destination
+// addresses, the transport protocol number, and length, the bytes of
+// transport header and payload. With length 0 it is the part a segmenter
+// can reuse, adding each segment's length with checksum.Combine.
+func PseudoHeaderSum(ip []byte, proto uint8, length int) uint16 {
+	// The two addresses sit next to each other in both headers.
+	addrs := ip[12:20]
+	if header.IPVersion(ip) == header.IPv6Version {
+		addrs = ip[8:40]
+	}
+	s := checksum.Combine(checksum.Checksum(addrs, 0), uint16(proto))
 	return checksum.Combine(s, uint16(length))
 }
 

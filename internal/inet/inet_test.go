@@ -102,18 +102,26 @@ func TestFixUDP(t *testing.T) {
 }
 
 func TestPseudoHeaderSum(t *testing.T) {
+	v4 := make([]byte, header.IPv4MinimumSize)
+	header.IPv4(v4).Encode(&header.IPv4Fields{
+		SrcAddr: tcpip.AddrFrom4([4]byte{192, 168, 1, 2}), DstAddr: tcpip.AddrFrom4([4]byte{203, 0, 113, 100})})
+	v6 := make([]byte, header.IPv6MinimumSize)
+	header.IPv6(v6).Encode(&header.IPv6Fields{
+		SrcAddr: tcpip.AddrFrom16([16]byte{0xfd, 0x7a, 15: 2}), DstAddr: tcpip.AddrFrom16([16]byte{0xfd, 0x7a, 15: 3})})
 	for _, tc := range []struct {
 		name     string
+		ip       []byte
 		src, dst tcpip.Address
 		proto    tcpip.TransportProtocolNumber
 		n        int
 	}{
-		{"udp4", tcpip.AddrFrom4([4]byte{192, 168, 1, 2}), tcpip.AddrFrom4([4]byte{203, 0, 113, 100}), header.UDPProtocolNumber, 108},
-		{"tcp6", tcpip.AddrFrom16([16]byte{0xfd, 0x7a, 15: 2}), tcpip.AddrFrom16([16]byte{0xfd, 0x7a, 15: 3}), header.TCPProtocolNumber, 1460},
+		{"udp4", v4, header.IPv4(v4).SourceAddress(), header.IPv4(v4).DestinationAddress(), header.UDPProtocolNumber, 108},
+		{"tcp4 no length", v4, header.IPv4(v4).SourceAddress(), header.IPv4(v4).DestinationAddress(), header.TCPProtocolNumber, 0},
+		{"tcp6", v6, header.IPv6(v6).SourceAddress(), header.IPv6(v6).DestinationAddress(), header.TCPProtocolNumber, 1460},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := header.PseudoHeaderChecksum(tc.proto, tc.src, tc.dst, uint16(tc.n))
-			assert.Equal(t, want, PseudoHeaderSum(uint8(tc.proto), tc.src.AsSlice(), tc.dst.AsSlice(), tc.n))
+			assert.Equal(t, want, PseudoHeaderSum(tc.ip, uint8(tc.proto), tc.n))
 		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // ipv4Frame builds an Ethernet frame carrying an IPv4 packet with a valid
@@ -32,7 +34,7 @@ func ipv4Frame(dst, src mac, proto byte, from, to netip.AddrPort, payload int) [
 	case protoICMP:
 		p[20], p[21] = 8, 0
 	}
-	setIPv4Checksum(p)
+	inet.SetIPv4Checksum(p)
 	return f
 }
 

@@ -4,6 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // Every frame in the fabric carries a 14-byte Ethernet II header. The fabric
@@ -53,10 +57,10 @@ func etherTypeFor(ipPacket []byte) (uint16, error) {
 }
 
 const (
-	ipv4MinHeaderLen = 20
-	protoICMP        = 1
-	protoTCP         = 6
-	protoUDP         = 17
+	ipv4MinHeaderLen = header.IPv4MinimumSize
+	protoICMP        = uint8(header.ICMPv4ProtocolNumber)
+	protoTCP         = uint8(header.TCPProtocolNumber)
+	protoUDP         = uint8(header.UDPProtocolNumber)
 )
 
 // checkIPv4 validates the IPv4 header of p and returns the packet trimmed to
@@ -66,60 +70,30 @@ func checkIPv4(p []byte) ([]byte, error) {
 	if len(p) < ipv4MinHeaderLen {
 		return nil, fmt.Errorf("malformed: %d-byte packet is shorter than an IPv4 header", len(p))
 	}
-	if p[0]>>4 != 4 {
-		return nil, fmt.Errorf("malformed: ip version %d", p[0]>>4)
+	if v := header.IPVersion(p); v != header.IPv4Version {
+		return nil, fmt.Errorf("malformed: ip version %d", v)
 	}
-	ihl := int(p[0]&0x0f) * 4
+	ip := header.IPv4(p)
+	ihl := int(ip.HeaderLength())
 	if ihl < ipv4MinHeaderLen {
 		return nil, fmt.Errorf("malformed: ipv4 header length %d", ihl)
 	}
-	total := int(binary.BigEndian.Uint16(p[2:4]))
+	total := int(ip.TotalLength())
 	if total < ihl || total > len(p) {
 		return nil, fmt.Errorf("malformed: ipv4 total length %d with %d-byte header in %d bytes", total, ihl, len(p))
 	}
-	if onesSum(p[:ihl]) != 0xffff {
+	if !ip.IsChecksumValid() {
 		return nil, fmt.Errorf("malformed: bad ipv4 header checksum")
 	}
 	return p[:total], nil
 }
 
-// onesSum is the 16-bit one's complement sum of b (odd length padded with 0).
-func onesSum(b []byte) uint16 {
-	var s uint32
-	for len(b) >= 2 {
-		s += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		s += uint32(b[0]) << 8
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return uint16(s)
-}
-
-// csumUpdate returns checksum c adjusted for a 16-bit word changing from old
-// to new (RFC 1624, eqn. 3).
-func csumUpdate(c, old, new uint16) uint16 {
-	s := uint32(^c) + uint32(^old) + uint32(new)
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
-}
-
 // decTTL decrements the TTL of a valid IPv4 header, fixing its checksum.
 func decTTL(p []byte) {
-	old := binary.BigEndian.Uint16(p[8:10])
-	p[8]--
-	c := csumUpdate(binary.BigEndian.Uint16(p[10:12]), old, binary.BigEndian.Uint16(p[8:10]))
-	binary.BigEndian.PutUint16(p[10:12], c)
-}
-
-// setIPv4Checksum recomputes the header checksum from scratch.
-func setIPv4Checksum(p []byte) {
-	ihl := int(p[0]&0x0f) * 4
-	p[10], p[11] = 0, 0
-	binary.BigEndian.PutUint16(p[10:12], ^onesSum(p[:ihl]))
+	ip := header.IPv4(p)
+	// The TTL shares its 16-bit word with the protocol number.
+	const ttlWord = 8
+	old := binary.BigEndian.Uint16(p[ttlWord:])
+	ip.SetTTL(ip.TTL() - 1)
+	ip.SetChecksum(inet.Update(ip.Checksum(), old, binary.BigEndian.Uint16(p[ttlWord:])))
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/latticelab/lattice/internal/inet"
 	"github.com/latticelab/lattice/lab/nat"
 )
 
@@ -327,11 +328,11 @@ func (r *Router) local(in *Interface, f, p []byte) {
 	copy(p[12:16], dst[:])
 	copy(p[16:20], src[:])
 	p[8] = 64
-	setIPv4Checksum(p)
+	inet.SetIPv4Checksum(p)
 	icmp := p[ihl:]
 	old := binary.BigEndian.Uint16(icmp[0:2])
 	icmp[0] = 0
-	binary.BigEndian.PutUint16(icmp[2:4], csumUpdate(binary.BigEndian.Uint16(icmp[2:4]), old, binary.BigEndian.Uint16(icmp[0:2])))
+	binary.BigEndian.PutUint16(icmp[2:4], inet.Update(binary.BigEndian.Uint16(icmp[2:4]), old, binary.BigEndian.Uint16(icmp[0:2])))
 	back := netip.AddrFrom4(src)
 	rt := r.routes.lookup(back)
 	if rt == nil {
@@ -343,7 +344,7 @@ func (r *Router) local(in *Interface, f, p []byte) {
 		return
 	}
 	p[8]++ // output decrements it
-	setIPv4Checksum(p)
+	inet.SetIPv4Checksum(p)
 	r.output(in, rt.ifc, rt, f, p, "")
 }
 

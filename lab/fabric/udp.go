@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/latticelab/lattice/internal/inet"
 	"github.com/latticelab/lattice/netx/gvnet"
 )
 
@@ -262,39 +265,26 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 // build writes the IPv4 and UDP headers and the payload into f after its
 // Ethernet header.
 func (u *udpStack) build(f []byte, src, dst netip.AddrPort, payload []byte) {
-	p := f[ethHeaderLen:]
+	ip := header.IPv4(f[ethHeaderLen:])
 	total := ipv4HeaderLen + udpHeaderLen + len(payload)
-	p[0], p[1] = 0x45, 0
-	binary.BigEndian.PutUint16(p[2:], uint16(total))
-	binary.BigEndian.PutUint16(p[4:], uint16(u.ipID.Add(1)))
-	binary.BigEndian.PutUint16(p[6:], 0x4000) // DF: the fabric never fragments
-	p[8], p[9] = defaultTTL, protoUDP
-	p[10], p[11] = 0, 0
-	s4, d4 := src.Addr().As4(), dst.Addr().As4()
-	copy(p[12:16], s4[:])
-	copy(p[16:20], d4[:])
-	setIPv4Checksum(p)
-	udp := p[ipv4HeaderLen:total]
-	binary.BigEndian.PutUint16(udp[0:], src.Port())
-	binary.BigEndian.PutUint16(udp[2:], dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
-	udp[6], udp[7] = 0, 0
+	ip.Encode(&header.IPv4Fields{
+		TotalLength: uint16(total),
+		ID:          uint16(u.ipID.Add(1)),
+		Flags:       header.IPv4FlagDontFragment, // the fabric never fragments
+		TTL:         defaultTTL,
+		Protocol:    protoUDP,
+		SrcAddr:     tcpip.AddrFrom4(src.Addr().As4()),
+		DstAddr:     tcpip.AddrFrom4(dst.Addr().As4()),
+	})
+	inet.SetIPv4Checksum(ip)
+	udp := header.UDP(ip[ipv4HeaderLen:total])
+	udp.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(len(udp))})
 	copy(udp[udpHeaderLen:], payload)
-	sum := ^checksum.Checksum(udp, pseudoSum(p[12:16], p[16:20], len(udp)))
+	sum := ^checksum.Checksum(udp, inet.PseudoHeaderSum(ip, protoUDP, len(udp)))
 	if sum == 0 {
 		sum = 0xffff // RFC 768: zero means "no checksum"
 	}
-	binary.BigEndian.PutUint16(udp[6:], sum)
-}
-
-// pseudoSum is the one's complement sum of the UDP pseudo-header.
-func pseudoSum(src, dst []byte, n int) uint16 {
-	var b [12]byte
-	copy(b[0:4], src)
-	copy(b[4:8], dst)
-	b[9] = protoUDP
-	binary.BigEndian.PutUint16(b[10:], uint16(n))
-	return checksum.Checksum(b[:], 0)
+	udp.SetChecksum(sum)
 }
 
 // deliver queues a received frame on the socket it is for and reports
@@ -303,30 +293,30 @@ func (u *udpStack) deliver(f []byte) bool {
 	if len(f) < ethHeaderLen+ipv4HeaderLen+udpHeaderLen || binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {
 		return false
 	}
-	p := f[ethHeaderLen:]
-	ihl := int(p[0]&0x0f) * 4
-	if p[0]>>4 != 4 || p[9] != protoUDP || ihl < ipv4HeaderLen || binary.BigEndian.Uint16(p[6:8])&0x3fff != 0 {
+	ip := header.IPv4(f[ethHeaderLen:])
+	ihl := int(ip.HeaderLength())
+	if header.IPVersion(ip) != header.IPv4Version || ip.Protocol() != protoUDP || ihl < ipv4HeaderLen || ip.More() || ip.FragmentOffset() != 0 {
 		return false // not UDP, or a fragment: gVisor's to handle or refuse
 	}
-	total := int(binary.BigEndian.Uint16(p[2:4]))
-	if total > len(p) || total < ihl+udpHeaderLen {
+	total := int(ip.TotalLength())
+	if total > len(ip) || total < ihl+udpHeaderLen {
 		return false
 	}
-	udp := p[ihl:total]
-	ulen := int(binary.BigEndian.Uint16(udp[4:6]))
+	udp := header.UDP(ip[ihl:total])
+	ulen := int(udp.Length())
 	if ulen < udpHeaderLen || ulen > len(udp) {
 		return false
 	}
 	udp = udp[:ulen]
-	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[16:20])), binary.BigEndian.Uint16(udp[2:4]))
-	src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(p[12:16])), binary.BigEndian.Uint16(udp[0:2]))
+	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())), udp.DestinationPort())
+	src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SourceAddressSlice())), udp.SourcePort())
 	u.mu.RLock()
 	c := u.lookupLocked(dst, src)
 	u.mu.RUnlock()
 	if c == nil {
 		return false
 	}
-	if binary.BigEndian.Uint16(udp[6:8]) != 0 && checksum.Checksum(udp, pseudoSum(p[12:16], p[16:20], len(udp))) != 0xffff {
+	if udp.Checksum() != 0 && checksum.Checksum(udp, inet.PseudoHeaderSum(ip, protoUDP, len(udp))) != 0xffff {
 		u.badChecksum.Add(1)
 		putFrame(f)
 		return true
