@@ -5,13 +5,16 @@
 // sandboxes, each serving test services on its overlay address (UDP echo
 // on 7, HTTP on 80, a SHA-256 sink on 9).
 //
-// Up returns a Lab whose methods are the scenario steps (WaitPath, Ping,
-// Transfer, Blackhole, RebootNAT, Move, ...); RunScenario runs a whole
-// scenario file and returns a report.Result. A node can roam: its sockets
-// live on a netx.Network that moves between fabric hosts (roam.go), which
-// is how the lab emulates a laptop changing networks mid-transfer.
+// Up returns a Lab whose methods are what scenario steps act on (WaitPath,
+// Ping, Transfer, Blackhole, RebootNAT, Move, ...): the Lab implements
+// scenario.Env, each family of it in the file of the same name (paths.go,
+// traffic.go, faults.go, sandbox.go; start and stop in nodes.go and
+// services.go), and the steps themselves, with their checks and details,
+// are types of package scenario. RunScenario runs a whole scenario file
+// and returns a report.Result. A node can roam: its sockets live on a
+// netx.Network that moves between fabric hosts (roam.go), which is how the
+// lab emulates a laptop changing networks mid-transfer.
 //
-// Nodes start one at a time: node.Start reads its peer list at
-// registration and subscribes to peer events afterwards, so a peer that
-// registers in between is never announced to it.
+// A gvisor sandbox runs in a process of its own (gvisor.go): the program
+// running the lab re-executes itself, so its main calls MaybeRunChild.
 package runner

@@ -141,13 +141,14 @@ func (l *Lab) Move(ctx context.Context, name, network string) error {
 	if err != nil {
 		return err
 	}
-	if rn.roam == nil {
+	c := rn.common()
+	if c.roam == nil {
 		return fmt.Errorf("node %s does not roam", name)
 	}
-	host := rn.plan.Host
-	if network != rn.plan.Network {
+	host := c.plan.Host
+	if network != c.plan.Network {
 		host = ""
-		for _, r := range rn.plan.Roams {
+		for _, r := range c.plan.Roams {
 			if r.Network == network {
 				host = r.Host
 			}
@@ -156,7 +157,7 @@ func (l *Lab) Move(ctx context.Context, name, network string) error {
 			return fmt.Errorf("node %s does not roam to %s", name, network)
 		}
 	}
-	return rn.roam.Move(ctx, l.f.Host(host), network)
+	return c.roam.Move(ctx, l.f.Host(host), network)
 }
 
 // DiscoverNAT classifies a node's NATs with RFC 5780 tests against a STUN

@@ -21,6 +21,7 @@ import (
 
 	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/internal/unixhttp"
+	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
@@ -63,7 +64,10 @@ type childConfig struct {
 }
 
 // AgentResult is what an agent run in a gvisor sandbox did.
-type AgentResult struct {
+type AgentResult = scenario.AgentResult
+
+// agentReply is the child's answer to POST /run.
+type agentReply struct {
 	Code   int    `json:"code"`
 	Stdout string `json:"stdout"`
 	Stderr string `json:"stderr"`
@@ -259,14 +263,13 @@ func (c *gvisorChild) identity() sandbox.Status {
 
 // run runs argv as the agent in runsc and returns what it did.
 func (c *gvisorChild) run(ctx context.Context, argv []string) (AgentResult, error) {
-	var res AgentResult
-	if err := c.call(ctx, http.MethodPost, "/run", argv, &res); err != nil {
-		return res, err
+	var rep agentReply
+	err := c.call(ctx, http.MethodPost, "/run", argv, &rep)
+	res := AgentResult{Code: rep.Code, Stdout: rep.Stdout, Stderr: rep.Stderr}
+	if err == nil && rep.Error != "" {
+		err = errors.New(rep.Error)
 	}
-	if res.Error != "" {
-		return res, errors.New(res.Error)
-	}
-	return res, nil
+	return res, err
 }
 
 func (c *gvisorChild) call(ctx context.Context, method, path string, in, out any) error {
@@ -390,7 +393,7 @@ func runChild(cfg childConfig, log *slog.Logger) error {
 		defer runMu.Unlock()
 		stdout, stderr := &tailBuffer{max: maxAgentOutput}, &tailBuffer{max: maxAgentOutput}
 		code, err := d.Run(r.Context(), argv, sandbox.Stdio{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr})
-		res := AgentResult{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
+		res := agentReply{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
 		if err != nil {
 			res.Error = err.Error()
 		}

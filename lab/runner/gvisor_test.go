@@ -51,7 +51,9 @@ nodes:
 	}()
 	rn, err := l.node("agent")
 	require.NoError(t, err)
-	ns := rn.kernel.NetnsPath()
+	gv, ok := rn.(*gvisorNode)
+	require.True(t, ok, "agent is a gvisor node, not a %T", rn)
+	ns := gv.kernel.NetnsPath()
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 	_, err = l.WaitPath(wctx, "agent", "web", "direct") // web is on the internet: the NAT lets its answers in
 	wcancel()
@@ -69,7 +71,7 @@ nodes:
 
 	out, err := exec.Command("nsenter", "--net="+ns, "ip", "-br", "addr", "show", "wg0").CombinedOutput()
 	require.NoError(t, err, "wg0 is in the pod's namespace: %s", out)
-	pid := rn.gv.cmd.Process.Pid
+	pid := gv.child.cmd.Process.Pid
 
 	require.NoError(t, l.Close())
 	closed = true

@@ -59,7 +59,7 @@ type Lab struct {
 	start time.Time
 
 	mu       sync.Mutex // guards the following fields
-	nodes    map[string]*runningNode
+	nodes    map[string]runningNode
 	services map[string]io.Closer
 	started  map[string]time.Time // when each node last started
 	snap     map[string]nodeSnapshot
@@ -88,7 +88,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	lab := &Lab{cfg: cfg, plan: cfg.Plan, log: log, start: time.Now(),
-		nodes: map[string]*runningNode{}, services: map[string]io.Closer{}, started: map[string]time.Time{},
+		nodes: map[string]runningNode{}, services: map[string]io.Closer{}, started: map[string]time.Time{},
 		snap: map[string]nodeSnapshot{}, fw: map[string]*firewallState{}}
 	l = lab
 	defer func() {
@@ -245,7 +245,7 @@ func (l *Lab) Close() error {
 		return nil
 	}
 	l.closed = true
-	nodes := make([]*runningNode, 0, len(l.nodes))
+	nodes := make([]runningNode, 0, len(l.nodes))
 	for _, n := range l.nodes {
 		nodes = append(nodes, n)
 	}
@@ -260,7 +260,7 @@ func (l *Lab) Close() error {
 		wg.Go(func() {
 			if err := n.close(); err != nil {
 				emu.Lock()
-				errs = append(errs, fmt.Errorf("node %s: %w", n.name, err))
+				errs = append(errs, fmt.Errorf("node %s: %w", n.common().name, err))
 				emu.Unlock()
 			}
 		})

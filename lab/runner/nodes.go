@@ -15,6 +15,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/netx"
@@ -23,80 +24,111 @@ import (
 	"github.com/latticelab/lattice/sandbox"
 )
 
-// runningNode is a started node: a regular node on an in-process
-// netstack, a pod sandbox, or a gvisor sandbox in a process of its own
-// (gv; then node and stack are nil and its pod's namespace is kernel).
-type runningNode struct {
-	name   string
-	plan   *topology.PlanNode
-	node   *node.Node
-	pod    *sandbox.PodDriver
-	stack  *netstack.Stack
-	gv     *gvisorChild
-	kernel *fabric.KernelHost
-	roam   *roamingNet
-	srv    *overlayServers
-	extra  []io.Closer // forward targets on the node's host
-	once   sync.Once
-	err    error
+// runningNode is a started node, of one of three kinds: a node on an
+// in-process netstack (inProcessNode), a pod sandbox (podNode), or a
+// gvisor sandbox in a process of its own (gvisorNode).
+type runningNode interface {
+	// common is what every kind has.
+	common() *nodeCommon
+	// overlay is where the node's own traffic starts.
+	overlay() netx.Network
+	// status is the node's view of its peers.
+	status() []node.PeerStatus
+	// nodeID is the node's ID at control.
+	nodeID() string
+	// addr is the node's overlay address.
+	addr() netip.Addr
+	// close stops the node and what the lab runs for it. Idempotent.
+	close() error
 }
 
-func (n *runningNode) close() error {
-	n.once.Do(func() {
+var (
+	_ runningNode = (*inProcessNode)(nil)
+	_ runningNode = (*podNode)(nil)
+	_ runningNode = (*gvisorNode)(nil)
+)
+
+// nodeSpec is what a node is started from.
+type nodeSpec struct {
+	name string
+	plan *topology.PlanNode
+	roam *roamingNet // the network its sockets move on, if it roams
+}
+
+// nodeCommon is what the lab keeps for every running node.
+type nodeCommon struct {
+	nodeSpec
+	srv  *overlayServers // its overlay test services, once they serve
+	once sync.Once
+	err  error
+}
+
+func (c *nodeCommon) common() *nodeCommon { return c }
+
+// closeWith closes the overlay services, then the node itself (own), the
+// roaming network and extra, once.
+func (c *nodeCommon) closeWith(own io.Closer, extra ...io.Closer) error {
+	c.once.Do(func() {
 		var errs []error
-		if n.srv != nil {
-			errs = append(errs, n.srv.Close())
+		if c.srv != nil {
+			errs = append(errs, c.srv.Close())
 		}
-		if n.gv != nil {
-			errs = append(errs, n.gv.close())
-		} else if n.pod != nil {
-			errs = append(errs, n.pod.Close())
-		} else if n.node != nil {
-			errs = append(errs, n.node.Close())
+		if own != nil {
+			errs = append(errs, own.Close())
 		}
-		if n.roam != nil {
-			errs = append(errs, n.roam.Close())
+		if c.roam != nil {
+			errs = append(errs, c.roam.Close())
 		}
-		for _, c := range n.extra {
-			errs = append(errs, c.Close())
+		for _, x := range extra {
+			errs = append(errs, x.Close())
 		}
-		n.err = errors.Join(errs...)
+		c.err = errors.Join(errs...)
 	})
-	return n.err
+	return c.err
 }
 
-// overlay is where the node's own traffic starts: its netstack, or for a
-// gvisor sandbox its pod's namespace, whose wg0 routes into the overlay.
-func (n *runningNode) overlay() netx.Network {
-	if n.kernel != nil {
-		return n.kernel
-	}
-	return n.stack
+// inProcessNode is a Lattice node on an in-process netstack.
+type inProcessNode struct {
+	nodeCommon
+	node  *node.Node
+	stack *netstack.Stack
 }
 
-// status is the node's view of its peers.
-func (n *runningNode) status() []node.PeerStatus {
-	if n.gv != nil {
-		return n.gv.peers()
-	}
-	return n.node.Status()
+func (n *inProcessNode) overlay() netx.Network     { return n.stack }
+func (n *inProcessNode) status() []node.PeerStatus { return n.node.Status() }
+func (n *inProcessNode) nodeID() string            { return n.node.Identity().NodeID }
+func (n *inProcessNode) addr() netip.Addr          { return n.node.Address().Addr() }
+
+func (n *inProcessNode) close() error { return n.closeWith(n.node) }
+
+// podNode is a pod sandbox: an in-process node with its driver's proxies
+// and forwards, and web servers on its host that the forwards reach.
+type podNode struct {
+	inProcessNode
+	pod   *sandbox.PodDriver
+	extra []io.Closer // forward targets on the node's host
 }
 
-// nodeID is the node's ID at control.
-func (n *runningNode) nodeID() string {
-	if n.gv != nil {
-		return n.gv.identity().NodeID
-	}
-	return n.node.Identity().NodeID
+func (n *podNode) close() error { return n.closeWith(n.pod, n.extra...) }
+
+// gvisorNode is a gvisor sandbox: a child process in its pod's network
+// namespace (a kernel host), whose wg0 routes into the overlay.
+type gvisorNode struct {
+	nodeCommon
+	child  *gvisorChild
+	kernel *fabric.KernelHost
 }
 
-// addr is the node's overlay address.
-func (n *runningNode) addr() netip.Addr {
-	if n.gv != nil {
-		return n.gv.identity().Address.Addr()
-	}
-	return n.node.Address().Addr()
-}
+func (n *gvisorNode) overlay() netx.Network     { return n.kernel }
+func (n *gvisorNode) status() []node.PeerStatus { return n.child.peers() }
+func (n *gvisorNode) nodeID() string            { return n.child.identity().NodeID }
+func (n *gvisorNode) addr() netip.Addr          { return n.child.identity().Address.Addr() }
+
+func (n *gvisorNode) close() error { return n.closeWith(closerFunc(n.child.close)) }
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 // stackProvisioner is a SandboxProvisioner that hands out its stack.
 type stackProvisioner struct {
@@ -116,33 +148,23 @@ func (s *stackProvisioner) Up(ctx context.Context, addr netip.Prefix, mtu int) (
 	return dev, nil
 }
 
-// StartNodes starts the named nodes at once and returns when each has
-// registered and serves its overlay test services.
+// StartNodes starts the named nodes, one at a time in the order given,
+// and returns when each has registered and serves its overlay test
+// services. A node that fails to start does not keep the others from it.
 func (l *Lab) StartNodes(ctx context.Context, names ...string) error {
 	if len(names) == 0 {
 		return nil
 	}
 	start := time.Now()
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	// One at a time: a node that registers while another is between its
-	// own registration and its NATS subscription is never announced to
-	// it (node.Start takes the peer list at registration and misses the
-	// events in between), so concurrent starts lose peers.
-	sem := make(chan struct{}, 1)
-	for i, name := range names {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = l.startNode(ctx, name)
-		})
+	var errs []error
+	for _, name := range names {
+		errs = append(errs, l.startNode(ctx, name))
 	}
-	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	if len(names) > 3 {
-		l.progress("%d nodes up in %s", len(names), fmtDuration(time.Since(start)))
+		l.progress("%d nodes up in %s", len(names), scenario.FormatDuration(time.Since(start)))
 	}
 	return nil
 }
@@ -163,87 +185,31 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		return fmt.Errorf("node %s is already running", name)
 	}
 	begin := time.Now()
-	rn := &runningNode{name: name, plan: pn}
+	c := nodeSpec{name: name, plan: pn}
 	network := l.hostNet(pn.Host)
 	if len(pn.Roams) > 0 {
-		rn.roam = newRoamingNet(l.f.Host(pn.Host), pn.Network)
-		network = rn.roam
+		c.roam = newRoamingNet(l.f.Host(pn.Host), pn.Network)
+		network = c.roam
 	}
-	ice := node.ICEConfig{AttemptTimeout: pn.ICE.AttemptTimeout, RetryMin: pn.ICE.RetryMin, RetryMax: pn.ICE.RetryMax,
-		DeadAfter: pn.ICE.DeadAfter, RelayOnly: pn.ICE.RelayOnly}
-	log := l.log.With("node", name)
-	if sb := pn.Sandbox; sb != nil && sb.Mode == "gvisor" {
-		rn.kernel = l.f.KernelHost(pn.Host)
-		if rn.kernel == nil {
-			return fmt.Errorf("node %s: host %s is no kernel host", name, pn.Host)
-		}
-		gv, err := startGVisor(ctx, childConfig{Name: name, ServerURL: l.controlURL(), Token: l.plan.Token,
-			StateDir: filepath.Join(l.state, "sandboxes", name), ListenPort: int(pn.ListenPort),
-			RelayTransport: pn.RelayTransport, ICE: pn.ICE, EgressPolicy: sb.EgressPolicy}, rn.kernel.NetnsPath(), log)
-		if err != nil {
-			return fmt.Errorf("node %s: %w", name, err)
-		}
-		rn.gv = gv
-	} else if sb != nil {
-		cfg := sandbox.DriverConfig{Name: name, ServerURL: l.controlURL(), Token: l.plan.Token,
-			StateDir: filepath.Join(l.state, "sandboxes", name), Network: network, ListenPort: int(pn.ListenPort),
-			RelayTransport: pn.RelayTransport, ICE: ice, EgressPolicy: sb.EgressPolicy, Logger: log,
-			ProxyCredentials: &proxy.Credentials{Username: "agent", Password: "lattice-lab-" + name}}
-		if sb.SOCKS5 != "off" {
-			cfg.SOCKS5 = sb.SOCKS5
-		}
-		cfg.HTTPProxy = sb.HTTPProxy
-		for _, f := range sb.Forwards {
-			fw, err := sandbox.ParseForward(f)
-			if err != nil {
-				return fmt.Errorf("node %s: %w", name, err)
-			}
-			cfg.Forwards = append(cfg.Forwards, fw)
-		}
-		d, err := sandbox.NewPod(cfg)
-		if err != nil {
-			return fmt.Errorf("node %s: %w", name, err)
-		}
-		for _, fw := range cfg.Forwards {
-			// What the forward exposes: a web server on the sandbox's host.
-			ln, err := l.hostNet(pn.Host).Listen(ctx, "tcp", fw.Target)
-			if err != nil {
-				_ = rn.close()
-				return fmt.Errorf("node %s: forward target %s: %w", name, fw.Target, err)
-			}
-			web := &http.Server{Handler: helloHandler("hello from " + name + "'s host"), ReadHeaderTimeout: 10 * time.Second}
-			go func() { _ = web.Serve(ln) }()
-			rn.extra = append(rn.extra, web)
-		}
-		if err := d.Start(ctx); err != nil {
-			return fmt.Errorf("node %s: %w", name, err)
-		}
-		rn.pod, rn.node, rn.stack = d, d.Node(), d.Stack()
-	} else {
-		prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: log}}
-		n, err := node.Start(ctx, node.Config{
-			Name: name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
-			Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", name+".json")},
-			ListenPort:  int(pn.ListenPort), Provisioner: prov,
-			Relay: node.LRPRelay(network, log, pn.RelayTransport), ICE: ice, Logger: log,
-		})
-		if err != nil {
-			if rn.roam != nil {
-				_ = rn.roam.Close()
-			}
-			return fmt.Errorf("node %s: %w", name, err)
-		}
-		rn.node = n
-		prov.mu.Lock()
-		rn.stack = prov.stack
-		prov.mu.Unlock()
+	var rn runningNode
+	var err error
+	switch sb := pn.Sandbox; {
+	case sb != nil && sb.Mode == "gvisor":
+		rn, err = l.startGVisorNode(ctx, c)
+	case sb != nil:
+		rn, err = l.startPodNode(ctx, c, network)
+	default:
+		rn, err = l.startInProcessNode(ctx, c, network)
+	}
+	if err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
 	}
 	srv, err := serveOverlay(rn.overlay(), name)
 	if err != nil {
 		_ = rn.close()
 		return fmt.Errorf("node %s: overlay services: %w", name, err)
 	}
-	rn.srv = srv
+	rn.common().srv = srv
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -257,8 +223,105 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 		kind = pn.Sandbox.Mode + " sandbox"
 	}
 	l.progress("%s %s up on %s (%s, NAT %s) as %v in %s", kind, name, pn.Host, pn.Addr, l.plan.NATLabel(pn),
-		rn.addr(), fmtDuration(time.Since(begin)))
+		rn.addr(), scenario.FormatDuration(time.Since(begin)))
 	return nil
+}
+
+func iceConfig(pn *topology.PlanNode) node.ICEConfig {
+	return node.ICEConfig{AttemptTimeout: pn.ICE.AttemptTimeout, RetryMin: pn.ICE.RetryMin, RetryMax: pn.ICE.RetryMax,
+		DeadAfter: pn.ICE.DeadAfter, RelayOnly: pn.ICE.RelayOnly}
+}
+
+// startGVisorNode starts a gvisor sandbox's child in its host's network
+// namespace.
+func (l *Lab) startGVisorNode(ctx context.Context, c nodeSpec) (runningNode, error) {
+	pn := c.plan
+	n := &gvisorNode{nodeCommon: nodeCommon{nodeSpec: c}, kernel: l.f.KernelHost(pn.Host)}
+	if n.kernel == nil {
+		return nil, fmt.Errorf("host %s is no kernel host", pn.Host)
+	}
+	gv, err := startGVisor(ctx, childConfig{Name: c.name, ServerURL: l.controlURL(), Token: l.plan.Token,
+		StateDir: filepath.Join(l.state, "sandboxes", c.name), ListenPort: int(pn.ListenPort),
+		RelayTransport: pn.RelayTransport, ICE: pn.ICE, EgressPolicy: pn.Sandbox.EgressPolicy},
+		n.kernel.NetnsPath(), l.log.With("node", c.name))
+	if err != nil {
+		return nil, err
+	}
+	n.child = gv
+	return n, nil
+}
+
+// startPodNode starts a pod sandbox on network, and the web servers its
+// forwards reach on its host.
+func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
+	pn, sb := c.plan, c.plan.Sandbox
+	cfg := sandbox.DriverConfig{Name: c.name, ServerURL: l.controlURL(), Token: l.plan.Token,
+		StateDir: filepath.Join(l.state, "sandboxes", c.name), Network: network, ListenPort: int(pn.ListenPort),
+		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), EgressPolicy: sb.EgressPolicy, Logger: l.log.With("node", c.name),
+		ProxyCredentials: &proxy.Credentials{Username: "agent", Password: "lattice-lab-" + c.name}}
+	if sb.SOCKS5 != "off" {
+		cfg.SOCKS5 = sb.SOCKS5
+	}
+	cfg.HTTPProxy = sb.HTTPProxy
+	for _, f := range sb.Forwards {
+		fw, err := sandbox.ParseForward(f)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Forwards = append(cfg.Forwards, fw)
+	}
+	d, err := sandbox.NewPod(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &podNode{inProcessNode: inProcessNode{nodeCommon: nodeCommon{nodeSpec: c}}, pod: d}
+	for _, fw := range cfg.Forwards {
+		// What the forward exposes: a web server on the sandbox's host.
+		ln, err := l.hostNet(pn.Host).Listen(ctx, "tcp", fw.Target)
+		if err != nil {
+			_ = n.closeWith(nil, n.extra...) // the pod has not started
+			return nil, fmt.Errorf("forward target %s: %w", fw.Target, err)
+		}
+		web := &http.Server{Handler: helloHandler("hello from " + c.name + "'s host"), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = web.Serve(ln) }()
+		n.extra = append(n.extra, web)
+	}
+	if err := d.Start(ctx); err != nil {
+		return nil, err
+	}
+	n.node, n.stack = d.Node(), d.Stack()
+	return n, nil
+}
+
+// startInProcessNode starts a node on network with a netstack of its own.
+func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
+	pn := c.plan
+	log := l.log.With("node", c.name)
+	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: log}}
+	nd, err := node.Start(ctx, node.Config{
+		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
+		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
+		ListenPort:  int(pn.ListenPort), Provisioner: prov,
+		Relay: node.LRPRelay(network, log, pn.RelayTransport), ICE: iceConfig(pn), Logger: log,
+	})
+	if err != nil {
+		if c.roam != nil {
+			_ = c.roam.Close()
+		}
+		return nil, err
+	}
+	prov.mu.Lock()
+	defer prov.mu.Unlock()
+	return &inProcessNode{nodeCommon: nodeCommon{nodeSpec: c}, node: nd, stack: prov.stack}, nil
+}
+
+// NodeIdentity implements scenario.LifecycleEnv.
+func (l *Lab) NodeIdentity(name string) (string, netip.Addr, error) {
+	rn, err := l.node(name)
+	if err != nil {
+		return "", netip.Addr{}, err
+	}
+	return rn.nodeID(), rn.addr(), nil
 }
 
 // StopNode stops a node; its identity stays for a later start.
@@ -275,7 +338,7 @@ func (l *Lab) StopNode(name string) error {
 }
 
 // node returns a running node.
-func (l *Lab) node(name string) (*runningNode, error) {
+func (l *Lab) node(name string) (runningNode, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	rn := l.nodes[name]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/lab/report"
+	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -18,14 +19,15 @@ type nodeSnapshot struct {
 }
 
 // snapshot keeps a node's peer statuses before it stops, for the report.
-func (l *Lab) snapshot(rn *runningNode) {
+func (l *Lab) snapshot(rn runningNode) {
 	st := rn.status()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev := l.snap[rn.name]
+	name := rn.common().name
+	prev := l.snap[name]
 	prev.status = mergeHistory(prev.status, st)
-	prev.started = l.started[rn.name]
-	l.snap[rn.name] = prev
+	prev.started = l.started[name]
+	l.snap[name] = prev
 }
 
 // mergeHistory keeps earlier incarnations' path events in the newest
@@ -75,6 +77,21 @@ func (l *Lab) settled(from, to string, st node.PeerStatus, want string) bool {
 		}
 	}
 	return false
+}
+
+// CheckPath implements scenario.PathEnv: from's view of to now, or an
+// error saying how its path differs from want.
+func (l *Lab) CheckPath(from, to, want string) (node.PeerStatus, error) {
+	st, ok, err := l.peerStatus(from, to)
+	switch {
+	case err != nil:
+		return st, err
+	case !ok:
+		return st, fmt.Errorf("%s does not know %s", from, to)
+	case string(st.Path) != want:
+		return st, fmt.Errorf("path is %s, want %s%s", st.Path, want, whyNot(st, want))
+	}
+	return st, nil
 }
 
 // WaitPath waits until from's path to to is want ("direct" or "relay",
@@ -141,9 +158,7 @@ func (l *Lab) TimeToDirect(ctx context.Context, from, to string) (time.Duration,
 }
 
 // MeshState counts a full mesh's progress.
-type MeshState struct {
-	Nodes, Pairs, Connected, Direct int
-}
+type MeshState = scenario.MeshState
 
 // Mesh reports how many ordered pairs of running nodes know each other
 // and have completed a WireGuard handshake.
@@ -195,7 +210,7 @@ func (l *Lab) Pairs() ([]report.Pair, []report.PathEvent) {
 	for name, s := range l.snap {
 		statuses[name] = s.status
 	}
-	nodes := make(map[string]*runningNode, len(l.nodes))
+	nodes := make(map[string]runningNode, len(l.nodes))
 	for name, rn := range l.nodes {
 		nodes[name] = rn
 	}

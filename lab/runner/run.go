@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/latticelab/lattice/internal/edition"
@@ -137,11 +136,11 @@ func (r *run) timeline(ctx context.Context) {
 	total := len(r.f.Steps)
 	for i := range r.f.Steps {
 		s := &r.f.Steps[i]
+		action, a := s.Action()
 		label := s.Name
-		if label == "" {
-			label = describe(s)
+		if label == "" && a != nil {
+			label = a.Describe()
 		}
-		action, _ := s.Action()
 		step := report.Step{Index: i + 1, Action: action, Label: label, Started: r.l.Since()}
 		if s.Background != "" {
 			b := &background{done: make(chan struct{})}
@@ -149,12 +148,12 @@ func (r *run) timeline(ctx context.Context) {
 			r.say("[%d/%d] %s (in the background as %s)", i+1, total, label, s.Background)
 			go func() {
 				defer close(b.done)
-				b.step = r.exec(ctx, s, step)
+				b.step = r.exec(ctx, a, step)
 			}()
 			continue
 		}
 		r.say("[%d/%d] %s", i+1, total, label)
-		step = r.exec(ctx, s, step)
+		step = r.exec(ctx, a, step)
 		r.res.Steps = append(r.res.Steps, step)
 		if step.Status == report.Failed {
 			r.fail(ctx, step)
@@ -191,10 +190,13 @@ func deadlineOr(ctx context.Context, d time.Duration) time.Time {
 	return time.Now().Add(d)
 }
 
-// exec runs one step and reports its outcome.
-func (r *run) exec(ctx context.Context, s *scenario.Step, step report.Step) report.Step {
+// exec runs one step's action and reports its outcome.
+func (r *run) exec(ctx context.Context, a scenario.Action, step report.Step) report.Step {
 	start := time.Now()
-	detail, metrics, err := r.do(ctx, s)
+	detail, metrics, err := "", []report.Metric(nil), errors.New("step has no action")
+	if a != nil {
+		detail, metrics, err = a.Run(ctx, stepEnv{Lab: r.l, r: r})
+	}
 	step.Duration = time.Since(start)
 	step.Detail, step.Metrics = detail, metrics
 	if err != nil {
@@ -204,69 +206,47 @@ func (r *run) exec(ctx context.Context, s *scenario.Step, step report.Step) repo
 	}
 	step.Status = report.Passed
 	if detail != "" {
-		r.say("  ✓ %s  %s", detail, fmtDuration(step.Duration))
+		r.say("  ✓ %s  %s", detail, scenario.FormatDuration(step.Duration))
 	} else {
-		r.say("  ✓ %s", fmtDuration(step.Duration))
+		r.say("  ✓ %s", scenario.FormatDuration(step.Duration))
 	}
 	return step
 }
 
-// within bounds ctx by a step's own limit, or def, times the slowdown.
-func (r *run) within(ctx context.Context, d, def time.Duration) (context.Context, context.CancelFunc) {
+// stepEnv is the scenario.Env steps run against: the lab, and the run
+// for what belongs to the timeline (limits, progress, background steps).
+type stepEnv struct {
+	*Lab
+	r *run
+}
+
+var _ scenario.Env = stepEnv{}
+
+// Within implements scenario.Env.
+func (e stepEnv) Within(ctx context.Context, d, def time.Duration) (context.Context, context.CancelFunc) {
 	if d == 0 {
 		d = def
 	}
-	d = time.Duration(float64(d) * r.slow)
+	d = time.Duration(float64(d) * e.r.slow)
 	return context.WithTimeoutCause(ctx, d, fmt.Errorf("not within %v", d))
 }
 
-// describe makes a step's label from its action.
-func describe(s *scenario.Step) string {
-	action, v := s.Action()
-	switch a := v.(type) {
-	case *scenario.PathCheck:
-		return fmt.Sprintf("wait until %s → %s is %s", a.From, a.To, a.Path)
-	case *scenario.PathHold:
-		return fmt.Sprintf("%s → %s is %s", a.From, a.To, a.Path)
-	case *scenario.Ping:
-		return fmt.Sprintf("ping %s → %s", a.From, a.To)
-	case *scenario.Fetch:
-		return fmt.Sprintf("%s fetches %s", a.From, a.URL)
-	case *scenario.Transfer:
-		return fmt.Sprintf("transfer %v %s → %s", a.Bytes, a.From, a.To)
-	case *scenario.TimeToDirect:
-		return fmt.Sprintf("time to direct %s → %s", a.From, a.To)
-	case *scenario.Target:
-		if a.Node != "" {
-			return action + " node " + a.Node
-		}
-		return action + " service " + a.Service
-	case *scenario.LinkRef:
-		return strings.ReplaceAll(action, "_", " ") + " " + a.Link
-	case *scenario.Pair:
-		return strings.ReplaceAll(action, "_", " ") + " " + strings.Join(a.Between, " ↔ ")
-	case *scenario.RouterRef:
-		return strings.ReplaceAll(action, "_", " ") + " " + a.Router + a.Network
-	case *scenario.Move:
-		return fmt.Sprintf("move %s to %s", a.Node, a.To)
-	case *scenario.Discover:
-		return "discover " + a.Node + "'s NAT (RFC 5780)"
-	case *scenario.SOCKS5Fetch:
-		return fmt.Sprintf("%s fetches %s through its SOCKS5 proxy", a.Node, a.URL)
-	case *scenario.Egress:
-		return fmt.Sprintf("%s connects to %s (want %s)", a.Node, a.To, a.Expect)
-	case *scenario.Forward:
-		return fmt.Sprintf("%s reaches %s's forwarded port %d", a.From, a.Node, a.Port)
-	case *scenario.Impair:
-		return "impair " + a.Link
-	case *scenario.FullMesh:
-		return "full mesh"
-	case *scenario.Advance:
-		return "advance the NAT clock by " + a.By.String()
-	case *time.Duration:
-		return "sleep " + a.String()
-	case string:
-		return "join " + a
+// Say implements scenario.Env.
+func (e stepEnv) Say(format string, args ...any) { e.r.say(format, args...) }
+
+// Join implements scenario.TimelineEnv.
+func (e stepEnv) Join(ctx context.Context, id string) (string, error) {
+	r := e.r
+	b := r.bg[id]
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
 	}
-	return strings.ReplaceAll(action, "_", " ")
+	delete(r.bg, id)
+	r.res.Steps = append(r.res.Steps, b.step)
+	if b.step.Status == report.Failed {
+		return "", fmt.Errorf("background step %d (%s): %s", b.step.Index, b.step.Label, b.step.Error)
+	}
+	return b.step.Detail, nil
 }

@@ -25,15 +25,16 @@ func (l *Lab) SOCKS5Fetch(ctx context.Context, name, rawURL string, auth bool) (
 	if err != nil {
 		return 0, "", err
 	}
-	if rn.pod == nil {
+	pod, ok := rn.(*podNode)
+	if !ok {
 		return 0, "", fmt.Errorf("node %s is not a pod sandbox", name)
 	}
-	proxyAddr := rn.pod.Status().SOCKS5
+	proxyAddr := pod.pod.Status().SOCKS5
 	if proxyAddr == "" {
 		return 0, "", fmt.Errorf("sandbox %s has no SOCKS5 proxy", name)
 	}
-	creds := rn.pod.ProxyCredentials()
-	host := l.hostNet(rn.plan.Host)
+	creds := pod.pod.ProxyCredentials()
+	host := l.hostNet(pod.plan.Host)
 	dial := func(ctx context.Context, _, addr string) (net.Conn, error) {
 		c, err := host.Dial(ctx, "tcp", proxyAddr)
 		if err != nil {
@@ -144,7 +145,8 @@ func (l *Lab) Egress(ctx context.Context, name, addr string) (allowed bool, deta
 	if err != nil {
 		return false, "", err
 	}
-	if rn.pod == nil {
+	pod, ok := rn.(*podNode)
+	if !ok {
 		return false, "", fmt.Errorf("node %s is not a pod sandbox", name)
 	}
 	if u, perr := l.resolveURL("http://" + addr); perr == nil {
@@ -152,7 +154,7 @@ func (l *Lab) Egress(ctx context.Context, name, addr string) (allowed bool, deta
 			addr = pu.Host
 		}
 	}
-	c, derr := rn.pod.Dial(ctx, "tcp", addr)
+	c, derr := pod.pod.Dial(ctx, "tcp", addr)
 	switch {
 	case derr == nil:
 		c.Close()
@@ -170,10 +172,11 @@ func (l *Lab) AgentRun(ctx context.Context, name string, argv []string) (AgentRe
 	if err != nil {
 		return AgentResult{}, err
 	}
-	if rn.gv == nil {
+	gv, ok := rn.(*gvisorNode)
+	if !ok {
 		return AgentResult{}, fmt.Errorf("node %s is not a gvisor sandbox", name)
 	}
-	return rn.gv.run(ctx, argv)
+	return gv.child.run(ctx, argv)
 }
 
 // Forward connects from a peer to a sandbox's overlay port and fetches

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
 )
@@ -119,7 +120,7 @@ func (l *Lab) StartService(ctx context.Context, name string) error {
 	}
 	l.services[name] = c
 	l.mu.Unlock()
-	l.progress("%s up in %s", what, fmtDuration(time.Since(start)))
+	l.progress("%s up in %s", what, scenario.FormatDuration(time.Since(start)))
 	return nil
 }
 
@@ -201,19 +202,4 @@ func selfSigned() (tls.Certificate, error) {
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
-}
-
-// fmtDuration prints d with the precision a reader wants at its scale.
-func fmtDuration(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
-	switch {
-	case d < 100*time.Microsecond:
-		return fmt.Sprintf("%.2fms", ms)
-	case d < 10*time.Millisecond:
-		return fmt.Sprintf("%.1fms", ms)
-	case d < time.Second:
-		return fmt.Sprintf("%.0fms", ms)
-	default:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	}
 }

@@ -13,14 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latticelab/lattice/lab/report"
+	"github.com/latticelab/lattice/lab/scenario"
 )
 
 // PingResult is a ping step's outcome.
-type PingResult struct {
-	Sent, Received int
-	AvgRTT         time.Duration
-}
+type PingResult = scenario.PingResult
 
 // Ping sends count UDP echoes from one node to another over the overlay.
 // The first may take retries (a WireGuard handshake, a path settling)
@@ -185,50 +182,4 @@ func get(ctx context.Context, c *http.Client, u string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b), err
-}
-
-// retry runs f until it succeeds or ctx ends, returning its last error.
-func retry(ctx context.Context, f func(context.Context) error) error {
-	var last error
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := f(attempt)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return last
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// checkBody compares an HTTP answer with what a step expects.
-func checkBody(status int, body string, wantStatus int, contains string) error {
-	if wantStatus == 0 {
-		wantStatus = http.StatusOK
-	}
-	if status != wantStatus {
-		return fmt.Errorf("status %d, want %d (body %q)", status, wantStatus, trim(body))
-	}
-	if contains != "" && !strings.Contains(body, contains) {
-		return fmt.Errorf("body %q does not contain %q", trim(body), contains)
-	}
-	return nil
-}
-
-func trim(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
-}
-
-// gbps formats a throughput metric.
-func throughput(size int64, d time.Duration) report.Metric {
-	return report.Metric{Name: "throughput", Value: float64(size) * 8 / d.Seconds() / 1e6, Unit: "Mbit/s"}
 }

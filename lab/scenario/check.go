@@ -173,54 +173,6 @@ func (k *checker) urlHost(path, raw string) {
 	}
 }
 
-func (k *checker) target(path string, t *Target, action string) {
-	if t.Node != "" {
-		members := k.plan.Group(t.Node)
-		if len(members) == 0 {
-			k.errorf(path+".node", k.nodeHint(t.Node), "no node %q", t.Node)
-			return
-		}
-		for _, n := range members {
-			switch {
-			case action == "start" && k.running[n.Name]:
-				k.errorf(path+".node", "stop it first, or use restart", "node %s is already running", n.Name)
-				return
-			case action != "start" && !k.running[n.Name]:
-				k.errorf(path+".node", "start it first", "node %s is not running", n.Name)
-				return
-			}
-			k.running[n.Name] = action != "stop"
-		}
-		return
-	}
-	services := k.services()
-	if !slices.Contains(services, t.Service) {
-		k.errorf(path+".service", unknownHint(t.Service, services, "services"), "no service %q", t.Service)
-		return
-	}
-	switch {
-	case action == "start" && !k.down[t.Service]:
-		k.errorf(path+".service", "stop it first, or use restart", "service %s is already running", t.Service)
-	case action != "start" && k.down[t.Service]:
-		k.errorf(path+".service", "start it first", "service %s is not running", t.Service)
-	}
-	k.down[t.Service] = action == "stop"
-}
-
-func (k *checker) services() []string {
-	var out []string
-	if k.plan.Control != nil {
-		out = append(out, "control")
-	}
-	for _, r := range k.plan.Relays {
-		out = append(out, r.Name)
-	}
-	for _, s := range k.plan.STUN {
-		out = append(out, s.Name)
-	}
-	return out
-}
-
 func unknownHint(name string, names []string, what string) string {
 	if s := strictyaml.Suggest(name, names); s != "" {
 		return fmt.Sprintf("did you mean %q?", s)
@@ -229,4 +181,22 @@ func unknownHint(name string, names []string, what string) string {
 		return "there are no " + what
 	}
 	return what + ": " + strings.Join(names, ", ")
+}
+
+// step checks one step and updates the timeline's state.
+func (k *checker) step(path string, s *Step) {
+	action, a := s.Action()
+	if a == nil {
+		return // reported by the decoder
+	}
+	if s.Background != "" {
+		switch {
+		case k.bgSeen[s.Background]:
+			k.errorf(path+".background", "give each background step its own id", "background id %q is used twice", s.Background)
+		case action == "join":
+			k.errorf(path+".background", "", "a join cannot run in the background")
+		}
+		k.bgSeen[s.Background], k.bg[s.Background] = true, true
+	}
+	a.check(k, path+"."+action)
 }

@@ -62,7 +62,7 @@ func TestParseGood(t *testing.T) {
 	require.Len(t, f.Steps, 20)
 	assert.Equal(t, "bulk", f.Steps[1].Background)
 	assert.Equal(t, 5*time.Minute, f.Steps[12].AdvanceClk.By)
-	assert.Equal(t, time.Second, *f.Steps[15].Sleep)
+	assert.Equal(t, time.Second, time.Duration(*f.Steps[15].Sleep))
 	assert.Equal(t, 10*time.Millisecond, f.Steps[8].Impair.Set.Latency)
 	name, _ := f.Steps[6].Action()
 	assert.Equal(t, "link_down", name)
@@ -87,11 +87,11 @@ func TestParseTopologyFile(t *testing.T) {
 	assert.Equal(t, "1 problem:\n"+s+":1:11: topology: open "+filepath.Join(dir, "topologies", "gone.yaml")+": no such file or directory; the path is relative to the scenario file", err.Error())
 }
 
-func TestErrors(t *testing.T) {
-	tests := []struct{ name, steps, want string }{
-		{
-			name: "steps naming nothing",
-			steps: `steps:
+// errorTests are scenarios with problems and every problem reported.
+var errorTests = []struct{ name, steps, want string }{
+	{
+		name: "steps naming nothing",
+		steps: `steps:
   - wait_path: {from: alise, to: bob, path: direct}
   - ping: {from: alice, to: alice}
   - transfer: {from: alice, to: peer, bytes: 0}
@@ -105,7 +105,7 @@ func TestErrors(t *testing.T) {
   - join: later
   - discover_nat: {node: bob, stun: nope}
 `,
-			want: `12 problems:
+		want: `12 problems:
 s.yaml:19:23: steps[1].wait_path.from: no node "alise"; did you mean "alice"?
 s.yaml:20:29: steps[2].ping.to: from and to are both alice
 s.yaml:21:33: steps[3].transfer.to: no node "peer"; peer is a count of nodes; name one, e.g. peer-1
@@ -118,10 +118,10 @@ s.yaml:27:17: steps[9].block_udp: home-nat's UDP is already blocked
 s.yaml:28:19: steps[10].unblock_udp: office-nat's UDP is not blocked; block it first with block_udp
 s.yaml:29:11: steps[11].join: no background step "later" to join; name the background id of an earlier step
 s.yaml:30:37: steps[12].discover_nat.stun: no STUN server "nope" with an alternate address; STUN servers with an alternate address: stun`,
-		},
-		{
-			name: "timeline state",
-			steps: `nodes: [alice, bob, peer]
+	},
+	{
+		name: "timeline state",
+		steps: `nodes: [alice, bob, peer]
 steps:
   - ping: {from: alice, to: carol}
   - start: {node: alice}
@@ -140,7 +140,7 @@ steps:
   - join: x
   - join: x
 `,
-			want: `10 problems:
+		want: `10 problems:
 s.yaml:20:29: steps[1].ping.to: node carol is not running at this step; start it with a start step first, or list it in nodes
 s.yaml:21:19: steps[2].start.node: node alice is already running; stop it first, or use restart
 s.yaml:23:23: steps[4].wait_path.from: node bob is not running at this step; start it with a start step first, or list it in nodes
@@ -151,10 +151,10 @@ s.yaml:28:33: steps[9].blackhole_direct.between: want two nodes, got 1
 s.yaml:29:19: steps[10].heal_direct: the direct path between alice and bob is not blackholed; blackhole it first
 s.yaml:33:17: steps[12].background: background id "x" is used twice; give each background step its own id
 s.yaml:35:11: steps[14].join: no background step "x" to join; it was joined already`,
-		},
-		{
-			name: "sandbox steps and requirements",
-			steps: `steps:
+	},
+	{
+		name: "sandbox steps and requirements",
+		steps: `steps:
   - socks5_fetch: {node: bob, url: "http://alice/"}
   - egress: {node: agent, to: "203.0.113.100:80", expect: maybe}
   - forward: {node: agent, port: 8080, from: bob}
@@ -163,7 +163,7 @@ s.yaml:35:11: steps[14].join: no background step "x" to join; it was joined alre
   - wait_path: {from: a, to: b, path: direct}
     ping: {from: a, to: b}
 `,
-			want: `8 problems:
+		want: `8 problems:
 s.yaml:19:26: steps[1].socks5_fetch.node: node bob is not a pod sandbox; give the node sandbox: pod in the topology
 s.yaml:20:59: steps[2].egress.expect: unknown value "maybe"; one of: allowed, denied
 s.yaml:21:34: steps[3].forward.port: sandbox agent forwards no port 8080; add it to the sandbox's forwards
@@ -172,16 +172,18 @@ s.yaml:23:5: steps[5]: want one action key, got none; one of: wait_path, assert_
 s.yaml:24:5: steps[6]: one action per entry, got wait_path and ping; split it into 2 entries
 s.yaml:24:23: steps[6].wait_path.from: no node "a"; nodes: alice, bob, carol, agent, peer-1, peer-2
 s.yaml:24:30: steps[6].wait_path.to: no node "b"; nodes: alice, bob, carol, agent, peer-1, peer-2`,
-		},
-		{
-			name: "no steps",
-			steps: `steps: []
+	},
+	{
+		name: "no steps",
+		steps: `steps: []
 `,
-			want: `1 problem:
+		want: `1 problem:
 s.yaml:18:8: steps: a scenario needs at least one step; add steps, e.g. - wait_path: {from: a, to: b, path: direct}`,
-		},
-	}
-	for _, tt := range tests {
+	},
+}
+
+func TestErrors(t *testing.T) {
+	for _, tt := range errorTests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("s.yaml", []byte(inlineWorld+tt.steps), Options{})
 			require.Error(t, err)
