@@ -29,7 +29,10 @@ var (
 	parallel  = flag.Int("scenarios", 0, "run at most `N` scenarios at once (0: one more than the CPUs, since scenarios mostly wait)")
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	runner.MaybeRunChild() // the gvisor sandboxes' children are this test binary
+	goleak.VerifyTestMain(m)
+}
 
 // TestScenarios runs every scenario file in this directory as a subtest.
 // Scenarios that need the Pro edition, root or gvisor skip with the

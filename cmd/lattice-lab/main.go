@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/lab/runner"
 
 	"github.com/spf13/cobra"
 )
@@ -31,6 +32,7 @@ const (
 type usageError = cli.UsageError
 
 func main() {
+	runner.MaybeRunChild() // a gvisor sandbox's child is this binary, re-executed
 	// Ctrl-C and SIGTERM cancel ctx; every step honours it and the fabric is
 	// closed on the way out, so an interrupted run still leaves complete
 	// capture files behind.

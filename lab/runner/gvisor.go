@@ -37,14 +37,26 @@ import (
 // /status, and POST /run, which runs an agent in runsc (phase 2). The
 // child stops when its stdin closes, so it never outlives the lab.
 //
-// Any program that imports this package can be that child: init below
-// takes over before main when childEnv is set.
-const childEnv = "LATTICE_LAB_GVISOR_CHILD"
+// The child is whatever program runs the lab: its main (or TestMain)
+// calls MaybeRunChild first. The child is started with childFlag, which a
+// program that does not is bound to refuse as an unknown flag, rather than
+// running as itself in the namespace.
+const (
+	childEnv  = "LATTICE_LAB_GVISOR_CHILD"
+	childFlag = "-lattice-lab-gvisor-child"
+)
 
-func init() {
-	if path := os.Getenv(childEnv); path != "" {
-		os.Exit(childMain(path))
+// MaybeRunChild makes this process a gvisor sandbox's child, and exits
+// when the child is done, if the lab started it as one; otherwise it
+// returns at once. The lab runs a gvisor sandbox by re-executing its own
+// binary, so every program that runs scenarios with gvisor sandboxes
+// (lattice-lab, test binaries) calls it first in main or TestMain.
+func MaybeRunChild() {
+	path := os.Getenv(childEnv)
+	if path == "" || len(os.Args) < 2 || os.Args[1] != childFlag {
+		return
 	}
+	os.Exit(childMain(path))
 }
 
 // childConfig is what the child runs; it holds the join token, so it is
@@ -141,7 +153,7 @@ func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("find the lab's own binary: %w", err)
 	}
-	cmd := exec.Command("nsenter", "--net="+netnsPath, "--", exe)
+	cmd := exec.Command("nsenter", "--net="+netnsPath, "--", exe, childFlag)
 	cmd.Env = append(os.Environ(), childEnv+"="+cfgPath)
 	// Its own process group: Ctrl-C reaches the lab, which stops the
 	// child in order, not the child behind the lab's back.
@@ -170,7 +182,7 @@ func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *sl
 		if sc.Scan() && sc.Text() == "ready" {
 			ready <- nil
 		} else {
-			ready <- errors.New("it exited before it was ready")
+			ready <- errors.New("it exited before it was ready (does the program call runner.MaybeRunChild first?)")
 		}
 		_, _ = io.Copy(io.Discard, stdout)
 	})
@@ -309,6 +321,7 @@ func (c *gvisorChild) call(ctx context.Context, method, path string, in, out any
 // rules, wg0) and exits; one that does not within 15 s is killed.
 func (c *gvisorChild) close() error {
 	_ = c.stdin.Close()
+	defer c.client.CloseIdleConnections()
 	select {
 	case <-c.done:
 	case <-time.After(15 * time.Second):

@@ -13,7 +13,10 @@ import (
 	"github.com/latticelab/lattice/lab/scenario"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	MaybeRunChild() // the gvisor sandboxes' children are this test binary
+	goleak.VerifyTestMain(m)
+}
 
 func runFile(t *testing.T, path string) *report.Result {
 	t.Helper()
