@@ -17,12 +17,13 @@
 package control
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"time"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // Subjects. The version is part of every subject so that a later protocol
@@ -65,7 +66,7 @@ const (
 type RegisterRequest struct {
 	Token     string `json:"token"`
 	Name      string `json:"name"`
-	PublicKey Key    `json:"public_key"`
+	PublicKey key.Public `json:"public_key"`
 }
 
 // RegisterResponse is what a node gets back.
@@ -106,7 +107,7 @@ type NATSCreds struct {
 type Peer struct {
 	NodeID    string       `json:"node_id"`
 	Name      string       `json:"name"`
-	PublicKey Key          `json:"public_key"`
+	PublicKey key.Public `json:"public_key"`
 	Address   netip.Prefix `json:"address"`
 	// Offline: the node is registered but not running (it left, or its
 	// heartbeats stopped). Its identity and address stay its own.
@@ -156,40 +157,10 @@ type errorReply struct {
 	Error *Error `json:"error"`
 }
 
-// Key is a WireGuard public key; it travels as standard base64.
-type Key [32]byte
-
-// ParseKey decodes a base64 WireGuard key.
-func ParseKey(s string) (Key, error) {
-	var k Key
-	b, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return k, fmt.Errorf("public key %q is not base64: %w", truncate(s, 60), err)
-	}
-	if len(b) != len(k) {
-		return k, fmt.Errorf("public key is %d bytes, want 32", len(b))
-	}
-	copy(k[:], b)
-	return k, nil
-}
-
-func (k Key) String() string { return base64.StdEncoding.EncodeToString(k[:]) }
-
-// IsZero reports whether k is all zeros (no key).
-func (k Key) IsZero() bool { return k == Key{} }
-
-// MarshalText implements encoding.TextMarshaler.
-func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (k *Key) UnmarshalText(b []byte) error {
-	p, err := ParseKey(string(b))
-	if err != nil {
-		return err
-	}
-	*k = p
-	return nil
-}
+// Key is a node's WireGuard public key.
+//
+// Transitional; removed once node/ uses key.Public.
+type Key = key.Public
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
@@ -236,7 +207,7 @@ func truncate(s string, n int) string {
 type Node struct {
 	ID        string       `json:"id"`
 	Name      string       `json:"name"`
-	PublicKey Key          `json:"public_key"`
+	PublicKey key.Public `json:"public_key"`
 	Address   netip.Prefix `json:"address"`
 	// SecretHash is the SHA-256 of the node's NATS password.
 	SecretHash []byte    `json:"secret_hash"`

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -42,7 +43,7 @@ func BenchmarkRegister(b *testing.B) {
 			defer nc.Close()
 			reqs := make([][]byte, b.N)
 			for i := range reqs {
-				var k Key
+				var k key.Public
 				for j := range 8 {
 					k[j] = byte(i >> (8 * j))
 				}

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -17,17 +16,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
 const testToken = "join-token-0123456789abcdef"
 
-func newKey(t testing.TB) Key {
+func newKey(t testing.TB) key.Public {
 	t.Helper()
-	var k Key
-	_, err := rand.Read(k[:])
-	require.NoError(t, err)
-	return k
+	return key.NewPrivate().Public()
 }
 
 type testEnv struct {
@@ -53,7 +50,7 @@ func startServer(t testing.TB, path string, mutate ...func(*Config)) *testEnv {
 		HTTPListen:   "127.0.0.1:0",
 		Relays:       []Relay{{Addr: "127.0.0.1:4443"}},
 		STUN:         []string{"127.0.0.1:3478"},
-		RelayToken:   func(k Key, now time.Time) (string, error) { return "relay-token-for-" + k.String()[:8], nil },
+		RelayToken:   func(k key.Public, now time.Time) (string, error) { return "relay-token-for-" + k.String()[:8], nil },
 	}
 	for _, m := range mutate {
 		m(&cfg)

@@ -2,12 +2,14 @@ package control
 
 import (
 	"testing"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // FuzzDecodeRequest: registration bodies from the network never panic the
 // parser, and whatever it accepts is valid.
 func FuzzDecodeRequest(f *testing.F) {
-	k := Key{1, 2, 3}
+	k := key.Public{1, 2, 3}
 	f.Add([]byte(`{"token":"` + testToken + `","name":"laptop","public_key":"` + k.String() + `"}`))
 	f.Add([]byte(`{"token":"x","name":"Bad","public_key":"AAAA"}`))
 	f.Add([]byte(`{}`))

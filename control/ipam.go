@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // Overlay is the overlay network every node's address comes from (the
@@ -18,9 +20,9 @@ const overlaySize = 1 << (32 - 10)
 // therefore gets the same address as long as nobody else holds it, and
 // two keys collide only when the pool fills up. The network and broadcast
 // addresses are skipped.
-func preferredAddrs(key Key) func(yield func(netip.Addr) bool) {
+func preferredAddrs(pub key.Public) func(yield func(netip.Addr) bool) {
 	return func(yield func(netip.Addr) bool) {
-		h := sha256.Sum256(key[:])
+		h := sha256.Sum256(pub[:])
 		start := binary.BigEndian.Uint32(h[:4]) % overlaySize
 		base := binary.BigEndian.Uint32(Overlay.Addr().AsSlice())
 		for i := range uint32(overlaySize) {
@@ -38,8 +40,8 @@ func preferredAddrs(key Key) func(yield func(netip.Addr) bool) {
 }
 
 // nodeID derives a node's ID from its key: stable across registrations.
-func nodeID(key Key) string {
-	h := sha256.Sum256(append([]byte("lattice node id\x00"), key[:]...))
+func nodeID(pub key.Public) string {
+	h := sha256.Sum256(append([]byte("lattice node id\x00"), pub[:]...))
 	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
 	id := make([]byte, 0, 17)
 	id = append(id, 'n')

@@ -2,7 +2,6 @@ package control_test
 
 import (
 	"context"
-	"crypto/rand"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
 	"github.com/latticelab/lattice/lab/nat"
@@ -49,8 +49,7 @@ func TestRegisterInLab(t *testing.T) {
 
 	var resps []*control.RegisterResponse
 	for i, h := range hosts {
-		var k control.Key
-		_, _ = rand.Read(k[:])
+		k := key.NewPrivate().Public()
 		req := control.RegisterRequest{Token: token, Name: h.Name(), PublicKey: k}
 		var r *control.RegisterResponse
 		if i%2 == 0 {
@@ -97,8 +96,7 @@ func TestSessionProbeAfterNATReboot(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer srv.Close()
-	var k control.Key
-	_, _ = rand.Read(k[:])
+	k := key.NewPrivate().Public()
 	r, err := control.RegisterNATS(ctx, site.Host, "nats://203.0.113.100:443", control.RegisterRequest{Token: token, Name: "n", PublicKey: k})
 	require.NoError(t, err)
 	reconnected := make(chan struct{}, 1)

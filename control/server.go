@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -57,7 +58,7 @@ type Config struct {
 	Relays []Relay
 	STUN   []string
 	// RelayToken issues a node's relay token. If nil, nodes get none.
-	RelayToken func(key Key, now time.Time) (string, error)
+	RelayToken func(pub key.Public, now time.Time) (string, error)
 
 	// PresenceTTL is how long a node stays online without a heartbeat
 	// (see presence.go). If zero, DefaultPresenceTTL (15s).

@@ -1,0 +1,57 @@
+package control
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
+)
+
+// goldenPub is the public key in testdata/registry-v1.json.
+const goldenPub = "1wNLXk6SC1Oiy7pwIkcnmjpYg27h6pq/Su+v1dU3n14="
+
+// TestRegistryWrittenByOldCodeLoads: testdata/registry-v1.json was written
+// by the FileStore of the code before key.Public (control.Key [32]byte).
+// It still loads, and rewriting it yields the same bytes.
+func TestRegistryWrittenByOldCodeLoads(t *testing.T) {
+	golden, err := os.ReadFile("testdata/registry-v1.json")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "registry.json")
+	require.NoError(t, os.WriteFile(path, golden, 0o600))
+
+	st, err := OpenFileStore(path)
+	require.NoError(t, err)
+	n, err := st.Get(t.Context(), "nabcdefghijklmnop")
+	require.NoError(t, err)
+	want, err := key.ParsePublic(goldenPub)
+	require.NoError(t, err)
+	assert.Equal(t, want, n.PublicKey)
+	assert.Equal(t, "web-1", n.Name)
+	assert.Equal(t, netip.MustParsePrefix("100.64.12.34/10"), n.Address)
+	assert.Equal(t, time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC), n.Registered)
+
+	require.NoError(t, st.Update(t.Context(), n))
+	again, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, string(golden), string(again))
+}
+
+// TestWireKeyForm: keys travel in the API as the standard base64 text the
+// old control.Key wrote.
+func TestWireKeyForm(t *testing.T) {
+	pub, err := key.ParsePublic(goldenPub)
+	require.NoError(t, err)
+	b, err := json.Marshal(RegisterRequest{Token: "t", Name: "web-1", PublicKey: pub})
+	require.NoError(t, err)
+	assert.Equal(t, `{"token":"t","name":"web-1","public_key":"`+goldenPub+`"}`, string(b))
+	b, err = json.Marshal(Peer{NodeID: "n1", Name: "web-1", PublicKey: pub, Address: netip.MustParsePrefix("100.64.12.34/10")})
+	require.NoError(t, err)
+	assert.Equal(t, `{"node_id":"n1","name":"web-1","public_key":"`+goldenPub+`","address":"100.64.12.34/10"}`, string(b))
+}
