@@ -64,8 +64,8 @@ const (
 
 // RegisterRequest is what a node sends to join.
 type RegisterRequest struct {
-	Token     string `json:"token"`
-	Name      string `json:"name"`
+	Token     string     `json:"token"`
+	Name      string     `json:"name"`
 	PublicKey key.Public `json:"public_key"`
 }
 
@@ -107,7 +107,7 @@ type NATSCreds struct {
 type Peer struct {
 	NodeID    string       `json:"node_id"`
 	Name      string       `json:"name"`
-	PublicKey key.Public `json:"public_key"`
+	PublicKey key.Public   `json:"public_key"`
 	Address   netip.Prefix `json:"address"`
 	// Offline: the node is registered but not running (it left, or its
 	// heartbeats stopped). Its identity and address stay its own.
@@ -207,7 +207,7 @@ func truncate(s string, n int) string {
 type Node struct {
 	ID        string       `json:"id"`
 	Name      string       `json:"name"`
-	PublicKey key.Public `json:"public_key"`
+	PublicKey key.Public   `json:"public_key"`
 	Address   netip.Prefix `json:"address"`
 	// SecretHash is the SHA-256 of the node's NATS password.
 	SecretHash []byte    `json:"secret_hash"`
