@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -37,7 +38,7 @@ type ClientConfig struct {
 	// set. If nil, the system roots.
 	RootCAs *x509.CertPool
 	// Key is this node's WireGuard public key. Required.
-	Key Key
+	Key key.Public
 	// Token is the relay token control issued for Key. Required; replace
 	// it with SetToken before it expires.
 	Token Token
@@ -47,7 +48,7 @@ type ClientConfig struct {
 	// sent to is not connected, or has disconnected. It runs on the
 	// client's read goroutine and must not block. If nil, reports are
 	// only counted.
-	OnPeerGone func(peer Key, reason GoneReason)
+	OnPeerGone func(peer key.Public, reason GoneReason)
 	// Transport restricts the client to "quic" or "tcp". If empty, both
 	// are raced and QUIC is preferred.
 	Transport string
@@ -148,7 +149,7 @@ type Client struct {
 }
 
 type inPacket struct {
-	src Key
+	src key.Public
 	pkt []byte
 }
 
@@ -202,7 +203,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 }
 
 // Key returns the client's node key.
-func (c *Client) Key() Key { return c.cfg.Key }
+func (c *Client) Key() key.Public { return c.cfg.Key }
 
 // SetToken replaces the relay token used from the next connection
 // attempt on, e.g. when control issued a fresh one before expiry.
@@ -268,7 +269,7 @@ func (c *Client) WaitConnected(ctx context.Context) error {
 // once with ErrNotConnected while the client has no connection (packets
 // are not buffered across reconnects: WireGuard retransmits what
 // matters). Delivery is not guaranteed.
-func (c *Client) Send(dst Key, pkt []byte) error {
+func (c *Client) Send(dst key.Public, pkt []byte) error {
 	if len(pkt) == 0 || len(pkt) > MaxPacketSize {
 		return fmt.Errorf("relay: send %d bytes to %s: %w", len(pkt), dst.ShortString(), ErrPacketSize)
 	}
@@ -319,14 +320,14 @@ func (c *Client) Send(dst Key, pkt []byte) error {
 // Recv returns the next packet a peer sent through the relay. The packet
 // is the caller's. It fails with ErrClosed after Close and with ctx's
 // error when ctx ends first.
-func (c *Client) Recv(ctx context.Context) (src Key, pkt []byte, err error) {
+func (c *Client) Recv(ctx context.Context) (src key.Public, pkt []byte, err error) {
 	select {
 	case p := <-c.recvq:
 		return p.src, p.pkt, nil
 	case <-ctx.Done():
-		return Key{}, nil, ctx.Err()
+		return key.Public{}, nil, ctx.Err()
 	case <-c.ctx.Done():
-		return Key{}, nil, ErrClosed
+		return key.Public{}, nil, ErrClosed
 	}
 }
 
@@ -549,7 +550,7 @@ func (c *Client) pong(id [8]byte) {
 }
 
 // deliver queues a received packet for Recv; pkt must be owned.
-func (c *Client) deliver(src Key, pkt []byte) {
+func (c *Client) deliver(src key.Public, pkt []byte) {
 	select {
 	case c.recvq <- inPacket{src: src, pkt: pkt}:
 		c.stats.packetsReceived.Add(1)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // Wire constants; docs/LRP.md is the specification they implement.
@@ -21,7 +23,7 @@ const (
 	MaxFrameBody = 0xFFFF
 	// MaxPacketSize is the largest packet LRP relays: a SEND or RECV body
 	// is the 32-byte key followed by the packet.
-	MaxPacketSize = MaxFrameBody - KeySize
+	MaxPacketSize = MaxFrameBody - key.Size
 	// MaxTokenSize bounds the token in a HELLO frame.
 	MaxTokenSize = 256
 	// MaxCloseMessage bounds the explanation in a CLOSE frame (and in a
@@ -89,13 +91,13 @@ func (r GoneReason) String() string {
 // data aliases the buffer the frame was decoded from.
 type frame struct {
 	typ       frameType
-	version   uint8   // HELLO, WELCOME
-	key       Key     // HELLO (the client's), SEND (to), RECV (from), PEER_GONE, BIND
-	id        uint32  // BIND, BIND_ACK; never 0
-	keepalive uint32  // WELCOME: the server's ping interval in milliseconds
-	ping      [8]byte // PING, PONG
-	reason    uint8   // PEER_GONE: GoneReason; CLOSE: CloseCode
-	data      []byte  // HELLO: token; SEND, RECV: packet; CLOSE: message; unknown: body
+	version   uint8      // HELLO, WELCOME
+	key       key.Public // HELLO (the client's), SEND (to), RECV (from), PEER_GONE, BIND
+	id        uint32     // BIND, BIND_ACK; never 0
+	keepalive uint32     // WELCOME: the server's ping interval in milliseconds
+	ping      [8]byte    // PING, PONG
+	reason    uint8      // PEER_GONE: GoneReason; CLOSE: CloseCode
+	data      []byte     // HELLO: token; SEND, RECV: packet; CLOSE: message; unknown: body
 }
 
 // errIncomplete means the buffer ends inside a frame: more bytes are
@@ -108,17 +110,17 @@ var errIncomplete = errors.New("relay: incomplete frame")
 func bodyBounds(t frameType) (lo, hi int) {
 	switch t {
 	case frameHello:
-		return 1 + KeySize + 1, 1 + KeySize + MaxTokenSize
+		return 1 + key.Size + 1, 1 + key.Size + MaxTokenSize
 	case frameWelcome:
 		return 5, 5
 	case frameSend, frameRecv:
-		return KeySize + 1, MaxFrameBody
+		return key.Size + 1, MaxFrameBody
 	case framePing, framePong:
 		return 8, 8
 	case framePeerGone:
-		return KeySize + 1, KeySize + 1
+		return key.Size + 1, key.Size + 1
 	case frameBind:
-		return 4 + KeySize, 4 + KeySize
+		return 4 + key.Size, 4 + key.Size
 	case frameBindAck:
 		return 4, 4
 	case frameClose:
@@ -150,18 +152,18 @@ func decodeBody(t frameType, b []byte) (frame, error) {
 	case frameHello:
 		f.version = b[0]
 		copy(f.key[:], b[1:])
-		f.data = b[1+KeySize:]
+		f.data = b[1+key.Size:]
 	case frameWelcome:
 		f.version = b[0]
 		f.keepalive = binary.BigEndian.Uint32(b[1:])
 	case frameSend, frameRecv:
 		copy(f.key[:], b)
-		f.data = b[KeySize:]
+		f.data = b[key.Size:]
 	case framePing, framePong:
 		copy(f.ping[:], b)
 	case framePeerGone:
 		copy(f.key[:], b)
-		f.reason = b[KeySize]
+		f.reason = b[key.Size]
 	case frameBind, frameBindAck:
 		f.id = binary.BigEndian.Uint32(b)
 		if f.id == 0 {
@@ -249,17 +251,17 @@ func eofInFrame(err error) error {
 func (f *frame) bodyLen() int {
 	switch f.typ {
 	case frameHello:
-		return 1 + KeySize + len(f.data)
+		return 1 + key.Size + len(f.data)
 	case frameWelcome:
 		return 5
 	case frameSend, frameRecv:
-		return KeySize + len(f.data)
+		return key.Size + len(f.data)
 	case framePing, framePong:
 		return 8
 	case framePeerGone:
-		return KeySize + 1
+		return key.Size + 1
 	case frameBind:
-		return 4 + KeySize
+		return 4 + key.Size
 	case frameBindAck:
 		return 4
 	case frameClose:
@@ -309,14 +311,14 @@ func appendFrame(dst []byte, f *frame) ([]byte, error) {
 
 // writePacketFrame writes a SEND or RECV frame without assembling it in a
 // separate buffer first.
-func writePacketFrame(bw *bufio.Writer, t frameType, key Key, pkt []byte) error {
+func writePacketFrame(bw *bufio.Writer, t frameType, dst key.Public, pkt []byte) error {
 	if len(pkt) == 0 || len(pkt) > MaxPacketSize {
 		return fmt.Errorf("relay: write %s frame: %d-byte packet: %w", t, len(pkt), ErrPacketSize)
 	}
-	var hdr [frameHeaderLen + KeySize]byte
-	n := KeySize + len(pkt)
+	var hdr [frameHeaderLen + key.Size]byte
+	n := key.Size + len(pkt)
 	hdr[0], hdr[1], hdr[2] = byte(t), byte(n>>8), byte(n)
-	copy(hdr[frameHeaderLen:], key[:])
+	copy(hdr[frameHeaderLen:], dst[:])
 	if _, err := bw.Write(hdr[:]); err != nil {
 		return err
 	}

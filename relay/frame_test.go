@@ -9,11 +9,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // validFrames has one frame of every kind, at the edges of their bounds.
 func validFrames() map[string]frame {
-	k := Key{0xaa, 0xbb}
+	k := key.Public{0xaa, 0xbb}
 	return map[string]frame{
 		"hello":           {typ: frameHello, version: ProtocolVersion, key: k, data: []byte("token")},
 		"hello max token": {typ: frameHello, version: 7, key: k, data: bytes.Repeat([]byte{'t'}, MaxTokenSize)},
@@ -85,14 +87,14 @@ func TestDecodeFrameRejects(t *testing.T) {
 		wantErr string
 	}{
 		{"type zero", withBody(hdr(0, 1), 1), "frame type 0x00"},
-		{"hello without token", withBody(hdr(frameHello, 1+KeySize), 1+KeySize), "HELLO body is 33 bytes, want 34..289"},
-		{"hello token too long", hdr(frameHello, 1+KeySize+MaxTokenSize+1), "HELLO body is 290 bytes, want 34..289"},
+		{"hello without token", withBody(hdr(frameHello, 1+key.Size), 1+key.Size), "HELLO body is 33 bytes, want 34..289"},
+		{"hello token too long", hdr(frameHello, 1+key.Size+MaxTokenSize+1), "HELLO body is 290 bytes, want 34..289"},
 		{"welcome short", withBody(hdr(frameWelcome, 4), 4), "WELCOME body is 4 bytes, want 5"},
-		{"send without packet", withBody(hdr(frameSend, KeySize), KeySize), "SEND body is 32 bytes, want 33..65535"},
+		{"send without packet", withBody(hdr(frameSend, key.Size), key.Size), "SEND body is 32 bytes, want 33..65535"},
 		{"recv empty", hdr(frameRecv, 0), "RECV body is 0 bytes, want 33..65535"},
 		{"ping long", hdr(framePing, 9), "PING body is 9 bytes, want 8"},
 		{"pong short", withBody(hdr(framePong, 7), 7), "PONG body is 7 bytes, want 8"},
-		{"peer gone short", withBody(hdr(framePeerGone, KeySize), KeySize), "PEER_GONE body is 32 bytes, want 33"},
+		{"peer gone short", withBody(hdr(framePeerGone, key.Size), key.Size), "PEER_GONE body is 32 bytes, want 33"},
 		{"bind short", withBody(hdr(frameBind, 35), 35), "BIND body is 35 bytes, want 36"},
 		{"bind id zero", withBody(hdr(frameBind, 36), 36), "BIND with peer id 0"},
 		{"bind ack id zero", withBody(hdr(frameBindAck, 4), 4), "BIND_ACK with peer id 0"},
@@ -112,14 +114,14 @@ func TestDecodeFrameRejects(t *testing.T) {
 }
 
 func TestReadFrameTruncated(t *testing.T) {
-	f := frame{typ: frameSend, key: Key{1}, data: make([]byte, 100)}
+	f := frame{typ: frameSend, key: key.Public{1}, data: make([]byte, 100)}
 	b, err := appendFrame(nil, &f)
 	require.NoError(t, err)
 	for _, cut := range []int{1, 2, frameHeaderLen, len(b) - 1} {
 		_, err := readFrame(bufio.NewReaderSize(bytes.NewReader(b[:cut]), bufSize))
 		assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "cut at %d", cut)
 	}
-	big := frame{typ: frameSend, key: Key{1}, data: make([]byte, 2*bufSize)}
+	big := frame{typ: frameSend, key: key.Public{1}, data: make([]byte, 2*bufSize)}
 	b, err = appendFrame(nil, &big)
 	require.NoError(t, err)
 	_, err = readFrame(bufio.NewReaderSize(bytes.NewReader(b[:len(b)-1]), bufSize))
@@ -139,12 +141,12 @@ func TestAppendFrameRefusesOutOfBounds(t *testing.T) {
 	}
 	var bw bytes.Buffer
 	w := bufio.NewWriter(&bw)
-	assert.ErrorIs(t, writePacketFrame(w, frameSend, Key{}, make([]byte, MaxPacketSize+1)), ErrPacketSize)
-	assert.ErrorIs(t, writePacketFrame(w, frameSend, Key{}, nil), ErrPacketSize)
+	assert.ErrorIs(t, writePacketFrame(w, frameSend, key.Public{}, make([]byte, MaxPacketSize+1)), ErrPacketSize)
+	assert.ErrorIs(t, writePacketFrame(w, frameSend, key.Public{}, nil), ErrPacketSize)
 }
 
 func TestWritePacketFrameMatchesAppendFrame(t *testing.T) {
-	f := frame{typ: frameRecv, key: Key{7, 7}, data: []byte("wireguard")}
+	f := frame{typ: frameRecv, key: key.Public{7, 7}, data: []byte("wireguard")}
 	want, err := appendFrame(nil, &f)
 	require.NoError(t, err)
 	var buf bytes.Buffer

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
-func newKey(t testing.TB) Key {
+func newKey(t testing.TB) key.Public {
 	t.Helper()
-	var k Key
+	var k key.Public
 	_, err := rand.Read(k[:])
 	require.NoError(t, err)
 	return k
@@ -89,7 +91,7 @@ type rawConn struct {
 
 // dialRaw authenticates key with tok over transport and returns the
 // connection, or the error the server answered with.
-func dialRaw(t testing.TB, s *Server, transport string, key Key, tok Token) (*rawConn, error) {
+func dialRaw(t testing.TB, s *Server, transport string, key key.Public, tok Token) (*rawConn, error) {
 	t.Helper()
 	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: key, Token: tok, DialTimeout: 5 * time.Second}
 	require.NoError(t, cfg.setDefaults())

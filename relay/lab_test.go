@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/nat"
 	"github.com/latticelab/lattice/relay"
@@ -26,7 +27,7 @@ func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
 	blockedHost, blockedRouter := labSite(t, f, "blocked", "udp-blocked", 10)
 	openHost, _ := labSite(t, f, "open", "full-cone", 11)
 
-	dial := func(h *fabric.Host, key relay.Key) *relay.Client {
+	dial := func(h *fabric.Host, key key.Public) *relay.Client {
 		c, err := relay.NewClient(relay.ClientConfig{
 			Network:     h,
 			Server:      s.Addr().String(),
@@ -41,8 +42,8 @@ func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
 		require.NoError(t, c.WaitConnected(ctx))
 		return c
 	}
-	blocked := dial(blockedHost, relay.Key{1})
-	open := dial(openHost, relay.Key{2})
+	blocked := dial(blockedHost, key.Public{1})
+	open := dial(openHost, key.Public{2})
 
 	assert.Equal(t, "tcp", blocked.Transport(), "the client behind the UDP block")
 	assert.Equal(t, "quic", open.Transport(), "the client behind the open NAT")
@@ -117,7 +118,7 @@ func labSite(t *testing.T, f *fabric.Fabric, name, profile string, uplink byte) 
 func TestLabProbeAfterNATReboot(t *testing.T) {
 	f, s, secret := labRelay(t)
 	host, router := labSite(t, f, "site", "port-restricted-cone", 10)
-	key := relay.Key{1}
+	key := key.Public{1}
 	c, err := relay.NewClient(relay.ClientConfig{
 		Network: host, Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: key,
 		Token: relay.IssueToken(secret, key, time.Now().Add(time.Hour)), Transport: "tcp",

@@ -3,6 +3,8 @@ package relay
 import (
 	"fmt"
 	"sync"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // QUIC datagrams are too small to carry a 32-byte key with a full-size
@@ -26,19 +28,19 @@ const (
 
 // outIDs are the ids this end assigned to the keys it sends to.
 type outIDs struct {
-	// acked maps Key to the uint32 id of every acknowledged binding. It
+	// acked maps a key to the uint32 id of every acknowledged binding. It
 	// only grows, so senders on any goroutine read it without locking.
 	acked sync.Map
 
 	mu    sync.Mutex // guards the following
-	byKey map[Key]*outID
+	byKey map[key.Public]*outID
 	byID  map[uint32]*outID
 	next  uint32
 }
 
 // ackedID returns key's id if the receiver acknowledged it.
-func (o *outIDs) ackedID(key Key) (uint32, bool) {
-	v, ok := o.acked.Load(key)
+func (o *outIDs) ackedID(k key.Public) (uint32, bool) {
+	v, ok := o.acked.Load(k)
 	if !ok {
 		return 0, false
 	}
@@ -47,7 +49,7 @@ func (o *outIDs) ackedID(key Key) (uint32, bool) {
 
 type outID struct {
 	id      uint32
-	key     Key
+	key     key.Public
 	acked   bool
 	pending int // packets sent on the stream since the last BIND
 }
@@ -55,21 +57,21 @@ type outID struct {
 // lookup returns key's id and whether the receiver acknowledged it. id 0
 // means the key has no id (the table is full): use the stream. bind is
 // true when the caller must (re)send a BIND frame before the packet.
-func (o *outIDs) lookup(key Key) (id uint32, acked, bind bool) {
+func (o *outIDs) lookup(k key.Public) (id uint32, acked, bind bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	e := o.byKey[key]
+	e := o.byKey[k]
 	if e == nil {
 		if len(o.byKey) >= maxDatagramPeers {
 			return 0, false, false
 		}
 		if o.byKey == nil {
-			o.byKey = make(map[Key]*outID)
+			o.byKey = make(map[key.Public]*outID)
 			o.byID = make(map[uint32]*outID)
 		}
 		o.next++
-		e = &outID{id: o.next, key: key}
-		o.byKey[key] = e
+		e = &outID{id: o.next, key: k}
+		o.byKey[k] = e
 		o.byID[e.id] = e
 		return e.id, false, true
 	}
@@ -99,18 +101,18 @@ func (o *outIDs) ack(id uint32) error {
 // inIDs are the ids the other end assigned.
 type inIDs struct {
 	mu   sync.RWMutex // guards the following
-	byID map[uint32]Key
+	byID map[uint32]key.Public
 }
 
 // bind records a BIND. It returns ack=false when the table is full (the
 // sender keeps using the stream) and an ErrProtocol error when id is
 // already bound to another key. A repeated BIND for the same key is
 // acknowledged again.
-func (in *inIDs) bind(id uint32, key Key) (ack bool, err error) {
+func (in *inIDs) bind(id uint32, k key.Public) (ack bool, err error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if k, ok := in.byID[id]; ok {
-		if k != key {
+	if old, ok := in.byID[id]; ok {
+		if old != k {
 			return false, fmt.Errorf("%w: BIND rebinds peer id %d", ErrProtocol, id)
 		}
 		return true, nil
@@ -119,13 +121,13 @@ func (in *inIDs) bind(id uint32, key Key) (ack bool, err error) {
 		return false, nil
 	}
 	if in.byID == nil {
-		in.byID = make(map[uint32]Key)
+		in.byID = make(map[uint32]key.Public)
 	}
-	in.byID[id] = key
+	in.byID[id] = k
 	return true, nil
 }
 
-func (in *inIDs) lookup(id uint32) (Key, bool) {
+func (in *inIDs) lookup(id uint32) (key.Public, bool) {
 	in.mu.RLock()
 	defer in.mu.RUnlock()
 	k, ok := in.byID[id]

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
 )
 
 var transports = []string{transportQUIC, transportTCP}
@@ -82,39 +84,39 @@ func TestAuthRefused(t *testing.T) {
 	otherSecret := []byte(strings.Repeat("s", MinSecretSize))
 	tests := []struct {
 		name       string
-		token      func(key Key) Token
+		token      func(key key.Public) Token
 		serverNow  func() time.Time
 		wantCode   CloseCode
 		wantReason string
 	}{
 		{
 			name:       "forged with another secret",
-			token:      func(k Key) Token { return IssueToken(otherSecret, k, time.Now().Add(time.Hour)) },
+			token:      func(k key.Public) Token { return IssueToken(otherSecret, k, time.Now().Add(time.Hour)) },
 			wantCode:   CloseAuthInvalid,
 			wantReason: "invalid",
 		},
 		{
 			name:       "expired",
-			token:      func(k Key) Token { return IssueToken(testSecret, k, time.Now().Add(-time.Second)) },
+			token:      func(k key.Public) Token { return IssueToken(testSecret, k, time.Now().Add(-time.Second)) },
 			wantCode:   CloseAuthExpired,
 			wantReason: "expired",
 		},
 		{
 			name:       "expired by the server's clock",
-			token:      func(k Key) Token { return IssueToken(testSecret, k, time.Now().Add(time.Hour)) },
+			token:      func(k key.Public) Token { return IssueToken(testSecret, k, time.Now().Add(time.Hour)) },
 			serverNow:  func() time.Time { return time.Now().Add(2 * time.Hour) },
 			wantCode:   CloseAuthExpired,
 			wantReason: "expired",
 		},
 		{
 			name:       "replayed for another key",
-			token:      func(Key) Token { return IssueToken(testSecret, Key{1}, time.Now().Add(time.Hour)) },
+			token:      func(key.Public) Token { return IssueToken(testSecret, key.Public{1}, time.Now().Add(time.Hour)) },
 			wantCode:   CloseAuthWrongKey,
 			wantReason: "wrong_key",
 		},
 		{
 			name:       "garbage",
-			token:      func(Key) Token { return "not-a-token" },
+			token:      func(key.Public) Token { return "not-a-token" },
 			wantCode:   CloseAuthInvalid,
 			wantReason: "malformed",
 		},
@@ -159,7 +161,7 @@ func TestSetTokenRecoversFromExpiry(t *testing.T) {
 }
 
 type goneEvent struct {
-	peer   Key
+	peer   key.Public
 	reason GoneReason
 }
 
@@ -171,7 +173,7 @@ func TestPeerGone(t *testing.T) {
 			gone := make(chan goneEvent, 16)
 			a := connectedClient(t, s, func(c *ClientConfig) {
 				c.Transport = tr
-				c.OnPeerGone = func(k Key, r GoneReason) { gone <- goneEvent{k, r} }
+				c.OnPeerGone = func(k key.Public, r GoneReason) { gone <- goneEvent{k, r} }
 			})
 			b := connectedClient(t, s, onTransport(tr))
 			waitGone := func(want goneEvent) {
@@ -224,11 +226,11 @@ func TestGarbledFramesCloseTheConnection(t *testing.T) {
 		{"type zero", transportTCP, []byte{0, 0, 1, 0}, "frame type 0x00"},
 		{"oversized ping", transportTCP, append([]byte{byte(framePing), 0x10, 0}, make([]byte, 4096)...), "PING body is 4096 bytes, want 8"},
 		{"undersized send", transportTCP, []byte{byte(frameSend), 0, 10, 1, 2}, "SEND body is 10 bytes, want 33..65535"},
-		{"recv from a client", transportTCP, mustFrame(t, frame{typ: frameRecv, key: Key{1}, data: []byte{1}}), "unexpected RECV"},
+		{"recv from a client", transportTCP, mustFrame(t, frame{typ: frameRecv, key: key.Public{1}, data: []byte{1}}), "unexpected RECV"},
 		{"second hello", transportTCP, mustFrame(t, frame{typ: frameHello, version: 1, data: []byte{1}}), "unexpected HELLO"},
 		{"bind on tcp", transportTCP, mustFrame(t, frame{typ: frameBind, id: 1}), "BIND on TCP"},
 		{"ack of unassigned id", transportQUIC, mustFrame(t, frame{typ: frameBindAck, id: 77}), "BIND_ACK for unassigned peer id 77"},
-		{"rebind", transportQUIC, append(mustFrame(t, frame{typ: frameBind, id: 5, key: Key{1}}), mustFrame(t, frame{typ: frameBind, id: 5, key: Key{2}})...), "BIND rebinds peer id 5"},
+		{"rebind", transportQUIC, append(mustFrame(t, frame{typ: frameBind, id: 5, key: key.Public{1}}), mustFrame(t, frame{typ: frameBind, id: 5, key: key.Public{2}})...), "BIND rebinds peer id 5"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,7 +398,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 	require.NoError(t, c.WaitConnected(ctxT(t, 10*time.Second)))
 	require.NoError(t, s1.Close())
 	eventually(t, 5*time.Second, func() bool { return c.Transport() == "" }, "client did not notice the relay going away")
-	require.ErrorIs(t, c.Send(Key{1}, []byte("x")), ErrNotConnected)
+	require.ErrorIs(t, c.Send(key.Public{1}, []byte("x")), ErrNotConnected)
 
 	cfg.Addr = s1.Addr().String()
 	s2 := startServer(t, cfg)
@@ -418,16 +420,16 @@ func TestFingerprintMismatch(t *testing.T) {
 func TestClientErrors(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	a := connectedClient(t, s, nil)
-	assert.ErrorIs(t, a.Send(Key{1}, nil), ErrPacketSize)
-	assert.ErrorIs(t, a.Send(Key{1}, make([]byte, MaxPacketSize+1)), ErrPacketSize)
+	assert.ErrorIs(t, a.Send(key.Public{1}, nil), ErrPacketSize)
+	assert.ErrorIs(t, a.Send(key.Public{1}, make([]byte, MaxPacketSize+1)), ErrPacketSize)
 
 	// Nothing listens on a port the server just gave back.
 	lost := clientFor(t, s, func(c *ClientConfig) { c.Server = "127.0.0.1:1" })
-	assert.ErrorIs(t, lost.Send(Key{1}, []byte("x")), ErrNotConnected)
+	assert.ErrorIs(t, lost.Send(key.Public{1}, []byte("x")), ErrNotConnected)
 
 	require.NoError(t, a.Close())
 	require.NoError(t, a.Close())
-	assert.ErrorIs(t, a.Send(Key{1}, []byte("x")), ErrClosed)
+	assert.ErrorIs(t, a.Send(key.Public{1}, []byte("x")), ErrClosed)
 	_, _, err := a.Recv(context.Background())
 	assert.ErrorIs(t, err, ErrClosed)
 	assert.ErrorIs(t, a.WaitConnected(context.Background()), ErrClosed)
@@ -435,7 +437,7 @@ func TestClientErrors(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	key := Key{1}
+	key := key.Public{1}
 	tok := IssueToken(testSecret, key, time.Now().Add(time.Hour))
 	serverTests := []struct {
 		name    string

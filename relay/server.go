@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -140,7 +141,7 @@ type Server struct {
 	closeErr  error
 
 	mu      sync.RWMutex // guards the following
-	clients map[Key]*sconn
+	clients map[key.Public]*sconn
 	closed  bool
 }
 
@@ -162,7 +163,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		pending: make(chan struct{}, cfg.MaxPending),
 		ctx:     ctx,
 		cancel:  cancel,
-		clients: make(map[Key]*sconn),
+		clients: make(map[key.Public]*sconn),
 	}
 	s.pc, s.tl, err = listenPair(ctx, cfg.Network, cfg.Addr)
 	if err != nil {
@@ -342,7 +343,7 @@ func (s *Server) admit() bool {
 
 func (s *Server) release() { <-s.pending }
 
-func (s *Server) lookup(k Key) *sconn {
+func (s *Server) lookup(k key.Public) *sconn {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.clients[k]

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/latticelab/lattice/key"
 )
 
 const (
@@ -28,20 +30,20 @@ const (
 // sconn is one authenticated client of the server.
 type sconn struct {
 	srv    *Server
-	key    Key
+	key    key.Public
 	w      *wire
 	sendq  chan outPacket // packets for this client; never closed
 	lim    *limiter
 	closed atomic.Bool // set when the connection is being torn down
 
 	mu      sync.Mutex // guards the following
-	senders map[Key]struct{}
-	goneAt  map[Key]time.Time
+	senders map[key.Public]struct{}
+	goneAt  map[key.Public]time.Time
 }
 
 // routeCache is one read loop's map from destination key to connection,
 // so a packet costs no server-wide lock once its destination is known.
-type routeCache map[Key]*sconn
+type routeCache map[key.Public]*sconn
 
 func (s *Server) serveTCP(nc net.Conn) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
@@ -115,7 +117,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
 		refuse(authVersion, CloseVersion, fmt.Sprintf("version %d unsupported, want %d", f.version, ProtocolVersion))
 		return
 	}
-	key, err := VerifyToken(s.cfg.Secret, Token(f.data), s.cfg.Now())
+	pub, err := VerifyToken(s.cfg.Secret, Token(f.data), s.cfg.Now())
 	switch {
 	case errors.Is(err, ErrTokenExpired):
 		refuse(authExpired, CloseAuthExpired, "token expired")
@@ -126,14 +128,14 @@ func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
 	case err != nil:
 		refuse(authMalformed, CloseAuthInvalid, "token malformed")
 		return
-	case key != f.key:
+	case pub != f.key:
 		refuse(authWrongKey, CloseAuthWrongKey, "token issued for another key")
 		return
 	}
 
 	c := &sconn{
 		srv:   s,
-		key:   key,
+		key:   pub,
 		w:     w,
 		sendq: make(chan outPacket, s.cfg.QueueLen),
 		lim:   newLimiter(s.cfg.PacketRate, max(s.cfg.PacketRate/10, s.cfg.QueueLen)),
@@ -163,7 +165,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
 		return
 	}
 	release()
-	s.log.Debug("client connected", "key", key.ShortString(), "remote", remote, "transport", w.transport)
+	s.log.Debug("client connected", "key", pub.ShortString(), "remote", remote, "transport", w.transport)
 	c.serve()
 }
 
@@ -181,7 +183,7 @@ func (c *sconn) serve() {
 	if c.w.qc != nil {
 		rc := make(routeCache)
 		wg.Go(func() {
-			c.w.readDatagrams(func(dst Key, pkt []byte) {
+			c.w.readDatagrams(func(dst key.Public, pkt []byte) {
 				s.m.datagramsIn.Add(1)
 				c.forward(rc, dst, pkt, true)
 			}, s.m.drop)
@@ -240,7 +242,7 @@ func (c *sconn) protocolError(err error) {
 
 // forward queues pkt for dst. owned means pkt is the caller's to give
 // away (a datagram quic-go allocated); otherwise it is copied.
-func (c *sconn) forward(rc routeCache, dst Key, pkt []byte, owned bool) {
+func (c *sconn) forward(rc routeCache, dst key.Public, pkt []byte, owned bool) {
 	s := c.srv
 	s.m.received(len(pkt))
 	if !c.lim.allow(time.Now()) {
@@ -275,21 +277,21 @@ func (c *sconn) forward(rc routeCache, dst Key, pkt []byte, owned bool) {
 	}
 }
 
-func (c *sconn) addSender(k Key) {
+func (c *sconn) addSender(k key.Public) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.senders == nil {
-		c.senders = make(map[Key]struct{})
+		c.senders = make(map[key.Public]struct{})
 	}
 	if len(c.senders) < maxSenders {
 		c.senders[k] = struct{}{}
 	}
 }
 
-func (c *sconn) takeSenders() []Key {
+func (c *sconn) takeSenders() []key.Public {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]Key, 0, len(c.senders))
+	out := make([]key.Public, 0, len(c.senders))
 	for k := range c.senders {
 		out = append(out, k)
 	}
@@ -299,7 +301,7 @@ func (c *sconn) takeSenders() []Key {
 
 // notifyGoneLimited tells c that dst is not here, at most once per
 // goneInterval per destination.
-func (c *sconn) notifyGoneLimited(dst Key) {
+func (c *sconn) notifyGoneLimited(dst key.Public) {
 	now := time.Now()
 	c.mu.Lock()
 	if t, ok := c.goneAt[dst]; ok && now.Sub(t) < goneInterval {
@@ -307,14 +309,14 @@ func (c *sconn) notifyGoneLimited(dst Key) {
 		return
 	}
 	if c.goneAt == nil || len(c.goneAt) >= maxRouteCache {
-		c.goneAt = make(map[Key]time.Time)
+		c.goneAt = make(map[key.Public]time.Time)
 	}
 	c.goneAt[dst] = now
 	c.mu.Unlock()
 	c.notifyGone(dst, GoneNotHere)
 }
 
-func (c *sconn) notifyGone(peer Key, reason GoneReason) {
+func (c *sconn) notifyGone(peer key.Public, reason GoneReason) {
 	if c.w.queueCtrl(frame{typ: framePeerGone, key: peer, reason: uint8(reason)}) {
 		c.srv.m.peerGoneSent()
 	}

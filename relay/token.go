@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // This file is what control imports to issue relay tokens; it depends on
@@ -35,7 +37,7 @@ const (
 	// MinSecretSize is the shortest secret VerifyToken accepts.
 	MinSecretSize = 32
 
-	tokenRawLen = 1 + KeySize + 8 + sha256.Size
+	tokenRawLen = 1 + key.Size + 8 + sha256.Size
 	// tokenLabel separates relay-token MACs from anything else the same
 	// secret might ever sign.
 	tokenLabel = "lattice relay token"
@@ -47,13 +49,13 @@ var tokenLen = base64.RawURLEncoding.EncodedLen(tokenRawLen)
 // IssueToken returns a token that lets key use the relay until expiry
 // (truncated to the second). secret must be at least MinSecretSize bytes;
 // a token issued with a shorter one never verifies.
-func IssueToken(secret []byte, key Key, expiry time.Time) Token {
+func IssueToken(secret []byte, pub key.Public, expiry time.Time) Token {
 	var raw [tokenRawLen]byte
 	raw[0] = TokenVersion
-	copy(raw[1:], key[:])
-	binary.BigEndian.PutUint64(raw[1+KeySize:], uint64(expiry.Unix()))
-	mac := tokenMAC(secret, raw[:1+KeySize+8])
-	copy(raw[1+KeySize+8:], mac)
+	copy(raw[1:], pub[:])
+	binary.BigEndian.PutUint64(raw[1+key.Size:], uint64(expiry.Unix()))
+	mac := tokenMAC(secret, raw[:1+key.Size+8])
+	copy(raw[1+key.Size+8:], mac)
 	return Token(base64.RawURLEncoding.EncodeToString(raw[:]))
 }
 
@@ -62,32 +64,31 @@ func IssueToken(secret []byte, key Key, expiry time.Time) Token {
 // mismatch, compared in constant time) or, for a genuine token whose expiry
 // is not after now, ErrTokenExpired. The MAC is checked before the expiry,
 // so a forged token is never reported as merely expired.
-func VerifyToken(secret []byte, tok Token, now time.Time) (Key, error) {
+func VerifyToken(secret []byte, tok Token, now time.Time) (key.Public, error) {
 	if len(secret) < MinSecretSize {
-		return Key{}, fmt.Errorf("relay: verify token: %d-byte secret: %w", len(secret), ErrWeakSecret)
+		return key.Public{}, fmt.Errorf("relay: verify token: %d-byte secret: %w", len(secret), ErrWeakSecret)
 	}
 	if len(tok) != tokenLen {
-		return Key{}, fmt.Errorf("relay: verify token: %d characters, want %d: %w", len(tok), tokenLen, ErrTokenMalformed)
+		return key.Public{}, fmt.Errorf("relay: verify token: %d characters, want %d: %w", len(tok), tokenLen, ErrTokenMalformed)
 	}
 	var raw [tokenRawLen]byte
 	n, err := base64.RawURLEncoding.Decode(raw[:], []byte(tok))
 	if err != nil || n != tokenRawLen {
-		return Key{}, fmt.Errorf("relay: verify token: bad encoding: %w", ErrTokenMalformed)
+		return key.Public{}, fmt.Errorf("relay: verify token: bad encoding: %w", ErrTokenMalformed)
 	}
 	if raw[0] != TokenVersion {
-		return Key{}, fmt.Errorf("relay: verify token: version %d, want %d: %w", raw[0], TokenVersion, ErrTokenMalformed)
+		return key.Public{}, fmt.Errorf("relay: verify token: version %d, want %d: %w", raw[0], TokenVersion, ErrTokenMalformed)
 	}
-	want := tokenMAC(secret, raw[:1+KeySize+8])
-	if !hmac.Equal(want, raw[1+KeySize+8:]) {
-		return Key{}, fmt.Errorf("relay: verify token: %w", ErrTokenInvalid)
+	want := tokenMAC(secret, raw[:1+key.Size+8])
+	if !hmac.Equal(want, raw[1+key.Size+8:]) {
+		return key.Public{}, fmt.Errorf("relay: verify token: %w", ErrTokenInvalid)
 	}
-	var key Key
-	copy(key[:], raw[1:])
-	expiry := time.Unix(int64(binary.BigEndian.Uint64(raw[1+KeySize:])), 0)
+	pub := key.Public(raw[1 : 1+key.Size])
+	expiry := time.Unix(int64(binary.BigEndian.Uint64(raw[1+key.Size:])), 0)
 	if !now.Before(expiry) {
-		return Key{}, fmt.Errorf("relay: verify token for %s: expired at %s: %w", key.ShortString(), expiry.UTC().Format(time.RFC3339), ErrTokenExpired)
+		return key.Public{}, fmt.Errorf("relay: verify token for %s: expired at %s: %w", pub.ShortString(), expiry.UTC().Format(time.RFC3339), ErrTokenExpired)
 	}
-	return key, nil
+	return pub, nil
 }
 
 func tokenMAC(secret, body []byte) []byte {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/latticelab/lattice/key"
 )
 
 const (
@@ -63,7 +65,7 @@ type wire struct {
 
 	out     outIDs                          // QUIC: ids this end assigned
 	in      inIDs                           // QUIC: ids the other end assigned
-	dgCache map[Key]uint32                  // writer-owned: acknowledged ids
+	dgCache map[key.Public]uint32           // writer-owned: acknowledged ids
 	dgBuf   []byte                          // writer-owned datagram scratch
 	ctrl    chan frame                      // control frames for the writer
 	seen    atomic.Bool                     // something arrived since the last keepalive tick
@@ -179,7 +181,7 @@ func (w *wire) queueCtrl(f frame) bool {
 
 // writeFrame encodes f into the write buffer. Writer or handshake only.
 func (w *wire) writeFrame(f *frame) error {
-	var scratch [frameHeaderLen + 1 + KeySize + MaxTokenSize]byte
+	var scratch [frameHeaderLen + 1 + key.Size + MaxTokenSize]byte
 	b, err := appendFrame(scratch[:0], f)
 	if err != nil {
 		return err
@@ -367,9 +369,9 @@ func asRemoteClose(err error) (*CloseError, bool) {
 
 // readDatagrams delivers QUIC datagrams to handle until the connection
 // ends. cache is this loop's own copy of the id table (ids never change).
-func (w *wire) readDatagrams(handle func(key Key, pkt []byte), dropped func(dropReason)) {
+func (w *wire) readDatagrams(handle func(src key.Public, pkt []byte), dropped func(dropReason)) {
 	ctx := w.qc.Context()
-	cache := make(map[uint32]Key)
+	cache := make(map[uint32]key.Public)
 	for {
 		b, err := w.qc.ReceiveDatagram(ctx)
 		if err != nil {
@@ -381,15 +383,15 @@ func (w *wire) readDatagrams(handle func(key Key, pkt []byte), dropped func(drop
 			dropped(dropMalformed)
 			continue
 		}
-		key, ok := cache[id]
+		src, ok := cache[id]
 		if !ok {
-			if key, ok = w.in.lookup(id); !ok {
+			if src, ok = w.in.lookup(id); !ok {
 				dropped(dropUnknownID)
 				continue
 			}
-			cache[id] = key
+			cache[id] = src
 		}
-		handle(key, pkt)
+		handle(src, pkt)
 	}
 }
 
