@@ -389,7 +389,7 @@ func TestKeepAlive(t *testing.T) {
 }
 
 func TestReconnectAfterServerRestart(t *testing.T) {
-	cert, err := selfSigned(time.Now())
+	cert, err := SelfSigned(time.Now())
 	require.NoError(t, err)
 	cfg := ServerConfig{Secret: testSecret, TLS: tlsWith(cert)}
 	s1, err := NewServer(cfg)

@@ -55,7 +55,7 @@ func serverTLS(cfg *ServerConfig) (*tls.Config, string, error) {
 		}
 		tc = &tls.Config{Certificates: []tls.Certificate{cert}}
 	default:
-		cert, err := selfSigned(cfg.Now())
+		cert, err := SelfSigned(cfg.Now())
 		if err != nil {
 			return nil, "", err
 		}
@@ -75,8 +75,13 @@ func serverTLS(cfg *ServerConfig) (*tls.Config, string, error) {
 	return tc, fp, nil
 }
 
-// selfSigned generates an ECDSA P-256 certificate valid for a year.
-func selfSigned(now time.Time) (tls.Certificate, error) {
+// SelfSigned makes the certificate a relay presents when it is given none:
+// ECDSA P-256, named lattice-relay, valid from an hour before now for a
+// year. Clients pin its fingerprint (CertFingerprint) rather than check the
+// name. now comes from the clock of whoever verifies the certificate: a lab
+// in virtual time (which starts at 2000-01-01) passes its clock's now, or
+// the certificate is not yet valid there.
+func SelfSigned(now time.Time) (tls.Certificate, error) {
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("relay: self-signed certificate: %w", err)
