@@ -45,8 +45,8 @@ func loopbackMesh(b *testing.B, relayOnly bool) (*stockNetstack, *stockNetstack,
 		n, err := node.Start(context.Background(), node.Config{
 			Name: name, Network: netx.OS, Control: ctrl.NATS().URL(), Token: labToken,
 			ListenAddr: netip.MustParseAddr("127.0.0.1"), ListenPort: port,
-			Provisioner: prov, Relay: node.LRPRelay(netx.OS, nil, ""),
-			ICE: node.ICEConfig{RelayOnly: relayOnly, Candidates: func(a netip.Addr) bool { return a.IsLoopback() }},
+			Provisioner: prov,
+			ICE:         node.ICEConfig{RelayOnly: relayOnly, Candidates: func(a netip.Addr) bool { return a.IsLoopback() }},
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/pion/ice/v4"
+	"github.com/pion/transport/v5"
+
+	"github.com/latticelab/lattice/control"
 )
 
 // ICEConfig tunes ICE and path selection. Its zero value works.
@@ -201,4 +204,47 @@ func (p *peer) reportPairs(agent *ice.Agent) {
 		pairs = append(pairs, fmt.Sprintf("%s ↔ %s: %s", s.LocalCandidateID, s.RemoteCandidateID, s.State))
 	}
 	p.setReport(func(r *ICEReport) { r.Pairs = pairs })
+}
+
+// agentOptions are the options of every peer's ICE agent: pn is the
+// Network as ICE sees it, resp names the STUN servers and the overlay
+// address.
+func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([]ice.AgentOption, error) {
+	var urls []*ice.URL
+	for _, s := range resp.STUN {
+		u, err := ice.ParseURL("stun:" + s)
+		if err != nil {
+			return nil, fmt.Errorf("node: STUN server %q: %w", s, err)
+		}
+		urls = append(urls, u)
+	}
+	cfg := n.cfg.ICE
+	// ICE consent runs every keepalive, and the path is dead once
+	// DeadAfter passes without any: at least three must go missing, or a
+	// response a moment late (a busy machine) drops a working path.
+	keepalive := min(time.Second, cfg.DeadAfter/4)
+	opts := []ice.AgentOption{
+		ice.WithNet(pn),
+		ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(n.udpMux),
+		ice.WithUrls(urls),
+		ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
+		ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
+		ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
+		ice.WithKeepaliveInterval(keepalive),
+		ice.WithCheckInterval(50 * time.Millisecond),
+		// pion waits 500ms (1s) before accepting a server- (peer-)
+		// reflexive pair in case a better one comes; there is no
+		// better one here (no TURN), and the relay already carries
+		// traffic, so take the first that works.
+		ice.WithSrflxAcceptanceMinWait(20 * time.Millisecond),
+		ice.WithPrflxAcceptanceMinWait(50 * time.Millisecond),
+		ice.WithDisconnectedTimeout(cfg.DeadAfter - keepalive),
+		ice.WithFailedTimeout(2 * cfg.DeadAfter),
+		ice.WithIPFilter(hostCandidateFilter(resp.Address.Addr(), cfg.Candidates)),
+		ice.WithLoggerFactory(n.pionLogs()),
+	}
+	if cfg.Candidates != nil {
+		opts = append(opts, ice.WithIncludeLoopback())
+	}
+	return opts, nil
 }

@@ -9,13 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/pion/ice/v4"
-	"github.com/pion/logging"
+	"github.com/pion/transport/v5"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
@@ -56,10 +57,17 @@ type Config struct {
 	// MTU of the overlay interface. If zero, 1420 (1500 minus WireGuard's
 	// 80 bytes of overhead).
 	MTU int
-	// Relay dials relays. If nil, peers are reachable only directly.
+	// Relay dials the relay control names. If nil, LRP over Network
+	// (LRPRelay) with RelayTransport.
 	Relay RelayDialer
+	// RelayTransport is the LRP transport when Relay is nil: "tcp",
+	// "quic" or "race" (both, QUIC preferred). If empty, "tcp".
+	RelayTransport string
 	// ICE tunes path selection.
-	ICE    ICEConfig
+	ICE ICEConfig
+	// Logger receives the node's logs, each with the node's name; pion's
+	// (component=ice) come at Debug and below, its trace at Debug-4 (see
+	// pionlog.go). If nil, logs are discarded.
 	Logger *slog.Logger
 }
 
@@ -107,6 +115,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: no join token")
 	case cfg.Provisioner == nil:
 		return nil, errors.New("node: no Provisioner")
+	case cfg.Relay == nil && cfg.RelayTransport != "" && !slices.Contains(relayTransports, cfg.RelayTransport):
+		return nil, fmt.Errorf("node: RelayTransport %q: want one of %s", cfg.RelayTransport, strings.Join(relayTransports, ", "))
 	}
 	if cfg.Credentials == nil {
 		cfg.Credentials = OpenCredentials("mem:")
@@ -142,16 +152,50 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// start brings the node up in the order each step needs the last:
+// identity and registration (the overlay address), the shared socket,
+// the relay, WireGuard, then the control session and the peers.
 func (n *Node) start(ctx context.Context) error {
+	resp, err := n.registerIdentity(ctx)
+	if err != nil {
+		return err
+	}
+	pn, err := n.openSocket(ctx, resp.Address.Addr())
+	if err != nil {
+		return err
+	}
+	if err := n.dialRelay(ctx, resp); err != nil {
+		return err
+	}
+	if err := n.startWireGuard(ctx, resp.Address); err != nil {
+		return err
+	}
+	opts, err := n.agentOptions(pn, resp)
+	if err != nil {
+		return err
+	}
+	n.env = &peerEnv{
+		priv: n.id.PrivateKey, pub: n.id.PublicKey(), bind: n.bind, udpMux: n.udpMux, agentOpt: opts,
+		cfg: n.cfg.ICE, log: n.log, now: time.Now, directLost: n.kickProbes,
+		signal: func(ctx context.Context, to string, payload []byte) error {
+			return n.session.Load().Signal(ctx, to, payload)
+		},
+	}
+	return n.join(ctx, resp)
+}
+
+// registerIdentity loads (or creates) the identity, registers it and
+// saves what control assigned.
+func (n *Node) registerIdentity(ctx context.Context) (*control.RegisterResponse, error) {
 	id, created, err := LoadOrCreate(n.cfg.Credentials, n.cfg.Name)
 	if err != nil {
-		return fmt.Errorf("node: identity: %w", err)
+		return nil, fmt.Errorf("node: identity: %w", err)
 	}
 	n.id = id
 	n.log = n.log.With("node", id.Name)
 	resp, err := n.register(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n.resp = resp
 	if id.NodeID != "" && (id.NodeID != resp.NodeID || id.Address != resp.Address) {
@@ -159,100 +203,75 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	id.NodeID, id.Address = resp.NodeID, resp.Address
 	if err := n.cfg.Credentials.Save(id); err != nil {
-		return fmt.Errorf("node: save identity: %w", err)
+		return nil, fmt.Errorf("node: save identity: %w", err)
 	}
 	n.log.Info("registered", "id", resp.NodeID, "address", resp.Address, "new", created, "peers", len(resp.Peers))
+	return resp, nil
+}
 
+// openSocket opens the UDP socket ICE and WireGuard share and the mux,
+// pion UDPMux and Bind over it. It returns the Network as ICE sees it
+// (without the overlay at overlay).
+func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Net, error) {
 	laddr := ""
 	if n.cfg.ListenAddr.IsValid() {
 		laddr = n.cfg.ListenAddr.String()
 	}
 	pc, err := n.cfg.Network.ListenPacket(ctx, "udp4", net.JoinHostPort(laddr, fmt.Sprint(n.cfg.ListenPort)))
 	if err != nil {
-		return fmt.Errorf("node: UDP socket: %w", err)
+		return nil, fmt.Errorf("node: UDP socket: %w", err)
 	}
 	if err := netx.SetSocketBuffers(pc, netx.SocketBufferSize); err != nil {
 		n.log.Warn("UDP socket buffers stay small; bursts may be dropped", "err", err)
 	}
 	n.mux = NewMux(pc, n.log)
-	pn, err := netx.PionNet(withoutOverlay{n.cfg.Network, resp.Address.Addr()})
+	pn, err := netx.PionNet(withoutOverlay{n.cfg.Network, overlay})
 	if err != nil {
-		return fmt.Errorf("node: %w", err)
+		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn, Logger: pionLogs{n.log.With("component", "ice")}.NewLogger("udpmux")})
+	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn, Logger: n.pionLogs().NewLogger("udpmux")})
 	n.bind = NewBind(n.mux)
+	return pn, nil
+}
 
-	if n.cfg.Relay != nil && len(resp.Relays) > 0 {
-		rc, err := n.cfg.Relay(ctx, resp.Relays[0], resp.RelayToken, id.PrivateKey, n.bind.DeliverRelayed)
-		if err != nil {
-			return fmt.Errorf("node: relay %s: %w", resp.Relays[0].Addr, err)
-		}
-		n.relay = rc
-		n.bind.SetRelay(rc)
+// dialRelay connects to the first relay control named, if any.
+func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) error {
+	if len(resp.Relays) == 0 {
+		return nil
 	}
+	dial := n.cfg.Relay
+	if dial == nil {
+		dial = LRPRelay(n.cfg.Network, n.log, n.cfg.RelayTransport)
+	}
+	rc, err := dial(ctx, resp.Relays[0], resp.RelayToken, n.id.PrivateKey, n.bind.DeliverRelayed)
+	if err != nil {
+		return fmt.Errorf("node: relay %s: %w", resp.Relays[0].Addr, err)
+	}
+	n.relay = rc
+	n.bind.SetRelay(rc)
+	return nil
+}
 
-	tdev, err := n.cfg.Provisioner.Up(ctx, resp.Address, n.cfg.MTU)
+// startWireGuard makes the interface and brings WireGuard up on it.
+func (n *Node) startWireGuard(ctx context.Context, addr netip.Prefix) error {
+	tdev, err := n.cfg.Provisioner.Up(ctx, addr, n.cfg.MTU)
 	if err != nil {
 		return fmt.Errorf("node: interface: %w", err)
 	}
 	n.tun = newUnreachableTUN(tdev)
 	n.dev = device.NewDevice(n.tun, n.bind, device.NewLogger(device.LogLevelSilent, ""))
-	if err := n.dev.IpcSet("private_key=" + hex.EncodeToString(id.PrivateKey[:]) + "\n"); err != nil {
+	if err := n.dev.IpcSet("private_key=" + hex.EncodeToString(n.id.PrivateKey[:]) + "\n"); err != nil {
 		return fmt.Errorf("node: configure WireGuard: %w", err)
 	}
 	if err := n.dev.Up(); err != nil {
 		return fmt.Errorf("node: WireGuard up: %w", err)
 	}
+	return nil
+}
 
-	var urls []*ice.URL
-	for _, s := range resp.STUN {
-		u, err := ice.ParseURL("stun:" + s)
-		if err != nil {
-			return fmt.Errorf("node: STUN server %q: %w", s, err)
-		}
-		urls = append(urls, u)
-	}
-	// ICE consent runs every keepalive, and the path is dead once
-	// DeadAfter passes without any: at least three must go missing, or a
-	// response a moment late (a busy machine) drops a working path.
-	keepalive := min(time.Second, n.cfg.ICE.DeadAfter/4)
-	n.env = &peerEnv{
-		priv: id.PrivateKey, pub: id.PublicKey(), bind: n.bind, udpMux: n.udpMux, cfg: n.cfg.ICE, log: n.log,
-		now: time.Now, directLost: n.kickProbes,
-		agentOpt: []ice.AgentOption{
-			ice.WithNet(pn),
-			ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(n.udpMux),
-			ice.WithUrls(urls),
-			ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
-			ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
-			ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
-			ice.WithKeepaliveInterval(keepalive),
-			ice.WithCheckInterval(50 * time.Millisecond),
-			// pion waits 500ms (1s) before accepting a server- (peer-)
-			// reflexive pair in case a better one comes; there is no
-			// better one here (no TURN), and the relay already carries
-			// traffic, so take the first that works.
-			ice.WithSrflxAcceptanceMinWait(20 * time.Millisecond),
-			ice.WithPrflxAcceptanceMinWait(50 * time.Millisecond),
-			ice.WithDisconnectedTimeout(n.cfg.ICE.DeadAfter - keepalive),
-			ice.WithFailedTimeout(2 * n.cfg.ICE.DeadAfter),
-		},
-	}
-	n.env.agentOpt = append(n.env.agentOpt, ice.WithIPFilter(hostCandidateFilter(resp.Address.Addr(), n.cfg.ICE.Candidates)))
-	if n.cfg.ICE.Candidates != nil {
-		n.env.agentOpt = append(n.env.agentOpt, ice.WithIncludeLoopback())
-	}
-	if os.Getenv("LATTICE_ICE_TRACE") != "" {
-		lf := logging.NewDefaultLoggerFactory()
-		lf.DefaultLogLevel = logging.LogLevelTrace
-		n.env.agentOpt = append(n.env.agentOpt, ice.WithLoggerFactory(lf))
-	} else {
-		n.env.agentOpt = append(n.env.agentOpt, ice.WithLoggerFactory(pionLogs{n.log.With("component", "ice")}))
-	}
-	n.env.signal = func(ctx context.Context, to string, payload []byte) error {
-		return n.session.Load().Signal(ctx, to, payload)
-	}
-
+// join opens the control session, adds the peers and starts the
+// heartbeat.
+func (n *Node) join(ctx context.Context, resp *control.RegisterResponse) error {
 	if err := n.connectSession(ctx, resp); err != nil {
 		return err
 	}

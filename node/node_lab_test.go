@@ -145,7 +145,7 @@ func startNode(t testing.TB, h *fabric.Host, name string, prov node.Provisioner,
 	}
 	cfg := node.Config{
 		Name: name, Network: h, Control: "nats://" + natsAddr, Token: labToken,
-		Provisioner: prov, Relay: node.LRPRelay(h, nil, ""), Logger: log,
+		Provisioner: prov, Logger: log,
 	}
 	for _, o := range opts {
 		o(&cfg)

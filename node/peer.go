@@ -46,8 +46,9 @@ type peerEnv struct {
 	directLost func()
 }
 
-// peer manages one peer: its ICE agent and its path. All its state is
-// owned by its run goroutine; events reach it on a channel.
+// peer is the per-peer actor: it runs the peer's ICE agents and picks its
+// path (Bind.SetDirect). All its state is owned by its run goroutine;
+// events reach it on a channel.
 type peer struct {
 	env    *peerEnv
 	info   control.Peer

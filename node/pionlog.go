@@ -50,3 +50,7 @@ func (l pionLogger) Warn(msg string)                   { l.at(pionErrorLevel, ms
 func (l pionLogger) Warnf(format string, args ...any)  { l.atf(pionErrorLevel, format, args...) }
 func (l pionLogger) Error(msg string)                  { l.at(pionErrorLevel, msg) }
 func (l pionLogger) Errorf(format string, args ...any) { l.atf(pionErrorLevel, format, args...) }
+
+// pionLogs is where the node's pion components (ICE agents, the UDPMux)
+// log.
+func (n *Node) pionLogs() pionLogs { return pionLogs{n.log.With("component", "ice")} }

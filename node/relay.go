@@ -24,6 +24,9 @@ type RelayClient interface {
 // peers send through the relay.
 type RelayDialer func(ctx context.Context, relay control.Relay, token string, priv control.Key, deliver func(src control.Key, pkt []byte)) (RelayClient, error)
 
+// relayTransports are the transports LRPRelay knows (Config.RelayTransport).
+var relayTransports = []string{"tcp", "quic", "race"}
+
 // LRPRelay returns a RelayDialer for LRP relays on network n over
 // transport: "tcp" (the default when empty), "quic", or "race" (race both,
 // prefer QUIC).

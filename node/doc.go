@@ -1,0 +1,36 @@
+// Package node is a Lattice node: it registers with control, reaches every
+// peer through the relay at once, upgrades to a direct ICE path when the
+// NATs allow it, and runs WireGuard over whichever path each peer is on.
+//
+// Start builds a node from a Config whose zero values work (an ephemeral
+// identity, port 51820, LRP relays over Config.Network); every program
+// that runs a node goes through it. The pieces, by file:
+//
+//   - node.go: Config, Start and Close; start brings the pieces up in
+//     order (identity, socket, relay, WireGuard, control session).
+//   - identity.go: the key pair, node ID and address, and the
+//     CredentialStore that keeps them.
+//   - session.go: registration and the control session (peer events,
+//     signals, resync after an outage, re-registration).
+//   - presence.go: heartbeats, leaving, and how offline peers are kept;
+//     unreachable.go answers packets for them with ICMP host unreachable.
+//   - mux.go: Mux, the design's FilteringUDPMux: one UDP socket, STUN to
+//     pion's UDPMux, WireGuard to the Bind, the rest counted and dropped.
+//   - bind.go: Bind, wireguard-go's conn.Bind, a transport only: each
+//     peer's endpoint is the peer, sent on its current path.
+//   - handshake.go: the workarounds for WireGuard's timing that ride on
+//     the Bind (handshake resends, crossing initiations, receiver-index
+//     routing, stale sessions).
+//   - path.go: Path (a peer's current direct address and counters),
+//     PathKind and PathEvent.
+//   - peer.go: the per-peer actor, one goroutine fed by events that picks
+//     the path; ice.go its ICE agents (options, attempts), signal.go the
+//     sealed signals they exchange, candidates.go which host candidates
+//     are offered.
+//   - relay.go: the LRP relay client behind the Bind (LRPRelay).
+//   - probe.go: uplink probes when a direct path goes silent.
+//   - status.go: PeerStatus and its assembly; statusjson.go its JSON.
+//   - kernel_linux.go: KernelProvisioner, a kernel TUN device; the
+//     user-space one is netstack.SandboxProvisioner.
+//   - pionlog.go: pion's logs in the node's logger, trace at Debug-4.
+package node
