@@ -2,15 +2,10 @@ package runner
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
 	"io"
-	"math/big"
 	"path/filepath"
 	"time"
 
@@ -33,7 +28,7 @@ func (l *Lab) startServices(ctx context.Context) error {
 	if _, err := rand.Read(l.shared.secret); err != nil {
 		return err
 	}
-	cert, err := selfSigned()
+	cert, err := relay.SelfSigned(l.clock.Now())
 	if err != nil {
 		return fmt.Errorf("relay certificate: %w", err)
 	}
@@ -187,19 +182,3 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 
 // controlURL is where nodes register.
 func (l *Lab) controlURL() string { return "nats://" + l.plan.Control.Addr.String() }
-
-// selfSigned makes the relay's certificate; nodes pin its fingerprint,
-// which control publishes.
-func selfSigned() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * 24 * time.Hour),
-		Subject: pkix.Name{CommonName: "lattice-lab relay"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
-}
