@@ -7,16 +7,10 @@ package meshtest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -102,7 +96,7 @@ func (w *World) Peer(t testing.TB, name string, edit ...func(*node.Config)) *Pee
 	prov := &netstack.SandboxProvisioner{}
 	cfg := node.Config{
 		Name: name, Network: netx.OS, Control: w.NATSURL, Token: Token, ListenPort: -1, ListenAddr: w.Addr,
-		Provisioner: prov, Relay: node.LRPRelay(netx.OS, Logger(), "tcp"), Logger: Logger(),
+		Provisioner: prov, Logger: Logger(),
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -164,11 +158,7 @@ func Listener(t testing.TB) net.Listener {
 // SelfSignedTLS makes a relay certificate for tests.
 func SelfSignedTLS(t testing.TB) *tls.Config {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, err := relay.SelfSigned(time.Now())
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		Subject: pkix.Name{CommonName: "meshtest relay"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	return &tls.Config{Certificates: []tls.Certificate{cert}}
 }
