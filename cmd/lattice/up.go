@@ -86,7 +86,7 @@ default; a node with another --state-dir is shown by 'lattice status
 		log := logger()
 		cfg := node.Config{
 			Name: name, Network: netx.OS, Control: controlURL, Token: tok,
-			ListenPort: port, RelayTransport: relayTransport, Logger: log,
+			ListenPort: port, Logger: log, Relay: node.LRPRelay(netx.OS, log, relayTransport),
 		}
 		if port == 0 {
 			cfg.ListenPort = -1
@@ -99,7 +99,9 @@ default; a node with another --state-dir is shown by 'lattice status
 			cfg.ListenAddr = a
 		}
 		socket := ""
-		if stateDir != "mem:" {
+		if stateDir == "mem:" {
+			cfg.Credentials = node.OpenCredentials("mem:")
+		} else {
 			if err := os.MkdirAll(stateDir, 0o700); err != nil {
 				return fmt.Errorf("state dir: %w", err)
 			}
