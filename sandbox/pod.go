@@ -109,7 +109,7 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 	n, err := node.Start(ctx, node.Config{
 		Name: cfg.Name, Network: cfg.Network, Control: cfg.ServerURL, Token: cfg.Token,
 		Credentials: creds, ListenPort: cfg.ListenPort, ListenAddr: cfg.ListenAddr, Provisioner: d.prov,
-		Relay: node.LRPRelay(cfg.Network, cfg.Logger, cfg.RelayTransport), ICE: cfg.ICE, Logger: cfg.Logger,
+		RelayTransport: cfg.RelayTransport, ICE: cfg.ICE, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)

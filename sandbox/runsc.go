@@ -97,9 +97,8 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	}
 	n, err := node.Start(ctx, node.Config{
 		Name: cfg.Name, Network: cfg.Network, Control: cfg.ServerURL, Token: cfg.Token,
-		Credentials: creds, ListenPort: cfg.ListenPort, ListenAddr: cfg.ListenAddr,
-		Provisioner: prov,
-		Relay:       node.LRPRelay(cfg.Network, cfg.Logger, cfg.RelayTransport), ICE: cfg.ICE, Logger: cfg.Logger,
+		Credentials: creds, ListenPort: cfg.ListenPort, ListenAddr: cfg.ListenAddr, Provisioner: prov,
+		RelayTransport: cfg.RelayTransport, ICE: cfg.ICE, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox: phase 1: %w", err)

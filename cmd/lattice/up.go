@@ -86,7 +86,7 @@ default; a node with another --state-dir is shown by 'lattice status
 		log := logger()
 		cfg := node.Config{
 			Name: name, Network: netx.OS, Control: controlURL, Token: tok,
-			ListenPort: port, Logger: log, Relay: node.LRPRelay(netx.OS, log, relayTransport),
+			ListenPort: port, RelayTransport: relayTransport, Logger: log,
 		}
 		if port == 0 {
 			cfg.ListenPort = -1
@@ -99,9 +99,7 @@ default; a node with another --state-dir is shown by 'lattice status
 			cfg.ListenAddr = a
 		}
 		socket := ""
-		if stateDir == "mem:" {
-			cfg.Credentials = node.OpenCredentials("mem:")
-		} else {
+		if stateDir != "mem:" {
 			if err := os.MkdirAll(stateDir, 0o700); err != nil {
 				return fmt.Errorf("state dir: %w", err)
 			}

@@ -96,7 +96,7 @@ func (w *World) Peer(t testing.TB, name string, edit ...func(*node.Config)) *Pee
 	prov := &netstack.SandboxProvisioner{}
 	cfg := node.Config{
 		Name: name, Network: netx.OS, Control: w.NATSURL, Token: Token, ListenPort: -1, ListenAddr: w.Addr,
-		Provisioner: prov, Relay: node.LRPRelay(netx.OS, Logger(), "tcp"), Logger: Logger(),
+		Provisioner: prov, Logger: Logger(),
 	}
 	for _, e := range edit {
 		e(&cfg)
