@@ -3,6 +3,7 @@ package netstack
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -80,18 +81,23 @@ type EgressFunc func(network string, dst netip.AddrPort) error
 // a TUNAdapter: hand TUN() to wireguard-go's device.NewDevice and every
 // packet the stack sends to the overlay goes through WireGuard. It
 // implements netx.Network, so any Lattice component can listen and dial on
-// the overlay without privileges. A Stack also has a loopback interface
-// (127.0.0.1/8, ::1).
+// the overlay without privileges; its Dial, Listen and ListenPacket are
+// those of gvnet.Network, which lab hosts use too. A Stack also has a
+// loopback interface (127.0.0.1/8, ::1).
 type Stack struct {
+	*gvNetwork // Dial, Listen, ListenPacket, DialTCP, Ping
+
 	addr   netip.Prefix
 	mtu    int
 	log    *slog.Logger
 	stack  *stack.Stack
-	net    *gvnet.Network
 	tun    *TUNAdapter
 	closed atomic.Bool
 	once   sync.Once
 }
+
+// gvNetwork names the embedded adapter so that its field is unexported.
+type gvNetwork = gvnet.Network
 
 var _ netx.Network = (*Stack)(nil)
 
@@ -136,7 +142,7 @@ func New(cfg Config) (*Stack, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("netstack: %w", err)
 	}
-	s.net = n
+	s.gvNetwork = n
 	s.log.Debug("stack up", "mtu", mtu)
 	return s, nil
 }
@@ -218,6 +224,24 @@ func (s *Stack) addAddress(nic tcpip.NICID, p netip.Prefix) error {
 // stack off the overlay; the stack itself lives until Stack.Close.
 func (s *Stack) TUN() *TUNAdapter { return s.tun }
 
+// Interfaces implements netx.Network: loopback, then the overlay interface.
+func (s *Stack) Interfaces() ([]netx.Interface, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("netstack: interfaces: %w", ErrClosed)
+	}
+	return []netx.Interface{
+		{
+			Index: int(loopbackNIC), Name: "lo", MTU: 65536, Flags: net.FlagUp | net.FlagLoopback | net.FlagRunning,
+			Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("::1/128")},
+		},
+		{
+			Index: int(overlayNIC), Name: InterfaceName, MTU: s.mtu,
+			Flags: net.FlagUp | net.FlagPointToPoint | net.FlagRunning,
+			Addrs: []netip.Prefix{s.addr},
+		},
+	}, nil
+}
+
 // Address returns the overlay address the stack was configured with.
 func (s *Stack) Address() netip.Prefix { return s.addr }
 
@@ -227,8 +251,8 @@ func (s *Stack) Address() netip.Prefix { return s.addr }
 func (s *Stack) Close() error {
 	s.once.Do(func() {
 		s.closed.Store(true)
-		if s.net != nil {
-			_ = s.net.Close()
+		if s.gvNetwork != nil {
+			_ = s.gvNetwork.Close()
 		}
 		_ = s.tun.Close()
 		s.stack.Close()
