@@ -4,54 +4,70 @@
 package node
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
 
-	"golang.org/x/crypto/curve25519"
-
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // Identity is who a node is: its WireGuard key pair and what control
 // assigned to it. It survives restarts through a CredentialStore, so a
-// restarted node keeps its ID and overlay address.
+// restarted node keeps its ID and overlay address. It prints without its
+// private key.
 type Identity struct {
-	Name       string       `json:"name"`
-	PrivateKey control.Key  `json:"private_key"`
-	NodeID     string       `json:"node_id,omitempty"`
-	Address    netip.Prefix `json:"address,omitzero"`
+	Name string
+	// Private is the node's WireGuard private key.
+	Private key.Private
+	// PrivateKey holds Private's bytes for the code that still takes a
+	// private key as a control.Key; it always equals Private.
+	// Transitional; removed once node/ uses key.Private.
+	PrivateKey control.Key
+	NodeID     string
+	Address    netip.Prefix
+}
+
+// newIdentity returns an identity with private key priv.
+func newIdentity(name string, priv key.Private) *Identity {
+	return &Identity{Name: name, Private: priv, PrivateKey: control.Key(priv.Reveal())}
 }
 
 // PublicKey derives the public key.
-func (id *Identity) PublicKey() control.Key { return PublicKey(id.PrivateKey) }
+func (id *Identity) PublicKey() key.Public { return id.Private.Public() }
 
-// NewPrivateKey returns a fresh, clamped X25519 private key (a WireGuard
-// key).
-func NewPrivateKey() (control.Key, error) {
-	var k control.Key
-	if _, err := rand.Read(k[:]); err != nil {
-		return k, fmt.Errorf("generate key: %w", err)
-	}
-	k[0] &= 248
-	k[31] = (k[31] & 127) | 64
-	return k, nil
+// String describes id by its name, public key and assignment.
+func (id Identity) String() string {
+	return fmt.Sprintf("{Name:%s PublicKey:%s NodeID:%s Address:%s}", id.Name, id.Private.Public(), id.NodeID, id.Address)
 }
 
-// PublicKey returns the X25519 public key of priv.
-func PublicKey(priv control.Key) control.Key {
-	var pub control.Key
-	out, err := curve25519.X25519(priv[:], curve25519.Basepoint)
-	if err != nil {
-		panic("x25519 with the base point cannot fail: " + err.Error())
-	}
-	copy(pub[:], out)
-	return pub
+// Format prints String for every verb, so %+v and %#v do not reach
+// PrivateKey.
+func (id Identity) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, id.String()) }
+
+// LogValue implements slog.LogValuer without the private key.
+func (id Identity) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", id.Name), slog.String("public_key", id.Private.Public().String()),
+		slog.String("node_id", id.NodeID), slog.String("address", id.Address.String()))
 }
+
+var (
+	_ fmt.Formatter  = Identity{}
+	_ slog.LogValuer = Identity{}
+)
+
+// NewPrivateKey returns a fresh private key (key.NewPrivate) as raw bytes.
+// Transitional; removed once node/ uses key.Private.
+func NewPrivateKey() (control.Key, error) { return control.Key(key.NewPrivate().Reveal()), nil }
+
+// PublicKey returns the public key of the raw private key priv.
+// Transitional; removed once node/ uses key.Private.
+func PublicKey(priv control.Key) control.Key { return key.PrivateFromRaw(priv).Public() }
 
 // CredentialStore keeps a node's identity.
 type CredentialStore interface {
@@ -95,9 +111,14 @@ func (m *memCredentials) Save(id *Identity) error {
 // written atomically.
 type FileCredentials struct{ Path string }
 
+// credFile is the file's layout (version 1). The private key is the
+// standard base64 `wg genkey` prints.
 type credFile struct {
-	Version int `json:"version"`
-	Identity
+	Version    int          `json:"version"`
+	Name       string       `json:"name"`
+	PrivateKey string       `json:"private_key"`
+	NodeID     string       `json:"node_id,omitempty"`
+	Address    netip.Prefix `json:"address,omitzero"`
 }
 
 func (f *FileCredentials) Load() (*Identity, error) {
@@ -122,14 +143,27 @@ func (f *FileCredentials) Load() (*Identity, error) {
 	switch {
 	case c.Version != 1:
 		return nil, fmt.Errorf("credentials %s: unsupported version %d", f.Path, c.Version)
-	case c.PrivateKey.IsZero():
+	case c.PrivateKey == "":
 		return nil, fmt.Errorf("credentials %s hold no private key", f.Path)
 	}
-	return &c.Identity, nil
+	priv, err := key.ParsePrivate(c.PrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("credentials %s are corrupt (left untouched; move them away to start as a new node): private_key: %w", f.Path, err)
+	}
+	if priv.IsZero() {
+		return nil, fmt.Errorf("credentials %s hold no private key", f.Path)
+	}
+	id := newIdentity(c.Name, priv)
+	id.NodeID, id.Address = c.NodeID, c.Address
+	return id, nil
 }
 
 func (f *FileCredentials) Save(id *Identity) error {
-	b, err := json.MarshalIndent(credFile{Version: 1, Identity: *id}, "", "  ")
+	if !id.Private.Equal(key.PrivateFromRaw(id.PrivateKey)) {
+		return errors.New("credentials: identity's Private and PrivateKey differ")
+	}
+	c := credFile{Version: 1, Name: id.Name, PrivateKey: id.Private.RevealBase64(), NodeID: id.NodeID, Address: id.Address}
+	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
@@ -149,11 +183,7 @@ func LoadOrCreate(s CredentialStore, name string) (*Identity, bool, error) {
 	case !errors.Is(err, ErrNoCredentials):
 		return nil, false, err
 	}
-	priv, err := NewPrivateKey()
-	if err != nil {
-		return nil, false, err
-	}
-	id = &Identity{Name: name, PrivateKey: priv}
+	id = newIdentity(name, key.NewPrivate())
 	if err := s.Save(id); err != nil {
 		return nil, false, err
 	}
