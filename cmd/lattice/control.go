@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
 )
@@ -122,8 +123,8 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 			return fmt.Errorf("relay secret in %s is %d bytes; use at least %d", fl.relaySecretFile, len(secret), relay.MinSecretSize)
 		}
 		ttl := fl.relayTokenTTL
-		cfg.RelayToken = func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(secret, relay.Key(k), now.Add(ttl))), nil
+		cfg.RelayToken = func(k key.Public, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, k, now.Add(ttl))), nil
 		}
 	}
 	store := fl.store
