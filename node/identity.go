@@ -1,6 +1,3 @@
-// Package node is a Lattice node: it registers with control, reaches every
-// peer through the relay at once, upgrades to a direct ICE path when the
-// NATs allow it, and runs WireGuard over whichever path each peer is on.
 package node
 
 import (
