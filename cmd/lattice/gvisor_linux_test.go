@@ -277,7 +277,7 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 	peerSite := w.Site(t, "port-restricted-cone")
 	prov := &netstack.SandboxProvisioner{}
 	peer, err := node.Start(t.Context(), node.Config{Name: "web", Network: peerSite.Host, Control: "nats://203.0.113.101:4222",
-		Token: meshtest.Token, Provisioner: prov, Relay: node.LRPRelay(peerSite.Host, nil, "tcp")})
+		Token: meshtest.Token, Provisioner: prov})
 	require.NoError(t, err)
 	t.Cleanup(func() { peer.Close() })
 	wp := &meshtest.Peer{Node: peer, Stack: prov.Stack()}

@@ -296,13 +296,12 @@ func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network
 // startInProcessNode starts a node on network with a netstack of its own.
 func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
 	pn := c.plan
-	log := l.log.With("node", c.name)
-	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: log}}
+	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name)}}
 	nd, err := node.Start(ctx, node.Config{
 		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
 		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
 		ListenPort:  int(pn.ListenPort), Provisioner: prov,
-		Relay: node.LRPRelay(network, log, pn.RelayTransport), ICE: iceConfig(pn), Logger: log,
+		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), Logger: l.log, // the node adds node=NAME
 	})
 	if err != nil {
 		if c.roam != nil {
