@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
 	"github.com/latticelab/lattice/internal/inet"
 	"github.com/latticelab/lattice/lab/nat"
 )
@@ -315,24 +317,24 @@ func (r *Router) localIfc(dst netip.Addr) *Interface {
 // answered, everything else is dropped.
 func (r *Router) local(in *Interface, f, p []byte) {
 	c := &r.stats
-	ihl := int(p[0]&0x0f) * 4
-	if p[9] != protoICMP || len(p) < ihl+8 || p[ihl] != 8 || p[ihl+1] != 0 || binary.BigEndian.Uint16(p[6:8])&0x3fff != 0 {
+	ip := header.IPv4(p)
+	ihl := int(ip.HeaderLength())
+	if ip.Protocol() != protoICMP || len(p) < ihl+header.ICMPv4MinimumSize || ip.More() || ip.FragmentOffset() != 0 ||
+		header.ICMPv4(ip[ihl:]).Type() != header.ICMPv4Echo || header.ICMPv4(ip[ihl:]).Code() != 0 {
 		r.drop(in, f, &c.other, "addressed to the router: not an echo request")
 		return
 	}
 	c.local.Add(1)
 	// Echo reply: swap addresses, type 8 → 0, fresh TTL.
-	var src, dst [4]byte
-	copy(src[:], p[12:16])
-	copy(dst[:], p[16:20])
-	copy(p[12:16], dst[:])
-	copy(p[16:20], src[:])
-	p[8] = 64
-	inet.SetIPv4Checksum(p)
-	icmp := p[ihl:]
-	old := binary.BigEndian.Uint16(icmp[0:2])
-	icmp[0] = 0
-	binary.BigEndian.PutUint16(icmp[2:4], inet.Update(binary.BigEndian.Uint16(icmp[2:4]), old, binary.BigEndian.Uint16(icmp[0:2])))
+	src, dst := [4]byte(ip.SourceAddressSlice()), [4]byte(ip.DestinationAddressSlice())
+	copy(ip.SourceAddressSlice(), dst[:])
+	copy(ip.DestinationAddressSlice(), src[:])
+	ip.SetTTL(defaultTTL)
+	inet.SetIPv4Checksum(ip)
+	icmp := header.ICMPv4(ip[ihl:])
+	old := binary.BigEndian.Uint16(icmp) // type and code share a word
+	icmp.SetType(header.ICMPv4EchoReply)
+	icmp.SetChecksum(inet.Update(icmp.Checksum(), old, binary.BigEndian.Uint16(icmp)))
 	back := netip.AddrFrom4(src)
 	rt := r.routes.lookup(back)
 	if rt == nil {
@@ -343,17 +345,19 @@ func (r *Router) local(in *Interface, f, p []byte) {
 		r.drop(in, f, &c.other, "echo reply would leave through the NAT")
 		return
 	}
-	p[8]++ // output decrements it
-	inet.SetIPv4Checksum(p)
+	ip.SetTTL(ip.TTL() + 1) // output decrements it
+	inet.SetIPv4Checksum(ip)
 	r.output(in, rt.ifc, rt, f, p, "")
 }
 
 // dstPort returns the destination address and, for TCP and UDP, port.
 func dstPort(p []byte) netip.AddrPort {
-	dst := netip.AddrFrom4([4]byte(p[16:20]))
-	ihl := int(p[0]&0x0f) * 4
-	if (p[9] == protoTCP || p[9] == protoUDP) && len(p) >= ihl+4 && binary.BigEndian.Uint16(p[6:8])&0x1fff == 0 {
-		return netip.AddrPortFrom(dst, binary.BigEndian.Uint16(p[ihl+2:ihl+4]))
+	ip := header.IPv4(p)
+	dst := netip.AddrFrom4([4]byte(ip.DestinationAddressSlice()))
+	ihl := int(ip.HeaderLength())
+	if (ip.Protocol() == protoTCP || ip.Protocol() == protoUDP) && len(p) >= ihl+4 && ip.FragmentOffset() == 0 {
+		// The destination port opens both headers at the same offset.
+		return netip.AddrPortFrom(dst, header.UDP(ip[ihl:]).DestinationPort())
 	}
 	return netip.AddrPortFrom(dst, 0)
 }
