@@ -23,7 +23,7 @@ func sample() []*Result {
 	return []*Result{
 		{
 			Scenario: "pair-full-cone+symmetric", Topology: "nat-matrix", Edition: "community", Started: start,
-			Duration: 2 * time.Second, Status: Passed,
+			Clock: ClockVirtual, Duration: 2 * time.Second, Wall: 40 * time.Millisecond, Status: Passed,
 			Steps: []Step{{Index: 1, Action: "wait_path", Label: "wait until a → b is direct", Status: Passed, Duration: 150 * time.Millisecond,
 				Detail: "direct to 203.0.113.13:51820", Metrics: []Metric{{Name: "time_to_direct", Value: 150, Unit: "ms"}}}},
 			Nodes: []Node{{Name: "a", Network: "fc", NAT: "full-cone"}, {Name: "b", Network: "sym", NAT: "symmetric"}},
@@ -38,7 +38,7 @@ func sample() []*Result {
 			Captures: []string{"/tmp/x/internet.pcapng"},
 		},
 		{
-			Scenario: "pair-symmetric+symmetric", Topology: "nat-matrix", Edition: "community", Started: start, Duration: time.Second, Status: Failed,
+			Scenario: "pair-symmetric+symmetric", Topology: "nat-matrix", Edition: "community", Started: start, Clock: ClockReal, Duration: time.Second, Wall: time.Second, Status: Failed,
 			Error: "step 1 (wait): path is direct, want relay",
 			Steps: []Step{{Index: 1, Action: "wait_path", Label: "wait", Status: Failed, Error: "path is direct, want relay"}},
 			Pairs: []Pair{{From: "a", To: "b", FromNAT: "symmetric", ToNAT: "symmetric", Path: "relay", RelayBytes: 1 << 20, ICE: "all pairs failed"}},
@@ -56,6 +56,75 @@ func TestJSON(t *testing.T) {
 	v, ok := got[0].Metric("time_to_direct")
 	assert.True(t, ok)
 	assert.Equal(t, 150.0, v)
+}
+
+// TestJSONShape pins the keys of a result, with the timing a CI job or
+// a determinism check reads: the clock, network and wall seconds and their
+// ratio.
+func TestJSONShape(t *testing.T) {
+	var b bytes.Buffer
+	require.NoError(t, WriteJSON(&b, sample()[:1]))
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal(b.Bytes(), &got))
+	require.Len(t, got, 1)
+	var keys []string
+	for k := range got[0] {
+		keys = append(keys, k)
+	}
+	assert.ElementsMatch(t, []string{"scenario", "topology", "edition", "started", "clock", "duration_ns", "status",
+		"steps", "nodes", "pairs", "events", "captures", "network_seconds", "wall_seconds", "x_realtime"}, keys)
+	assert.Equal(t, "virtual", got[0]["clock"])
+	assert.Equal(t, 2.0, got[0]["network_seconds"])
+	assert.Equal(t, 0.04, got[0]["wall_seconds"])
+	assert.Equal(t, 50.0, got[0]["x_realtime"])
+}
+
+func TestJSONBadWall(t *testing.T) {
+	var r Result
+	assert.EqualError(t, json.Unmarshal([]byte(`{"scenario":"s","wall_seconds":-1}`), &r), `result "s": wall_seconds -1 out of range`)
+}
+
+func TestXRealtime(t *testing.T) {
+	tests := []struct {
+		name          string
+		network, wall time.Duration
+		want          float64
+	}{
+		{"virtual", time.Hour, 30 * time.Second, 120},
+		{"real", time.Second, time.Second, 1},
+		{"wall not measured", time.Second, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Result{Duration: tt.network, Wall: tt.wall}
+			assert.InDelta(t, tt.want, r.XRealtime(), 1e-9)
+		})
+	}
+}
+
+// TestDeterministic: two runs that differ only in wall-clock fields compare
+// equal once Deterministic clears them, and any other difference still
+// shows; the copy shares nothing with the original.
+func TestDeterministic(t *testing.T) {
+	a, b := sample()[0], sample()[0]
+	b.Started = b.Started.Add(time.Hour)
+	b.Wall = 3 * time.Second
+	require.NotEqual(t, a, b)
+	assert.Equal(t, a.Deterministic(), b.Deterministic())
+	assert.Zero(t, a.Deterministic().Started)
+	assert.Zero(t, a.Deterministic().Wall)
+	assert.Zero(t, a.Deterministic().XRealtime())
+
+	c := sample()[0]
+	c.Duration += time.Millisecond
+	assert.NotEqual(t, a.Deterministic(), c.Deterministic(), "network time is deterministic, so it is compared")
+
+	d := a.Deterministic()
+	d.Steps[0].Metrics[0].Value = 1
+	d.Pairs[0].Path = "relay"
+	d.Captures[0] = "elsewhere"
+	assert.Equal(t, sample()[0], a, "the original is untouched")
+	assert.Equal(t, 40*time.Millisecond, a.Wall)
 }
 
 func TestJUnit(t *testing.T) {
