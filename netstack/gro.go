@@ -111,14 +111,15 @@ func (b *groBatch) add(p []byte, netProto tcpip.NetworkProtocolNumber) {
 	var ipLen int
 	var proto uint8
 	if netProto == header.IPv4ProtocolNumber {
-		ipLen = int(p[0]&0xf) * 4
-		proto = p[9]
-		if binary.BigEndian.Uint16(p[6:])&0x3fff != 0 {
+		ip := header.IPv4(p)
+		ipLen = int(ip.HeaderLength())
+		proto = ip.Protocol()
+		if ip.More() || ip.FragmentOffset() != 0 {
 			proto = 0 // a fragment: no transport header to speak of
 		}
 	} else {
 		ipLen = header.IPv6MinimumSize
-		proto = p[6] // extension headers are not parsed: they go up alone
+		proto = header.IPv6(p).NextHeader() // extension headers are not parsed: they go up alone
 	}
 	switch proto {
 	case uint8(header.UDPProtocolNumber):
@@ -129,7 +130,7 @@ func (b *groBatch) add(p []byte, netProto tcpip.NetworkProtocolNumber) {
 		if len(p) < ipLen+header.TCPMinimumSize {
 			break
 		}
-		doff := int(p[ipLen+12]>>4) * 4
+		doff := int(header.TCP(p[ipLen:]).DataOffset())
 		if doff < header.TCPMinimumSize || ipLen+doff > len(p) {
 			break // malformed: gVisor will count and drop it
 		}
