@@ -52,8 +52,9 @@ type Config struct {
 	// it. It must be safe for concurrent use and fast.
 	Egress func(network string, dst netip.AddrPort) error
 
-	// UDP, if set, serves UDP sockets in place of the gVisor stack. Its
-	// sockets are asked nothing by Egress after Dial.
+	// UDP, if set, serves UDP sockets in place of the gVisor stack's.
+	// Egress is then asked at Dial only: the binder's sockets do not ask
+	// per destination. If nil, gVisor's UDP.
 	UDP UDPBinder
 }
 
