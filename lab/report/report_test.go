@@ -141,6 +141,44 @@ func TestJUnit(t *testing.T) {
 	assert.Equal(t, "gvisor sandboxes are not available", doc.Suites[2].Cases[0].Skipped.Message)
 }
 
+// TestJUnitTiming: each scenario's clock, network and wall seconds and
+// x_realtime are properties of its testsuite and its whole-scenario
+// testcase, read back from the XML as a CI reporter would (the steps' cases
+// carry none).
+func TestJUnitTiming(t *testing.T) {
+	var b bytes.Buffer
+	require.NoError(t, WriteJUnit(&b, sample()))
+	type prop struct {
+		Name  string `xml:"name,attr"`
+		Value string `xml:"value,attr"`
+	}
+	var doc struct {
+		Suites []struct {
+			Props []prop `xml:"properties>property"`
+			Cases []struct {
+				Name  string `xml:"name,attr"`
+				Props []prop `xml:"properties>property"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	require.NoError(t, xml.Unmarshal(b.Bytes(), &doc))
+	require.Len(t, doc.Suites, 3)
+	assert.Equal(t, 6, strings.Count(b.String(), "<properties>"), "a suite's and its scenario case's, no empty ones")
+	want := [][]prop{
+		{{"clock", "virtual"}, {"network_seconds", "2"}, {"wall_seconds", "0.04"}, {"x_realtime", "50"}},
+		{{"clock", "real"}, {"network_seconds", "1"}, {"wall_seconds", "1"}, {"x_realtime", "1"}},
+		{{"clock", ""}, {"network_seconds", "0"}, {"wall_seconds", "0"}, {"x_realtime", "0"}},
+	}
+	for i, s := range doc.Suites {
+		assert.Equal(t, want[i], s.Props, "suite %d", i)
+		require.NotEmpty(t, s.Cases)
+		assert.Equal(t, want[i], s.Cases[0].Props, "suite %d: %s", i, s.Cases[0].Name)
+		for _, c := range s.Cases[1:] {
+			assert.Empty(t, c.Props, "step case %s", c.Name)
+		}
+	}
+}
+
 func TestHTML(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, WriteHTML(&b, sample(), HTMLOptions{CaptureBase: "/tmp/x"}))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // WriteJSON writes the results as one indented JSON array.
@@ -19,7 +20,11 @@ func WriteJSON(w io.Writer, results []*Result) error {
 
 // JUnit XML, as Jenkins, GitLab and GitHub test reporters read it: one
 // testsuite per scenario, one testcase per step, and a testcase for the
-// scenario as a whole (so a bring-up failure shows up too).
+// scenario as a whole (so a bring-up failure shows up too). Times are on
+// the scenario's clock. The scenario's clock, network and wall seconds and
+// x_realtime are properties of its testsuite (where the Ant JUnit schema
+// has them) and of its whole-scenario testcase (where Jenkins' and Azure's
+// reporters show them).
 type junitSuites struct {
 	XMLName  xml.Name     `xml:"testsuites"`
 	Name     string       `xml:"name,attr"`
@@ -31,22 +36,33 @@ type junitSuites struct {
 }
 
 type junitSuite struct {
-	Name      string      `xml:"name,attr"`
-	Tests     int         `xml:"tests,attr"`
-	Failures  int         `xml:"failures,attr"`
-	Skipped   int         `xml:"skipped,attr"`
-	Time      float64     `xml:"time,attr"`
-	Timestamp string      `xml:"timestamp,attr"`
-	Cases     []junitCase `xml:"testcase"`
+	Name      string           `xml:"name,attr"`
+	Tests     int              `xml:"tests,attr"`
+	Failures  int              `xml:"failures,attr"`
+	Skipped   int              `xml:"skipped,attr"`
+	Time      float64          `xml:"time,attr"`
+	Timestamp string           `xml:"timestamp,attr"`
+	Props     *junitProperties `xml:"properties,omitempty"`
+	Cases     []junitCase      `xml:"testcase"`
+}
+
+type junitProperties struct {
+	List []junitProperty `xml:"property"`
+}
+
+type junitProperty struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
 }
 
 type junitCase struct {
-	Name      string        `xml:"name,attr"`
-	ClassName string        `xml:"classname,attr"`
-	Time      float64       `xml:"time,attr"`
-	Failure   *junitMessage `xml:"failure,omitempty"`
-	Skipped   *junitMessage `xml:"skipped,omitempty"`
-	SystemOut string        `xml:"system-out,omitempty"`
+	Name      string           `xml:"name,attr"`
+	ClassName string           `xml:"classname,attr"`
+	Time      float64          `xml:"time,attr"`
+	Props     *junitProperties `xml:"properties,omitempty"`
+	Failure   *junitMessage    `xml:"failure,omitempty"`
+	Skipped   *junitMessage    `xml:"skipped,omitempty"`
+	SystemOut string           `xml:"system-out,omitempty"`
 }
 
 type junitMessage struct {
@@ -59,7 +75,8 @@ func WriteJUnit(w io.Writer, results []*Result) error {
 	all := junitSuites{Name: "lattice-lab"}
 	for _, r := range results {
 		s := junitSuite{Name: r.Scenario, Time: r.Duration.Seconds(), Timestamp: r.Started.UTC().Format("2006-01-02T15:04:05")}
-		whole := junitCase{Name: "scenario " + r.Scenario, ClassName: "lattice-lab." + r.Scenario, Time: r.Duration.Seconds()}
+		s.Props = timingProperties(r)
+		whole := junitCase{Name: "scenario " + r.Scenario, ClassName: "lattice-lab." + r.Scenario, Time: r.Duration.Seconds(), Props: s.Props}
 		switch r.Status {
 		case Failed:
 			whole.Failure = &junitMessage{Message: r.Error, Text: r.Error}
@@ -99,6 +116,18 @@ func WriteJUnit(w io.Writer, results []*Result) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+// timingProperties are r's clock, network and wall seconds and x_realtime
+// as JUnit properties, valued as in JSON.
+func timingProperties(r *Result) *junitProperties {
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	return &junitProperties{List: []junitProperty{
+		{"clock", string(r.Clock)},
+		{"network_seconds", num(r.Duration.Seconds())},
+		{"wall_seconds", num(r.Wall.Seconds())},
+		{"x_realtime", num(r.XRealtime())},
+	}}
 }
 
 // WriteDir writes result.json, junit.xml and report.html into dir and
