@@ -66,6 +66,7 @@ func check(f *File, c *strictyaml.Collector) {
 		}
 	}
 	k.requirements()
+	k.checkClock()
 	if len(f.Steps) == 0 {
 		k.errorf("steps", "add steps, e.g. - wait_path: {from: a, to: b, path: direct}", "a scenario needs at least one step")
 	}

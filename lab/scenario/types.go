@@ -17,6 +17,7 @@ type Scenario struct {
 	Tags        []string      `yaml:"tags" pattern:"^[a-z0-9][a-z0-9-]{0,39}$" doc:"Labels for people and reports (the HTML report and JSON carry them)."`
 	Requires    []string      `yaml:"requires" enum:"pro|root|gvisor" doc:"What the scenario needs: pro (the Pro edition), root, gvisor (runsc). Without it the scenario is skipped with the reason."`
 	Timeout     time.Duration `yaml:"timeout" min:"1s" max:"1h" doc:"Bound on the whole scenario, bring-up included. If zero, 2m."`
+	Clock       string        `yaml:"clock" enum:"virtual|real" doc:"The clock the scenario runs on: virtual (a testing/synctest bubble under go test: time moves only when the whole lab waits, so timers cost no wall time and runs repeat) or real (the wall clock). Kernel hosts (kind: netns) and gvisor sandboxes need real. If omitted, virtual where the scenario and the build allow it, else real."`
 	Steps       []Step        `yaml:"steps" required:"true" doc:"The timeline, run in order. A step with background runs alongside the next ones until a join step waits for it."`
 }
 
