@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/relay"
@@ -32,8 +33,8 @@ func loopbackMesh(b *testing.B, relayOnly bool) (*stockNetstack, *stockNetstack,
 		Tokens: []control.JoinToken{{Value: labToken}}, Store: st,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
 		Relays:       []control.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
-		RelayToken: func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
+		RelayToken: func(k key.Public, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},
 	})
 	if err != nil {

@@ -13,12 +13,12 @@ import (
 
 	"golang.zx2c4.com/wireguard/conn"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // RelaySender sends a WireGuard packet to a peer through the relay.
 type RelaySender interface {
-	Send(dst control.Key, pkt []byte) error
+	Send(dst key.Public, pkt []byte) error
 }
 
 // Bind is the node's wireguard-go conn.Bind. Each peer's endpoint is the
@@ -34,7 +34,7 @@ type Bind struct {
 	mux *Mux
 
 	mu     sync.RWMutex
-	peers  map[control.Key]*Path
+	peers  map[key.Public]*Path
 	byAddr map[netip.AddrPort]*Path
 	relay  RelaySender
 	sessions
@@ -58,41 +58,41 @@ var _ conn.Bind = (*Bind)(nil)
 func NewBind(mux *Mux) *Bind {
 	return &Bind{
 		mux:      mux,
-		peers:    map[control.Key]*Path{},
+		peers:    map[key.Public]*Path{},
 		byAddr:   map[netip.AddrPort]*Path{},
 		sessions: sessions{byIndex: map[uint32]*Path{}},
 		relayIn:  make(chan relayed, muxQueueLen),
 	}
 }
 
-// Peer returns the path for key, creating it.
-func (b *Bind) Peer(key control.Key) *Path {
+// Peer returns the path for peer key pk, creating it.
+func (b *Bind) Peer(pk key.Public) *Path {
 	b.mu.RLock()
-	p := b.peers[key]
+	p := b.peers[pk]
 	b.mu.RUnlock()
 	if p != nil {
 		return p
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p = b.peers[key]; p == nil {
-		p = &Path{Key: key}
-		b.peers[key] = p
+	if p = b.peers[pk]; p == nil {
+		p = &Path{Key: pk}
+		b.peers[pk] = p
 	}
 	return p
 }
 
 // RemovePeer forgets a peer.
-func (b *Bind) RemovePeer(key control.Key) {
+func (b *Bind) RemovePeer(pk key.Public) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p := b.peers[key]; p != nil {
+	if p := b.peers[pk]; p != nil {
 		if b.byAddr[p.lastAddr] == p {
 			delete(b.byAddr, p.lastAddr)
 		}
 		p.stopResends()
 		b.forgetIndicesLocked(p)
-		delete(b.peers, key)
+		delete(b.peers, pk)
 	}
 }
 
@@ -129,7 +129,7 @@ func (b *Bind) SetRelay(r RelaySender) {
 
 // DeliverRelayed hands WireGuard a packet the relay received from src. It
 // copies pkt. Packets from unknown peers are dropped.
-func (b *Bind) DeliverRelayed(src control.Key, pkt []byte) {
+func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 	if len(pkt) > muxBufSize || Classify(pkt) != KindWireGuard {
 		b.unknown.Add(1)
 		return
@@ -322,8 +322,8 @@ func (b *Bind) send(p *Path, bufs [][]byte) error {
 const endpointPrefix = "lattice:"
 
 // EndpointString is the endpoint= value naming a peer.
-func EndpointString(key control.Key) string {
-	return endpointPrefix + base64.RawURLEncoding.EncodeToString(key[:])
+func EndpointString(pk key.Public) string {
+	return endpointPrefix + base64.RawURLEncoding.EncodeToString(pk[:])
 }
 
 // ParseEndpoint implements conn.Bind.
@@ -336,7 +336,7 @@ func (b *Bind) ParseEndpoint(s string) (conn.Endpoint, error) {
 	if err != nil || len(raw) != 32 {
 		return nil, fmt.Errorf("node: endpoint %q: bad key", s)
 	}
-	return &Endpoint{Path: b.Peer(control.Key(raw))}, nil
+	return &Endpoint{Path: b.Peer(key.Public(raw))}, nil
 }
 
 // Endpoint is a peer as WireGuard sees it.

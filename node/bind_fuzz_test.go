@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 type nopRelay struct{}
 
-func (nopRelay) Send(control.Key, []byte) error { return nil }
+func (nopRelay) Send(key.Public, []byte) error { return nil }
 
 // FuzzBindRelayed feeds arbitrary packets from a known peer into the
 // Bind's relayed entry point, which classifies them, checks them against
@@ -28,13 +28,13 @@ func FuzzBindRelayed(f *testing.F) {
 	f.Add([]byte{4, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, pkt []byte) {
 		b := NewBind(nil)
-		var key control.Key
-		p := b.Peer(key)
+		var peer key.Public
+		p := b.Peer(peer)
 		b.SetRelay(nopRelay{})
 		b.noteIndex(p, 7)
 		stale := 0
 		p.SetStaleHandler(func() { stale++ })
-		b.DeliverRelayed(key, pkt)
+		b.DeliverRelayed(peer, pkt)
 		isWG := Classify(pkt) == KindWireGuard && len(pkt) <= muxBufSize
 		select {
 		case r := <-b.relayIn:

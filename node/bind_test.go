@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -17,18 +16,18 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 	wgnetstack "golang.zx2c4.com/wireguard/tun/netstack"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/node"
 )
 
 // memRelay is a relay between two Binds in memory.
 type memRelay struct {
-	from control.Key
+	from key.Public
 	to   *node.Bind
 }
 
-func (r *memRelay) Send(_ control.Key, pkt []byte) error {
+func (r *memRelay) Send(_ key.Public, pkt []byte) error {
 	r.to.DeliverRelayed(r.from, pkt)
 	return nil
 }
@@ -39,7 +38,7 @@ type wgNode struct {
 	bind *node.Bind
 	dev  *device.Device
 	tnet *wgnetstack.Net
-	priv control.Key
+	priv key.Private
 	addr netip.Addr
 }
 
@@ -49,24 +48,23 @@ func newWGNode(t *testing.T, h *fabric.Host, addr string) *wgNode {
 	require.NoError(t, err)
 	mux := node.NewMux(pc, nil)
 	t.Cleanup(func() { mux.Close() })
-	priv, err := node.NewPrivateKey()
-	require.NoError(t, err)
+	priv := key.NewPrivate()
 	a := netip.MustParseAddr(addr)
 	tun, tnet, err := wgnetstack.CreateNetTUN([]netip.Addr{a}, nil, 1420)
 	require.NoError(t, err)
 	bind := node.NewBind(mux)
 	dev := device.NewDevice(tun, bind, device.NewLogger(device.LogLevelSilent, ""))
 	t.Cleanup(dev.Close)
-	require.NoError(t, dev.IpcSet("private_key="+hex.EncodeToString(priv[:])+"\n"))
+	require.NoError(t, dev.IpcSet("private_key="+priv.RevealHex()+"\n"))
 	require.NoError(t, dev.Up())
 	return &wgNode{host: h, mux: mux, bind: bind, dev: dev, tnet: tnet, priv: priv, addr: a}
 }
 
 func (n *wgNode) addPeer(t *testing.T, o *wgNode) *node.Path {
 	t.Helper()
-	pub := node.PublicKey(o.priv)
+	pub := o.priv.Public()
 	require.NoError(t, n.dev.IpcSet(fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=%s/32\n",
-		hex.EncodeToString(pub[:]), node.EndpointString(pub), o.addr)))
+		pub.Hex(), node.EndpointString(pub), o.addr)))
 	return n.bind.Peer(pub)
 }
 
@@ -86,8 +84,8 @@ func newWGPair(t *testing.T) (f *fabric.Fabric, a, b *wgNode, pa, pb *node.Path)
 	require.NoError(t, err)
 	a, b = newWGNode(t, ha, "100.64.0.1"), newWGNode(t, hb, "100.64.0.2")
 	pa, pb = a.addPeer(t, b), b.addPeer(t, a)
-	a.bind.SetRelay(&memRelay{from: node.PublicKey(a.priv), to: b.bind})
-	b.bind.SetRelay(&memRelay{from: node.PublicKey(b.priv), to: a.bind})
+	a.bind.SetRelay(&memRelay{from: a.priv.Public(), to: b.bind})
+	b.bind.SetRelay(&memRelay{from: b.priv.Public(), to: a.bind})
 	return f, a, b, pa, pb
 }
 
@@ -244,8 +242,8 @@ func TestBindStaleSession(t *testing.T) {
 	pkt := make([]byte, 48)
 	pkt[0] = 4
 	pkt[4], pkt[5], pkt[6], pkt[7] = 0xde, 0xad, 0xbe, 0xef
-	a.bind.DeliverRelayed(node.PublicKey(b.priv), pkt)
-	a.bind.DeliverRelayed(node.PublicKey(b.priv), pkt)
+	a.bind.DeliverRelayed(b.priv.Public(), pkt)
+	a.bind.DeliverRelayed(b.priv.Public(), pkt)
 	assert.Equal(t, uint64(2), a.bind.Stale())
 	assert.Equal(t, int32(1), calls.Load(), "stale handler calls")
 }

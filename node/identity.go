@@ -22,17 +22,13 @@ type Identity struct {
 	Name string
 	// Private is the node's WireGuard private key.
 	Private key.Private
-	// PrivateKey holds Private's bytes for the code that still takes a
-	// private key as a control.Key; it always equals Private.
-	// Transitional; removed once node/ uses key.Private.
-	PrivateKey control.Key
-	NodeID     string
-	Address    netip.Prefix
+	NodeID  string
+	Address netip.Prefix
 }
 
 // newIdentity returns an identity with private key priv.
 func newIdentity(name string, priv key.Private) *Identity {
-	return &Identity{Name: name, Private: priv, PrivateKey: control.Key(priv.Reveal())}
+	return &Identity{Name: name, Private: priv}
 }
 
 // PublicKey derives the public key.
@@ -43,8 +39,8 @@ func (id Identity) String() string {
 	return fmt.Sprintf("{Name:%s PublicKey:%s NodeID:%s Address:%s}", id.Name, id.Private.Public(), id.NodeID, id.Address)
 }
 
-// Format prints String for every verb, so %+v and %#v do not reach
-// PrivateKey.
+// Format prints String for every verb, so %+v and %#v show the public key
+// rather than Private's placeholder.
 func (id Identity) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, id.String()) }
 
 // LogValue implements slog.LogValuer without the private key.
@@ -57,14 +53,6 @@ var (
 	_ fmt.Formatter  = Identity{}
 	_ slog.LogValuer = Identity{}
 )
-
-// NewPrivateKey returns a fresh private key (key.NewPrivate) as raw bytes.
-// Transitional; removed once node/ uses key.Private.
-func NewPrivateKey() (control.Key, error) { return control.Key(key.NewPrivate().Reveal()), nil }
-
-// PublicKey returns the public key of the raw private key priv.
-// Transitional; removed once node/ uses key.Private.
-func PublicKey(priv control.Key) control.Key { return key.PrivateFromRaw(priv).Public() }
 
 // CredentialStore keeps a node's identity.
 type CredentialStore interface {
@@ -156,9 +144,6 @@ func (f *FileCredentials) Load() (*Identity, error) {
 }
 
 func (f *FileCredentials) Save(id *Identity) error {
-	if !id.Private.Equal(key.PrivateFromRaw(id.PrivateKey)) {
-		return errors.New("credentials: identity's Private and PrivateKey differ")
-	}
 	c := credFile{Version: 1, Name: id.Name, PrivateKey: id.Private.RevealBase64(), NodeID: id.NodeID, Address: id.Address}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {

@@ -24,8 +24,8 @@ const (
 )
 
 // TestCredentialsWrittenByOldCodeLoad: testdata/credentials-v1.json was
-// written by FileCredentials.Save when the private key was a control.Key
-// ([32]byte). It still loads, and saving it again writes the same bytes.
+// written by FileCredentials.Save when the private key was a raw
+// [32]byte. It still loads, and saving it again writes the same bytes.
 func TestCredentialsWrittenByOldCodeLoad(t *testing.T) {
 	golden, err := os.ReadFile("testdata/credentials-v1.json")
 	require.NoError(t, err)
@@ -38,7 +38,6 @@ func TestCredentialsWrittenByOldCodeLoad(t *testing.T) {
 	want, err := key.ParsePrivate(goldenPriv)
 	require.NoError(t, err)
 	assert.True(t, want.Equal(id.Private))
-	assert.Equal(t, [32]byte(id.PrivateKey), want.Reveal(), "the transitional PrivateKey matches Private")
 	assert.Equal(t, goldenPub, id.PublicKey().String())
 	assert.Equal(t, "web-1", id.Name)
 	assert.Equal(t, "nabcdefghijklmnop", id.NodeID)
@@ -103,14 +102,4 @@ func TestCredentialsBadKeyNotQuoted(t *testing.T) {
 			assert.NotContains(t, err.Error(), tc.key[:20])
 		})
 	}
-}
-
-// TestCredentialsSaveRefusesMismatch: an identity whose transitional raw
-// key disagrees with its Private is not written.
-func TestCredentialsSaveRefusesMismatch(t *testing.T) {
-	id := newIdentity("x", key.NewPrivate())
-	id.PrivateKey[0] ^= 1
-	path := filepath.Join(t.TempDir(), "node.json")
-	require.EqualError(t, (&FileCredentials{Path: path}).Save(id), "credentials: identity's Private and PrivateKey differ")
-	assert.NoFileExists(t, path)
 }

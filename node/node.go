@@ -175,7 +175,7 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	n.env = &peerEnv{
-		priv: n.id.PrivateKey, pub: n.id.PublicKey(), bind: n.bind, udpMux: n.udpMux, agentOpt: opts,
+		priv: n.id.Private, pub: n.id.PublicKey(), bind: n.bind, udpMux: n.udpMux, agentOpt: opts,
 		cfg: n.cfg.ICE, log: n.log, now: time.Now, directLost: n.kickProbes,
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
@@ -243,7 +243,7 @@ func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) er
 	if dial == nil {
 		dial = LRPRelay(n.cfg.Network, n.log, n.cfg.RelayTransport)
 	}
-	rc, err := dial(ctx, resp.Relays[0], resp.RelayToken, n.id.PrivateKey, n.bind.DeliverRelayed)
+	rc, err := dial(ctx, resp.Relays[0], resp.RelayToken, n.id.PublicKey(), n.bind.DeliverRelayed)
 	if err != nil {
 		return fmt.Errorf("node: relay %s: %w", resp.Relays[0].Addr, err)
 	}
@@ -260,7 +260,7 @@ func (n *Node) startWireGuard(ctx context.Context, addr netip.Prefix) error {
 	}
 	n.tun = newUnreachableTUN(tdev)
 	n.dev = device.NewDevice(n.tun, n.bind, device.NewLogger(device.LogLevelSilent, ""))
-	if err := n.dev.IpcSet("private_key=" + hex.EncodeToString(n.id.PrivateKey[:]) + "\n"); err != nil {
+	if err := n.dev.IpcSet("private_key=" + n.id.Private.RevealHex() + "\n"); err != nil {
 		return fmt.Errorf("node: configure WireGuard: %w", err)
 	}
 	if err := n.dev.Up(); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
 	"github.com/latticelab/lattice/netstack"
@@ -119,8 +120,8 @@ func (w *labWorld) startControl(t testing.TB) {
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: w.server, Listen: natsAddr},
 		STUN:         []string{"203.0.113.100:3478"},
 		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: relay.CertFingerprint(w.tls.Certificates[0].Certificate[0])}},
-		RelayToken: func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(w.secret, relay.Key(k), now.Add(time.Hour))), nil
+		RelayToken: func(k key.Public, now time.Time) (string, error) {
+			return string(relay.IssueToken(w.secret, k, now.Add(time.Hour))), nil
 		},
 	}
 	for _, o := range w.ctrlOpts {

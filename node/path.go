@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // A path is how packets reach one peer: directly (the nominated ICE
@@ -43,7 +43,7 @@ const maxHistory = 32
 // Path is one peer's path state, shared by the Bind, which sends and
 // receives on it, and the peer's actor, which sets it (Bind.SetDirect).
 type Path struct {
-	Key      control.Key
+	Key      key.Public
 	direct   atomic.Pointer[netip.AddrPort] // nil: relay
 	lastAddr netip.AddrPort                 // the last direct address, guarded by Bind.mu
 

@@ -15,6 +15,7 @@ import (
 	"github.com/pion/ice/v4"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // peerEvent is what drives a peer's goroutine.
@@ -32,8 +33,8 @@ type peerEvent struct {
 
 // peerEnv is what a peer needs from its node.
 type peerEnv struct {
-	priv     control.Key
-	pub      control.Key
+	priv     key.Private
+	pub      key.Public
 	bind     *Bind
 	udpMux   ice.UniversalUDPMux
 	agentOpt []ice.AgentOption

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
 )
@@ -19,10 +20,10 @@ type RelayClient interface {
 	Close() error
 }
 
-// RelayDialer connects to a relay as key (the node's private key's public
-// half is the relay identity) with token; deliver receives the packets
+// RelayDialer connects to a relay as self, the node's public key, with
+// token (which control issued for self); deliver receives the packets
 // peers send through the relay.
-type RelayDialer func(ctx context.Context, relay control.Relay, token string, priv control.Key, deliver func(src control.Key, pkt []byte)) (RelayClient, error)
+type RelayDialer func(ctx context.Context, relay control.Relay, token string, self key.Public, deliver func(src key.Public, pkt []byte)) (RelayClient, error)
 
 // relayTransports are the transports LRPRelay knows (Config.RelayTransport).
 var relayTransports = []string{"tcp", "quic", "race"}
@@ -43,12 +44,12 @@ func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 	case "race":
 		transport = ""
 	}
-	return func(ctx context.Context, r control.Relay, token string, priv control.Key, deliver func(control.Key, []byte)) (RelayClient, error) {
+	return func(ctx context.Context, r control.Relay, token string, self key.Public, deliver func(key.Public, []byte)) (RelayClient, error) {
 		c, err := relay.NewClient(relay.ClientConfig{
 			Network:     n,
 			Server:      r.Addr,
 			Fingerprint: r.Fingerprint,
-			Key:         relay.Key(PublicKey(priv)),
+			Key:         self,
 			Token:       relay.Token(token),
 			Logger:      log,
 			Transport:   transport,
@@ -72,22 +73,22 @@ type lrpClient struct {
 	wg     sync.WaitGroup
 }
 
-func (l *lrpClient) Send(dst control.Key, pkt []byte) error {
-	err := l.c.Send(relay.Key(dst), pkt)
+func (l *lrpClient) Send(dst key.Public, pkt []byte) error {
+	err := l.c.Send(dst, pkt)
 	if errors.Is(err, relay.ErrNotConnected) {
 		return nil // the relay is reconnecting: the packet is lost, as on a lossy link
 	}
 	return err
 }
 
-func (l *lrpClient) recvLoop(ctx context.Context, deliver func(control.Key, []byte)) {
+func (l *lrpClient) recvLoop(ctx context.Context, deliver func(key.Public, []byte)) {
 	defer l.wg.Done()
 	for {
 		src, pkt, err := l.c.Recv(ctx)
 		if err != nil {
 			return
 		}
-		deliver(control.Key(src), pkt)
+		deliver(src, pkt)
 	}
 }
 

@@ -61,7 +61,7 @@ func (n *Node) onSignal(from string, payload []byte) {
 		n.log.Debug("signal from unknown node", "from", from)
 		return
 	}
-	s, err := OpenSignal(n.id.PrivateKey, p.info.PublicKey, payload)
+	s, err := OpenSignal(n.id.Private, p.info.PublicKey, payload)
 	if err != nil {
 		n.log.Debug("signal refused", "from", p.info.Name, "err", err)
 		return

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/crypto/nacl/box"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // Signal is one ICE signaling message between two nodes. Control routes
@@ -47,8 +47,6 @@ const (
 // refused as replays.
 const signalMaxAge = 2 * time.Minute
 
-const nonceLen = 24
-
 // Errors from OpenSignal.
 var (
 	ErrSignalForged = errors.New("signal does not open with the peer's key")
@@ -56,29 +54,26 @@ var (
 	ErrSignalBad    = errors.New("malformed signal")
 )
 
+// sealOverhead is what key.Private.SealTo adds: a 24-byte nonce and the
+// box's 16-byte authenticator.
+const sealOverhead = 24 + box.Overhead
+
 // SealSignal seals s for peer with priv.
-func SealSignal(priv, peer control.Key, s *Signal) ([]byte, error) {
+func SealSignal(priv key.Private, peer key.Public, s *Signal) ([]byte, error) {
 	msg, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("seal signal: %w", err)
 	}
-	var nonce [nonceLen]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return nil, fmt.Errorf("seal signal: %w", err)
-	}
-	pk, sk := [32]byte(peer), [32]byte(priv)
-	return box.Seal(nonce[:], msg, &nonce, &pk, &sk), nil
+	return priv.SealTo(peer, msg), nil
 }
 
 // OpenSignal opens a sealed signal from peer; it checks nothing about
 // freshness (see replayGuard).
-func OpenSignal(priv, peer control.Key, b []byte) (*Signal, error) {
-	if len(b) < nonceLen+box.Overhead || len(b) > control.MaxSignalBytes {
+func OpenSignal(priv key.Private, peer key.Public, b []byte) (*Signal, error) {
+	if len(b) < sealOverhead || len(b) > control.MaxSignalBytes {
 		return nil, fmt.Errorf("%w: %d bytes", ErrSignalBad, len(b))
 	}
-	nonce := [nonceLen]byte(b[:nonceLen])
-	pk, sk := [32]byte(peer), [32]byte(priv)
-	msg, ok := box.Open(nil, b[nonceLen:], &nonce, &pk, &sk)
+	msg, ok := priv.OpenFrom(peer, b)
 	if !ok {
 		return nil, ErrSignalForged
 	}

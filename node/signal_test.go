@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/hex"
 	"errors"
 	"os"
 	"testing"
@@ -9,20 +10,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
-func keys(t testing.TB) (control.Key, control.Key) {
-	t.Helper()
-	k, err := NewPrivateKey()
-	require.NoError(t, err)
-	return k, PublicKey(k)
+func keys() (key.Private, key.Public) {
+	k := key.NewPrivate()
+	return k, k.Public()
 }
 
 func TestSignalSealOpen(t *testing.T) {
-	aPriv, aPub := keys(t)
-	bPriv, bPub := keys(t)
-	_, mPub := keys(t)
+	aPriv, aPub := keys()
+	bPriv, bPub := keys()
+	_, mPub := keys()
 	now := time.Now()
 	s := &Signal{Kind: SignalCredentials, Session: 7, Seq: 1, Time: now.UnixMilli(), Ufrag: "uf", Pwd: "pw"}
 	b, err := SealSignal(aPriv, bPub, s)
@@ -44,6 +43,28 @@ func TestSignalSealOpen(t *testing.T) {
 	require.NoError(t, err)
 	_, err = OpenSignal(bPriv, aPub, bad)
 	require.ErrorIs(t, err, ErrSignalBad)
+}
+
+// TestSignalSealedByOldCodeOpens: a signal sealed by the SealSignal that
+// took raw [32]byte keys opens, so nodes of both versions signal each
+// other. Sender: goldenPriv; receiver: the key below.
+func TestSignalSealedByOldCodeOpens(t *testing.T) {
+	const (
+		receiver = "AAIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eH2A="
+		sealed   = "682d38324f5f7df3a2395c360149b10acba2669db022b19c43e27df266c60e13a9f706485e5c1b2a63640def5943dc18" +
+			"a826f00818bc2c6c8a1b0e7defc7996ff2660dd30db9ae593708aec85f1d14db157f4ec4c4d291443567606e4c26275e" +
+			"a6f149130b80b9e5857dd1fd52e05e1b2a3c797404401bfc3f1e396b207990"
+	)
+	sender, err := key.ParsePublic(goldenPub)
+	require.NoError(t, err)
+	priv, err := key.ParsePrivate(receiver)
+	require.NoError(t, err)
+	b, err := hex.DecodeString(sealed)
+	require.NoError(t, err)
+
+	got, err := OpenSignal(priv, sender, b)
+	require.NoError(t, err)
+	assert.Equal(t, &Signal{Kind: SignalCredentials, Session: 7, Seq: 1, Time: 1796000000000, Ufrag: "uf", Pwd: "pw"}, got)
 }
 
 func TestReplayGuard(t *testing.T) {
@@ -74,8 +95,8 @@ func TestReplayGuard(t *testing.T) {
 }
 
 func FuzzOpenSignal(f *testing.F) {
-	aPriv, aPub := keys(f)
-	bPriv, bPub := keys(f)
+	aPriv, aPub := keys()
+	bPriv, bPub := keys()
 	good, _ := SealSignal(aPriv, bPub, &Signal{Kind: SignalCandidate, Session: 1, Seq: 1, Time: 1, Candidate: "x"})
 	f.Add(good)
 	f.Add([]byte{})

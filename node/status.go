@@ -1,13 +1,13 @@
 package node
 
 import (
-	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // PeerStatus is what `lattice status` shows for a peer. Its JSON shape
@@ -103,8 +103,8 @@ func (n *Node) offlineStatus() []PeerStatus {
 }
 
 // handshakes reads each peer's last handshake from WireGuard.
-func (n *Node) handshakes() map[control.Key]time.Time {
-	out := map[control.Key]time.Time{}
+func (n *Node) handshakes() map[key.Public]time.Time {
+	out := map[key.Public]time.Time{}
 	if n.dev == nil {
 		return out
 	}
@@ -112,22 +112,21 @@ func (n *Node) handshakes() map[control.Key]time.Time {
 	if err != nil {
 		return out
 	}
-	var key control.Key
+	var peer key.Public
 	var sec int64
 	for line := range strings.Lines(conf) {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
 		switch k {
 		case "public_key":
-			b, err := hex.DecodeString(v)
-			if err == nil && len(b) == 32 {
-				key = control.Key(b)
+			if pk, err := key.ParsePublicHex(v); err == nil {
+				peer = pk
 			}
 		case "last_handshake_time_sec":
 			sec, _ = strconv.ParseInt(v, 10, 64)
 		case "last_handshake_time_nsec":
 			nsec, _ := strconv.ParseInt(v, 10, 64)
 			if sec != 0 || nsec != 0 {
-				out[key] = time.Unix(sec, nsec)
+				out[peer] = time.Unix(sec, nsec)
 			}
 		}
 	}

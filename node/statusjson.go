@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // PeerStatus, PathEvent, ICEReport and MuxStats travel as JSON (`lattice
@@ -30,7 +31,7 @@ type peerStatusJSON struct {
 	Name      string       `json:"name"`
 	NodeID    string       `json:"node_id"`
 	Address   netip.Prefix `json:"address"`
-	PublicKey control.Key  `json:"public_key"`
+	PublicKey key.Public   `json:"public_key"`
 
 	Online        bool       `json:"online"`
 	State         string     `json:"state"`

@@ -19,6 +19,7 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
 	"github.com/latticelab/lattice/netstack"
@@ -267,8 +268,8 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: server, Listen: "203.0.113.101:4222"},
 		STUN:         []string{"203.0.113.100:3478"},
 		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
-		RelayToken: func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
+		RelayToken: func(k key.Public, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},
 	})
 	require.NoError(t, err)

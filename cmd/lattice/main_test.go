@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -23,8 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
-	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/relay"
 )
 
@@ -95,8 +94,7 @@ func TestControlCommand(t *testing.T) {
 	require.Eventually(t, func() bool { return re.MatchString(out.String()) }, 10*time.Second, 10*time.Millisecond, "output: %s\n%s", out, errOut)
 	base := re.FindStringSubmatch(out.String())[1]
 
-	var k control.Key
-	_, _ = rand.Read(k[:])
+	k := key.NewPrivate().Public()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := control.RegisterHTTP(ctx, netx.OS, base, control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "cli-node", PublicKey: k})
@@ -206,17 +204,16 @@ func TestRelayAndControlTogether(t *testing.T) {
 	re := regexp.MustCompile(`HTTP registration on (http://[0-9.:]+)/v1/register`)
 	require.Eventually(t, func() bool { return re.MatchString(cout.String()) }, 10*time.Second, 10*time.Millisecond, "%s%s", cout, cerr)
 
-	priv, err := node.NewPrivateKey()
-	require.NoError(t, err)
+	pub := key.NewPrivate().Public()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := control.RegisterHTTP(ctx, netx.OS, re.FindStringSubmatch(cout.String())[1],
-		control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "relayed", PublicKey: node.PublicKey(priv)})
+		control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "relayed", PublicKey: pub})
 	require.NoError(t, err)
 	require.Len(t, resp.Relays, 1)
 	assert.Equal(t, fp, resp.Relays[0].Fingerprint)
 	c, err := relay.NewClient(relay.ClientConfig{Server: resp.Relays[0].Addr, Fingerprint: resp.Relays[0].Fingerprint,
-		Key: relay.Key(node.PublicKey(priv)), Token: relay.Token(resp.RelayToken)})
+		Key: pub, Token: relay.Token(resp.RelayToken)})
 	require.NoError(t, err)
 	defer c.Close()
 	require.NoError(t, c.WaitConnected(ctx), "the relay accepts control's token")

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -25,7 +26,7 @@ func sampleStatus() statusReply {
 		Mux: node.MuxStats{STUN: 1, WireGuard: 2, Other: 3, STUNDropped: 4, WireGuardDroped: 5},
 		Peers: []node.PeerStatus{
 			{
-				Peer:   control.Peer{NodeID: "n-web", Name: "web-1", PublicKey: control.Key{1}, Address: netip.MustParsePrefix("100.64.1.2/10")},
+				Peer:   control.Peer{NodeID: "n-web", Name: "web-1", PublicKey: key.Public{1}, Address: netip.MustParsePrefix("100.64.1.2/10")},
 				Online: true, Path: node.PathDirect, Endpoint: "192.0.2.7:51820",
 				RTT: 1500 * time.Microsecond, LastHandshake: hs,
 				TxDirect: 1000, TxRelay: 234, RxDirect: 5000, RxRelay: 678,
@@ -34,7 +35,7 @@ func sampleStatus() statusReply {
 					SelfCandidates: []string{"s"}, Pairs: []string{"p"}, Err: "e"},
 			},
 			{
-				Peer: control.Peer{NodeID: "n-db", Name: "db-1", PublicKey: control.Key{2}, Address: netip.MustParsePrefix("100.64.1.3/10"), Offline: true},
+				Peer: control.Peer{NodeID: "n-db", Name: "db-1", PublicKey: key.Public{2}, Address: netip.MustParsePrefix("100.64.1.3/10"), Offline: true},
 				Path: node.PathOffline, History: []node.PathEvent{},
 			},
 		},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
@@ -165,8 +166,8 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 		Tokens: []control.JoinToken{{Value: l.plan.Token}}, Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: host, Listen: p.Addr.String()},
 		STUN:         stuns, Relays: relays,
-		RelayToken: func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(l.shared.secret, relay.Key(k), now.Add(24*time.Hour))), nil
+		RelayToken: func(k key.Public, now time.Time) (string, error) {
+			return string(relay.IssueToken(l.shared.secret, k, now.Add(24*time.Hour))), nil
 		},
 	}
 	if p.HTTP.IsValid() {
