@@ -37,7 +37,9 @@ type pageData struct {
 	Passed    int
 	Failed    int
 	Skipped   int
-	Total     time.Duration
+	Total     time.Duration // network time, on each scenario's clock
+	Wall      time.Duration
+	XRealtime float64 // over the results whose wall time was measured
 	NATs      []string
 	Matrix    map[string]map[string]*matrixCell
 	Timelines map[string]template.HTML
@@ -55,6 +57,7 @@ func WriteHTML(w io.Writer, results []*Result, opt HTMLOptions) error {
 		d.Title = "lattice-lab report"
 	}
 	nats := map[string]bool{}
+	var measured time.Duration // network time of the results with a wall time
 	for _, r := range results {
 		switch r.Status {
 		case Passed:
@@ -65,6 +68,10 @@ func WriteHTML(w io.Writer, results []*Result, opt HTMLOptions) error {
 			d.Skipped++
 		}
 		d.Total += r.Duration
+		if r.Wall > 0 {
+			measured += r.Duration
+			d.Wall += r.Wall
+		}
 		for _, p := range r.Pairs {
 			nats[p.FromNAT], nats[p.ToNAT] = true, true
 			row := d.Matrix[p.FromNAT]
@@ -90,6 +97,9 @@ func WriteHTML(w io.Writer, results []*Result, opt HTMLOptions) error {
 			}
 		}
 		d.Timelines[r.Scenario] = timeline(r)
+	}
+	if d.Wall > 0 {
+		d.XRealtime = measured.Seconds() / d.Wall.Seconds()
 	}
 	for n := range nats {
 		d.NATs = append(d.NATs, n)
@@ -162,6 +172,26 @@ func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2fs", d.Seconds())
 }
 
+// fmtX shows a ratio to real time, "×50 real time"; "–" if unknown.
+func fmtX(x float64) string {
+	switch {
+	case x <= 0:
+		return "–"
+	case x < 10:
+		return fmt.Sprintf("×%.2f real time", x)
+	case x < 100:
+		return fmt.Sprintf("×%.1f real time", x)
+	}
+	return fmt.Sprintf("×%.0f real time", x)
+}
+
+func fmtClock(c Clock) string {
+	if c == "" {
+		return "clock not recorded"
+	}
+	return string(c) + " clock"
+}
+
 func fmtBytes(n uint64) string {
 	switch {
 	case n >= 1<<20:
@@ -175,6 +205,8 @@ func fmtBytes(n uint64) string {
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"dur":   fmtDur,
 	"bytes": fmtBytes,
+	"x":     fmtX,
+	"clock": fmtClock,
 	"cell": func(m map[string]map[string]*matrixCell, a, b string) *matrixCell {
 		if row := m[a]; row != nil {
 			return row[b]
@@ -195,9 +227,9 @@ td.direct{background:#dcfce7}td.relay{background:#fef3c7}td.mixed{background:#e0
 .small{font-size:.85em;color:#555}code{font-size:.9em}
 </style></head><body>
 <h1>{{.Title}}</h1>
-<p class="small">Generated {{.Generated}} · {{len .Results}} scenarios: <span class="passed">{{.Passed}} passed</span>, <span class="failed">{{.Failed}} failed</span>, <span class="skipped">{{.Skipped}} skipped</span> · {{dur .Total}} in total</p>
-<table id="summary"><tr><th>scenario</th><th>topology</th><th>status</th><th>time</th><th>why</th></tr>
-{{range .Results}}<tr><td><a href="#s-{{.Scenario}}">{{.Scenario}}</a></td><td>{{.Topology}}</td><td class="{{.Status}}">{{.Status}}</td><td>{{dur .Duration}}</td><td>{{.Error}}{{.SkipReason}}</td></tr>
+<p class="small">Generated {{.Generated}} · {{len .Results}} scenarios: <span class="passed">{{.Passed}} passed</span>, <span class="failed">{{.Failed}} failed</span>, <span class="skipped">{{.Skipped}} skipped</span> · <span id="totals">{{dur .Total}} of network time{{if .Wall}} in {{dur .Wall}} of wall time, {{x .XRealtime}}{{end}}</span></p>
+<table id="summary"><tr><th>scenario</th><th>topology</th><th>status</th><th>clock</th><th>network time</th><th>wall time</th><th>speed</th><th>why</th></tr>
+{{range .Results}}<tr><td><a href="#s-{{.Scenario}}">{{.Scenario}}</a></td><td>{{.Topology}}</td><td class="{{.Status}}">{{.Status}}</td><td>{{with .Clock}}{{.}}{{else}}–{{end}}</td><td>{{dur .Duration}}</td><td>{{dur .Wall}}</td><td>{{x .XRealtime}}</td><td>{{.Error}}{{.SkipReason}}</td></tr>
 {{end}}</table>
 <h2>NAT-pair matrix</h2>
 <p class="small">Each cell: the path the row's node ended on towards the column's node, the fastest time to a direct path, and the bytes that went through the relay, over every scenario that had the pair.</p>
@@ -207,7 +239,7 @@ td.direct{background:#dcfce7}td.relay{background:#fef3c7}td.mixed{background:#e0
 {{$tl := .Timelines}}{{$base := .Base}}
 {{range .Results}}<h2 id="s-{{.Scenario}}">{{.Scenario}} <span class="{{.Status}}">{{.Status}}</span></h2>
 {{if .Description}}<p>{{.Description}}</p>{{end}}
-<p class="small">topology {{.Topology}} · {{.Edition}} edition · {{dur .Duration}}{{if .File}} · <code>{{.File}}</code>{{end}}</p>
+<p class="small">topology {{.Topology}} · {{.Edition}} edition · <span class="timing">{{clock .Clock}} · {{dur .Duration}} of network time{{if .Wall}} in {{dur .Wall}} of wall time, {{x .XRealtime}}{{end}}</span>{{if .File}} · <code>{{.File}}</code>{{end}}</p>
 {{if .Error}}<p class="failed">{{.Error}}</p>{{end}}{{if .SkipReason}}<p class="skipped">skipped: {{.SkipReason}}</p>{{end}}
 {{if .Steps}}<table class="steps"><tr><th>#</th><th>step</th><th>status</th><th>at</th><th>took</th><th>detail</th></tr>
 {{range .Steps}}<tr><td>{{.Index}}</td><td>{{.Label}}</td><td class="{{.Status}}">{{.Status}}</td><td>{{dur .Started}}</td><td>{{dur .Duration}}</td><td>{{.Detail}}{{if .Error}}<span class="failed">{{.Error}}</span>{{end}}{{range .Metrics}} <code>{{.Name}}={{printf "%.1f" .Value}} {{.Unit}}</code>{{end}}</td></tr>

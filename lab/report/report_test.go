@@ -192,10 +192,49 @@ func TestHTML(t *testing.T) {
 		`<td>a → b</td><td>direct</td><td>203.0.113.13:51820</td><td>ICE nominated a pair</td>`,
 		`<svg class="timeline"`,
 		`skipped: gvisor sandboxes are not available`,
+		// each scenario's clock, network and wall time and speed, in the
+		// summary table and under its heading
+		`<td class="passed">passed</td><td>virtual</td><td>2.00s</td><td>40ms</td><td>×50.0 real time</td>`,
+		`<td class="failed">failed</td><td>real</td><td>1.00s</td><td>1.00s</td><td>×1.00 real time</td>`,
+		`<td class="skipped">skipped</td><td>–</td><td>–</td><td>–</td><td>–</td>`,
+		`<span class="timing">virtual clock · 2.00s of network time in 40ms of wall time, ×50.0 real time</span>`,
+		`<span class="timing">real clock · 1.00s of network time in 1.00s of wall time, ×1.00 real time</span>`,
+		`<span class="timing">clock not recorded · – of network time</span>`,
+		// totals: 3 s of network time in 1.04 s of wall time
+		`<span id="totals">3.00s of network time in 1.04s of wall time, ×2.88 real time</span>`,
 	} {
 		assert.Contains(t, page, want)
 	}
 	assert.NotContains(t, page, "<script", "self-contained and static")
+}
+
+// TestHTMLTotals: the summary's speed is over the scenarios whose wall time
+// was measured, so one without it does not inflate the ratio; with none
+// measured the summary gives network time only.
+func TestHTMLTotals(t *testing.T) {
+	tests := []struct {
+		name    string
+		results []*Result
+		want    string
+	}{
+		{"one unmeasured", []*Result{
+			{Scenario: "a", Clock: ClockVirtual, Duration: 10 * time.Second, Wall: time.Second},
+			{Scenario: "b", Clock: ClockVirtual, Duration: 5 * time.Second},
+		}, `<span id="totals">15.00s of network time in 1.00s of wall time, ×10.0 real time</span>`},
+		{"fast", []*Result{
+			{Scenario: "a", Clock: ClockVirtual, Duration: time.Hour, Wall: 2 * time.Second},
+			{Scenario: "b", Clock: ClockReal, Duration: time.Second, Wall: time.Second},
+		}, `<span id="totals">3601.00s of network time in 3.00s of wall time, ×1200 real time</span>`},
+		{"none measured", []*Result{{Scenario: "a", Duration: 5 * time.Second}},
+			`<span id="totals">5.00s of network time</span>`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			require.NoError(t, WriteHTML(&b, tt.results, HTMLOptions{}))
+			assert.Contains(t, b.String(), tt.want)
+		})
+	}
 }
 
 // TestHTMLCaptureLinks: a capture outside the report's directory is linked
@@ -243,6 +282,8 @@ func TestHTMLInChromium(t *testing.T) {
 	dom := string(out)
 	assert.Contains(t, dom, `<table id="nat-matrix">`)
 	assert.Equal(t, 1, strings.Count(dom, `<td class="relay"`), "the symmetric pair's cell")
+	assert.Contains(t, dom, `<span id="totals">3.00s of network time in 1.04s of wall time, ×2.88 real time</span>`)
+	assert.Contains(t, dom, `<span class="timing">virtual clock · 2.00s of network time in 40ms of wall time, ×50.0 real time</span>`)
 	shot := filepath.Join(dir, "report.png")
 	_, err = exec.CommandContext(ctx, bin, append(args, "--screenshot="+shot, "--window-size=1280,900", "file://"+html)...).CombinedOutput()
 	require.NoError(t, err)
