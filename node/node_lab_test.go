@@ -20,10 +20,10 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/control"
-	"github.com/latticelab/lattice/internal/meshtest"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
+	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/relay"

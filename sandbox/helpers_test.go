@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/proxy"
 	"github.com/latticelab/lattice/sandbox"

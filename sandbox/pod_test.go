@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/audit"
-	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/meshtest"
 )
 
 func webPeer(t *testing.T) *meshtest.World {

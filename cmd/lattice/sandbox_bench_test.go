@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/meshtest"
 )
 
 // BenchmarkSandboxIdle reports the resident memory (VmRSS) of an idle pod

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/internal/meshtest"
+	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
 )

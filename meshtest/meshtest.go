@@ -3,6 +3,13 @@
 // embedded NATS, an LRP relay, and peers (nodes on an in-process netstack)
 // that serve HTTP on their overlay addresses. Everything listens on
 // 127.0.0.1 and stops when the test ends.
+//
+// It is test support, for _test files only, like net/http/httptest. It
+// lives at the root beside the packages it assembles (node, control, relay,
+// netstack) because it sits above all of them in the import graph: under
+// internal/, the floor of small leaves any package may import, it would be
+// the one package there that imports the product; under lab/ it would tie
+// the product's tests to the emulator, which it does not use.
 package meshtest
 
 import (
