@@ -25,8 +25,15 @@ type Options struct {
 	Logger     *slog.Logger
 	// Slowdown multiplies every step's time limit and the scenario's
 	// timeout, for slow machines and the race detector (which makes the
-	// mesh about ten times slower). If zero, 1.
+	// mesh about ten times slower). If zero, 1. Ignored on the virtual
+	// clock, where the race detector costs wall time, not network time.
 	Slowdown float64
+	// Clock is the clock RunScenario runs on, recorded in the result. Only
+	// a caller that runs it in a testing/synctest bubble sets virtual (see
+	// lab/labtest/scenariotest), and then sets the result's Started and
+	// Wall from outside the bubble. If empty, real: the result's Wall is
+	// its Duration.
+	Clock report.Clock
 }
 
 // SkipReason says why a scenario cannot run in this build or on this
@@ -56,8 +63,12 @@ func SkipReason(f *scenario.File) string {
 // error is for what kept the scenario from running at all (a topology
 // that does not come up counts as a failure in the result too).
 func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Result {
+	clk := opt.Clock
+	if clk == "" {
+		clk = report.ClockReal
+	}
 	res := &report.Result{Scenario: f.Name, File: f.Path, Description: f.Description, Topology: f.Plan().Name,
-		Tags: f.Tags, Edition: edition.Name(), Started: time.Now()}
+		Tags: f.Tags, Edition: edition.Name(), Started: time.Now(), Clock: clk}
 	for i := range f.Plan().Nodes {
 		pn := &f.Plan().Nodes[i]
 		n := report.Node{Name: pn.Name, Network: pn.Network, NAT: f.Plan().NATLabel(pn)}
@@ -66,7 +77,12 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 		}
 		res.Nodes = append(res.Nodes, n)
 	}
-	defer func() { res.Duration = time.Since(res.Started) }()
+	defer func() {
+		res.Duration = time.Since(res.Started)
+		if clk == report.ClockReal {
+			res.Wall = res.Duration
+		}
+	}()
 	if why := SkipReason(f); why != "" {
 		res.Status, res.SkipReason = report.Skipped, why
 		return res
@@ -76,6 +92,9 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 		timeout = DefaultTimeout
 	}
 	slow := max(opt.Slowdown, 1)
+	if clk == report.ClockVirtual {
+		slow = 1
+	}
 	timeout = time.Duration(float64(timeout) * slow)
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("scenario timed out after %v", timeout))
 	defer cancel()
