@@ -157,11 +157,6 @@ type errorReply struct {
 	Error *Error `json:"error"`
 }
 
-// Key is a node's WireGuard public key.
-//
-// Transitional; removed once node/ uses key.Public.
-type Key = key.Public
-
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Validate checks a request's fields, naming the first bad one.

@@ -18,7 +18,8 @@ import (
 const goldenPub = "1wNLXk6SC1Oiy7pwIkcnmjpYg27h6pq/Su+v1dU3n14="
 
 // TestRegistryWrittenByOldCodeLoads: testdata/registry-v1.json was written
-// by the FileStore of the code before key.Public (control.Key [32]byte).
+// by the FileStore of the code before key.Public, when control's key type
+// was a bare [32]byte.
 // It still loads, and rewriting it yields the same bytes.
 func TestRegistryWrittenByOldCodeLoads(t *testing.T) {
 	golden, err := os.ReadFile("testdata/registry-v1.json")
@@ -43,8 +44,8 @@ func TestRegistryWrittenByOldCodeLoads(t *testing.T) {
 	assert.Equal(t, string(golden), string(again))
 }
 
-// TestWireKeyForm: keys travel in the API as the standard base64 text the
-// old control.Key wrote.
+// TestWireKeyForm: keys travel in the API as the standard base64 text
+// control's old [32]byte key type wrote.
 func TestWireKeyForm(t *testing.T) {
 	pub, err := key.ParsePublic(goldenPub)
 	require.NoError(t, err)

@@ -34,7 +34,7 @@ func TestPublicFromPrivate(t *testing.T) {
 	priv := PrivateFromRaw(mustHex(t, rfc7748.priv))
 	assert.Equal(t, rfc7748.pub, priv.Public().Hex())
 
-	// A key pair the old control.Key code derived (curve25519.X25519),
+	// A key pair the old [32]byte key code derived (curve25519.X25519),
 	// as it sits in credentials files today.
 	old, err := ParsePrivate("KAirxhrgPmtRo5yhPIB6Kq35QHV4JLgshwU5ya2E1Hc=")
 	require.NoError(t, err)

@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
@@ -77,8 +78,8 @@ func StartOn(t testing.TB, addr netip.Addr) *World {
 		Network: netx.OS, Tokens: []control.JoinToken{{Value: Token}}, Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: netx.OS, Listen: listen},
 		Relays:       []control.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
-		RelayToken: func(k control.Key, now time.Time) (string, error) {
-			return string(relay.IssueToken(secret, relay.Key(k), now.Add(time.Hour))), nil
+		RelayToken: func(k key.Public, now time.Time) (string, error) {
+			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},
 		Logger: Logger(),
 	})

@@ -72,7 +72,8 @@ func TestTokenIsPrintableAndBounded(t *testing.T) {
 }
 
 // TestTokenWrittenByOldCode: a token the code before key.Public issued
-// (relay.Key [32]byte) is the one issued today, and verifies to its key.
+// (when relay's key type was a bare [32]byte) is the one issued today, and
+// verifies to its key.
 func TestTokenWrittenByOldCode(t *testing.T) {
 	const old = "AdcDS15OkgtTosu6cCJHJ5o6WINu4eqav0rvr9XVN59eAAAAAGs27IAC2NgPzh74y46NAz-8y8v_X-5-_qcv3QQnJodsA5gpyA"
 	pub, err := key.ParsePublic("1wNLXk6SC1Oiy7pwIkcnmjpYg27h6pq/Su+v1dU3n14=")
