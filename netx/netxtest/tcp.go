@@ -193,8 +193,10 @@ func testDialContextEnds(t *testing.T, env Env) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := tt.ctx(t)
+			// start before the context's timer exists, so a pause
+			// between the two cannot make the dial look early.
 			start := time.Now()
+			ctx := tt.ctx(t)
 			c, err := env.Client.Dial(ctx, "tcp", env.Blackhole.String())
 			elapsed := time.Since(start)
 			if err == nil {
