@@ -58,6 +58,32 @@ grep -qx "	$line" "$src" || die "$src has no line '$line': gVisor's constant no 
 
 grep -q '^replace[[:space:]].*gvisor.dev/gvisor' go.mod && die "go.mod already replaces gvisor.dev/gvisor; the overlay would hide it"
 
+# wireguard-go drains each peer's inbound and outbound queue from a
+# finalizer. Finalizers run outside any bubble, and a receive on a channel
+# made in a bubble from outside it is fatal ("receive on synctest channel
+# from outside bubble") as soon as the GC collects a closed peer. The overlay
+# drops those two SetFinalizer calls; the queues' buffers then go to the GC
+# instead of back to wireguard-go's pools (unbounded on Linux), nothing else
+# changes.
+wgdir=$($GO list -m -f '{{.Dir}}' golang.zx2c4.com/wireguard) || die "go list golang.zx2c4.com/wireguard failed"
+[ -n "$wgdir" ] || die "golang.zx2c4.com/wireguard is not downloaded (run: $GO mod download golang.zx2c4.com/wireguard)"
+wgsrc=$wgdir/device/channels.go
+[ -f "$wgsrc" ] || die "$wgsrc is missing: wireguard-go moved its autodraining queues"
+for q in Inbound Outbound; do
+	grep -qx "	runtime.SetFinalizer(q, device.flush${q}Queue)" "$wgsrc" || die "$wgsrc has no line 'runtime.SetFinalizer(q, device.flush${q}Queue)': wireguard-go's queues changed"
+done
+grep -q '^replace[[:space:]].*golang.zx2c4.com/wireguard' go.mod && die "go.mod already replaces golang.zx2c4.com/wireguard; the overlay would hide it"
+
+# nats.go keeps a process-wide sync.Pool of timers (Flush, NextMsg, Request,
+# and Flush inside its reconnect): a timer made in one bubble and taken from
+# the pool in another is fatal ("select on synctest channel from outside
+# bubble"). The overlay stops putting timers back, so each is new.
+nvdir=$($GO list -m -f '{{.Dir}}' github.com/nats-io/nats.go) || die "go list github.com/nats-io/nats.go failed"
+[ -n "$nvdir" ] || die "github.com/nats-io/nats.go is not downloaded"
+nvsrc=$nvdir/timer.go
+grep -qx '	tp.p.Put(t)' "$nvsrc" || die "$nvsrc has no line 'tp.p.Put(t)': nats.go's timer pool changed"
+grep -q '^replace[[:space:]].*github.com/nats-io/nats.go' go.mod && die "go.mod already replaces github.com/nats-io/nats.go; the overlay would hide it"
+
 out=${TMPDIR:-/tmp}/lattice-vtime-$(id -u)/$gvver-$gover
 mkdir -p "$out"
 case "$gvdir$out" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $gvdir, $out" ;; esac
@@ -69,13 +95,23 @@ put() { # put NAME: stdin becomes $out/NAME
 	mv -f "$out/$1.$$" "$out/$1"
 }
 ln -sfn "$gvdir" "$out/gvisor"
+ln -sfn "$wgdir" "$out/wireguard"
+ln -sfn "$nvdir" "$out/nats.go"
 {
 	cat go.mod
-	printf '\n// Added by scripts/vtime-flags.sh: the same gVisor, seen outside GOMODCACHE so -overlay may patch it.\n'
+	printf '\n// Added by scripts/vtime-flags.sh: the same gVisor and wireguard-go, seen outside GOMODCACHE so -overlay may patch them.\n'
 	printf 'replace gvisor.dev/gvisor => %s/gvisor\n' "$out"
+	printf 'replace golang.zx2c4.com/wireguard => %s/wireguard\n' "$out"
+	printf 'replace github.com/nats-io/nats.go => %s/nats.go\n' "$out"
 } | put go.mod
 put go.sum <go.sum
 sed "s/^	$line\$/	WaitReasonSelect      uint8 = $durable \/\/ lattice vtime overlay: waitReasonSynctestSelect/" "$src" | put runtime_constants_go_impl.go
 grep -q "uint8 = $durable // lattice vtime overlay" "$out/runtime_constants_go_impl.go" || die "patching $src failed"
-printf '{"Replace":{"%s":"%s"}}\n' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go" | put overlay.json
+sed 's/^	runtime.SetFinalizer(q, device.flush\(In\|Out\)boundQueue)$/	runtime.KeepAlive(q) \/\/ lattice vtime overlay: no finalizer, it would receive on a bubble'"'"'s channel from outside the bubble/' "$wgsrc" | put channels.go
+[ "$(grep -c 'lattice vtime overlay' "$out/channels.go")" = 2 ] || die "patching $wgsrc failed"
+sed 's/^	tp.p.Put(t)$/	_ = tp \/\/ lattice vtime overlay: no pooling, a timer must not cross a bubble'"'"'s edge/' "$nvsrc" | put timer.go
+grep -q 'lattice vtime overlay' "$out/timer.go" || die "patching $nvsrc failed"
+case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $wgdir" ;; esac
+printf '{"Replace":{"%s":"%s","%s":"%s"}}\n' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go" \
+	"$out/wireguard/device/channels.go" "$out/channels.go" | sed "s|}}\$|,\"$out/nats.go/timer.go\":\"$out/timer.go\"}}|" | put overlay.json
 echo "-modfile=$out/go.mod -overlay=$out/overlay.json"
