@@ -8,7 +8,7 @@ BIN      ?= bin
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 30s
 
-.PHONY: all build test test-community test-pro lint bench fuzz deps runsc lab clean help
+.PHONY: all build test test-community test-pro lint bench fuzz deps runsc lab clean help scenarios
 
 all: build
 
@@ -23,8 +23,12 @@ deps: ## install what the tests need (tshark) when missing
 
 test: deps runsc lint test-community test-pro ## vet, lint and test both editions
 
+# Virtual time (docs/VIRTUAL_TIME.md): with the flags scripts/vtime-flags.sh
+# prints, go test ./scenarios/... runs every scenario that can in a
+# testing/synctest bubble, and TestScenariosRealTime runs five of them on the
+# wall clock as well.
 test-community:
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -race -timeout $(TEST_TIMEOUT) ./...
 	@# The race detector slows the end-to-end mesh tests about tenfold, so
 	@# under it they move less data; here they run again at full size.
 	$(GO) test -count=1 -timeout 15m -run 'TestDirectCutMidTransfer|TestPathMatrix|TestRestartFirstExchange|TestShortDeadAfterStaysDirect' ./node/
@@ -37,7 +41,10 @@ PRO_PKGS = $(shell $(GO) list -tags pro -f '{{.ImportPath}} {{join .Imports " "}
 test-pro:
 	$(GO) build -tags pro ./...
 	$(GO) vet -tags pro ./...
-	$(GO) test -race -tags pro -timeout $(TEST_TIMEOUT) $(PRO_PKGS)
+	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -race -tags pro -timeout $(TEST_TIMEOUT) $(PRO_PKGS)
+
+scenarios: ## run every scenario file, in virtual time where it can (the rest, and five more, on the wall clock)
+	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -count=1 -tags '$(TAGS)' -timeout $(TEST_TIMEOUT) ./scenarios/...
 
 # runsc for gvisor mode, built from the gVisor version go.mod pins, statically:
 # a dynamically linked runsc fails inside its own chroot.

@@ -26,12 +26,13 @@ type runOptions struct {
 	captureDir string
 	reportDir  string
 	stateDir   string
+	clock      string
 	verbose    bool
 	out        io.Writer
 }
 
 func newRunCmd() *cobra.Command {
-	opts := runOptions{interval: 2 * time.Second}
+	opts := runOptions{interval: 2 * time.Second, clock: runner.ClockAuto}
 	cmd := &cobra.Command{
 		Use:   "run [FILE] [--scenario SCENARIO]",
 		Short: "Bring a topology up and run a scenario on it, or watch its reachability",
@@ -59,6 +60,14 @@ cleanly: nodes, services and the fabric are closed, capture files completed.
 --report DIR writes result.json, junit.xml (for CI) and report.html (the NAT
 pair matrix, the path-switch timeline with reasons, links to captures).
 
+--clock: lattice-lab runs every scenario on the wall clock. Virtual time (a
+testing/synctest bubble, where timers cost no wall time and runs repeat)
+needs a *testing.T, which Go gives only to tests, so it is go test's:
+  go test $(scripts/vtime-flags.sh) ./scenarios/ -run 'TestScenarios/NAME$'
+or make scenarios. --clock virtual is therefore an error here; auto (the
+default) and real run on the wall clock, and auto says so when the scenario
+could have run virtually.
+
 Exit status: 0 when the scenario passed (or the mesh is complete with
 --once), 1 when it failed or cannot run here (a Pro scenario in the
 community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
@@ -81,6 +90,11 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.interval <= 0 {
 				return cli.Usagef("--interval %v: must be positive", opts.interval)
+			}
+			switch opts.clock {
+			case runner.ClockAuto, "real", "virtual":
+			default:
+				return cli.Usagef("--clock %q: want auto, real or virtual", opts.clock)
 			}
 			if opts.duration < 0 {
 				return cli.Usagef("--duration %v: must not be negative", opts.duration)
@@ -111,6 +125,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 	fl.StringVar(&opts.captureDir, "capture", "", "write one pcapng capture per network that carried traffic to `DIR`/NETWORK.pcapng")
 	fl.StringVar(&opts.reportDir, "report", "", "write result.json, junit.xml and report.html to `DIR` (captures outside DIR are copied to DIR/captures, so the report can be moved)")
 	fl.StringVar(&opts.stateDir, "state", "", "keep node identities and control's registry in `DIR` (default: a temporary directory)")
+	fl.StringVar(&opts.clock, "clock", opts.clock, "the clock to run the scenario on: auto or real (the wall clock); virtual is go test's only, see above")
 	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs of every component on stderr")
 	return cmd
 }
@@ -133,6 +148,13 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 	fmt.Fprintf(out, "lattice-lab run: scenario %s on topology %s (%s)\n", sc.Name, f.Plan.Name, summary(f.Plan))
 	if sc.Description != "" {
 		fmt.Fprint(out, indentText(sc.Description, "  "))
+	}
+	choice, err := runner.ResolveClock(sc, opts.clock, false, noBubble)
+	if err != nil {
+		return err
+	}
+	if choice.Note != "" {
+		fmt.Fprintf(out, "  clock: real, not virtual: %s\n", choice.Note)
 	}
 	res := runner.RunScenario(ctx, sc, runner.Options{StateDir: opts.stateDir, CaptureDir: opts.captureDir,
 		Progress: say, Logger: log})
@@ -159,6 +181,10 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 	}
 	return cli.ExitCode{Code: cli.ExitFailure}
 }
+
+// noBubble says why lattice-lab cannot run a scenario in virtual time.
+const noBubble = "lattice-lab runs on the wall clock (a testing/synctest bubble needs a *testing.T); " +
+	"for virtual time: go test $(scripts/vtime-flags.sh) ./scenarios/ -run 'TestScenarios/NAME$', or make scenarios"
 
 // watch brings a topology up and prints its reachability table.
 func watch(ctx context.Context, f *labfile.File, log *slog.Logger, opts runOptions) error {

@@ -89,3 +89,15 @@ func TestRunScenarioOn(t *testing.T) {
 		})
 	}
 }
+
+// TestRunClock: lattice-lab cannot run a bubble, so --clock virtual is an
+// error saying where virtual time is, and a bad --clock is a usage error.
+func TestRunClock(t *testing.T) {
+	code, _, stderr := run(t, "run", "--clock", "virtual")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "lattice-lab: scenario quickstart: virtual time: lattice-lab runs on the wall clock (a testing/synctest bubble needs a *testing.T); "+
+		"for virtual time: go test $(scripts/vtime-flags.sh) ./scenarios/ -run 'TestScenarios/NAME$', or make scenarios\n", stderr)
+	code, _, stderr = run(t, "run", "--clock", "fast")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `--clock "fast": want auto, real or virtual`)
+}
