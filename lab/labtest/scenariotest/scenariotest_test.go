@@ -33,3 +33,16 @@ func TestQuickstartVirtual(t *testing.T) {
 	t.Logf("quickstart: %v of network time in %v of wall time: x_realtime %.1f", res.Duration, res.Wall, res.XRealtime())
 	assert.Greater(t, res.XRealtime(), 2.0)
 }
+
+// TestClockBadInput: virtual time asked for a scenario with a kernel host
+// is an error naming the host; auto runs it on the wall clock.
+func TestClockBadInput(t *testing.T) {
+	f, err := scenario.Load("../../../scenarios/netns-host.yaml")
+	require.NoError(t, err)
+	_, err = Clock(f, "virtual")
+	require.Error(t, err)
+	assert.Equal(t, "scenario netns-host: virtual time cannot run it: host box is a kernel host (kind netns: the kernel's TCP/IP behind a TUN device)", err.Error())
+	c, err := Clock(f, "auto")
+	require.NoError(t, err)
+	assert.Equal(t, report.ClockReal, c.Clock)
+}
