@@ -31,7 +31,9 @@ func TestQuickstartVirtual(t *testing.T) {
 	require.Equal(t, report.Passed, res.Status, res.Error)
 	assert.Equal(t, report.ClockVirtual, res.Clock)
 	t.Logf("quickstart: %v of network time in %v of wall time: x_realtime %.1f", res.Duration, res.Wall, res.XRealtime())
-	assert.Greater(t, res.XRealtime(), 2.0)
+	if !race {
+		assert.Greater(t, res.XRealtime(), 2.0, "network time over wall time")
+	}
 }
 
 // TestClockBadInput: virtual time asked for a scenario with a kernel host

@@ -1,0 +1,5 @@
+//go:build !race
+
+package scenariotest
+
+const race = false
