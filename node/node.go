@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -336,7 +335,7 @@ func (n *Node) addPeer(info control.Peer) {
 	if !first {
 		keepalive = 0
 	}
-	pub := hex.EncodeToString(info.PublicKey[:])
+	pub := info.PublicKey.Hex()
 	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=%d\n",
 		pub, EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32), keepalive)
 	if err := n.dev.IpcSet(cfg); err != nil {
@@ -396,7 +395,7 @@ func (n *Node) removePeer(info control.Peer) {
 		return
 	}
 	p.close()
-	_ = n.dev.IpcSet("public_key=" + hex.EncodeToString(info.PublicKey[:]) + "\nremove=true\n")
+	_ = n.dev.IpcSet("public_key=" + info.PublicKey.Hex() + "\nremove=true\n")
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)
 }

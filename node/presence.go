@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/hex"
 	"time"
 
 	"github.com/latticelab/lattice/control"
@@ -64,18 +63,24 @@ func (n *Node) peerOffline(info control.Peer) {
 	n.offline[info.NodeID] = off
 	n.tun.setOffline(info.Address.Addr(), true)
 	n.mu.Unlock()
+	// off is published: Status reads it under n.mu, so what the stopped
+	// peer leaves behind is gathered first and written under n.mu.
 	var hist []PathEvent
+	var txDirect, txRelay, rxDirect, rxRelay uint64
 	if p != nil {
 		p.close()
 		p.mu.Lock()
 		hist = append(hist, p.history...)
 		p.mu.Unlock()
-		off.txDirect, off.txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
-		off.rxDirect, off.rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
-		_ = n.dev.IpcSet("public_key=" + hex.EncodeToString(p.info.PublicKey[:]) + "\nremove=true\n")
+		txDirect, txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
+		rxDirect, rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
+		_ = n.dev.IpcSet("public_key=" + p.info.PublicKey.Hex() + "\nremove=true\n")
 		n.bind.RemovePeer(p.info.PublicKey)
 	}
 	n.mu.Lock()
+	if p != nil {
+		off.txDirect, off.txRelay, off.rxDirect, off.rxRelay = txDirect, txRelay, rxDirect, rxRelay
+	}
 	off.history = append(off.history, hist...)
 	off.history = append(off.history, PathEvent{Time: time.Now(), To: PathOffline, Reason: "control: the peer is not running"})
 	if len(off.history) > maxHistory {
