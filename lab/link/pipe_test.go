@@ -2,7 +2,6 @@ package link
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"slices"
 	"sync"
@@ -125,52 +124,6 @@ func late(seqs []uint32) int {
 	return n
 }
 
-func TestReorder(t *testing.T) {
-	const n = 5000
-	p, s := newTestPipe(t, Impairments{Reorder: 0.1, ReorderDelay: 10 * time.Millisecond}, 3)
-	for i := range n {
-		p.Send(packet(uint32(i), 64))
-	}
-	// A held-back packet is overtaken only by packets sent within
-	// ReorderDelay of it: keep traffic flowing past the last one.
-	trailer := n
-	for start := time.Now(); time.Since(start) < 15*time.Millisecond; trailer++ {
-		p.Send(packet(uint32(trailer), 64))
-		time.Sleep(100 * time.Microsecond)
-	}
-	waitDelivered(t, s, trailer, 5*time.Second)
-
-	st := p.Stats()
-	assert.InDelta(t, 0.1, float64(st.Reordered)/float64(trailer), 0.02, "reorder rate")
-	var first []uint32
-	for _, seq := range s.seqs() {
-		if seq < n {
-			first = append(first, seq)
-		}
-	}
-	assert.Equal(t, int(st.Reordered), late(s.seqs()), "every held-back packet overtaken, no other")
-	assert.Len(t, first, n)
-	assert.False(t, s.concurrent.Load(), "Deliver called concurrently")
-	checkAccounting(t, st)
-}
-
-func TestReorderDefaultDelay(t *testing.T) {
-	p, s := newTestPipe(t, Impairments{Reorder: 1}, 1)
-	// The median of several packets, each sent once the one before has
-	// arrived: one late timer wake-up on a loaded machine is not the pipe.
-	const n = 9
-	held := make([]time.Duration, 0, n)
-	for i := range n {
-		start := time.Now()
-		p.Send(packet(uint32(i), 64))
-		waitDelivered(t, s, i+1, time.Second)
-		held = append(held, s.deliveries()[i].at.Sub(start))
-	}
-	slices.Sort(held)
-	got := held[n/2]
-	assert.InDelta(t, float64(time.Millisecond), float64(got), float64(time.Millisecond), "default ReorderDelay, median %v of %v", got, held)
-}
-
 // measureDelays sends n packets paced by gap and returns each packet's
 // send-to-deliver delay in send order, after checking they arrived in order.
 func measureDelays(t *testing.T, p *Pipe, s *sink, n int, gap time.Duration) []time.Duration {
@@ -191,6 +144,11 @@ func measureDelays(t *testing.T, p *Pipe, s *sink, n int, gap time.Duration) []t
 	return delays
 }
 
+// TestLatency is the one delay test left on the wall clock, because what it
+// checks exists only there: the scheduler arms its timer early by the
+// lateness it learns from Go's timers, so the median delivery lands on
+// Latency rather than up to a millisecond after it. Exact delays are
+// checked in virtual time (TestLatencyExact).
 func TestLatency(t *testing.T) {
 	const target = 20 * time.Millisecond
 	p, s := newTestPipe(t, Impairments{Latency: target}, 1)
@@ -206,22 +164,6 @@ func TestLatency(t *testing.T) {
 	assert.Less(t, p90, target+10*time.Millisecond, "p90 %v", p90)
 }
 
-func TestJitter(t *testing.T) {
-	const latency, jitter = 10 * time.Millisecond, 5 * time.Millisecond
-	p, s := newTestPipe(t, Impairments{Latency: latency, Jitter: jitter}, 1)
-	delays := measureDelays(t, p, s, 300, 500*time.Microsecond) // checks order
-	lo, hi := percentile(delays, 0), percentile(delays, 1)
-	t.Logf("latency %v ± %v: min %v median %v max %v", latency, jitter, lo, percentile(delays, 0.5), hi)
-	// Early delivery cannot come from load, so its bound is tight; late
-	// delivery can (see TestLatency), so the tail's bound is loose. (The
-	// median sits above Latency: keeping order holds packets back behind
-	// earlier ones that drew a longer delay.)
-	assert.GreaterOrEqual(t, lo, latency-jitter-time.Millisecond, "delay below Latency-Jitter")
-	assert.LessOrEqual(t, percentile(delays, 0.9), latency+jitter+5*time.Millisecond, "delay far above Latency+Jitter")
-	assert.Greater(t, hi-lo, jitter, "jitter did not spread delays")
-	assert.Zero(t, p.Stats().Reordered)
-}
-
 func TestJitterNeverBelowZero(t *testing.T) {
 	p, s := newTestPipe(t, Impairments{Jitter: 2 * time.Millisecond}, 9)
 	const n = 200
@@ -230,81 +172,6 @@ func TestJitterNeverBelowZero(t *testing.T) {
 	}
 	waitDelivered(t, s, n, 2*time.Second)
 	assert.True(t, slices.IsSorted(s.seqs()), "jitter reordered")
-}
-
-func TestBandwidth(t *testing.T) {
-	const rate, size = 50 * Mbit, 1400
-	// Recycle buffers through Deliver and Release, as the fabric does, so
-	// the sender is not slowed down by the garbage collector.
-	s := &sink{}
-	free := make(chan []byte, 4096)
-	recycle := func(pkt []byte) {
-		select {
-		case free <- pkt:
-		default:
-		}
-	}
-	p, err := New(Config{
-		Impairments: Impairments{Rate: rate},
-		Deliver:     func(pkt []byte) { s.deliver(pkt); recycle(pkt) },
-		Release:     func(pkt []byte) { s.release(pkt); recycle(pkt) },
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = p.Close() })
-	queue := newShape(p.Impairments()).queueBytes
-
-	var maxBacklog, maxPending float64 // bytes
-	sent := 0
-	for start := time.Now(); time.Since(start) < time.Second; sent++ {
-		var pkt []byte
-		select {
-		case pkt = <-free:
-		default:
-			pkt = make([]byte, size)
-		}
-		binary.BigEndian.PutUint32(pkt, uint32(sent))
-		p.Send(pkt)
-		if sent%64 == 0 {
-			p.mu.Lock()
-			backlog := float64(p.q.linkFree-p.nanotime()) * float64(rate) / 8e9
-			maxBacklog = max(maxBacklog, backlog)
-			maxPending = max(maxPending, float64(p.q.bytes))
-			p.mu.Unlock()
-		}
-	}
-	st := p.Stats()
-	waitDelivered(t, s, int(st.Sent-st.DroppedQueue), 2*time.Second)
-
-	got := s.deliveries()
-	span := got[len(got)-1].at.Sub(got[0].at)
-	bps := float64((len(got)-1)*size*8) / span.Seconds()
-	t.Logf("sent %d, delivered %d over %v: %.2f Mbit/s; backlog peak %.0f, pending peak %.0f, queue %d bytes",
-		sent, len(got), span, bps/1e6, maxBacklog, maxPending, queue)
-	assert.InEpsilon(t, float64(rate), bps, 0.10, "throughput %.2f Mbit/s", bps/1e6)
-	assert.Greater(t, p.Stats().DroppedQueue, uint64(0), "no tail drops")
-	assert.LessOrEqual(t, maxBacklog, float64(queue+size), "limiter backlog exceeded QueueBytes")
-	// Besides the backlog, the pipe holds serialized packets the scheduler
-	// has yet to wake up for: bounded by how late it runs on a busy
-	// machine, nowhere near the hundreds of megabytes offered.
-	assert.Less(t, maxPending, float64(queue)+float64(rate)/8, "pending bytes unbounded")
-	assert.True(t, slices.IsSorted(s.seqs()), "rate limiter reordered")
-	checkAccounting(t, p.Stats())
-}
-
-func TestQueueTailDrop(t *testing.T) {
-	// 1000-byte packets take 8ms each at 1 Mbit/s, so a burst fills a
-	// 10000-byte queue: the first packet enters an empty queue, nine more
-	// fit behind it, the rest are dropped.
-	p, s := newTestPipe(t, Impairments{Rate: Mbit, QueueBytes: 10000}, 1)
-	for i := range 100 {
-		p.Send(packet(uint32(i), 1000))
-	}
-	st := p.Stats()
-	assert.Equal(t, uint64(90), st.DroppedQueue)
-	assert.Equal(t, int64(90), s.released.Load())
-	waitDelivered(t, s, 10, 2*time.Second)
-	assert.Equal(t, []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, s.seqs())
-	checkAccounting(t, p.Stats())
 }
 
 func TestMTU(t *testing.T) {
@@ -341,47 +208,6 @@ func TestDown(t *testing.T) {
 	require.NoError(t, p.Set(Impairments{}))
 	p.Send(packet(10, 64))
 	assert.Equal(t, []uint32{10}, s.seqs())
-	checkAccounting(t, p.Stats())
-}
-
-func TestSetWhileFlowing(t *testing.T) {
-	const n = 300
-	p, s := newTestPipe(t, Impairments{}, 1)
-	sent := make([]time.Time, n)
-	for i := range n {
-		switch i {
-		case 100:
-			require.NoError(t, p.Set(Impairments{Latency: 30 * time.Millisecond}))
-		case 200:
-			require.NoError(t, p.Set(Impairments{}))
-		}
-		sent[i] = time.Now()
-		p.Send(packet(uint32(i), 100))
-		time.Sleep(100 * time.Microsecond)
-	}
-	waitDelivered(t, s, n, 2*time.Second)
-	got := s.deliveries()
-	require.Len(t, got, n)
-	for i, d := range got {
-		require.Equal(t, uint32(i), d.seq, "delivery %d out of order", i)
-	}
-	// Medians, not single packets: on a loaded CI machine one delivery can
-	// be a few milliseconds late without the pipe being wrong.
-	delay := func(from, to int) time.Duration {
-		ds := make([]time.Duration, 0, to-from)
-		for i := from; i < to; i++ {
-			ds = append(ds, got[i].at.Sub(sent[i]))
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
-	assert.Less(t, delay(0, 100), time.Millisecond, "before the change")
-	assert.InDelta(t, float64(30*time.Millisecond), float64(delay(110, 190)), float64(time.Millisecond), "during the change")
-
-	// Once drained, the direct path is back: delivery happens inside Send.
-	p.Send(packet(n, 100))
-	assert.Equal(t, n+1, s.count())
-	assert.Equal(t, Impairments{}, p.Impairments())
 	checkAccounting(t, p.Stats())
 }
 
