@@ -46,6 +46,8 @@ func TestDescribe(t *testing.T) {
   - discover_nat: {node: bob}
   - socks5_fetch: {node: agent, url: "http://bob/"}
   - egress: {node: agent, to: "bob:80", expect: allowed}
+  - repeat: {times: 3, steps: [{sleep: 1s}]}
+  - steady: {goroutines: 5, heap: 1MiB, steps: [{sleep: 1s}, {sleep: 2s}]}
 `), Options{})
 	require.NoError(t, err)
 	want := [][2]string{
@@ -74,6 +76,8 @@ func TestDescribe(t *testing.T) {
 		{"discover_nat", "discover bob's NAT (RFC 5780)"},
 		{"socks5_fetch", "agent fetches http://bob/ through its SOCKS5 proxy"},
 		{"egress", "agent connects to bob:80 (want allowed)"},
+		{"repeat", "repeat 3 × 1 step"},
+		{"steady", "steady over 2 steps (goroutines +5, heap +1.0MiB)"},
 	}
 	require.Len(t, f.Steps, len(want))
 	for i, w := range want {

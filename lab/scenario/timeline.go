@@ -14,6 +14,9 @@ type TimelineEnv interface {
 	// Join waits for the background step with this id and returns its
 	// detail, or an error naming it if it failed.
 	Join(ctx context.Context, id string) (string, error)
+	// Resources samples the lab's goroutines and the heap in use, after
+	// a garbage collection (steady).
+	Resources() Resources
 }
 
 // Sleep waits (sleep: 2s).

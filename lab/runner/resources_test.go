@@ -1,0 +1,46 @@
+package runner
+
+import (
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestResourcesCountsTheBubble: in a bubble, Resources counts that
+// bubble's goroutines, not the process's (the test framework, other
+// bubbles).
+func TestResourcesCountsTheBubble(t *testing.T) {
+	outside := make(chan struct{})
+	defer close(outside)
+	for range 50 {
+		go func() { <-outside }() // not in the bubble: must not count
+	}
+	synctest.Test(t, func(t *testing.T) {
+		base := (&Lab{}).Resources().Goroutines
+		assert.Less(t, base, 10, "only the bubble's own goroutines, not the 50 outside")
+		stop := make(chan struct{})
+		for range 5 {
+			go func() { <-stop }()
+		}
+		synctest.Wait()
+		r := (&Lab{}).Resources()
+		assert.Equal(t, "bubble", r.Scope)
+		assert.Equal(t, base+5, r.Goroutines, "the five started in the bubble")
+		assert.Positive(t, r.HeapInuse)
+		close(stop)
+	})
+	r := (&Lab{}).Resources()
+	assert.Equal(t, "process", r.Scope)
+	assert.GreaterOrEqual(t, r.Goroutines, 51)
+}
+
+func TestBubbleGoroutines(t *testing.T) {
+	dump := []byte("goroutine 1 [running, synctest bubble 1]:\nmain.f()\n\n" +
+		"goroutine 2 [select (durable), 2 minutes, synctest bubble 12]:\nmain.g()\n\n" +
+		"goroutine 3 [chan receive, synctest bubble 1]:\nmain.h()\n\n" +
+		"goroutine 4 [IO wait]:\nmain.i()\n")
+	assert.Equal(t, 2, bubbleGoroutines(dump, 1))
+	assert.Equal(t, 1, bubbleGoroutines(dump, 12))
+	assert.Equal(t, 0, bubbleGoroutines(dump, 2))
+}
