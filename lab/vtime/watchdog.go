@@ -16,8 +16,16 @@ type WatchdogConfig struct {
 	// Name says whose bubble it is in the error (a test's name).
 	Name string
 	// Timeout is how much wall time may pass without the bubble's clock
-	// moving before it counts as stopped. If zero, 60s.
+	// moving, with every goroutine of the bubble that is not durably
+	// blocked waiting (none runnable), before it counts as stopped. If
+	// zero, 60s.
 	Timeout time.Duration
+	// BusyTimeout is how much wall time may pass without the bubble's
+	// clock moving while some of its goroutines are runnable or running:
+	// a loaded machine (the race detector, other tests) can take minutes
+	// over one instant's work, so this is only for a goroutine that spins
+	// at one instant and so never lets time move. If zero, 10m.
+	BusyTimeout time.Duration
 	// Beat is how often, in the bubble's time, the watchdog's goroutine in
 	// the bubble notes the time. If zero, 1s.
 	Beat time.Duration
@@ -62,6 +70,10 @@ func Watch(cfg WatchdogConfig) *Watchdog {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
 	}
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = 10 * time.Minute
+	}
+	cfg.BusyTimeout = max(cfg.BusyTimeout, cfg.Timeout)
 	if cfg.Beat <= 0 {
 		cfg.Beat = time.Second
 	}
@@ -90,10 +102,17 @@ func (w *Watchdog) watch() {
 				last, since = b, now
 				continue
 			}
-			if now.Sub(since) < w.cfg.Timeout {
+			idle := now.Sub(since)
+			if idle < w.cfg.Timeout {
 				continue
 			}
-			err := w.stopped(now.Sub(since))
+			stuck := Stuck(allStacks(), int(w.bubble.Load()))
+			if len(stuck) == 0 || busy(stuck) && idle < w.cfg.BusyTimeout {
+				// Nothing waits outside (the bubble is between two
+				// states, or finishing), or it works, just slowly.
+				continue
+			}
+			err := w.stopped(idle, stuck)
 			w.mu.Lock()
 			w.err = err
 			w.mu.Unlock()
@@ -152,16 +171,18 @@ func (w *Watchdog) Stop() error {
 
 // stopped describes the bubble's goroutines that keep its clock from
 // moving.
-func (w *Watchdog) stopped(idle time.Duration) error {
+func (w *Watchdog) stopped(idle time.Duration, stuck []Goroutine) error {
 	id := int(w.bubble.Load())
 	at := time.Unix(0, w.at.Load()).UTC()
-	stuck := Stuck(allStacks(), id)
 	var b strings.Builder
 	fmt.Fprintf(&b, "virtual time stopped")
 	if w.cfg.Name != "" {
 		fmt.Fprintf(&b, " in %s", w.cfg.Name)
 	}
 	fmt.Fprintf(&b, ": the bubble's clock stayed at %s for %v of wall time; ", at.Format("2006-01-02 15:04:05.000"), idle.Round(time.Millisecond))
+	if busy(stuck) {
+		fmt.Fprintf(&b, "goroutines kept running all that time at one instant (one spinning without letting time move?); ")
+	}
 	switch len(stuck) {
 	case 0:
 		fmt.Fprintf(&b, "no goroutine of bubble %d waits outside it (a goroutine computing for that long?)", id)
@@ -181,6 +202,18 @@ func (w *Watchdog) stopped(idle time.Duration) error {
 		b.Write(g.Stack)
 	}
 	return fmt.Errorf("%s", b.String())
+}
+
+// busy reports whether some goroutine of the bubble is runnable or
+// running: the bubble has work, so a clock standing still may only mean
+// the machine is slow.
+func busy(gs []Goroutine) bool {
+	for _, g := range gs {
+		if g.State == "runnable" || g.State == "running" {
+			return true
+		}
+	}
+	return false
 }
 
 // Goroutine is one goroutine of a bubble that is not durably blocked.

@@ -2,6 +2,7 @@ package vtime
 
 import (
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -85,4 +86,49 @@ func TestStuck(t *testing.T) {
 		got = append(got, [2]string{g.State, g.Where})
 	}
 	assert.Equal(t, [][2]string{{"IO wait", "net.(*UDPConn).Read in example.com/x.read"}, {"select", "example.com/x.wait"}}, got)
+}
+
+// spinFor keeps a bubble goroutine runnable at one instant until release
+// is set from outside: work that takes wall time but no bubble time.
+func spinFor(release *atomic.Bool) {
+	for !release.Load() {
+		runtime.Gosched()
+	}
+}
+
+// TestWatchdogPatientWhileBusy: a bubble whose goroutines keep working at
+// one instant (a loaded machine, the race detector) is slow, not stopped:
+// the watchdog waits for BusyTimeout, not Timeout, and then names the
+// spinning goroutine.
+func TestWatchdogPatientWhileBusy(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		busy    time.Duration
+		wantErr string
+	}{
+		{name: "slow", busy: 10 * time.Second},
+		{name: "spinning", busy: 400 * time.Millisecond, wantErr: "goroutines kept running all that time at one instant"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var release atomic.Bool
+			got := make(chan error, 1)
+			dog := Watch(WatchdogConfig{Name: t.Name(), Timeout: 100 * time.Millisecond, BusyTimeout: tt.busy,
+				OnStop: func(err error) { got <- err; release.Store(true) }})
+			timer := time.AfterFunc(time.Second, func() { release.Store(true) })
+			defer timer.Stop()
+			synctest.Test(t, func(t *testing.T) {
+				stop := dog.Pulse()
+				defer stop()
+				spinFor(&release)
+			})
+			err := dog.Stop()
+			if tt.wantErr == "" {
+				require.NoError(t, err, "a bubble busy for 1 s of wall time is not stopped")
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+			assert.Contains(t, err.Error(), "vtime.spinFor")
+		})
+	}
 }
