@@ -1,6 +1,9 @@
 package fabric
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -11,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/lab/clock"
 	"github.com/latticelab/lattice/lab/pcapng"
 	"github.com/latticelab/lattice/lab/pcapng/pcapngtest"
 )
@@ -137,4 +141,50 @@ func TestSegmentCaptureNoteLostFrame(t *testing.T) {
 	assert.Equal(t, "nat: delivered", n.notes.take(delivered))
 	assert.Empty(t, n.notes.take(delivered), "a note is taken once")
 	assert.Zero(t, n.notes.n.Load())
+}
+
+// TestCaptureTimesFromLabClock: packet timestamps are the fabric clock's,
+// never the host's, so a capture made on a virtual or advanced clock lines
+// up with the lab's NAT timers and repeats run after run.
+func TestCaptureTimesFromLabClock(t *testing.T) {
+	start := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	clk := clock.NewManual(start)
+	w := newWorld(t, Config{Clock: clk})
+	s := w.addSite(t, profile(t, "port-restricted-cone"), 1)
+	var buf bytes.Buffer
+	pw, err := pcapng.NewWriter(&buf, pcapng.Options{})
+	require.NoError(t, err)
+	internet := w.f.Network("internet")
+	require.NoError(t, internet.Capture(pw))
+
+	ctx := ctxT(t, 5*time.Second)
+	spc, err := w.server.ListenPacket(ctx, "udp4", "203.0.113.100:3478")
+	require.NoError(t, err)
+	defer spc.Close()
+	go udpEcho(spc)
+	c, err := s.hosts[0].ListenPacket(ctx, "udp4", ":4000")
+	require.NoError(t, err)
+	defer c.Close()
+	dst := netip.MustParseAddrPort("203.0.113.100:3478")
+	_, _, err = roundTrip(c, dst, "before", time.Second)
+	require.NoError(t, err)
+	clk.Advance(90 * time.Minute)
+	_, _, err = roundTrip(c, dst, "after", time.Second)
+	require.NoError(t, err)
+	internet.StopCapture()
+	require.NoError(t, pw.Close())
+
+	r, err := pcapng.NewReader(&buf)
+	require.NoError(t, err)
+	var got []time.Time
+	for {
+		p, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, p.Time.UTC())
+	}
+	later := start.Add(90 * time.Minute)
+	assert.Equal(t, []time.Time{start, start, later, later}, got, "request and echo, before and after the clock moved")
 }
