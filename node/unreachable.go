@@ -8,6 +8,8 @@ import (
 
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // unreachableTUN sits between the overlay interface and WireGuard and
@@ -138,25 +140,10 @@ func hostUnreachable(pkt []byte) []byte {
 	ip[9] = 1  // ICMP
 	copy(ip[12:16], pkt[16:20])
 	copy(ip[16:20], pkt[12:16])
-	binary.BigEndian.PutUint16(ip[10:12], checksum(ip))
+	binary.BigEndian.PutUint16(ip[10:12], inet.Checksum(ip))
 	icmp := b[off+20:]
 	icmp[0], icmp[1] = 3, 1 // destination unreachable: host
 	copy(icmp[8:], quote)
-	binary.BigEndian.PutUint16(icmp[2:4], checksum(icmp))
+	binary.BigEndian.PutUint16(icmp[2:4], inet.Checksum(icmp))
 	return b
-}
-
-// checksum is the Internet checksum (RFC 1071).
-func checksum(b []byte) uint16 {
-	var sum uint32
-	for ; len(b) >= 2; b = b[2:] {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }

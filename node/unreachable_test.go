@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/latticelab/lattice/internal/inet"
 )
 
 // fakeTUN hands out queued packets on Read and records Writes.
@@ -58,7 +60,7 @@ func ipv4(src, dst string, proto byte, fragOff uint16, payload []byte) []byte {
 	s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
 	copy(p[12:16], s[:])
 	copy(p[16:20], d[:])
-	binary.BigEndian.PutUint16(p[10:12], checksum(p[:20]))
+	binary.BigEndian.PutUint16(p[10:12], inet.Checksum(p[:20]))
 	copy(p[20:], payload)
 	return p
 }
@@ -109,13 +111,13 @@ func TestUnreachableTUN(t *testing.T) {
 			require.Eventually(t, func() bool { return len(f.writes()) == 1 }, time.Second, time.Millisecond)
 			r := f.writes()[0]
 			require.Len(t, r, 20+8+28)
-			assert.Zero(t, checksum(r[:20]), "IPv4 header checksum")
+			assert.Zero(t, inet.Checksum(r[:20]), "IPv4 header checksum")
 			assert.Equal(t, uint16(len(r)), binary.BigEndian.Uint16(r[2:4]))
 			assert.Equal(t, byte(1), r[9], "ICMP")
 			assert.Equal(t, netip.MustParseAddr(gone).AsSlice(), r[12:16], "from the offline peer's address")
 			assert.Equal(t, netip.MustParseAddr(self).AsSlice(), r[16:20])
 			assert.Equal(t, []byte{3, 1}, r[20:22], "destination unreachable: host")
-			assert.Zero(t, checksum(r[20:]), "ICMP checksum")
+			assert.Zero(t, inet.Checksum(r[20:]), "ICMP checksum")
 			assert.Equal(t, tt.pkt[:28], r[28:], "quotes the header and 64 bits of data")
 		})
 	}

@@ -34,3 +34,9 @@ func SetIPv4Checksum(h header.IPv4) {
 	h.SetChecksum(0)
 	h.SetChecksum(^h.CalculateChecksum())
 }
+
+// Checksum is the Internet checksum (RFC 1071) of b: the value to store in
+// a header whose checksum field in b is zero.
+func Checksum(b []byte) uint16 {
+	return ^checksum.Checksum(b, 0)
+}

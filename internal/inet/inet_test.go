@@ -137,3 +137,16 @@ func TestSetIPv4Checksum(t *testing.T) {
 	assert.True(t, ip.IsChecksumValid())
 	assert.Zero(t, sum(b[:ip.HeaderLength()]))
 }
+
+// TestChecksum: RFC 1071's example bytes, and a header holding its own
+// checksum sums to zero.
+func TestChecksum(t *testing.T) {
+	b := []byte{0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7} // RFC 1071 section 3
+	assert.Equal(t, ^uint16(0xddf2), Checksum(b))
+	odd := []byte{0x45, 0x00, 0x01}
+	assert.Equal(t, ^uint16(0x4500+0x0100), Checksum(odd), "an odd byte is padded with zero")
+	h := []byte{0x45, 0, 0, 28, 0, 0, 0, 0, 64, 1, 0, 0, 203, 0, 113, 1, 192, 168, 1, 2}
+	c := Checksum(h)
+	h[10], h[11] = byte(c>>8), byte(c)
+	assert.Zero(t, Checksum(h))
+}
