@@ -46,6 +46,11 @@ test-pro:
 scenarios: ## run every scenario file, in virtual time where it can (the rest, and five more, on the wall clock)
 	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -count=1 -tags '$(TAGS)' -timeout $(TEST_TIMEOUT) ./scenarios/...
 
+.PHONY: soak
+
+soak: ## run scenarios/soak/ (20 nodes with churn; the 1-hour soak) in virtual time, one at a time, without -race
+	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -count=1 -tags '$(TAGS)' -timeout 30m -run '^TestSoak$$' -v ./scenarios/ -args -soak
+
 # runsc for gvisor mode, built from the gVisor version go.mod pins, statically:
 # a dynamically linked runsc fails inside its own chroot.
 GVISOR_VERSION = $(shell $(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
