@@ -194,3 +194,24 @@ func (l *Lab) ExpectedNAT(name string) (m, f nat.Behavior, natted bool) {
 	}
 	return m, f, len(pn.NATs) > 0
 }
+
+// NATMappings lists the live mappings of a node's address in the NAT of
+// its own network (the first of its NATs), by the NAT clock.
+func (l *Lab) NATMappings(name string) (string, time.Time, []nat.MappingInfo, error) {
+	pn := l.plan.Node(name)
+	if pn == nil {
+		return "", time.Time{}, nil, fmt.Errorf("no node %q", name)
+	}
+	if len(pn.NATs) == 0 {
+		return "", time.Time{}, nil, fmt.Errorf("node %s has no NAT in front of it", name)
+	}
+	router := pn.NATs[0]
+	now := l.clock.Now()
+	var out []nat.MappingInfo
+	for _, m := range l.f.Router(router).NAT().Mappings(now) {
+		if m.Inside.Addr() == pn.Addr {
+			out = append(out, m)
+		}
+	}
+	return router, now, out, nil
+}

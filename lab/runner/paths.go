@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,8 @@ import (
 type nodeSnapshot struct {
 	status  []node.PeerStatus
 	started time.Time
+	id      string     // its node ID at control
+	addr    netip.Addr // its overlay address
 }
 
 // snapshot keeps a node's peer statuses before it stops, for the report.
@@ -27,6 +30,7 @@ func (l *Lab) snapshot(rn runningNode) {
 	prev := l.snap[name]
 	prev.status = mergeHistory(prev.status, st)
 	prev.started = l.started[name]
+	prev.id, prev.addr = rn.nodeID(), rn.addr()
 	l.snap[name] = prev
 }
 
@@ -319,4 +323,48 @@ func (l *Lab) WaitSettled(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// WaitPresence implements scenario.PathEnv: it waits until from shows peer
+// online (control says it runs) or offline.
+func (l *Lab) WaitPresence(ctx context.Context, from, peer string, online bool) (node.PeerStatus, error) {
+	want := presence(online)
+	var last node.PeerStatus
+	known := false
+	for {
+		st, ok, err := l.peerStatus(from, peer)
+		if err != nil {
+			return last, err
+		}
+		if ok {
+			last, known = st, true
+			if st.Online == online {
+				return st, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if !known {
+				return last, fmt.Errorf("%s never learned of %s: %w", from, peer, context.Cause(ctx))
+			}
+			return last, fmt.Errorf("%s still shows %s %s (path %s), want %s: %w", from, peer, presence(last.Online), last.Path, want, context.Cause(ctx))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func presence(online bool) string {
+	if online {
+		return "online"
+	}
+	return "offline"
+}
+
+// LastIdentity implements scenario.LifecycleEnv: a stopped node's identity
+// in its last run.
+func (l *Lab) LastIdentity(name string) (string, netip.Addr, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.snap[name]
+	return s.id, s.addr, ok && s.id != ""
 }

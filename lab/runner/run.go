@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/latticelab/lattice/internal/edition"
@@ -35,6 +36,10 @@ type Options struct {
 	// its Duration.
 	Clock report.Clock
 }
+
+// NeedsVirtual is why a scenario with requires: [virtual] is skipped on
+// the wall clock.
+const NeedsVirtual = "needs the virtual clock (hours of network time): go test $(scripts/vtime-flags.sh) ./scenarios/..., or make scenarios"
 
 // SkipReason says why a scenario cannot run in this build or on this
 // machine, or "" when it can.
@@ -85,6 +90,10 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 	}()
 	if why := SkipReason(f); why != "" {
 		res.Status, res.SkipReason = report.Skipped, why
+		return res
+	}
+	if clk == report.ClockReal && slices.Contains(f.Requires, scenario.RequiresVirtual) {
+		res.Status, res.SkipReason = report.Skipped, NeedsVirtual
 		return res
 	}
 	timeout := f.Timeout

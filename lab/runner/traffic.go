@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/latticelab/lattice/lab/scenario"
@@ -182,4 +184,75 @@ func get(ctx context.Context, c *http.Client, u string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b), err
+}
+
+// EchoConn connects node from's host to an echo server started on host to
+// for this one connection, over the underlay: through from's NATs, as any
+// program on the node's machine would. Closing the connection stops the
+// server.
+func (l *Lab) EchoConn(ctx context.Context, from, to string) (net.Conn, error) {
+	pn := l.plan.Node(from)
+	if pn == nil {
+		return nil, fmt.Errorf("no node %q", from)
+	}
+	ph := l.plan.Host(to)
+	if ph == nil || len(ph.Config.Interfaces) == 0 {
+		return nil, fmt.Errorf("no host %q", to)
+	}
+	addr := netip.AddrPortFrom(ph.Config.Interfaces[0].Addr, 0)
+	ln, err := l.hostNet(to).Listen(ctx, "tcp", addr.String())
+	if err != nil {
+		return nil, fmt.Errorf("echo server on %s: %w", to, err)
+	}
+	e := &echoConn{ln: ln, done: make(chan struct{})}
+	go e.serve()
+	c, err := l.hostNet(pn.Host).Dial(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		_ = e.stop()
+		return nil, fmt.Errorf("dial %s's echo server at %v from %s: %w", to, ln.Addr(), from, err)
+	}
+	e.Conn = c
+	return e, nil
+}
+
+// echoConn is a client connection and the one-connection echo server it
+// talks to.
+type echoConn struct {
+	net.Conn
+	ln   net.Listener
+	done chan struct{} // closed when serve returns
+
+	mu   sync.Mutex // guards peer
+	peer net.Conn   // the server's side, once accepted
+}
+
+func (e *echoConn) serve() {
+	defer close(e.done)
+	c, err := e.ln.Accept()
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	e.peer = c
+	e.mu.Unlock()
+	_, _ = io.Copy(c, c)
+	_ = c.Close()
+}
+
+// stop closes the server and waits for it.
+func (e *echoConn) stop() error {
+	err := e.ln.Close()
+	e.mu.Lock()
+	if e.peer != nil {
+		_ = e.peer.Close()
+	}
+	e.mu.Unlock()
+	<-e.done
+	return err
+}
+
+// Close closes the connection and stops its server.
+func (e *echoConn) Close() error {
+	err := e.Conn.Close()
+	return errors.Join(err, e.stop())
 }

@@ -1,6 +1,9 @@
 package scenario
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // The clocks a scenario can ask for.
 const (
@@ -9,6 +12,11 @@ const (
 	// ClockReal is the wall clock.
 	ClockReal = "real"
 )
+
+// RequiresVirtual in a scenario's requires says it runs only on the
+// virtual clock: its hours of network time would take hours of wall time,
+// so on the wall clock it is skipped.
+const RequiresVirtual = "virtual"
 
 // WallClockNeeds lists what in the scenario's topology needs the wall
 // clock, one phrase per host or sandbox, naming it: kernel hosts wait on
@@ -36,14 +44,25 @@ func (f *File) WallClockNeeds() []string {
 	return out
 }
 
-// checkClock reports clock: virtual on a scenario that needs the wall
-// clock, once per host or sandbox that does.
+// checkClock reports clock: virtual or requires: [virtual] on a scenario
+// that needs the wall clock, once per host or sandbox that does, and
+// requires: [virtual] with clock: real.
 func (k *checker) checkClock() {
-	if k.f.Clock != ClockVirtual {
+	virtualOnly := slices.Contains(k.f.Requires, RequiresVirtual)
+	if k.f.Clock == ClockReal && virtualOnly {
+		k.errorf("clock", "leave clock out, or write clock: virtual",
+			"clock: real contradicts requires: [%s]", RequiresVirtual)
+		return
+	}
+	path, hint := "clock", "write clock: real, or leave clock out to run on the wall clock where needed"
+	switch {
+	case k.f.Clock == ClockVirtual:
+	case virtualOnly:
+		path, hint = "requires", "drop virtual from requires: the scenario needs the wall clock"
+	default:
 		return
 	}
 	for _, need := range k.f.WallClockNeeds() {
-		k.errorf("clock", "write clock: real, or leave clock out to run on the wall clock where needed",
-			"virtual time cannot run this scenario: %s, which waits on the wall clock outside the bubble", need)
+		k.errorf(path, hint, "virtual time cannot run this scenario: %s, which waits on the wall clock outside the bubble", need)
 	}
 }

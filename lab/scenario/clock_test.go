@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -44,6 +45,13 @@ func TestClock(t *testing.T) {
 			wantErr: `2 problems:
 s.yaml:1:8: clock: virtual time cannot run this scenario: node agent is a gvisor sandbox (runsc in a network namespace, host agent), which waits on the wall clock outside the bubble; write clock: real, or leave clock out to run on the wall clock where needed
 s.yaml:1:8: clock: virtual time cannot run this scenario: host box is a kernel host (kind netns: the kernel's TCP/IP behind a TUN device), which waits on the wall clock outside the bubble; write clock: real, or leave clock out to run on the wall clock where needed`},
+		{name: "requires virtual, in-process", src: "requires: [virtual]\n" + inlineWorld + "steps:\n  - ping: {from: alice, to: bob}\n"},
+		{name: "requires virtual on the real clock", src: "clock: real\nrequires: [virtual]\n" + inlineWorld + "steps:\n  - ping: {from: alice, to: bob}\n",
+			wantErr: "1 problem:\ns.yaml:1:8: clock: clock: real contradicts requires: [virtual]; leave clock out, or write clock: virtual"},
+		{name: "requires virtual with a kernel host", src: strings.Replace(clockWorld, "requires: [pro, root, gvisor]", "requires: [pro, root, gvisor, virtual]", 1),
+			wantErr: `2 problems:
+s.yaml:14:11: requires: virtual time cannot run this scenario: node agent is a gvisor sandbox (runsc in a network namespace, host agent), which waits on the wall clock outside the bubble; drop virtual from requires: the scenario needs the wall clock
+s.yaml:14:11: requires: virtual time cannot run this scenario: host box is a kernel host (kind netns: the kernel's TCP/IP behind a TUN device), which waits on the wall clock outside the bubble; drop virtual from requires: the scenario needs the wall clock`},
 		{name: "unknown clock", src: "clock: fake\n" + inlineWorld + "steps:\n  - ping: {from: alice, to: bob}\n",
 			wantErr: "1 problem:\ns.yaml:1:8: clock: unknown value \"fake\"; one of: virtual, real"},
 	}

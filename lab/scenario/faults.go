@@ -40,6 +40,10 @@ type FaultEnv interface {
 	// ExpectedNAT is what the node's NATs are configured to do, seen
 	// from outside.
 	ExpectedNAT(name string) (m, f nat.Behavior, natted bool)
+	// NATMappings lists the live mappings of a node's address in the NAT
+	// of its own network, whether the node runs or not, and returns the
+	// router's name and the NAT clock's now.
+	NATMappings(name string) (router string, now time.Time, mappings []nat.MappingInfo, err error)
 }
 
 // Move moves a roaming node.
@@ -449,4 +453,75 @@ func ResolveRouter(p *topology.Plan, ref RouterRef) (string, error) {
 		return "", fmt.Errorf("router %s has no NAT", name)
 	}
 	return name, nil
+}
+
+// NATMapping checks a node's mappings in the NAT in front of it
+// (assert_nat_mapping).
+type NATMapping struct {
+	Node   string        `yaml:"node" required:"true" doc:"The node whose mappings are checked, in the NAT of its own network. It may be stopped: its mappings outlive it until they expire."`
+	Proto  string        `yaml:"proto" enum:"udp|tcp|icmp" doc:"The mappings' protocol. If omitted, udp."`
+	Expect string        `yaml:"expect" required:"true" enum:"present|absent" doc:"present: the node has a live mapping of the protocol; absent: it has none."`
+	MinAge time.Duration `yaml:"min_age" max:"8760h" doc:"With present: one of the mappings was made at least this long ago, so it was kept alive rather than made anew."`
+}
+
+func (a *NATMapping) check(k *checker, path string) {
+	n := k.plan.Node(a.Node)
+	switch {
+	case n == nil:
+		k.errorf(path+".node", k.nodeHint(a.Node), "no node %q", a.Node)
+	case len(n.NATs) == 0:
+		k.errorf(path+".node", "name a node on a network behind a NAT", "node %s has no NAT in front of it", a.Node)
+	}
+	if a.MinAge > 0 && a.Expect != "present" {
+		k.errorf(path+".min_age", "drop min_age, or expect present", "min_age needs expect: present")
+	}
+}
+
+func (a *NATMapping) proto() string {
+	if a.Proto == "" {
+		return "udp"
+	}
+	return a.Proto
+}
+
+// Describe implements Action.
+func (a *NATMapping) Describe() string {
+	s := fmt.Sprintf("%s's %s mapping is %s", a.Node, a.proto(), a.Expect)
+	if a.MinAge > 0 {
+		s += ", made " + a.MinAge.String() + " ago or earlier"
+	}
+	return s
+}
+
+// Run implements Action.
+func (a *NATMapping) Run(_ context.Context, env Env) (string, []report.Metric, error) {
+	router, now, all, err := env.NATMappings(a.Node)
+	if err != nil {
+		return "", nil, err
+	}
+	var found []string
+	var oldest time.Duration
+	for _, m := range all {
+		if m.Proto.String() != a.proto() {
+			continue
+		}
+		age := now.Sub(m.Created)
+		oldest = max(oldest, age)
+		found = append(found, fmt.Sprintf("%v → %v (made %s ago, idle %s, expires in %s)", m.Inside, m.External,
+			age.Round(time.Second), now.Sub(m.LastActive).Round(time.Second), m.Expires.Sub(now).Round(time.Second)))
+	}
+	detail := fmt.Sprintf("%s: no %s mapping of %s", router, a.proto(), a.Node)
+	if len(found) > 0 {
+		detail = fmt.Sprintf("%s: %s", router, strings.Join(found, "; "))
+	}
+	switch {
+	case a.Expect == "absent" && len(found) > 0:
+		return detail, nil, fmt.Errorf("%s still has %d %s mapping(s) of %s: %s", router, len(found), a.proto(), a.Node, strings.Join(found, "; "))
+	case a.Expect == "present" && len(found) == 0:
+		return detail, nil, fmt.Errorf("%s has no %s mapping of %s", router, a.proto(), a.Node)
+	case a.Expect == "present" && oldest < a.MinAge:
+		return detail, nil, fmt.Errorf("%s's oldest %s mapping of %s was made %s ago, want %s or more: %s", router, a.proto(), a.Node,
+			oldest.Round(time.Second), a.MinAge, strings.Join(found, "; "))
+	}
+	return detail, nil, nil
 }

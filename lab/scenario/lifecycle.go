@@ -22,6 +22,9 @@ type LifecycleEnv interface {
 	StopService(name string) error
 	// NodeIdentity is a running node's ID at control and overlay address.
 	NodeIdentity(name string) (id string, addr netip.Addr, err error)
+	// LastIdentity is a stopped node's ID and overlay address in its last
+	// run; ok is false for a node that never ran.
+	LastIdentity(name string) (id string, addr netip.Addr, ok bool)
 }
 
 // Target names a node or a service.
@@ -84,7 +87,8 @@ func (t *Target) describe(action string) string {
 }
 
 // run starts, stops or restarts a node (or a count of them) or a
-// service. A restarted node must come back with its identity.
+// service. A restarted node, or one started again after a stop, must come
+// back with its identity.
 func (t *Target) run(ctx context.Context, env Env, action string) (string, []report.Metric, error) {
 	if t.Service != "" {
 		if action != "start" {
@@ -115,10 +119,15 @@ func (t *Target) run(ctx context.Context, env Env, action string) (string, []rep
 	if action == "stop" {
 		return "", nil, nil
 	}
+	if action == "start" && len(names) == 1 {
+		if id, _, ok := env.LastIdentity(names[0]); ok {
+			ids = append(ids, id)
+		}
+	}
 	if err := env.StartNodes(ctx, names...); err != nil {
 		return "", nil, err
 	}
-	if action == "restart" && len(names) == 1 {
+	if len(names) == 1 && (action == "restart" || len(ids) == 1) {
 		id, addr, err := env.NodeIdentity(names[0])
 		if err != nil {
 			return "", nil, err

@@ -27,6 +27,9 @@ type PathEnv interface {
 	MeshTable() string
 	// Running lists the running nodes in plan order.
 	Running() []string
+	// WaitPresence waits until from shows peer online (or offline) and
+	// returns from's view of it.
+	WaitPresence(ctx context.Context, from, peer string, online bool) (node.PeerStatus, error)
 }
 
 // MeshState counts the ordered pairs of running nodes: all of them, those
@@ -202,4 +205,38 @@ func pathDetail(st node.PeerStatus) string {
 		return "relay (" + st.History[n-1].Reason + ")"
 	}
 	return "relay"
+}
+
+// Presence waits for a peer's presence in a node's view (wait_presence).
+type Presence struct {
+	From   string        `yaml:"from" required:"true" doc:"The node whose view is checked."`
+	Peer   string        `yaml:"peer" required:"true" doc:"The peer; it may be stopped."`
+	Status string        `yaml:"status" required:"true" enum:"online|offline" doc:"online: control says the peer runs; offline: it left, or its heartbeats stopped for the presence TTL."`
+	Within time.Duration `yaml:"within" min:"10ms" max:"1h" doc:"How long to wait. If zero, 30s (twice the default presence TTL)."`
+}
+
+func (a *Presence) check(k *checker, path string) {
+	k.node(path+".from", a.From)
+	switch {
+	case k.plan.Node(a.Peer) == nil:
+		k.errorf(path+".peer", k.nodeHint(a.Peer), "no node %q", a.Peer)
+	case a.Peer == a.From:
+		k.errorf(path+".peer", "", "from and peer are both %s", a.From)
+	}
+}
+
+// Describe implements Action.
+func (a *Presence) Describe() string {
+	return fmt.Sprintf("wait until %s shows %s %s", a.From, a.Peer, a.Status)
+}
+
+// Run implements Action.
+func (a *Presence) Run(ctx context.Context, env Env) (string, []report.Metric, error) {
+	ctx, cancel := env.Within(ctx, a.Within, 30*time.Second)
+	defer cancel()
+	st, err := env.WaitPresence(ctx, a.From, a.Peer, a.Status == "online")
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("%s: %s", a.Peer, st.Path), nil, nil
 }

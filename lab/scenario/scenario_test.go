@@ -168,10 +168,36 @@ s.yaml:19:26: steps[1].socks5_fetch.node: node bob is not a pod sandbox; give th
 s.yaml:20:59: steps[2].egress.expect: unknown value "maybe"; one of: allowed, denied
 s.yaml:21:34: steps[3].forward.port: sandbox agent forwards no port 8080; add it to the sandbox's forwards
 s.yaml:22:23: steps[4].agent_run.node: node agent is not a gvisor sandbox; give the node sandbox: gvisor in the topology
-s.yaml:23:5: steps[5]: want one action key, got none; one of: wait_path, assert_path, ping, fetch, transfer, time_to_direct, full_mesh, start, stop, restart, move, link_down, link_up, impair, block_udp, unblock_udp, nat_reboot, advance_clock, blackhole_direct, heal_direct, sleep, join, discover_nat, socks5_fetch, egress, forward, agent_run, repeat, steady
+s.yaml:23:5: steps[5]: want one action key, got none; one of: wait_path, assert_path, ping, fetch, tcp_idle, wait_presence, transfer, time_to_direct, full_mesh, start, stop, restart, move, link_down, link_up, impair, block_udp, unblock_udp, nat_reboot, advance_clock, blackhole_direct, heal_direct, sleep, join, assert_nat_mapping, discover_nat, socks5_fetch, egress, forward, agent_run, repeat, steady
 s.yaml:24:5: steps[6]: one action per entry, got wait_path and ping; split it into 2 entries
 s.yaml:24:23: steps[6].wait_path.from: no node "a"; nodes: alice, bob, carol, agent, peer-1, peer-2
 s.yaml:24:30: steps[6].wait_path.to: no node "b"; nodes: alice, bob, carol, agent, peer-1, peer-2`,
+	},
+	{
+		name: "long-horizon steps",
+		steps: `nodes: [alice, bob]
+steps:
+  - assert_nat_mapping: {node: carol, expect: present}
+  - assert_nat_mapping: {node: alice, expect: absent, min_age: 1m}
+  - assert_nat_mapping: {node: nobody, expect: gone}
+  - tcp_idle: {from: carol, to: sever, idle: 2h, expect: alive}
+  - tcp_idle: {from: alice, to: server, expect: alive}
+  - wait_presence: {from: alice, peer: carol, status: offline}
+  - wait_presence: {from: alice, peer: alice, status: online}
+  - wait_presence: {from: carol, peer: bobby, status: away}
+`,
+		want: `11 problems:
+s.yaml:20:32: steps[1].assert_nat_mapping.node: node carol has no NAT in front of it; name a node on a network behind a NAT
+s.yaml:21:64: steps[2].assert_nat_mapping.min_age: min_age needs expect: present; drop min_age, or expect present
+s.yaml:22:32: steps[3].assert_nat_mapping.node: no node "nobody"; nodes: alice, bob, carol, agent, peer-1, peer-2
+s.yaml:22:48: steps[3].assert_nat_mapping.expect: unknown value "gone"; one of: present, absent
+s.yaml:23:22: steps[4].tcp_idle.from: node carol is not running at this step; start it with a start step first, or list it in nodes
+s.yaml:23:33: steps[4].tcp_idle.to: no host "sever"; did you mean "server"?
+s.yaml:24:16: steps[5].tcp_idle: missing required key "idle"; idle: How long the connection stays silent after its first echo
+s.yaml:26:40: steps[7].wait_presence.peer: from and peer are both alice
+s.yaml:27:27: steps[8].wait_presence.from: node carol is not running at this step; start it with a start step first, or list it in nodes
+s.yaml:27:40: steps[8].wait_presence.peer: no node "bobby"; did you mean "bob"?
+s.yaml:27:55: steps[8].wait_presence.status: unknown value "away"; one of: online, offline`,
 	},
 	{
 		name: "no steps",

@@ -48,6 +48,9 @@ func TestDescribe(t *testing.T) {
   - egress: {node: agent, to: "bob:80", expect: allowed}
   - repeat: {times: 3, steps: [{sleep: 1s}]}
   - steady: {goroutines: 5, heap: 1MiB, steps: [{sleep: 1s}, {sleep: 2s}]}
+  - tcp_idle: {from: alice, to: server, idle: 2h, expect: alive}
+  - wait_presence: {from: alice, peer: bob, status: offline}
+  - assert_nat_mapping: {node: alice, expect: present, min_age: 10m}
 `), Options{})
 	require.NoError(t, err)
 	want := [][2]string{
@@ -78,6 +81,9 @@ func TestDescribe(t *testing.T) {
 		{"egress", "agent connects to bob:80 (want allowed)"},
 		{"repeat", "repeat 3 × 1 step"},
 		{"steady", "steady over 2 steps (goroutines +5, heap +1.0MiB)"},
+		{"tcp_idle", "TCP alice → server idle 2h0m0s (want alive)"},
+		{"wait_presence", "wait until alice shows bob offline"},
+		{"assert_nat_mapping", "alice's udp mapping is present, made 10m0s ago or earlier"},
 	}
 	require.Len(t, f.Steps, len(want))
 	for i, w := range want {
@@ -127,8 +133,9 @@ func (e *fakeEnv) NodeIdentity(name string) (string, netip.Addr, error) {
 	}
 	return id, netip.MustParseAddr("100.64.0.1"), nil
 }
-func (e *fakeEnv) StopNode(string) error                       { return nil }
-func (e *fakeEnv) StartNodes(context.Context, ...string) error { return nil }
+func (e *fakeEnv) LastIdentity(string) (string, netip.Addr, bool) { return "", netip.Addr{}, false }
+func (e *fakeEnv) StopNode(string) error                          { return nil }
+func (e *fakeEnv) StartNodes(context.Context, ...string) error    { return nil }
 func (e *fakeEnv) CheckPath(string, string, string) (node.PeerStatus, error) {
 	if len(e.st) == 0 {
 		return node.PeerStatus{}, e.err

@@ -3,6 +3,8 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"github.com/latticelab/lattice/internal/strictyaml"
@@ -21,6 +23,10 @@ type TrafficEnv interface {
 	// Transfer sends size bytes over TCP and returns how long they took
 	// to arrive intact.
 	Transfer(ctx context.Context, from, to string, size int64) (time.Duration, error)
+	// EchoConn connects node from's host, on the underlay (through its
+	// NATs, not the overlay), to an echo server the lab starts on host
+	// to for this connection; closing the connection stops the server.
+	EchoConn(ctx context.Context, from, to string) (net.Conn, error)
 }
 
 // PingResult is what a ping did.
@@ -131,9 +137,96 @@ func (a *Transfer) Run(ctx context.Context, env Env) (string, []report.Metric, e
 		return "", nil, err
 	}
 	m := report.Metric{Name: "throughput", Value: float64(a.Bytes) * 8 / d.Seconds() / 1e6, Unit: "Mbit/s"}
-	detail := fmt.Sprintf("%v in %s, %.0f Mbit/s, SHA-256 ok", a.Bytes, FormatDuration(d), m.Value)
+	prec := 0 // a slow link's rate keeps its digits: 0.081 Mbit/s, not 0
+	switch {
+	case m.Value < 1:
+		prec = 3
+	case m.Value < 10:
+		prec = 1
+	}
+	detail := fmt.Sprintf("%v in %s, %.*f Mbit/s, SHA-256 ok", a.Bytes, FormatDuration(d), prec, m.Value)
 	if min := float64(a.MinThroughput) / 1e6; min > 0 && m.Value < min {
 		return detail, []report.Metric{m}, fmt.Errorf("%s: below %s", detail, a.MinThroughput)
 	}
 	return detail, []report.Metric{m}, nil
+}
+
+// TCPIdle holds a TCP connection idle through a node's NATs (tcp_idle).
+type TCPIdle struct {
+	From   string        `yaml:"from" required:"true" doc:"The node whose host opens the connection, on the underlay: through its NATs, not the overlay."`
+	To     string        `yaml:"to" required:"true" doc:"A host, outside the node's NATs, where the lab listens and echoes."`
+	Idle   time.Duration `yaml:"idle" required:"true" min:"1ms" max:"8760h" doc:"How long the connection stays silent after its first echo."`
+	Expect string        `yaml:"expect" required:"true" enum:"alive|dropped" doc:"alive: a message after the idle spell comes back; dropped: it does not (a NAT forgot the flow)."`
+	Within time.Duration `yaml:"within" min:"10ms" max:"1h" doc:"How long to wait for the echo after the idle spell (and for the connection and first echo before it). If zero, 10s."`
+}
+
+func (a *TCPIdle) check(k *checker, path string) {
+	k.node(path+".from", a.From)
+	if k.plan.Host(a.To) == nil {
+		names := make([]string, 0, len(k.plan.Hosts))
+		for _, h := range k.plan.Hosts {
+			names = append(names, h.Config.Name)
+		}
+		k.errorf(path+".to", unknownHint(a.To, names, "hosts"), "no host %q", a.To)
+	}
+}
+
+// Describe implements Action.
+func (a *TCPIdle) Describe() string {
+	return fmt.Sprintf("TCP %s → %s idle %s (want %s)", a.From, a.To, a.Idle, a.Expect)
+}
+
+// Run implements Action.
+func (a *TCPIdle) Run(ctx context.Context, env Env) (string, []report.Metric, error) {
+	open, cancel := env.Within(ctx, a.Within, 10*time.Second)
+	conn, err := env.EchoConn(open, a.From, a.To)
+	if err != nil {
+		cancel()
+		return "", nil, fmt.Errorf("connect %s → %s: %w", a.From, a.To, err)
+	}
+	defer conn.Close()
+	err = echo(open, conn, "before the idle spell")
+	cancel()
+	if err != nil {
+		return "", nil, err
+	}
+	local := conn.LocalAddr()
+	if err := sleep(ctx, a.Idle); err != nil {
+		return "", nil, err
+	}
+	after, cancel := env.Within(ctx, a.Within, 10*time.Second)
+	defer cancel()
+	err = echo(after, conn, "after "+a.Idle.String()+" idle")
+	switch {
+	case ctx.Err() != nil:
+		return "", nil, context.Cause(ctx)
+	case a.Expect == "alive" && err != nil:
+		return "", nil, fmt.Errorf("from %v: %w", local, err)
+	case a.Expect == "dropped" && err == nil:
+		return "", nil, fmt.Errorf("from %v: the connection still works after %s idle, want it dropped", local, a.Idle)
+	case a.Expect == "dropped":
+		return fmt.Sprintf("dropped after %s idle: %v", a.Idle, err), nil, nil
+	}
+	return fmt.Sprintf("alive after %s idle, from %v", a.Idle, local), nil, nil
+}
+
+// echo sends a line over c and reads it back before ctx ends.
+func echo(ctx context.Context, c net.Conn, when string) error {
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	msg := []byte("lattice-lab tcp_idle " + when + "\n")
+	if _, err := c.Write(msg); err != nil {
+		return fmt.Errorf("write %s: %w", when, err)
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+		}
+		return fmt.Errorf("no echo %s: %w", when, err)
+	}
+	if string(got) != string(msg) {
+		return fmt.Errorf("echo %s: got %q, want %q", when, got, msg)
+	}
+	return nil
 }

@@ -15,8 +15,8 @@ type Scenario struct {
 	Topology    TopologyRef   `yaml:"topology" required:"true" doc:"The topology: a path to a topology file (relative to this file), or a topology written inline." example:"../topologies/nat-matrix.yaml"`
 	Nodes       []string      `yaml:"nodes" doc:"Start only these nodes (names, or a count's name for all of its nodes) when the topology comes up; the others wait for a start step. If omitted, every node whose start is not false."`
 	Tags        []string      `yaml:"tags" pattern:"^[a-z0-9][a-z0-9-]{0,39}$" doc:"Labels for people and reports (the HTML report and JSON carry them)."`
-	Requires    []string      `yaml:"requires" enum:"pro|root|gvisor" doc:"What the scenario needs: pro (the Pro edition), root, gvisor (runsc). Without it the scenario is skipped with the reason."`
-	Timeout     time.Duration `yaml:"timeout" min:"1s" max:"1h" doc:"Bound on the whole scenario, bring-up included. If zero, 2m."`
+	Requires    []string      `yaml:"requires" enum:"pro|root|gvisor|virtual" doc:"What the scenario needs: pro (the Pro edition), root, gvisor (runsc), virtual (the virtual clock: a scenario of hours of network time, which the wall clock would take hours to run). Without it the scenario is skipped with the reason."`
+	Timeout     time.Duration `yaml:"timeout" min:"1s" max:"24h" doc:"Bound on the whole scenario, bring-up included, in network time. If zero, 2m."`
 	Clock       string        `yaml:"clock" enum:"virtual|real" doc:"The clock the scenario runs on: virtual (a testing/synctest bubble under go test: time moves only when the whole lab waits, so timers cost no wall time and runs repeat) or real (the wall clock). Kernel hosts (kind: netns) and gvisor sandboxes need real. If omitted, virtual where the scenario and the build allow it, else real."`
 	Steps       []Step        `yaml:"steps" required:"true" doc:"The timeline, run in order. A step with background runs alongside the next ones until a join step waits for it."`
 }
@@ -68,6 +68,8 @@ type Step struct {
 	AssertPath   *PathHold     `yaml:"assert_path" oneof:"action" doc:"Check from's path to to now, and that it stays so for a while."`
 	Ping         *Ping         `yaml:"ping" oneof:"action" doc:"UDP echo round trips from one node to another over the overlay."`
 	Fetch        *Fetch        `yaml:"fetch" oneof:"action" doc:"HTTP GET from a node over the overlay. Every node serves http://NODE/ (port 80) answering \"hello from NODE\", and /bytes/N with N bytes."`
+	TCPIdle      *TCPIdle      `yaml:"tcp_idle" oneof:"action" doc:"Open a TCP connection from a node's host to a host outside, through its NATs, leave it idle, and check whether a message still gets through."`
+	Presence     *Presence     `yaml:"wait_presence" oneof:"action" doc:"Wait until a node shows a peer online or offline (control's presence)."`
 	Transfer     *Transfer     `yaml:"transfer" oneof:"action" doc:"Send bytes over TCP through the overlay and check their SHA-256 on arrival; report the throughput."`
 	TimeToDirect *TimeToDirect `yaml:"time_to_direct" oneof:"action" doc:"Measure how long after both nodes were up the pair went direct."`
 	FullMesh     *FullMesh     `yaml:"full_mesh" oneof:"action" doc:"Wait until every pair of running nodes has a path (each knows the other and WireGuard completed a handshake); print the table."`
@@ -88,6 +90,7 @@ type Step struct {
 	Heal       *Heal       `yaml:"heal_direct" oneof:"action" doc:"Undo blackhole_direct."`
 	Sleep      *Sleep      `yaml:"sleep" oneof:"action" doc:"Wait this long." example:"2s"`
 	Join       Join        `yaml:"join" oneof:"action" doc:"Wait for the background step with this id and take its result."`
+	NATMapping *NATMapping `yaml:"assert_nat_mapping" oneof:"action" doc:"Check whether a node has a live mapping in the NAT of its network, and how old it is."`
 	Discover   *Discover   `yaml:"discover_nat" oneof:"action" doc:"Classify a node's NATs with RFC 5780 tests against a STUN server with an alternate address, and compare."`
 
 	SOCKS5Fetch *SOCKS5Fetch `yaml:"socks5_fetch" oneof:"action" doc:"Fetch a URL through a pod sandbox's SOCKS5 proxy, as an agent on the sandbox's host would."`
