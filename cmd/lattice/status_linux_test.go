@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,36 +22,12 @@ import (
 // fails at once (no route to host); B restarted is online again.
 func TestStatusKernelPeerStops(t *testing.T) {
 	needRoot(t, "ip", "nsenter", "bash")
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "lattice")
-	sh(t, "go", "build", "-o", bin, ".")
-
-	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
-	nsA, nsB := "ls-a-"+suffix, "ls-b-"+suffix
-	for _, ns := range []string{nsA, nsB} {
-		sh(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	vethA, vethB := "lsa"+suffix, "lsb"+suffix
-	sh(t, "ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB)
-	sh(t, "ip", "link", "set", vethA, "netns", nsA)
-	sh(t, "ip", "link", "set", vethB, "netns", nsB)
-	sh(t, "ip", "-n", nsA, "addr", "add", "10.214.0.1/24", "dev", vethA)
-	sh(t, "ip", "-n", nsB, "addr", "add", "10.214.0.2/24", "dev", vethB)
-	sh(t, "ip", "-n", nsA, "link", "set", vethA, "up")
-	sh(t, "ip", "-n", nsB, "link", "set", vethB, "up")
-
-	tokens := writeFile(t, "tokens", "netns-test-token-0123456789\n", 0o600)
-	token := writeFile(t, "token", "netns-test-token-0123456789\n", 0o600)
-	ctrl := startIn(t, nsA, bin, "control", "--embedded-nats", "--nats-listen", "10.214.0.1:4222", "--listen-http", "",
-		"--token-file", tokens, "--data-dir", filepath.Join(dir, "control"))
-	require.Eventually(t, func() bool { return strings.Contains(ctrl.text(), "control: NATS on") }, 20*time.Second, 50*time.Millisecond)
+	dir, bin, nsA, nsB := startNetnsPair(t, "ls", 214)
 
 	upRE := regexp.MustCompile(`up: \S+ \(\S+\) at ([0-9.]+)/10`)
 	up := func(ns, name string) (*proc, string) {
 		p := startIn(t, ns, bin, "up", "--name", name, "--control", "nats://10.214.0.1:4222",
-			"--token-file", token, "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
+			"--token-file", filepath.Join(dir, "token"), "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
 		require.Eventually(t, func() bool { return upRE.MatchString(p.text()) }, 20*time.Second, 50*time.Millisecond)
 		return p, upRE.FindStringSubmatch(p.text())[1]
 	}

@@ -93,37 +93,13 @@ func startIn(t *testing.T, netns, bin string, args ...string) *proc {
 // and pings one node's overlay address from the other.
 func TestUpKernelInNamespaces(t *testing.T) {
 	needRoot(t, "ip", "nsenter", "ping")
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "lattice")
-	sh(t, "go", "build", "-o", bin, ".")
-
-	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
-	nsA, nsB := "lt-a-"+suffix, "lt-b-"+suffix
-	for _, ns := range []string{nsA, nsB} {
-		sh(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	vethA, vethB := "lva"+suffix, "lvb"+suffix
-	sh(t, "ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB)
-	sh(t, "ip", "link", "set", vethA, "netns", nsA)
-	sh(t, "ip", "link", "set", vethB, "netns", nsB)
-	sh(t, "ip", "-n", nsA, "addr", "add", "10.213.0.1/24", "dev", vethA)
-	sh(t, "ip", "-n", nsB, "addr", "add", "10.213.0.2/24", "dev", vethB)
-	sh(t, "ip", "-n", nsA, "link", "set", vethA, "up")
-	sh(t, "ip", "-n", nsB, "link", "set", vethB, "up")
-
-	tokens := writeFile(t, "tokens", "netns-test-token-0123456789\n", 0o600)
-	token := writeFile(t, "token", "netns-test-token-0123456789\n", 0o600)
-	ctrl := startIn(t, nsA, bin, "control", "--embedded-nats", "--nats-listen", "10.213.0.1:4222", "--listen-http", "",
-		"--token-file", tokens, "--data-dir", filepath.Join(dir, "control"))
-	require.Eventually(t, func() bool { return strings.Contains(ctrl.text(), "control: NATS on") }, 20*time.Second, 50*time.Millisecond)
+	dir, bin, nsA, nsB := startNetnsPair(t, "lt", 213)
 
 	upRE := regexp.MustCompile(`up: \S+ \(\S+\) at ([0-9.]+)/10`)
 	var addrs []string
 	for i, ns := range []string{nsA, nsB} {
 		p := startIn(t, ns, bin, "up", "--name", fmt.Sprintf("node-%d", i), "--control", "nats://10.213.0.1:4222",
-			"--token-file", token, "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
+			"--token-file", filepath.Join(dir, "token"), "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
 		require.Eventually(t, func() bool { return upRE.MatchString(p.text()) }, 20*time.Second, 50*time.Millisecond)
 		addrs = append(addrs, upRE.FindStringSubmatch(p.text())[1])
 	}
@@ -143,4 +119,38 @@ func TestUpKernelInNamespaces(t *testing.T) {
 	var st statusReply
 	require.NoError(t, json.Unmarshal(raw, &st))
 	require.Positive(t, st.Peers[0].TxDirect)
+}
+
+// startNetnsPair builds the lattice binary and two network namespaces,
+// TAG-a-PID and TAG-b-PID, joined by a veth pair on 10.OCTET.0.0/24 (.1
+// in A, .2 in B), and runs control with embedded NATS on 10.OCTET.0.1:4222
+// in A. DIR/token holds the join token; DIR/NS is each node's state dir.
+func startNetnsPair(t *testing.T, tag string, octet int) (dir, bin, nsA, nsB string) {
+	t.Helper()
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "lattice")
+	sh(t, "go", "build", "-o", bin, ".")
+
+	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
+	nsA, nsB = tag+"-a-"+suffix, tag+"-b-"+suffix
+	for _, ns := range []string{nsA, nsB} {
+		sh(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	vethA, vethB := tag+"a"+suffix, tag+"b"+suffix
+	sh(t, "ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB)
+	sh(t, "ip", "link", "set", vethA, "netns", nsA)
+	sh(t, "ip", "link", "set", vethB, "netns", nsB)
+	sh(t, "ip", "-n", nsA, "addr", "add", fmt.Sprintf("10.%d.0.1/24", octet), "dev", vethA)
+	sh(t, "ip", "-n", nsB, "addr", "add", fmt.Sprintf("10.%d.0.2/24", octet), "dev", vethB)
+	sh(t, "ip", "-n", nsA, "link", "set", vethA, "up")
+	sh(t, "ip", "-n", nsB, "link", "set", vethB, "up")
+
+	tokens := writeFile(t, "tokens", "netns-test-token-0123456789\n", 0o600)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("netns-test-token-0123456789\n"), 0o600))
+	ctrl := startIn(t, nsA, bin, "control", "--embedded-nats", "--nats-listen", fmt.Sprintf("10.%d.0.1:4222", octet), "--listen-http", "",
+		"--token-file", tokens, "--data-dir", filepath.Join(dir, "control"))
+	require.Eventually(t, func() bool { return strings.Contains(ctrl.text(), "control: NATS on") }, 20*time.Second, 50*time.Millisecond)
+	return dir, bin, nsA, nsB
 }
