@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,11 +214,18 @@ func (s *sandbox) statusErr(ctx context.Context) (string, error) {
 	return out, nil
 }
 
-// pathTo returns the PATH column of peer's row in a status table.
+// pathTo returns the PATH column of peer's row in a status table, the
+// column found by its header.
 func pathTo(status, peer string) string {
+	col := -1
 	for _, line := range strings.Split(status, "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == peer {
-			return f[2]
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "PEER" {
+			col = slices.Index(f, "PATH")
+			continue
+		}
+		if col >= 0 && len(f) > col && f[0] == peer {
+			return f[col]
 		}
 	}
 	return ""
