@@ -192,8 +192,10 @@ func (p *Pipe) run() {
 	timer.Stop()
 
 	early := int64(initialEarly) // learned timer lateness, ns
-	if virtualClock(time.Now()) {
-		// Waking early would deliver early, from the first packet on.
+	// A virtual clock (a synctest bubble) fires timers to the nanosecond:
+	// there is no lateness to learn, and waking early would deliver early.
+	virtual := virtualClock(time.Now())
+	if virtual {
 		early = 0
 	}
 	var target int64 // when the armed timer should fire
@@ -211,14 +213,10 @@ func (p *Pipe) run() {
 			return
 		case <-p.wake:
 		case <-timer.C:
-			late := p.nanotime() - target
-			if late == 0 {
-				// Only a virtual clock (a synctest bubble) fires a
-				// timer to the nanosecond; there waking early would
-				// only deliver early.
-				early = 0
+			if virtual {
 				break
 			}
+			late := p.nanotime() - target
 			late = min(max(late, 0), int64(maxEarly))
 			early += (late - early) / 8
 			early = min(max(early, int64(minEarly)), int64(maxEarly))
