@@ -41,32 +41,44 @@
 //	torn last write               "line N: incomplete line (no trailing newline)"
 //	not an entry                  "line N: malformed line: ..."
 //
-// # What the chain does not detect
+// # Checkpoints: what the chain alone does not detect
 //
 // There is no secret in the chain: anyone who can write the file can
-// recompute it. So Verify cannot detect
+// recompute it. So the chain alone cannot show truncation (removing the
+// last lines leaves a valid, shorter log), a rewrite (editing a line and
+// recomputing every hash after it), or a replacement by a fresh log.
 //
-//   - truncation: removing the last lines leaves a valid, shorter log;
-//   - a rewrite: editing a line and recomputing the hash of it and of every
-//     line after it yields a valid log;
-//   - removal of the whole file, or its replacement by a fresh log.
+// A FileWriter therefore seals the head it has made durable (seq, hash,
+// time) after every fsync, and at Close, in a checkpoint file beside the
+// log (CheckpointPath: the log's path + ".head"), replaced atomically
+// (temporary file, fsync, rename, directory fsync). VerifyFile checks the
+// log against it: a log shorter than its checkpoint is ErrTruncated, one
+// whose line at the checkpoint's seq has another hash is ErrRewritten.
+// `lattice audit verify` reports both.
 //
-// What detects them is anchoring the chain outside the attacker's reach:
-// record the last seq and hash (FileWriter.Head, Report.LastHash)
-// somewhere else — print them at stop, send them to the control plane, or
-// have a separate collector tail the log. A log that verifies and still
-// contains the anchored hash at the anchored seq has not been truncated or
-// rewritten before that point. The sandbox should write the head at stop
-// and on every policy change.
+// The checkpoint sits beside the log, so an attacker who can write both
+// can rewrite both. Copy it out of their reach (ship it to the control
+// plane or a collector, or print FileWriter.Head at stop, as the sandbox
+// does) to make that detectable too: a log that verifies and still holds
+// the anchored hash at the anchored seq was not cut or rewritten before it.
 //
-// # Durability
+// # Durability and repair
 //
 // Write appends with one write(2) and does not wait for the disk. A
 // FileWriter fsyncs every SyncInterval (1s) when it has written something,
 // on Sync, and on Close, so a machine crash loses at most about a second.
-// A process crash loses nothing written. A crash can still leave a torn
-// last line (a partial write); Open then refuses the log rather than
-// chaining after it, naming the line, and leaves it for an operator.
+// A process crash loses nothing written. A failed write, fsync or
+// checkpoint (a full disk: ENOSPC) is sticky: every later Write fails, and
+// the sandbox, fail-closed by default, denies new flows.
+//
+// A crash or a full disk can leave a torn last line (a partial write).
+// Open repairs it rather than refusing to start: the torn bytes are moved
+// to path.torn-UNIXNANO, the log is cut back to its last complete line,
+// and the first new line (kind "audit") says what was moved where. A
+// checkpoint the log contradicts at Open is moved aside to
+// path.head.mismatch-UNIXNANO and recorded the same way, so the next
+// checkpoint does not bury the evidence. A last complete line that is not
+// a valid entry is still refused (ErrCorrupt), for a human to look at.
 //
 // The file is created 0600 and an existing one readable or writable by
 // group or other is refused: the log names every destination the agent

@@ -18,10 +18,16 @@ var (
 	// process or another, has the log open: two writers would fork the
 	// chain.
 	ErrLocked = errors.New("audit: log is open by another writer")
-	// ErrCorrupt is wrapped by Open's error when the log's last line is not
-	// a valid entry; the error also wraps the *LineError saying why. Open
-	// never truncates or rewrites a log.
+	// ErrCorrupt is wrapped by Open's error when the log's last complete
+	// line is not a valid entry; the error also wraps the *LineError
+	// saying why. Open cuts nothing but a torn last line (see Open).
 	ErrCorrupt = errors.New("audit: log is corrupt")
+	// ErrTruncated is wrapped by VerifyFile's error when the log is shorter
+	// than its checkpoint says it was.
+	ErrTruncated = errors.New("log was truncated")
+	// ErrRewritten is wrapped by VerifyFile's error when the log's line at
+	// its checkpoint has another hash than the checkpoint records.
+	ErrRewritten = errors.New("log was rewritten")
 )
 
 // Problems Verify finds, wrapped in a *LineError. They read as the end of a

@@ -287,7 +287,9 @@ func TestVerifyFile(t *testing.T) {
 	writeLog(t, path, 2)
 	rep, err := VerifyFile(path)
 	require.NoError(t, err)
-	assert.Equal(t, Report{Lines: 2, First: t0.Add(time.Second), Last: t0.Add(2 * time.Second), LastHash: rep.LastHash}, rep)
+	require.NotNil(t, rep.Checkpoint)
+	assert.Equal(t, Report{Lines: 2, First: t0.Add(time.Second), Last: t0.Add(2 * time.Second), LastHash: rep.LastHash, Checkpoint: rep.Checkpoint}, rep)
+	assert.Equal(t, Checkpoint{Seq: 2, Hash: rep.LastHash, Time: rep.Checkpoint.Time}, *rep.Checkpoint)
 
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)

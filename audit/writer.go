@@ -19,7 +19,8 @@ const SyncInterval = time.Second
 // concurrent use. See the package documentation for the format.
 //
 // Write does not fsync: a goroutine fsyncs every SyncInterval when there
-// is something new, and Sync and Close fsync at once. Each line goes to
+// is something new, and Sync and Close fsync at once. After each fsync
+// the head it made durable is sealed in the checkpoint file. Each line goes to
 // the file in one write(2), so a reader never sees half a line from a
 // live writer.
 //
@@ -55,18 +56,26 @@ type FileWriter struct {
 //     error says to chmod 600 it): an audit log names every destination;
 //   - a symbolic link, or anything but a regular file;
 //   - a log another FileWriter has open (ErrLocked; Linux, via flock);
-//   - a log whose last line is not a valid entry (ErrCorrupt, with the
-//     line's number and what is wrong): the log is left as it is, for a
-//     human to look at, never truncated or overwritten.
+//   - a log whose last complete line is not a valid entry (ErrCorrupt,
+//     with the line's number and what is wrong): the log is left as it
+//     is, for a human to look at.
+//
+// A torn last line (a write cut short by a crash or a full disk: no
+// trailing newline) is repaired, not refused: its bytes are moved to
+// path.torn-UNIXNANO (0600), the log is cut back to its last complete
+// line, and the first line Open writes says so. A checkpoint
+// (CheckpointPath) that the log contradicts, being longer than the log or
+// naming another hash at its last line, is moved aside to
+// path.head.mismatch-UNIXNANO, and a line says that too.
 //
 // An existing log's chain continues from its last line. Open checks only
-// that line; VerifyFile checks the whole file.
+// that line and the checkpoint; VerifyFile checks the whole file.
 func Open(path string) (*FileWriter, error) {
 	f, created, err := openFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	w, err := newFileWriter(path, f)
+	w, notes, err := newFileWriter(path, f)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -75,28 +84,53 @@ func Open(path string) (*FileWriter, error) {
 		// Make the new directory entry durable along with the first lines.
 		_ = syncDir(filepath.Dir(path))
 	}
+	for _, n := range notes {
+		if err := w.Write(Event{Kind: "audit", Detail: n}); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
 	w.wg.Add(1)
 	go w.syncLoop()
 	return w, nil
 }
 
-func newFileWriter(path string, f *os.File) (*FileWriter, error) {
+// newFileWriter checks f and finds where its chain ends, repairing a torn
+// last line. It returns the notes Open records about what it found.
+func newFileWriter(path string, f *os.File) (*FileWriter, []string, error) {
 	info, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("audit: stat %s: %w", path, err)
+		return nil, nil, fmt.Errorf("audit: stat %s: %w", path, err)
 	}
 	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("audit: %s is not a regular file (%v)", path, info.Mode().Type())
+		return nil, nil, fmt.Errorf("audit: %s is not a regular file (%v)", path, info.Mode().Type())
 	}
 	if perm := info.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s has mode %#o; run chmod 600 %s", ErrPermissions, path, uint32(perm), path)
+		return nil, nil, fmt.Errorf("%w: %s has mode %#o; run chmod 600 %s", ErrPermissions, path, uint32(perm), path)
 	}
 	if err := lockFile(f); err != nil {
-		return nil, fmt.Errorf("audit: lock %s: %w", path, err)
+		return nil, nil, fmt.Errorf("audit: lock %s: %w", path, err)
 	}
-	seq, prev, err := lastLine(f, info.Size())
+	var notes []string
+	size := info.Size()
+	seq, prev, err := lastLine(f, size)
+	if errors.Is(err, ErrIncomplete) {
+		var note string
+		if note, size, err = repairTorn(f, path, size, time.Now()); err != nil {
+			return nil, nil, err
+		}
+		notes = append(notes, note)
+		seq, prev, err = lastLine(f, size)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w; refusing to append (the file was not changed)", ErrCorrupt, path, err)
+		return nil, nil, fmt.Errorf("%w: %s: %w; refusing to append (the file was not changed)", ErrCorrupt, path, err)
+	}
+	note, err := checkCheckpoint(path, seq, prev, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	if note != "" {
+		notes = append(notes, note)
 	}
 	return &FileWriter{
 		path: path,
@@ -106,7 +140,7 @@ func newFileWriter(path string, f *os.File) (*FileWriter, error) {
 		seq:  seq,
 		prev: prev,
 		done: make(chan struct{}),
-	}, nil
+	}, notes, nil
 }
 
 // lastLine returns the seq and hash of the last line of a log of the given
@@ -227,26 +261,34 @@ func (w *FileWriter) Sync() error {
 	}
 	dirty := w.dirty
 	w.dirty = false
+	cp := Checkpoint{Seq: w.seq, Hash: w.prev, Time: w.now().UTC()}
 	w.mu.Unlock()
-	return w.fsyncSyncing(dirty)
+	return w.fsyncSyncing(dirty, cp)
 }
 
-// fsyncSyncing fsyncs if dirty; w.syncing must be held, w.mu not, so that
-// Write is not held up by the disk.
-func (w *FileWriter) fsyncSyncing(dirty bool) error {
+// fsyncSyncing fsyncs if dirty, then seals what it made durable in the
+// checkpoint (cp, taken before the fsync, so it never claims a line the
+// disk may not have). w.syncing must be held, w.mu not, so that Write is
+// not held up by the disk. A failure of either is sticky, like a failed
+// write: truncation could no longer be detected.
+func (w *FileWriter) fsyncSyncing(dirty bool, cp Checkpoint) error {
 	if !dirty {
 		return nil
 	}
-	if err := w.f.Sync(); err != nil {
+	err := w.f.Sync()
+	if err != nil {
 		err = fmt.Errorf("audit: fsync %s: %w", w.path, err)
+	} else if cerr := writeCheckpoint(CheckpointPath(w.path), cp); cerr != nil {
+		err = fmt.Errorf("audit: checkpoint %s: %w", CheckpointPath(w.path), cerr)
+	}
+	if err != nil {
 		w.mu.Lock()
 		if w.err == nil {
 			w.err = err
 		}
 		w.mu.Unlock()
-		return err
 	}
-	return nil
+	return err
 }
 
 func (w *FileWriter) syncLoop() {
@@ -273,10 +315,11 @@ func (w *FileWriter) Close() error {
 		defer w.syncing.Unlock()
 		w.mu.Lock()
 		w.closed = true
-		dirty := w.dirty
+		dirty := w.dirty && w.err == nil
 		w.dirty = false
+		cp := Checkpoint{Seq: w.seq, Hash: w.prev, Time: w.now().UTC()}
 		w.mu.Unlock()
-		err := w.fsyncSyncing(dirty)
+		err := w.fsyncSyncing(dirty, cp)
 		if cerr := w.f.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("audit: close %s: %w", w.path, cerr))
 		}
