@@ -15,6 +15,8 @@
 // netx.Network that moves between fabric hosts (roam.go), which is how the
 // lab emulates a laptop changing networks mid-transfer.
 //
-// A gvisor sandbox runs in a process of its own (gvisor.go): the program
-// running the lab re-executes itself, so its main calls MaybeRunChild.
+// A gvisor sandbox runs in a process of its own (gvisor.go), the product's
+// sandbox daemon (sandbox.StartDaemon), which the lab talks to with
+// sandbox.Client: the program running the lab re-executes itself, so its
+// main calls MaybeRunChild.
 package runner

@@ -2,14 +2,12 @@ package runner
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,10 +18,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/internal/edition"
-	"github.com/latticelab/lattice/internal/unixhttp"
 	"github.com/latticelab/lattice/lab/scenario"
-	"github.com/latticelab/lattice/lab/topology"
-	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/runsc"
 	"github.com/latticelab/lattice/sandbox"
@@ -32,10 +27,11 @@ import (
 // A gvisor sandbox runs as it would in a pod: in a process of its own
 // inside its network namespace, which is a kernel host of the fabric.
 // The lab re-executes its own binary there (nsenter --net=NAMESPACE, with
-// childEnv naming a 0600 file of childConfig); that child runs phase 1
-// (registration, wg0, iptables) and serves the lab a unix socket: GET
-// /status, and POST /run, which runs an agent in runsc (phase 2). The
-// child stops when its stdin closes, so it never outlives the lab.
+// childEnv naming a 0600 file of the sandbox's DriverConfig); that child
+// is the product's sandbox daemon (sandbox.StartDaemon: phase 1, then the
+// control socket in the state directory), and the lab asks it for status
+// and runs agents in runsc (POST /run) with sandbox.Client. The child
+// stops when its stdin closes, so it never outlives the lab.
 //
 // The child is whatever program runs the lab: its main (or TestMain)
 // calls MaybeRunChild first. The child is started with childFlag, which a
@@ -56,38 +52,43 @@ func MaybeRunChild() {
 	if path == "" || len(os.Args) < 2 || os.Args[1] != childFlag {
 		return
 	}
-	os.Exit(childMain(path))
+	os.Exit(childMain(path, len(os.Args) > 2 && os.Args[2] == "debug"))
 }
 
-// childConfig is what the child runs; it holds the join token, so it is
-// passed in a 0600 file, not on the command line.
-type childConfig struct {
-	Name           string               `json:"name"`
-	ServerURL      string               `json:"server_url"`
-	Token          string               `json:"token"`
-	StateDir       string               `json:"state_dir"`
-	ListenPort     int                  `json:"listen_port"`
-	RelayTransport string               `json:"relay_transport"`
-	ICE            topology.ICESettings `json:"ice"`
-	EgressPolicy   string               `json:"egress_policy,omitempty"`
-	Runsc          string               `json:"runsc"`
-	Socket         string               `json:"socket"`
-	Debug          bool                 `json:"debug,omitempty"`
+// childFile is the DriverConfig as the child's file carries it. The
+// fields that are Go values stay behind: Logger and Network are the
+// child's own, and ICE, whose Candidates is a func, travels as its data.
+type childFile struct {
+	sandbox.DriverConfig
+	ICE struct {
+		STUN                                          []string
+		DeadAfter, RetryMin, RetryMax, AttemptTimeout time.Duration
+		RelayOnly                                     bool
+	}
+}
+
+func newChildFile(cfg sandbox.DriverConfig) (childFile, error) {
+	if cfg.ICE.Candidates != nil || cfg.ProxyCredentials != nil {
+		return childFile{}, errors.New("a gvisor child takes no ICE.Candidates or ProxyCredentials (Go values, not data)")
+	}
+	f := childFile{DriverConfig: cfg}
+	f.Logger, f.Network = nil, nil
+	i := cfg.ICE
+	f.ICE.STUN, f.ICE.DeadAfter, f.ICE.RetryMin, f.ICE.RetryMax = i.STUN, i.DeadAfter, i.RetryMin, i.RetryMax
+	f.ICE.AttemptTimeout, f.ICE.RelayOnly = i.AttemptTimeout, i.RelayOnly
+	return f, nil
+}
+
+func (f childFile) config(log *slog.Logger) sandbox.DriverConfig {
+	cfg := f.DriverConfig
+	cfg.Logger = log
+	cfg.ICE = node.ICEConfig{STUN: f.ICE.STUN, DeadAfter: f.ICE.DeadAfter, RetryMin: f.ICE.RetryMin,
+		RetryMax: f.ICE.RetryMax, AttemptTimeout: f.ICE.AttemptTimeout, RelayOnly: f.ICE.RelayOnly}
+	return cfg
 }
 
 // AgentResult is what an agent run in a gvisor sandbox did.
 type AgentResult = scenario.AgentResult
-
-// agentReply is the child's answer to POST /run.
-type agentReply struct {
-	Code   int    `json:"code"`
-	Stdout string `json:"stdout"`
-	Stderr string `json:"stderr"`
-	Error  string `json:"error,omitempty"`
-}
-
-// maxAgentOutput bounds what the lab keeps of an agent's output streams.
-const maxAgentOutput = 64 << 10
 
 // GVisorReady reports why gvisor sandboxes cannot run here, or nil when
 // they can: the Pro edition, root, nsenter and a static runsc.
@@ -119,7 +120,7 @@ type gvisorChild struct {
 	name   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	client *http.Client
+	client *sandbox.Client
 	done   chan struct{} // closed when the child has exited
 	logs   sync.WaitGroup
 
@@ -128,52 +129,81 @@ type gvisorChild struct {
 	tail   []string // the last lines the child logged, for errors
 }
 
-// startGVisor starts the child for one gvisor sandbox in the namespace at
-// netnsPath and waits until it has registered and brought wg0 up.
-func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *slog.Logger) (*gvisorChild, error) {
+// startGVisor starts the child for the gvisor sandbox cfg in the
+// namespace at netnsPath and waits until it has registered, brought wg0
+// up and serves its control socket.
+func startGVisor(ctx context.Context, cfg sandbox.DriverConfig, netnsPath string, log *slog.Logger) (*gvisorChild, error) {
 	bin, err := gvisorRunsc()
 	if err != nil {
 		return nil, err
 	}
 	cfg.Runsc = bin
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, err
-	}
-	cfg.Socket = filepath.Join(cfg.StateDir, "lab.sock")
-	cfg.Debug = log.Enabled(ctx, slog.LevelDebug)
-	data, err := json.Marshal(cfg)
+	file, err := newChildFile(cfg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gvisor sandbox %s: %w", cfg.Name, err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("gvisor sandbox %s: state dir: %w", cfg.Name, err)
+	}
+	data, err := json.Marshal(file)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor sandbox %s: encode its config: %w", cfg.Name, err)
 	}
 	cfgPath := filepath.Join(cfg.StateDir, "lab-child.json")
 	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
+		return nil, fmt.Errorf("gvisor sandbox %s: %w", cfg.Name, err)
+	}
+	defer os.Remove(cfgPath) // read once the child is ready; it holds the join token
+	c, ready, err := spawnChild(cfg.Name, netnsPath, cfgPath, log)
+	if err != nil {
 		return nil, err
 	}
+	c.client = sandbox.NewClient(filepath.Join(cfg.StateDir, sandbox.SocketName))
+	select {
+	case err = <-ready:
+	case <-ctx.Done():
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		_ = c.close()
+		return nil, fmt.Errorf("gvisor sandbox %s: %w%s", cfg.Name, err, c.lastWords())
+	}
+	if _, err := c.refresh(ctx); err != nil {
+		_ = c.close()
+		return nil, fmt.Errorf("gvisor sandbox %s: %w", cfg.Name, err)
+	}
+	return c, nil
+}
+
+// spawnChild starts the child process; ready reports its first line.
+func spawnChild(name, netnsPath, cfgPath string, log *slog.Logger) (*gvisorChild, <-chan error, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("find the lab's own binary: %w", err)
+		return nil, nil, fmt.Errorf("find the lab's own binary: %w", err)
 	}
-	cmd := exec.Command("nsenter", "--net="+netnsPath, "--", exe, childFlag)
+	level := "info"
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		level = "debug"
+	}
+	cmd := exec.Command("nsenter", "--net="+netnsPath, "--", exe, childFlag, level)
 	cmd.Env = append(os.Environ(), childEnv+"="+cfgPath)
 	// Its own process group: Ctrl-C reaches the lab, which stops the
 	// child in order, not the child behind the lab's back.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	client := unixhttp.Client(cfg.Socket)
-	client.Timeout = 0 // an agent_run lasts as long as its step allows (the request's context)
-	c := &gvisorChild{name: cfg.Name, cmd: cmd, client: client, done: make(chan struct{})}
+	c := &gvisorChild{name: name, cmd: cmd, done: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the sandbox process: %w", err)
+		return nil, nil, fmt.Errorf("gvisor sandbox %s: start its process: %w", name, err)
 	}
 	c.logs.Go(func() { c.forwardLogs(stderr, log) })
 	ready := make(chan error, 1)
@@ -191,21 +221,7 @@ func startGVisor(ctx context.Context, cfg childConfig, netnsPath string, log *sl
 		_ = cmd.Wait()
 		close(c.done)
 	}()
-	select {
-	case err = <-ready:
-	case <-ctx.Done():
-		err = context.Cause(ctx)
-	}
-	_ = os.Remove(cfgPath) // read by now; it holds the join token
-	if err != nil {
-		_ = c.close()
-		return nil, fmt.Errorf("gvisor sandbox %s: %w%s", cfg.Name, err, c.lastWords())
-	}
-	if _, err := c.refresh(ctx); err != nil {
-		_ = c.close()
-		return nil, fmt.Errorf("gvisor sandbox %s: %w", cfg.Name, err)
-	}
-	return c, nil
+	return c, ready, nil
 }
 
 // forwardLogs passes the child's log lines on, keeping the last few.
@@ -237,13 +253,23 @@ func (c *gvisorChild) lastWords() string {
 	return "; it said:\n  " + strings.Join(c.tail, "\n  ")
 }
 
+// asked names a failed request: the child's exit, if that is why.
+func (c *gvisorChild) asked(err error) error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("the sandbox process has exited%s", c.lastWords())
+	default:
+		return err
+	}
+}
+
 // refresh asks the child for its status.
 func (c *gvisorChild) refresh(ctx context.Context) (sandbox.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var st sandbox.Status
-	if err := c.call(ctx, http.MethodGet, "/status", nil, &st); err != nil {
-		return st, err
+	st, err := c.client.Status(ctx)
+	if err != nil {
+		return st, c.asked(err)
 	}
 	c.mu.Lock()
 	c.status = st
@@ -275,53 +301,27 @@ func (c *gvisorChild) identity() sandbox.Status {
 
 // run runs argv as the agent in runsc and returns what it did.
 func (c *gvisorChild) run(ctx context.Context, argv []string) (AgentResult, error) {
-	var rep agentReply
-	err := c.call(ctx, http.MethodPost, "/run", argv, &rep)
-	res := AgentResult{Code: rep.Code, Stdout: rep.Stdout, Stderr: rep.Stderr}
-	if err == nil && rep.Error != "" {
-		err = errors.New(rep.Error)
+	r, err := c.client.Run(ctx, sandbox.ExecRequest{Argv: argv})
+	res := AgentResult{Code: r.Code, Stdout: r.Stdout, Stderr: r.Stderr}
+	if r.StdoutTruncated {
+		res.Stdout = "[…]" + res.Stdout
+	}
+	if r.StderrTruncated {
+		res.Stderr = "[…]" + res.Stderr
+	}
+	if err != nil && r.Error == "" {
+		err = c.asked(err) // the request failed, not the agent
 	}
 	return res, err
-}
-
-func (c *gvisorChild) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		data, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(data)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://sandbox"+path, body)
-	if err != nil {
-		return err
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		select {
-		case <-c.done:
-			return fmt.Errorf("the sandbox process has exited%s", c.lastWords())
-		default:
-		}
-		return fmt.Errorf("ask the sandbox process: %w", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 4*maxAgentOutput))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("the sandbox process answered %s: %s", resp.Status, strings.TrimSpace(string(data)))
-	}
-	return json.Unmarshal(data, out)
 }
 
 // close stops the child: its stdin closes, it tears down (container,
 // rules, wg0) and exits; one that does not within 15 s is killed.
 func (c *gvisorChild) close() error {
 	_ = c.stdin.Close()
-	defer c.client.CloseIdleConnections()
+	if c.client != nil {
+		defer c.client.Close()
+	}
 	select {
 	case <-c.done:
 	case <-time.After(15 * time.Second):
@@ -335,32 +335,32 @@ func (c *gvisorChild) close() error {
 	return nil
 }
 
-// childMain is the child: phase 1 in this process's namespace, the
-// socket, and phase 2 on each /run. It returns the exit code.
-func childMain(cfgPath string) int {
-	data, err := os.ReadFile(cfgPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lattice-lab gvisor sandbox:", err)
-		return 2
-	}
-	var cfg childConfig
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "lattice-lab gvisor sandbox: config:", err)
-		return 2
-	}
+// childMain is the child: the sandbox daemon in this process's namespace
+// until its stdin closes. It returns the exit code.
+func childMain(cfgPath string, debug bool) int {
 	level := slog.LevelInfo
-	if cfg.Debug {
+	if debug {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if err := runChild(cfg, log); err != nil {
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		log.Error("gvisor sandbox: read its config", "err", err)
+		return 2
+	}
+	var f childFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		log.Error("gvisor sandbox: config", "file", cfgPath, "err", err)
+		return 2
+	}
+	if err := runChild(f.config(log)); err != nil {
 		log.Error("gvisor sandbox failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func runChild(cfg childConfig, log *slog.Logger) error {
+func runChild(cfg sandbox.DriverConfig) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// The lab closing our stdin (or dying) is the signal to stop; so are
@@ -369,88 +369,13 @@ func runChild(cfg childConfig, log *slog.Logger) error {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	d, err := sandbox.NewRunsc(sandbox.DriverConfig{
-		Name: cfg.Name, ServerURL: cfg.ServerURL, Token: cfg.Token, StateDir: cfg.StateDir, Network: netx.OS,
-		ListenPort: cfg.ListenPort, RelayTransport: cfg.RelayTransport, EgressPolicy: cfg.EgressPolicy,
-		ICE: node.ICEConfig{AttemptTimeout: cfg.ICE.AttemptTimeout, RetryMin: cfg.ICE.RetryMin, RetryMax: cfg.ICE.RetryMax,
-			DeadAfter: cfg.ICE.DeadAfter, RelayOnly: cfg.ICE.RelayOnly},
-		Runsc: cfg.Runsc, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Start(ctx); err != nil {
-		return err
-	}
-	var runMu sync.Mutex // one container per sandbox: one agent at a time
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) { writeChildJSON(w, d.Status()) })
-	mux.HandleFunc("POST /run", func(w http.ResponseWriter, r *http.Request) {
-		var argv []string
-		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&argv); err != nil || len(argv) == 0 {
-			http.Error(w, "want a JSON array: the agent's command line", http.StatusBadRequest)
-			return
-		}
-		runMu.Lock()
-		defer runMu.Unlock()
-		stdout, stderr := &tailBuffer{max: maxAgentOutput}, &tailBuffer{max: maxAgentOutput}
-		code, err := d.Run(r.Context(), argv, sandbox.Stdio{Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr})
-		res := agentReply{Code: code, Stdout: stdout.String(), Stderr: stderr.String()}
-		if err != nil {
-			res.Error = err.Error()
-		}
-		writeChildJSON(w, res)
-	})
-	stop, err := unixhttp.Serve(cfg.Socket, mux)
-	if err != nil {
-		return err
-	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	dm, err := sandbox.StartDaemon(ctx, sandbox.ModeGVisor, cfg)
+	if err != nil {
+		return err
+	}
 	fmt.Println("ready")
 	<-ctx.Done()
-	return nil
-}
-
-func writeChildJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-	cut bool
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-		t.cut = true
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cut {
-		return "[…]" + string(t.buf)
-	}
-	return string(t.buf)
+	return dm.Close()
 }

@@ -15,12 +15,14 @@ import (
 
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/runsc"
+	"github.com/latticelab/lattice/sandbox"
 )
 
 // TestGVisorSandbox: a gvisor sandbox in the lab is a process in its own
-// namespace; agents run in runsc there and see peers by name; a bad
-// agent is an error that says why; and closing the lab leaves no
-// process, container, namespace or rule behind.
+// namespace, serving the product's control socket; agents run in runsc
+// there and see peers by name; their output is bounded; a bad agent is an
+// error that says why; and closing the lab leaves no process, container,
+// namespace or rule behind.
 func TestGVisorSandbox(t *testing.T) {
 	if err := GVisorReady(); err != nil {
 		t.Skip(err)
@@ -59,11 +61,23 @@ nodes:
 	wcancel()
 	require.NoError(t, err)
 
+	// The child is the product's sandbox daemon: its control socket in
+	// the state dir answers as `lattice sandbox agent status` would ask.
+	sc := sandbox.NewClient(filepath.Join(state, "sandboxes", "agent", sandbox.SocketName))
+	defer sc.Close()
+	st, err := sc.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, sandbox.ModeGVisor, st.Mode)
+	assert.Equal(t, gv.addr(), st.Address.Addr())
+
 	res, err := l.AgentRun(ctx, "agent", []string{"sh", "-c", "cat /etc/hosts; echo to stderr >&2; exit 4"})
 	require.NoError(t, err)
 	assert.Equal(t, 4, res.Code)
 	assert.Contains(t, res.Stdout, "web web.lattice")
 	assert.Equal(t, "to stderr\n", res.Stderr)
+	res, err = l.AgentRun(ctx, "agent", []string{"sh", "-c", "head -c 70000 /dev/zero | tr '\\0' x; echo end"})
+	require.NoError(t, err)
+	assert.Equal(t, "[…]"+strings.Repeat("x", sandbox.MaxExecOutput-4)+"end\n", res.Stdout, "the output's last 64 KiB, marked as cut")
 	_, err = l.AgentRun(ctx, "agent", []string{"no-such-agent"})
 	assert.ErrorContains(t, err, `agent "no-such-agent"`)
 	_, err = l.AgentRun(ctx, "web", []string{"true"})

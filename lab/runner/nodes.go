@@ -240,9 +240,9 @@ func (l *Lab) startGVisorNode(ctx context.Context, c nodeSpec) (runningNode, err
 	if n.kernel == nil {
 		return nil, fmt.Errorf("host %s is no kernel host", pn.Host)
 	}
-	gv, err := startGVisor(ctx, childConfig{Name: c.name, ServerURL: l.controlURL(), Token: l.plan.Token,
+	gv, err := startGVisor(ctx, sandbox.DriverConfig{Name: c.name, ServerURL: l.controlURL(), Token: l.plan.Token,
 		StateDir: filepath.Join(l.state, "sandboxes", c.name), ListenPort: int(pn.ListenPort),
-		RelayTransport: pn.RelayTransport, ICE: pn.ICE, EgressPolicy: pn.Sandbox.EgressPolicy},
+		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), EgressPolicy: pn.Sandbox.EgressPolicy},
 		n.kernel.NetnsPath(), l.log.With("node", c.name))
 	if err != nil {
 		return nil, err
