@@ -18,6 +18,10 @@
 # gVisor is committed or copied beyond the one patched file, and the build
 # uses the very gVisor version go.mod pins. See docs/VIRTUAL_TIME.md.
 #
+# The same overlay patches wireguard-go (no finalizers on bubble channels)
+# and nats.go (no pooled timers; a connection lock whose waits are durable),
+# each explained where it is patched below.
+#
 # It fails, naming what did not match, if a gVisor or Go upgrade moved what
 # it patches.
 set -eu
@@ -82,6 +86,16 @@ nvdir=$($GO list -m -f '{{.Dir}}' github.com/nats-io/nats.go) || die "go list gi
 [ -n "$nvdir" ] || die "github.com/nats-io/nats.go is not downloaded"
 nvsrc=$nvdir/timer.go
 grep -qx '	tp.p.Put(t)' "$nvsrc" || die "$nvsrc has no line 'tp.p.Put(t)': nats.go's timer pool changed"
+# nats.go holds the connection's lock (Conn.mu, a sync.RWMutex) across a
+# reconnect's dial and its CONNECT/PONG round trip. A goroutine that
+# publishes meanwhile waits for that lock, and synctest never counts a mutex
+# wait as durable, so the bubble's clock cannot move on to deliver the PONG
+# (seen at every NAT reboot of the 20-node soak). The overlay gives Conn a
+# reader/writer lock of the same semantics whose waiters park in
+# sync.Cond.Wait, which is durable; the file it adds is written below.
+nvconn=$nvdir/nats.go
+[ "$(awk 'prev == "\tStatistics" && $0 == "\tmu sync.RWMutex" { n++ } { prev = $0 } END { print n + 0 }' "$nvconn")" = 1 ] ||
+	die "$nvconn has no Conn field 'mu sync.RWMutex' after Statistics: nats.go's connection lock changed"
 grep -q '^replace[[:space:]].*github.com/nats-io/nats.go' go.mod && die "go.mod already replaces github.com/nats-io/nats.go; the overlay would hide it"
 
 out=${TMPDIR:-/tmp}/lattice-vtime-$(id -u)/$gvver-$gover
@@ -111,7 +125,97 @@ sed 's/^	runtime.SetFinalizer(q, device.flush\(In\|Out\)boundQueue)$/	runtime.Ke
 [ "$(grep -c 'lattice vtime overlay' "$out/channels.go")" = 2 ] || die "patching $wgsrc failed"
 sed 's/^	tp.p.Put(t)$/	_ = tp \/\/ lattice vtime overlay: no pooling, a timer must not cross a bubble'"'"'s edge/' "$nvsrc" | put timer.go
 grep -q 'lattice vtime overlay' "$out/timer.go" || die "patching $nvsrc failed"
-case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $wgdir" ;; esac
-printf '{"Replace":{"%s":"%s","%s":"%s"}}\n' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go" \
-	"$out/wireguard/device/channels.go" "$out/channels.go" | sed "s|}}\$|,\"$out/nats.go/timer.go\":\"$out/timer.go\"}}|" | put overlay.json
+awk 'prev == "\tStatistics" && $0 == "\tmu sync.RWMutex" { $0 = "\tmu vtimeRWMutex // lattice vtime overlay: waits park durably in a bubble" } { print; prev = $0 }' "$nvconn" | put nats_conn.go
+grep -q 'lattice vtime overlay' "$out/nats_conn.go" || die "patching $nvconn failed"
+put nats_vtime_mutex.go <<'GO'
+// Added to nats.go by lattice's scripts/vtime-flags.sh (an -overlay for
+// tests on virtual time; not part of nats.go).
+
+package nats
+
+import "sync"
+
+// vtimeRWMutex is a reader/writer lock with sync.RWMutex's semantics (a
+// waiting writer holds off new readers) whose waiters park in
+// sync.Cond.Wait. A testing/synctest bubble counts that wait as durable and
+// a sync.RWMutex wait as not, so a goroutine waiting for the connection's
+// lock while its holder waits on the network (a reconnect's CONNECT/PONG)
+// no longer stops the bubble's clock.
+type vtimeRWMutex struct {
+	mu      sync.Mutex // guards the following fields; held only briefly
+	cond    *sync.Cond
+	writer  bool
+	readers int
+	writers int // waiting for the lock
+	waiting int // parked in cond
+}
+
+func (m *vtimeRWMutex) waitLocked() {
+	if m.cond == nil {
+		m.cond = sync.NewCond(&m.mu)
+	}
+	m.waiting++
+	m.cond.Wait()
+	m.waiting--
+}
+
+func (m *vtimeRWMutex) wakeLocked() {
+	if m.waiting > 0 {
+		m.cond.Broadcast()
+	}
+}
+
+func (m *vtimeRWMutex) Lock() {
+	m.mu.Lock()
+	m.writers++
+	for m.writer || m.readers > 0 {
+		m.waitLocked()
+	}
+	m.writers--
+	m.writer = true
+	m.mu.Unlock()
+}
+
+func (m *vtimeRWMutex) Unlock() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.writer {
+		panic("nats: vtimeRWMutex: Unlock of an unlocked lock")
+	}
+	m.writer = false
+	m.wakeLocked()
+}
+
+func (m *vtimeRWMutex) RLock() {
+	m.mu.Lock()
+	for m.writer || m.writers > 0 {
+		m.waitLocked()
+	}
+	m.readers++
+	m.mu.Unlock()
+}
+
+func (m *vtimeRWMutex) RUnlock() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.readers == 0 {
+		panic("nats: vtimeRWMutex: RUnlock without RLock")
+	}
+	m.readers--
+	if m.readers == 0 {
+		m.wakeLocked()
+	}
+}
+GO
+case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $wgdir, $nvdir" ;; esac
+# overlay.json: each patched file replaces its original; the lock's file is new.
+{
+	printf '{"Replace":{'
+	printf '"%s":"%s",' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go"
+	printf '"%s":"%s",' "$out/wireguard/device/channels.go" "$out/channels.go"
+	printf '"%s":"%s",' "$out/nats.go/timer.go" "$out/timer.go"
+	printf '"%s":"%s",' "$out/nats.go/nats.go" "$out/nats_conn.go"
+	printf '"%s":"%s"' "$out/nats.go/lattice_vtime_mutex.go" "$out/nats_vtime_mutex.go"
+	printf '}}\n'
+} | put overlay.json
 echo "-modfile=$out/go.mod -overlay=$out/overlay.json"

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"gvisor.dev/gvisor/pkg/sleep"
 	gsync "gvisor.dev/gvisor/pkg/sync"
 )
@@ -45,6 +47,10 @@ func check() (bool, string) {
 	state, err := sleeperState()
 	if err != nil {
 		return false, err.Error()
+	}
+	if !natsLockDurable() {
+		return false, fmt.Sprintf("vtime: gVisor is patched but nats.go's connection lock is still a %s "+
+			"(a reconnect would stop the bubble's clock): the overlay is not this script's; regenerate it with scripts/vtime-flags.sh", natsLockType())
 	}
 	if state != durableSelect {
 		return false, fmt.Sprintf("vtime: gVisor's WaitReasonSelect is %d, which Go %s names %q, not %q: "+
@@ -117,3 +123,16 @@ func stateOf(dump []byte, fn string) (string, bool) {
 // patched reports whether this build carries the overlay: gVisor's constant
 // no longer names the plain select.
 func patched() bool { return gsync.WaitReasonSelect != plainSelect }
+
+// natsLockType names the type of nats.go's connection lock in this build.
+func natsLockType() string {
+	f, ok := reflect.TypeFor[nats.Conn]().FieldByName("mu")
+	if !ok {
+		return "missing field"
+	}
+	return f.Type.String()
+}
+
+// natsLockDurable reports whether nats.go's connection lock is the
+// overlay's, whose waiters park durably in a bubble.
+func natsLockDurable() bool { return natsLockType() == "nats.vtimeRWMutex" }

@@ -1,0 +1,90 @@
+package vtime
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// slowDialer hands out in-process connections to an embedded nats-server,
+// after dialDelay of the bubble's clock once slow is set: a dial over a
+// network that takes time, which nats.go's reconnect makes while it holds
+// the connection's lock.
+type slowDialer struct {
+	srv  *server.Server
+	slow atomic.Bool
+}
+
+const dialDelay = time.Second
+
+func (d *slowDialer) Dial(_, _ string) (net.Conn, error) {
+	if d.slow.Load() {
+		time.Sleep(dialDelay)
+	}
+	return d.srv.InProcessConn()
+}
+
+// TestNATSReconnectLockDurable publishes while nats.go reconnects. The
+// reconnect holds the connection's lock across its dial (and its CONNECT
+// and PONG), so the publish waits for the lock while the dial waits for
+// the bubble's clock. Unpatched, that lock wait is not durable and the
+// clock never reaches the dial's end (the 20-node soak stopped so at every
+// NAT reboot); with the overlay's lock it is, and the publish goes out
+// exactly when the dial ends.
+func TestNATSReconnectLockDurable(t *testing.T) {
+	needNATSLock(t)
+	dog := Watch(WatchdogConfig{Name: t.Name(), Timeout: watchdogAfter, OnStop: func(err error) {
+		panic(err) // the bubble cannot be woken: end the binary with the stacks
+	}})
+	defer func() { require.NoError(t, dog.Stop()) }()
+	synctest.Test(t, func(t *testing.T) {
+		stop := dog.Pulse()
+		defer stop()
+		srv, err := server.NewServer(&server.Options{DontListen: true, NoLog: true, NoSigs: true})
+		require.NoError(t, err)
+		srv.Start()
+		defer srv.Shutdown()
+		require.True(t, srv.ReadyForConnections(time.Second))
+
+		d := &slowDialer{srv: srv}
+		reconnected := make(chan struct{}, 1)
+		nc, err := nats.Connect("nats://lab", nats.SetCustomDialer(d), nats.ReconnectWait(time.Hour),
+			nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+		require.NoError(t, err)
+		defer nc.Close()
+		sub, err := nc.SubscribeSync("vtime.lock")
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+
+		d.slow.Store(true)
+		start := time.Now()
+		require.NoError(t, nc.ForceReconnect())
+		time.Sleep(10 * time.Millisecond) // the reconnect is in its dial, holding the lock
+		require.NoError(t, nc.Publish("vtime.lock", []byte("during the reconnect")))
+		assert.Equal(t, dialDelay, time.Since(start), "the publish waited for the reconnect's dial, exactly")
+		<-reconnected
+		msg, err := sub.NextMsg(time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "during the reconnect", string(msg.Data))
+	})
+}
+
+// needNATSLock stops the test when this build lacks the overlay's lock for
+// nats.go, as needShim does for gVisor's sleepers.
+func needNATSLock(t *testing.T) {
+	t.Helper()
+	switch {
+	case natsLockDurable():
+	case !patched() && !*requireShim:
+		t.Skip("vtime: nats.go's connection lock is a sync.RWMutex; " + HowTo)
+	default:
+		t.Fatalf("vtime: nats.go's connection lock is %s, not the overlay's durable lock: regenerate it with scripts/vtime-flags.sh", natsLockType())
+	}
+}
