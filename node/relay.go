@@ -20,10 +20,21 @@ type RelayClient interface {
 	Close() error
 }
 
-// RelayDialer connects to a relay as self, the node's public key, with
-// token (which control issued for self); deliver receives the packets
-// peers send through the relay.
-type RelayDialer func(ctx context.Context, relay control.Relay, token string, self key.Public, deliver func(src key.Public, pkt []byte)) (RelayClient, error)
+// RelayAuth is what a node authenticates to a relay with.
+type RelayAuth struct {
+	// Self is the node's public key.
+	Self key.Public
+	// Token is the relay token control issued for Self.
+	Token string
+	// Renew asks control for a fresh token; the relay client calls it
+	// before Token expires and when the relay refuses it. If nil, Token is
+	// used until it expires.
+	Renew func(ctx context.Context) (string, error)
+}
+
+// RelayDialer connects to a relay as auth.Self; deliver receives the
+// packets peers send through the relay.
+type RelayDialer func(ctx context.Context, relay control.Relay, auth RelayAuth, deliver func(src key.Public, pkt []byte)) (RelayClient, error)
 
 // relayTransports are the transports LRPRelay knows (Config.RelayTransport).
 var relayTransports = []string{"tcp", "quic", "race"}
@@ -44,16 +55,23 @@ func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 	case "race":
 		transport = ""
 	}
-	return func(ctx context.Context, r control.Relay, token string, self key.Public, deliver func(key.Public, []byte)) (RelayClient, error) {
-		c, err := relay.NewClient(relay.ClientConfig{
+	return func(ctx context.Context, r control.Relay, auth RelayAuth, deliver func(key.Public, []byte)) (RelayClient, error) {
+		cfg := relay.ClientConfig{
 			Network:     n,
 			Server:      r.Addr,
 			Fingerprint: r.Fingerprint,
-			Key:         self,
-			Token:       relay.Token(token),
+			Key:         auth.Self,
+			Token:       relay.Token(auth.Token),
 			Logger:      log,
 			Transport:   transport,
-		})
+		}
+		if renew := auth.Renew; renew != nil {
+			cfg.RenewToken = func(ctx context.Context) (relay.Token, error) {
+				tok, err := renew(ctx)
+				return relay.Token(tok), err
+			}
+		}
+		c, err := relay.NewClient(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("relay %s: %w", r.Addr, err)
 		}

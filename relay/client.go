@@ -39,9 +39,16 @@ type ClientConfig struct {
 	RootCAs *x509.CertPool
 	// Key is this node's WireGuard public key. Required.
 	Key key.Public
-	// Token is the relay token control issued for Key. Required; replace
-	// it with SetToken before it expires.
+	// Token is the relay token control issued for Key. Required. Unless
+	// RenewToken is set, replace it with SetToken before it expires.
 	Token Token
+	// RenewToken fetches a fresh token for Key from control. The client
+	// calls it once two thirds of the current token's life (from when the
+	// client got it to its expiry) have passed, and at once when the
+	// relay refuses the token (then it reconnects without waiting out the
+	// backoff). It must respect ctx. If nil, only SetToken replaces the
+	// token.
+	RenewToken func(ctx context.Context) (Token, error)
 	// Logger receives the client's logs. If nil, logs are discarded.
 	Logger *slog.Logger
 	// OnPeerGone is called when the relay reports that a peer this client
@@ -139,8 +146,12 @@ type Client struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
+	renewMu  sync.Mutex    // serializes RenewToken calls
+	tokenSet chan struct{} // signalled when the token changes
+
 	mu      sync.Mutex // guards the following
 	token   Token
+	tokenAt time.Time                 // when token was set
 	lastErr error                     // why the last attempt or connection ended
 	changed chan struct{}             // closed and replaced on every state change
 	probes  map[[8]byte]chan struct{} // Probe's pings awaiting their pong
@@ -169,10 +180,15 @@ type ClientStats struct {
 	BytesReceived   uint64
 	RecvDropped     uint64 // received packets dropped because Recv fell behind
 	PeerGone        uint64 // PEER_GONE reports received
+	// TokenRenewals and TokenRenewalFailures count RenewToken calls
+	// that brought a fresh token and those that failed.
+	TokenRenewals        uint64
+	TokenRenewalFailures uint64
 }
 
 type clientCounters struct {
 	connects, packetsSent, bytesSent, packetsReceived, bytesReceived, recvDropped, peerGone atomic.Uint64
+	renewals, renewFailures                                                                 atomic.Uint64
 }
 
 // NewClient validates cfg and starts connecting in the background; use
@@ -188,30 +204,28 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "relay-client", "server", cfg.Server),
-		tls:     tc,
-		recvq:   make(chan inPacket, cfg.RecvQueueLen),
-		ctx:     ctx,
-		cancel:  cancel,
-		token:   cfg.Token,
-		changed: make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "relay-client", "server", cfg.Server),
+		tls:      tc,
+		recvq:    make(chan inPacket, cfg.RecvQueueLen),
+		ctx:      ctx,
+		cancel:   cancel,
+		token:    cfg.Token,
+		tokenAt:  time.Now(),
+		tokenSet: make(chan struct{}, 1),
+		changed:  make(chan struct{}),
 	}
 	c.wg.Add(1)
 	go c.run()
+	if cfg.RenewToken != nil {
+		c.wg.Add(1)
+		go c.renewLoop()
+	}
 	return c, nil
 }
 
 // Key returns the client's node key.
 func (c *Client) Key() key.Public { return c.cfg.Key }
-
-// SetToken replaces the relay token used from the next connection
-// attempt on, e.g. when control issued a fresh one before expiry.
-func (c *Client) SetToken(t Token) {
-	c.mu.Lock()
-	c.token = t
-	c.mu.Unlock()
-}
 
 // Transport returns "quic" or "tcp" while connected, "" otherwise.
 func (c *Client) Transport() string {
@@ -232,12 +246,16 @@ func (c *Client) Stats() ClientStats {
 		BytesReceived:   s.bytesReceived.Load(),
 		RecvDropped:     s.recvDropped.Load(),
 		PeerGone:        s.peerGone.Load(),
+
+		TokenRenewals:        s.renewals.Load(),
+		TokenRenewalFailures: s.renewFailures.Load(),
 	}
 }
 
 // WaitConnected returns nil once the client is connected. It returns
-// early with the relay's *CloseError when the relay refused the token
-// (the client keeps retrying in the background; SetToken can fix it),
+// early with the relay's *CloseError when the relay refused the token and
+// there is no RenewToken, or renewing failed too (the client keeps
+// retrying in the background; SetToken can fix it),
 // with ErrClosed after Close, and with ctx's error, joined with the last
 // attempt's, when ctx ends first.
 func (c *Client) WaitConnected(ctx context.Context) error {
@@ -248,7 +266,7 @@ func (c *Client) WaitConnected(ctx context.Context) error {
 		if c.cur.Load() != nil {
 			return nil
 		}
-		if ce := (*CloseError)(nil); errors.As(last, &ce) && ce.Code.IsAuth() {
+		if c.authFinal(last) {
 			return fmt.Errorf("relay: connect to %s: %w", c.cfg.Server, last)
 		}
 		select {
@@ -355,31 +373,44 @@ func (c *Client) setState(cc *cconn, err error) {
 	c.mu.Unlock()
 }
 
-func (c *Client) currentToken() Token {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.token
-}
-
 // run connects, serves and reconnects until Close.
 func (c *Client) run() {
 	defer c.wg.Done()
-	failures := 0
+	failures, refusals := 0, 0
 	for c.ctx.Err() == nil {
-		cc, err := c.dial(c.ctx)
+		tok := c.currentToken()
+		cc, err := c.dial(c.ctx, tok)
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return
 			}
 			failures++
-			d := c.backoff(failures)
+			now := false
+			if refusedToken(err) && c.cfg.RenewToken != nil {
+				// A relay that says expired may have a clock ahead of
+				// ours; a fresh token is the cure for every refusal.
+				refusals++
+				if rerr := c.renew(tok, "relay refused the token"); rerr != nil {
+					err = errors.Join(err, rerr)
+				} else {
+					now = refusals == 1
+				}
+			} else {
+				refusals = 0
+			}
 			c.setState(nil, err)
+			if now {
+				c.log.Info("relay refused the token; renewed it, reconnecting", "err", err)
+				continue
+			}
+			d := c.backoff(failures)
 			c.log.Warn("relay connect failed", "err", err, "retry_in", d)
 			if !c.sleep(d) {
 				return
 			}
 			continue
 		}
+		refusals = 0
 		start := time.Now()
 		c.stats.connects.Add(1)
 		c.setState(cc, nil)

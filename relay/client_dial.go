@@ -30,14 +30,14 @@ type dialResult struct {
 // TCP winner waits QUICGrace for a QUIC attempt still running, because
 // datagrams suit WireGuard better than a TCP stream. Every attempt that
 // does not win is cancelled and closed before dial returns.
-func (c *Client) dial(ctx context.Context) (*cconn, error) {
+func (c *Client) dial(ctx context.Context, tok Token) (*cconn, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	results := make(chan dialResult, 2)
 	running := 0
 	start := func(t string) {
 		running++
 		go func() {
-			cc, err := c.dialOne(ctx, t)
+			cc, err := c.dialOne(ctx, t, tok)
 			results <- dialResult{transport: t, cc: cc, err: err}
 		}()
 	}
@@ -117,7 +117,7 @@ func (c *Client) dial(ctx context.Context) (*cconn, error) {
 	}
 }
 
-func (c *Client) dialOne(ctx context.Context, transport string) (*cconn, error) {
+func (c *Client) dialOne(ctx context.Context, transport string, tok Token) (*cconn, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
 	var (
@@ -125,9 +125,9 @@ func (c *Client) dialOne(ctx context.Context, transport string) (*cconn, error) 
 		err error
 	)
 	if transport == transportQUIC {
-		cc, err = c.dialQUIC(ctx)
+		cc, err = c.dialQUIC(ctx, tok)
 	} else {
-		cc, err = c.dialTCP(ctx)
+		cc, err = c.dialTCP(ctx, tok)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s %s: %w", transport, c.cfg.Server, err)
@@ -135,7 +135,7 @@ func (c *Client) dialOne(ctx context.Context, transport string) (*cconn, error) 
 	return cc, nil
 }
 
-func (c *Client) dialTCP(ctx context.Context) (*cconn, error) {
+func (c *Client) dialTCP(ctx context.Context, tok Token) (*cconn, error) {
 	nc, err := c.cfg.Network.Dial(ctx, "tcp", c.cfg.Server)
 	if err != nil {
 		return nil, err
@@ -148,10 +148,10 @@ func (c *Client) dialTCP(ctx context.Context) (*cconn, error) {
 		w.closeConn()
 		return nil, fmt.Errorf("tls handshake: %w", err)
 	}
-	return c.hello(ctx, w, stop)
+	return c.hello(ctx, w, tok, stop)
 }
 
-func (c *Client) dialQUIC(ctx context.Context) (*cconn, error) {
+func (c *Client) dialQUIC(ctx context.Context, tok Token) (*cconn, error) {
 	raddr, err := c.resolve(ctx)
 	if err != nil {
 		return nil, err
@@ -181,7 +181,7 @@ func (c *Client) dialQUIC(ctx context.Context) (*cconn, error) {
 		return nil, fmt.Errorf("open control stream: %w", err)
 	}
 	w := newQUICWire(qc, qs, frameSend, cleanup)
-	return c.hello(ctx, w, context.AfterFunc(ctx, w.closeConn))
+	return c.hello(ctx, w, tok, context.AfterFunc(ctx, w.closeConn))
 }
 
 func (c *Client) quicConfig() *quic.Config {
@@ -200,8 +200,8 @@ func (c *Client) quicConfig() *quic.Config {
 // hello authenticates an established connection: HELLO out, WELCOME (or
 // the server's refusal) back. stop disarms the close that ctx's end
 // triggers; if it already fired, the attempt is lost.
-func (c *Client) hello(ctx context.Context, w *wire, stop func() bool) (*cconn, error) {
-	cc, err := c.exchangeHello(w)
+func (c *Client) hello(ctx context.Context, w *wire, tok Token, stop func() bool) (*cconn, error) {
+	cc, err := c.exchangeHello(w, tok)
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -212,8 +212,7 @@ func (c *Client) hello(ctx context.Context, w *wire, stop func() bool) (*cconn, 
 	return cc, nil
 }
 
-func (c *Client) exchangeHello(w *wire) (*cconn, error) {
-	tok := c.currentToken()
+func (c *Client) exchangeHello(w *wire, tok Token) (*cconn, error) {
 	if len(tok) > MaxTokenSize {
 		return nil, fmt.Errorf("relay: hello: %d-byte token exceeds %d", len(tok), MaxTokenSize)
 	}

@@ -25,6 +25,9 @@ var (
 	ErrTokenInvalid = errors.New("relay: token MAC mismatch")
 	// ErrTokenExpired reports a genuine token past its expiry.
 	ErrTokenExpired = errors.New("relay: token expired")
+	// ErrTokenRenewal reports that ClientConfig.RenewToken failed or
+	// returned a token the client cannot use.
+	ErrTokenRenewal = errors.New("relay: token renewal failed")
 	// ErrWeakSecret reports a token secret shorter than MinSecretSize.
 	ErrWeakSecret = errors.New("relay: token secret too short")
 

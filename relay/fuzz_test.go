@@ -3,8 +3,16 @@ package relay
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // FuzzDecodeFrame feeds arbitrary bytes to the frame and datagram
@@ -69,4 +77,130 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("datagram error %v does not wrap ErrProtocol", err)
 		}
 	})
+}
+
+// FuzzVerifyToken checks token verification against arbitrary strings:
+// no panic; every error wraps one of the token sentinels; a token that
+// verifies is exactly what IssueToken makes of its key and expiry (no
+// second encoding of one token); InspectToken reads what VerifyToken
+// reads and fails exactly when the token is malformed.
+func FuzzVerifyToken(f *testing.F) {
+	good := IssueToken(testSecret, key.Public{1, 2, 3}, time.Unix(2_000_000_000, 0))
+	f.Add(string(good), int64(0))
+	f.Add(string(good), int64(3_000_000_000))
+	f.Add(string(good[:len(good)-1])+"A", int64(0))
+	f.Add("", int64(0))
+	f.Add(strings.Repeat("A", tokenLen), int64(0))
+	f.Add(string(IssueToken([]byte(strings.Repeat("x", MinSecretSize)), key.Public{1}, time.Unix(1, 0))), int64(0))
+
+	f.Fuzz(func(t *testing.T, tok string, now int64) {
+		pub, err := VerifyToken(testSecret, Token(tok), time.Unix(now, 0))
+		ipub, exp, ierr := InspectToken(Token(tok))
+		if (ierr != nil) != errors.Is(err, ErrTokenMalformed) {
+			t.Fatalf("inspect %v, verify %v", ierr, err)
+		}
+		if ierr != nil && !errors.Is(ierr, ErrTokenMalformed) {
+			t.Fatalf("inspect error %v does not wrap ErrTokenMalformed", ierr)
+		}
+		switch {
+		case err == nil:
+			if ipub != pub {
+				t.Fatalf("inspect read key %x, verify %x", ipub, pub)
+			}
+			if again := IssueToken(testSecret, pub, exp); string(again) != tok {
+				t.Fatalf("verified %q, which re-issues as %q", tok, again)
+			}
+			if !time.Unix(now, 0).Before(exp) {
+				t.Fatalf("verified a token expired at %v at %v", exp, time.Unix(now, 0))
+			}
+		case errors.Is(err, ErrTokenMalformed), errors.Is(err, ErrTokenInvalid):
+		case errors.Is(err, ErrTokenExpired):
+			if time.Unix(now, 0).Before(exp) {
+				t.Fatalf("expired at %v, yet %v is before", exp, time.Unix(now, 0))
+			}
+		default:
+			t.Fatalf("error %v wraps no token sentinel", err)
+		}
+	})
+}
+
+// FuzzServerHandshake plays an unauthenticated peer: the input is the
+// plaintext byte stream a client sends after its TLS handshake (a HELLO,
+// or anything, then frames of any size), fed to the server's handshake
+// and, if the HELLO verifies, to the connection's read loop until the
+// stream ends. Whatever it is, the server does not panic, the connection
+// ends, nothing of it stays registered or pending, and it is counted
+// exactly once: as a connection, or as one refusal.
+func FuzzServerHandshake(f *testing.F) {
+	k := key.Public{4, 5, 6}
+	hello := func(tok Token) []byte {
+		b, err := appendFrame(nil, &frame{typ: frameHello, version: ProtocolVersion, key: k, data: []byte(tok)})
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	valid := hello(IssueToken(testSecret, k, time.Unix(2_000_000_000, 0)))
+	big := make([]byte, MaxPacketSize)
+	send, _ := appendFrame(nil, &frame{typ: frameSend, key: key.Public{7}, data: big})
+	ping, _ := appendFrame(nil, &frame{typ: framePing})
+	f.Add(valid)
+	f.Add(append(append([]byte{}, valid...), send...))
+	f.Add(append(append(append([]byte{}, valid...), ping...), 0xff, 0xff, 0xff))
+	f.Add(append(append([]byte{}, valid...), byte(frameSend), 0xff, 0xff))
+	f.Add(hello(IssueToken(testSecret, k, time.Unix(1, 0))))
+	f.Add(hello(IssueToken(testSecret, key.Public{8}, time.Unix(2_000_000_000, 0))))
+	f.Add(hello("short"))
+	f.Add(send)
+	f.Add([]byte{byte(frameHello), 0xff, 0xff})
+	f.Add([]byte{})
+
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s := handshakeServer()
+		defer s.cancel()
+		srv, cli := net.Pipe()
+		go func() { _, _ = io.Copy(io.Discard, cli) }()
+		go func() {
+			_, _ = cli.Write(in)
+			_ = cli.Close()
+		}()
+		e, _, _ := s.pre.admit(netip.MustParseAddr("192.0.2.1"), time.Unix(0, 0), func() { _ = srv.Close() })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.handshake(newTCPWire(srv, frameRecv), srv.RemoteAddr(), e, func() bool { return true })
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the handshake of %d bytes did not end", len(in))
+		}
+		_ = cli.Close()
+		st := s.Stats()
+		var refusals uint64
+		for _, n := range st.AuthFailures {
+			refusals += n
+		}
+		if refusals+st.Connections[transportTCP] != 1 {
+			t.Fatalf("counted %d refusals %v and %d connections", refusals, st.AuthFailures, st.Connections[transportTCP])
+		}
+		if all, _ := s.pre.len(netip.Addr{}); all != 0 || len(s.clients) != 0 || st.Clients[transportTCP] != 0 {
+			t.Fatalf("left behind: %d pending, %d registered", all, len(s.clients))
+		}
+	})
+}
+
+// handshakeServer is a Server with no listeners, enough for handshake and
+// the connections it serves.
+func handshakeServer() *Server {
+	cfg := ServerConfig{Secret: testSecret, Now: func() time.Time { return time.Unix(1_900_000_000, 0) }}
+	if err := cfg.setDefaults(); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg: cfg, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		pre:     newPreauth(cfg.MaxPending, cfg.MaxPendingPerSource),
+		clients: make(map[key.Public]*sconn),
+	}
 }

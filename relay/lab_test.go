@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +69,12 @@ func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
 // that issues tokens with secret.
 func labRelay(t *testing.T) (*fabric.Fabric, *relay.Server, []byte) {
 	t.Helper()
+	return labRelayAt(t, nil)
+}
+
+// labRelayAt is labRelay with a relay whose clock is now (nil: time.Now).
+func labRelayAt(t *testing.T, now func() time.Time) (*fabric.Fabric, *relay.Server, []byte) {
+	t.Helper()
 	f, err := fabric.New(fabric.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
@@ -76,7 +83,7 @@ func labRelay(t *testing.T) (*fabric.Fabric, *relay.Server, []byte) {
 	server, err := f.AddHost(fabric.HostConfig{Name: "relay", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.100")}}})
 	require.NoError(t, err)
 	secret := bytes.Repeat([]byte{7}, relay.MinSecretSize)
-	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret})
+	s, err := relay.NewServer(relay.ServerConfig{Network: server, Addr: "203.0.113.100:443", Secret: secret, Now: now})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return f, s, secret
@@ -141,4 +148,36 @@ func TestLabProbeAfterNATReboot(t *testing.T) {
 		"no reconnect within 3 s of the failed probe")
 	t.Logf("reconnected %v after the reboot", time.Since(start))
 	require.NoError(t, c.Probe(ctx, time.Second), "the new connection answers")
+}
+
+// TestLabRenewOnExpiredAnswer is LRP over a lab Network, behind a NAT, on
+// both transports: the relay's clock runs 2 h ahead, so it calls the
+// client's token (1 h left) expired; the client renews at once and
+// connects without waiting out its backoff.
+func TestLabRenewOnExpiredAnswer(t *testing.T) {
+	f, s, secret := labRelayAt(t, func() time.Time { return time.Now().Add(2 * time.Hour) })
+	host, _ := labSite(t, f, "site", "port-restricted-cone", 10)
+	for i, tr := range []string{"quic", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			k := key.Public{byte(i + 1)}
+			var renewals atomic.Int64
+			c, err := relay.NewClient(relay.ClientConfig{
+				Network: host, Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: k, Transport: tr,
+				Token: relay.IssueToken(secret, k, time.Now().Add(time.Hour)),
+				RenewToken: func(context.Context) (relay.Token, error) {
+					renewals.Add(1)
+					return relay.IssueToken(secret, k, time.Now().Add(24*time.Hour)), nil
+				},
+				MinBackoff: 10 * time.Second, MaxBackoff: 20 * time.Second,
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, c.Close()) })
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			require.NoError(t, c.WaitConnected(ctx))
+			assert.Equal(t, tr, c.Transport())
+			assert.Equal(t, int64(1), renewals.Load())
+			assert.Equal(t, uint64(i+1), s.Stats().AuthFailures["expired"])
+		})
+	}
 }

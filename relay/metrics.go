@@ -30,18 +30,19 @@ var dropNames = [numDropReasons]string{"no_peer", "queue_full", "rate_limited", 
 type authReason int
 
 const (
-	authMalformed authReason = iota // HELLO or token does not parse
-	authInvalid                     // token MAC mismatch (forged, or another secret)
-	authExpired                     // token expired
-	authWrongKey                    // token for another key than the one presented
-	authVersion                     // unsupported protocol version
-	authTimeout                     // no valid HELLO before AuthTimeout, or the TLS handshake failed
-	authFull                        // MaxClients reached
-	authBusy                        // too many connections still authenticating
+	authMalformed  authReason = iota // HELLO or token does not parse
+	authInvalid                      // token MAC mismatch (forged, or another secret)
+	authExpired                      // token expired
+	authWrongKey                     // token for another key than the one presented
+	authVersion                      // unsupported protocol version
+	authTimeout                      // no valid HELLO in time, or the TLS handshake failed
+	authFull                         // MaxClients reached
+	authBusy                         // evicted: MaxPending connections authenticating
+	authBusySource                   // evicted: MaxPendingPerSource from its source authenticating
 	numAuthReasons
 )
 
-var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy"}
+var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source"}
 
 const (
 	transportQUIC = "quic"

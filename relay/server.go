@@ -49,9 +49,16 @@ type ServerConfig struct {
 	// MaxClients bounds connected clients; more are refused with
 	// CloseServerFull. If zero, 10000.
 	MaxClients int
-	// MaxPending bounds connections still in their TLS handshake or
-	// HELLO; more are closed at once. If zero, 1024.
+	// MaxPending bounds connections that have not authenticated yet (in
+	// their TLS or QUIC handshake, or before their HELLO). A connection
+	// beyond it evicts the oldest one pending instead of being refused,
+	// so connections that only sit there cannot lock clients out. If
+	// zero, 1024.
 	MaxPending int
+	// MaxPendingPerSource bounds pending connections from one source (an
+	// IPv4 address, an IPv6 /64); beyond it a new connection evicts its
+	// source's oldest. If zero, 64.
+	MaxPendingPerSource int
 	// QueueLen bounds each client's queue of packets waiting to be sent
 	// to it; packets beyond it are dropped (reason "queue_full"). If zero,
 	// 256.
@@ -67,8 +74,14 @@ type ServerConfig struct {
 	// 30-second UDP timeouts alive.
 	KeepAlive time.Duration
 	// AuthTimeout bounds the TLS (or QUIC) handshake plus the HELLO. If
-	// zero, 10s.
+	// zero, 3s: a handshake is one round trip, and one lost packet's
+	// retransmission fits too.
 	AuthTimeout time.Duration
+	// HelloTimeout bounds each wait in which a client has nothing to wait
+	// for: on TCP for the first bytes of its ClientHello after the
+	// connection is accepted, and on both transports for its HELLO after
+	// the handshake completed (a client sends it at once). If zero, 500ms.
+	HelloTimeout time.Duration
 }
 
 func (c *ServerConfig) setDefaults() error {
@@ -92,7 +105,7 @@ func (c *ServerConfig) setDefaults() error {
 		name string
 		v    *int
 		def  int
-	}{{"MaxClients", &c.MaxClients, 10000}, {"MaxPending", &c.MaxPending, 1024}, {"QueueLen", &c.QueueLen, 256}} {
+	}{{"MaxClients", &c.MaxClients, 10000}, {"MaxPending", &c.MaxPending, 1024}, {"MaxPendingPerSource", &c.MaxPendingPerSource, 64}, {"QueueLen", &c.QueueLen, 256}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -107,10 +120,13 @@ func (c *ServerConfig) setDefaults() error {
 		c.KeepAlive = 20 * time.Second
 	}
 	if c.AuthTimeout == 0 {
-		c.AuthTimeout = 10 * time.Second
+		c.AuthTimeout = 3 * time.Second
 	}
-	if c.KeepAlive < 0 || c.AuthTimeout < 0 {
-		return errors.New("relay: server config: negative KeepAlive or AuthTimeout")
+	if c.HelloTimeout == 0 {
+		c.HelloTimeout = 500 * time.Millisecond
+	}
+	if c.KeepAlive < 0 || c.AuthTimeout < 0 || c.HelloTimeout < 0 {
+		return errors.New("relay: server config: negative KeepAlive, AuthTimeout or HelloTimeout")
 	}
 	if c.KeepAlive.Milliseconds() > int64(^uint32(0)) {
 		return fmt.Errorf("relay: server config: KeepAlive %v too long", c.KeepAlive)
@@ -122,17 +138,17 @@ func (c *ServerConfig) setDefaults() error {
 // and forwards packets between them by destination key, over QUIC
 // datagrams or TLS-over-TCP frames, both on one port number.
 type Server struct {
-	cfg     ServerConfig
-	log     *slog.Logger
-	tls     *tls.Config
-	fp      string
-	addr    netip.AddrPort
-	pc      net.PacketConn
-	tr      *quic.Transport
-	ql      *quic.Listener
-	tl      net.Listener
-	m       metrics
-	pending chan struct{} // semaphore of connections still authenticating
+	cfg  ServerConfig
+	log  *slog.Logger
+	tls  *tls.Config
+	fp   string
+	addr netip.AddrPort
+	pc   net.PacketConn
+	tr   *quic.Transport
+	ql   *quic.EarlyListener
+	tl   net.Listener
+	m    metrics
+	pre  *preauth // connections still authenticating
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -160,7 +176,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		log:     cfg.Logger.With("component", "relay"),
 		tls:     tc,
 		fp:      fp,
-		pending: make(chan struct{}, cfg.MaxPending),
+		pre:     newPreauth(cfg.MaxPending, cfg.MaxPendingPerSource),
 		ctx:     ctx,
 		cancel:  cancel,
 		clients: make(map[key.Public]*sconn),
@@ -171,8 +187,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s.addr = addrPortOf(s.pc.LocalAddr())
-	s.tr = &quic.Transport{Conn: s.pc}
-	s.ql, err = s.tr.Listen(tc, s.quicConfig())
+	s.tr = &quic.Transport{Conn: s.pc, VerifySourceAddress: func(a net.Addr) bool {
+		return s.pre.pressured(sourceOfNet(a))
+	}}
+	// Early: the connection joins the pre-auth table when its first
+	// flight is answered, so its handshake counts against the bounds too.
+	s.ql, err = s.tr.ListenEarly(tc, s.quicConfig())
 	if err == nil && cfg.Registerer != nil {
 		if err = cfg.Registerer.Register(collector{&s.m}); err != nil {
 			_ = s.ql.Close()
@@ -298,15 +318,15 @@ func (s *Server) acceptTCP() {
 			continue
 		}
 		delay = 0
-		if !s.admit() {
-			s.m.authFail(authBusy)
+		e := s.admit(nc.RemoteAddr(), func() { _ = nc.Close() })
+		if e == nil {
 			_ = nc.Close()
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serveTCP(nc)
+			s.serveTCP(nc, e)
 		}()
 	}
 }
@@ -318,30 +338,45 @@ func (s *Server) acceptQUIC() {
 		if err != nil {
 			return // listener closed or server closing
 		}
-		if !s.admit() {
-			s.m.authFail(authBusy)
+		busy := func() {
 			_ = qc.CloseWithError(quic.ApplicationErrorCode(CloseServerFull), "too many connections authenticating")
+		}
+		e := s.admit(qc.RemoteAddr(), busy)
+		if e == nil {
+			busy()
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serveQUIC(qc)
+			s.serveQUIC(qc, e)
 		}()
 	}
 }
 
-// admit takes a pending-handshake slot; release gives it back.
-func (s *Server) admit() bool {
-	select {
-	case s.pending <- struct{}{}:
-		return true
-	default:
-		return false
+// admit enters a new connection in the pre-auth table and closes the
+// connections it evicted. A nil entry means the table refused it: the
+// caller closes it.
+func (s *Server) admit(remote net.Addr, evict func()) *pending {
+	e, out, perSource := s.pre.admit(sourceOfNet(remote), time.Now(), evict)
+	if e == nil {
+		s.countBusy(perSource)
+		return nil
 	}
+	for _, v := range out {
+		s.countBusy(v.perSource)
+		v.victim.evict()
+	}
+	return e
 }
 
-func (s *Server) release() { <-s.pending }
+func (s *Server) countBusy(perSource bool) {
+	if perSource {
+		s.m.authFail(authBusySource)
+	} else {
+		s.m.authFail(authBusy)
+	}
+}
 
 func (s *Server) lookup(k key.Public) *sconn {
 	s.mu.RLock()

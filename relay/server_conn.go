@@ -45,56 +45,100 @@ type sconn struct {
 // so a packet costs no server-wide lock once its destination is known.
 type routeCache map[key.Public]*sconn
 
-func (s *Server) serveTCP(nc net.Conn) {
+func (s *Server) serveTCP(nc net.Conn, e *pending) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
-	tc := tls.Server(nc, s.tls)
+	// A client sends its ClientHello the moment it is connected; a
+	// connection that stays silent is not one.
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	tc := tls.Server(&firstReadConn{Conn: nc}, s.tls)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		stop()
 		_ = nc.Close()
-		s.release()
-		s.m.authFail(authTimeout)
+		if s.pre.done(e) { // an evicted one was counted as such
+			s.m.authFail(authTimeout)
+		}
 		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "err", err)
 		return
 	}
-	s.handshake(newTCPWire(tc, frameRecv), nc.RemoteAddr(), stop)
+	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	s.handshake(newTCPWire(tc, frameRecv), nc.RemoteAddr(), e, stop)
 }
 
-func (s *Server) serveQUIC(qc *quic.Conn) {
+// firstReadConn lifts the read deadline that bounds the wait for a
+// ClientHello once its first bytes arrived; AuthTimeout bounds the rest.
+type firstReadConn struct {
+	net.Conn
+	got bool // read by the TLS connection's reader only
+}
+
+func (c *firstReadConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.got {
+		c.got = true
+		_ = c.Conn.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (s *Server) serveQUIC(qc *quic.Conn, e *pending) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AuthTimeout)
 	defer cancel()
 	fail := func() {
 		_ = qc.CloseWithError(quic.ApplicationErrorCode(CloseNormal), "no hello")
 	}
 	stop := context.AfterFunc(ctx, fail)
-	qs, err := qc.AcceptStream(ctx)
+	qs, err := s.controlStream(ctx, qc)
 	if err != nil {
 		stop()
 		fail()
-		s.release()
-		s.m.authFail(authTimeout)
+		if s.pre.done(e) {
+			s.m.authFail(authTimeout)
+		}
 		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", err)
 		return
 	}
-	s.handshake(newQUICWire(qc, qs, frameRecv, nil), qc.RemoteAddr(), stop)
+	_ = qs.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	s.handshake(newQUICWire(qc, qs, frameRecv, nil), qc.RemoteAddr(), e, stop)
+}
+
+// controlStream waits for the QUIC handshake of an early connection and
+// then, at most HelloTimeout, for the client's control stream.
+func (s *Server) controlStream(ctx context.Context, qc *quic.Conn) (*quic.Stream, error) {
+	select {
+	case <-qc.HandshakeComplete():
+	case <-qc.Context().Done():
+		return nil, fmt.Errorf("quic handshake: %w", context.Cause(qc.Context()))
+	case <-ctx.Done():
+		return nil, fmt.Errorf("quic handshake: %w", ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.HelloTimeout)
+	defer cancel()
+	return qc.AcceptStream(ctx)
 }
 
 // handshake reads and checks the HELLO, registers the client, answers
-// WELCOME and serves the connection. stop disarms the AuthTimeout close;
-// if it already fired the connection is lost.
-func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			s.release()
+// WELCOME and serves the connection. e is the connection's pre-auth
+// entry; stop disarms the AuthTimeout close; if it already fired the
+// connection is lost.
+func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() bool) {
+	inTable := true
+	// leave takes the connection out of the pre-auth table and reports
+	// whether it had been evicted (and is being closed) meanwhile.
+	leave := func() (evicted bool) {
+		if !inTable {
+			return false
 		}
+		inTable = false
+		return !s.pre.done(e)
 	}
-	defer release()
+	defer leave()
 	refuse := func(reason authReason, code CloseCode, msg string) {
 		stop()
-		s.m.authFail(reason)
+		if !leave() {
+			s.m.authFail(reason)
+		}
 		s.log.Debug("client refused", "remote", remote, "transport", w.transport, "reason", authNames[reason], "msg", msg)
 		w.fail(code, msg, nil, false)
 		w.writeClose()
@@ -113,6 +157,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
 		refuse(authMalformed, CloseProtocol, fmt.Sprintf("%s before HELLO", f.typ))
 		return
 	}
+	w.clearReadDeadline()
 	if f.version != ProtocolVersion {
 		refuse(authVersion, CloseVersion, fmt.Sprintf("version %d unsupported, want %d", f.version, ProtocolVersion))
 		return
@@ -130,6 +175,11 @@ func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
 		return
 	case pub != f.key:
 		refuse(authWrongKey, CloseAuthWrongKey, "token issued for another key")
+		return
+	}
+	if leave() {
+		stop()
+		w.closeConn()
 		return
 	}
 
@@ -164,7 +214,6 @@ func (s *Server) handshake(w *wire, remote net.Addr, stop func() bool) {
 		s.unregister(c)
 		return
 	}
-	release()
 	s.log.Debug("client connected", "key", pub.ShortString(), "remote", remote, "transport", w.transport)
 	c.serve()
 }

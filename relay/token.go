@@ -68,16 +68,9 @@ func VerifyToken(secret []byte, tok Token, now time.Time) (key.Public, error) {
 	if len(secret) < MinSecretSize {
 		return key.Public{}, fmt.Errorf("relay: verify token: %d-byte secret: %w", len(secret), ErrWeakSecret)
 	}
-	if len(tok) != tokenLen {
-		return key.Public{}, fmt.Errorf("relay: verify token: %d characters, want %d: %w", len(tok), tokenLen, ErrTokenMalformed)
-	}
-	var raw [tokenRawLen]byte
-	n, err := base64.RawURLEncoding.Decode(raw[:], []byte(tok))
-	if err != nil || n != tokenRawLen {
-		return key.Public{}, fmt.Errorf("relay: verify token: bad encoding: %w", ErrTokenMalformed)
-	}
-	if raw[0] != TokenVersion {
-		return key.Public{}, fmt.Errorf("relay: verify token: version %d, want %d: %w", raw[0], TokenVersion, ErrTokenMalformed)
+	raw, err := decodeToken(tok)
+	if err != nil {
+		return key.Public{}, fmt.Errorf("relay: verify token: %w", err)
 	}
 	want := tokenMAC(secret, raw[:1+key.Size+8])
 	if !hmac.Equal(want, raw[1+key.Size+8:]) {
@@ -89,6 +82,33 @@ func VerifyToken(secret []byte, tok Token, now time.Time) (key.Public, error) {
 		return key.Public{}, fmt.Errorf("relay: verify token for %s: expired at %s: %w", pub.ShortString(), expiry.UTC().Format(time.RFC3339), ErrTokenExpired)
 	}
 	return pub, nil
+}
+
+// InspectToken returns the key and expiry a token claims, without
+// verifying it (that takes the secret): a client reads its own token's
+// expiry to renew it in time. It fails with ErrTokenMalformed.
+func InspectToken(tok Token) (pub key.Public, expiry time.Time, err error) {
+	raw, err := decodeToken(tok)
+	if err != nil {
+		return key.Public{}, time.Time{}, fmt.Errorf("relay: inspect token: %w", err)
+	}
+	pub = key.Public(raw[1 : 1+key.Size])
+	return pub, time.Unix(int64(binary.BigEndian.Uint64(raw[1+key.Size:])), 0), nil
+}
+
+// decodeToken checks a token's length, encoding and version.
+func decodeToken(tok Token) (raw [tokenRawLen]byte, err error) {
+	if len(tok) != tokenLen {
+		return raw, fmt.Errorf("%d characters, want %d: %w", len(tok), tokenLen, ErrTokenMalformed)
+	}
+	n, err := base64.RawURLEncoding.Decode(raw[:], []byte(tok))
+	if err != nil || n != tokenRawLen {
+		return raw, fmt.Errorf("bad encoding: %w", ErrTokenMalformed)
+	}
+	if raw[0] != TokenVersion {
+		return raw, fmt.Errorf("version %d, want %d: %w", raw[0], TokenVersion, ErrTokenMalformed)
+	}
+	return raw, nil
 }
 
 func tokenMAC(secret, body []byte) []byte {

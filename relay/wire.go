@@ -161,6 +161,16 @@ func (w *wire) closeConn() {
 	})
 }
 
+// clearReadDeadline lifts the deadline that bounded the wait for HELLO.
+// Server handshake only, before any loop runs.
+func (w *wire) clearReadDeadline() {
+	if w.qs != nil {
+		_ = w.qs.SetReadDeadline(time.Time{})
+		return
+	}
+	_ = w.nc.SetReadDeadline(time.Time{})
+}
+
 // markSeen records that something arrived. It writes only when the flag
 // changes, so readers on a busy connection do not bounce its cache line.
 func (w *wire) markSeen() {
