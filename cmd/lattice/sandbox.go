@@ -40,7 +40,7 @@ hash-chained audit log ('lattice sandbox audit verify' checks it).
 
 Edition: ` + edition.Name() + `.`,
 	}
-	cmd.AddCommand(newSandboxStartCmd(), newSandboxRunCmd(), newSandboxAgentCmd(), newSandboxAuditCmd())
+	cmd.AddCommand(newSandboxStartCmd(), newSandboxRunCmd(), newSandboxAgentCmd(), newSandboxExecCmd(), newSandboxAuditCmd())
 	return cmd
 }
 
