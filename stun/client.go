@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/pion/stun/v4"
@@ -34,20 +35,42 @@ var rfc8489Waits = []time.Duration{
 // answer, so the caller must not read conn concurrently. It leaves conn's
 // read deadline cleared.
 func Bind(ctx context.Context, conn net.PacketConn, server netip.AddrPort) (netip.AddrPort, error) {
-	req, err := newRequest(0)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("stun: bind via %v: %w", server, err)
+	server = unmap(server)
+	// FINGERPRINT tells the answer apart from the other protocols on a
+	// shared socket (RFC 8489 section 7), so make room for it too.
+	r, err := bind(ctx, conn, server, minAnswer(server.Addr())+fingerprintLen)
+	if refusedPadding(err) {
+		r, err = bind(ctx, conn, server, 0)
 	}
-	r, err := transact(ctx, conn, unmap(server), req, rfc8489Waits)
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("stun: bind via %v: %w", server, err)
 	}
 	return r.mapped, nil
 }
 
-// newRequest builds a Binding request with a fresh transaction ID and,
-// when change is not zero, a CHANGE-REQUEST with those flags.
-func newRequest(change uint32) (*stun.Message, error) {
+// bind runs one Binding transaction whose request is padded to answer.
+func bind(ctx context.Context, conn net.PacketConn, server netip.AddrPort, answer int) (response, error) {
+	req, err := newRequest(0, answer)
+	if err != nil {
+		return response{}, err
+	}
+	return transact(ctx, conn, server, req, rfc8489Waits)
+}
+
+// refusedPadding reports whether err is a 420 naming PADDING: a server
+// without RFC 5780, which the client may ask again unpadded.
+func refusedPadding(err error) bool {
+	var er *ErrorResponse
+	return errors.As(err, &er) && er.Code == int(stun.CodeUnknownAttribute) &&
+		slices.Contains(er.Unknown, uint16(stun.AttrPadding))
+}
+
+// newRequest builds a Binding request with a fresh transaction ID, a
+// CHANGE-REQUEST with change when that is not zero, and PADDING to make
+// it answer bytes long: servers that do not amplify answer no larger
+// than the request, so answer is the size of the answer the caller
+// needs. Zero pads nothing.
+func newRequest(change uint32, answer int) (*stun.Message, error) {
 	m := stun.New()
 	m.Type = stun.BindingRequest
 	if err := m.NewTransactionID(); err != nil {
@@ -59,6 +82,7 @@ func newRequest(change uint32) (*stun.Message, error) {
 		binary.BigEndian.PutUint32(v[:], change)
 		m.Add(stun.AttrChangeRequest, v[:])
 	}
+	pad(m, fingerprintLen, answer)
 	if err := stun.Fingerprint.AddTo(m); err != nil {
 		return nil, fmt.Errorf("fingerprint: %w", err)
 	}

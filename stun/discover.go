@@ -162,6 +162,9 @@ type discovery struct {
 // address and port, and compares the mapped addresses.
 func (d *discovery) mapping(c net.PacketConn, res *Result) error {
 	r, err := d.ask(c, d.server, 0)
+	if refusedPadding(err) {
+		return fmt.Errorf("stun: discover: %v: %w (%w)", d.server, ErrNoOtherAddress, err)
+	}
 	if err != nil {
 		return fmt.Errorf("stun: discover: mapping test I to %v: %w", d.server, err)
 	}
@@ -225,9 +228,12 @@ func (d *discovery) filtering(f net.PacketConn, res *Result) error {
 	return nil
 }
 
-// ask performs one Binding transaction with dst.
+// ask performs one Binding transaction with dst, its request padded so
+// that the answer has room for OTHER-ADDRESS, RESPONSE-ORIGIN and
+// FINGERPRINT besides the mapped address.
 func (d *discovery) ask(c net.PacketConn, dst netip.AddrPort, change uint32) (response, error) {
-	req, err := newRequest(change)
+	a := d.server.Addr()
+	req, err := newRequest(change, minAnswer(a)+2*addrAttrLen(a)+fingerprintLen)
 	if err != nil {
 		return response{}, err
 	}

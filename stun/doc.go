@@ -19,11 +19,12 @@
 // port) it listens on all four combinations of address and port and
 // implements RFC 5780 section 6:
 //
-//   - every success response carries XOR-MAPPED-ADDRESS, MAPPED-ADDRESS
-//     (RFC 5780 section 6.1 requires both), SOFTWARE and FINGERPRINT;
+//   - success responses carry XOR-MAPPED-ADDRESS and, as RFC 5780 section
+//     6.1 asks when there is room (below), MAPPED-ADDRESS, SOFTWARE and
+//     FINGERPRINT;
 //   - in RFC 5780 mode also RESPONSE-ORIGIN (the socket the response leaves
-//     from) and OTHER-ADDRESS (the other address and other port relative to
-//     the socket the request arrived on);
+//     from) and OTHER-ADDRESS (the other address and other port relative
+//     to the socket the request arrived on);
 //   - CHANGE-REQUEST's "change IP" and "change port" flags make the response
 //     leave from the socket with the other address and/or port (RFC 5780
 //     Table 1).
@@ -36,8 +37,8 @@
 //     and port is one of them: RFC 5780 section 6.1 says "the server MUST
 //     generate an error response of type 420" in that case, so a client
 //     learns the server cannot run the filtering tests instead of timing
-//     out. PADDING and RESPONSE-PORT (RFC 5780) are not supported and get
-//     the same answer.
+//     out. RESPONSE-PORT (RFC 5780) is not supported and gets the same
+//     answer. PADDING is understood; responses carry none.
 //   - 400 Bad Request for a CHANGE-REQUEST whose value is not 4 bytes.
 //
 // The server understands (and, for this unauthenticated Binding usage,
@@ -54,10 +55,29 @@
 // vector), and datagrams larger than 1500 bytes. The packet path never logs
 // and never panics on any input (see FuzzHandler).
 //
+// # Amplification
+//
+// No answer is larger than its request, so a forged source address cannot
+// turn the server into an amplifier (3.2× for a bare request before, 4.4×
+// with the RFC 5780 attributes). Optional attributes go in while they fit,
+// in the order FINGERPRINT, OTHER-ADDRESS, RESPONSE-ORIGIN, MAPPED-ADDRESS,
+// SOFTWARE (Stats.Trimmed counts answers that left some out); a client that
+// wants them pads its request with PADDING (RFC 5780 section 7.6), as Bind
+// and Discover do. The one exception is XOR-MAPPED-ADDRESS alone (32 bytes
+// for IPv4, 44 for IPv6), sent even to a smaller request, since RFC 8489
+// clients such as pion/ice's gatherer send bare 20-byte requests: at most
+// 1.6× (2.2× for IPv6) for those, at most 1× for anything larger. Error
+// responses that cannot be made as small as the request are not sent
+// (Stats.Unanswered). The server checks no credentials, so no request
+// counts as authenticated and none earns a larger answer.
+//
 // # Client
 //
 // Bind performs one Binding transaction on an existing socket, with RFC 8489
-// retransmissions (RTO 500 ms, doubling, 7 requests). Discover runs the
+// retransmissions (RTO 500 ms, doubling, 7 requests), its request padded to
+// fit the mapped address and FINGERPRINT (and sent again unpadded to a
+// server that refuses PADDING with 420). Discover pads for OTHER-ADDRESS
+// and RESPONSE-ORIGIN too, and runs the
 // mapping tests of RFC 5780 section 4.3 and the filtering tests of section
 // 4.4 against an RFC 5780 server, learning the alternate address from
 // OTHER-ADDRESS, and reports the result as Behavior values whose String

@@ -155,14 +155,16 @@ func (h *handler) drop(c *atomic.Uint64) ([]byte, sock, bool) {
 
 // understood reports whether the server knows a comprehension-required
 // attribute: those RFC 8489 defines. XOR-MAPPED-ADDRESS also stands for
-// its pre-RFC 5389 code 0x8020, which pion folds into it. CHANGE-REQUEST
-// is handled by the caller: it is understood only in RFC 5780 mode.
+// its pre-RFC 5389 code 0x8020, which pion folds into it. PADDING (RFC
+// 5780 section 7.6) only makes room for a larger answer; responses carry
+// none. CHANGE-REQUEST is handled by the caller: it is understood only in
+// RFC 5780 mode.
 func understood(t stun.AttrType) bool {
 	switch t {
 	case stun.AttrMappedAddress, stun.AttrUsername, stun.AttrMessageIntegrity,
 		stun.AttrErrorCode, stun.AttrUnknownAttributes, stun.AttrRealm,
 		stun.AttrNonce, stun.AttrMessageIntegritySHA256, stun.AttrPasswordAlgorithm,
-		stun.AttrUserhash, stun.AttrXORMappedAddress:
+		stun.AttrUserhash, stun.AttrXORMappedAddress, stun.AttrPadding:
 		return true
 	}
 	return false
@@ -194,9 +196,26 @@ func fingerprintOK(m *stun.Message) bool {
 	return binary.BigEndian.Uint32(last.Value) == stun.FingerprintValue(raw[:len(raw)-fingerprintLen])
 }
 
-// success builds the Binding success response in sc.resp.
+// success builds the Binding success response in sc.resp, no larger than
+// the request unless that is too small for XOR-MAPPED-ADDRESS alone (see
+// size.go). Optional attributes go in while they fit, in this order:
+// FINGERPRINT, OTHER-ADDRESS, RESPONSE-ORIGIN, MAPPED-ADDRESS, SOFTWARE.
 func (h *handler) success(sc *scratch, src netip.AddrPort, at, via sock) error {
 	req, resp := &sc.req, &sc.resp
+	origin := h.local[via]
+	// OTHER-ADDRESS is the other address and the other port relative
+	// to where the request arrived (RFC 5780 section 6.1, Table 1).
+	other := h.local[at^altAddr^altPort]
+	b := budget{left: max(len(req.Raw), minAnswer(src.Addr())) - minAnswer(src.Addr())}
+	withFP := b.take(fingerprintLen)
+	withOther := h.rfc5780 && b.take(addrAttrLen(other.Addr()))
+	withOrigin := h.rfc5780 && b.take(addrAttrLen(origin.Addr()))
+	withMapped := b.take(addrAttrLen(src.Addr()))
+	withSoftware := len(h.software) > 0 && b.take(attrLen(len(h.software)))
+	if !withFP || !withMapped || (len(h.software) > 0 && !withSoftware) || (h.rfc5780 && !(withOther && withOrigin)) {
+		h.stats.trimmed.Add(1)
+	}
+
 	resp.Reset()
 	resp.Type = stun.BindingSuccess
 	resp.TransactionID = req.TransactionID
@@ -205,39 +224,69 @@ func (h *handler) success(sc *scratch, src netip.AddrPort, at, via sock) error {
 	if err := (stun.XORMappedAddress{IP: sc.netIP(src.Addr()), Port: port}).AddTo(resp); err != nil {
 		return err
 	}
-	if err := (&stun.MappedAddress{IP: sc.netIP(src.Addr()), Port: port}).AddTo(resp); err != nil {
-		return err
+	if withMapped {
+		if err := (&stun.MappedAddress{IP: sc.netIP(src.Addr()), Port: port}).AddTo(resp); err != nil {
+			return err
+		}
 	}
-	if h.rfc5780 {
-		origin := h.local[via]
+	if withOrigin {
 		if err := (&stun.ResponseOrigin{IP: sc.netIP(origin.Addr()), Port: int(origin.Port())}).AddTo(resp); err != nil {
 			return err
 		}
-		// OTHER-ADDRESS is the other address and the other port relative
-		// to where the request arrived (RFC 5780 section 6.1, Table 1).
-		other := h.local[at^altAddr^altPort]
+	}
+	if withOther {
 		if err := (&stun.OtherAddress{IP: sc.netIP(other.Addr()), Port: int(other.Port())}).AddTo(resp); err != nil {
 			return err
 		}
 	}
-	return h.finish(resp)
+	if withSoftware {
+		if err := h.software.AddTo(resp); err != nil {
+			return err
+		}
+	}
+	if withFP {
+		return stun.Fingerprint.AddTo(resp)
+	}
+	return nil
 }
 
 // errorResponse builds an error response with code in sc.resp, listing
 // sc.unknown for 420. Error responses leave from the socket the request
-// arrived on.
+// arrived on. An error response is never larger than the request: when
+// even ERROR-CODE without a reason phrase (and UNKNOWN-ATTRIBUTES for 420)
+// does not fit, the request goes unanswered; the reason phrase, FINGERPRINT
+// and SOFTWARE follow while they fit.
 func (h *handler) errorResponse(sc *scratch, code stun.ErrorCode, at sock) ([]byte, sock, bool) {
 	req, resp := &sc.req, &sc.resp
+	reason := errorReason(code)
+	b := budget{left: len(req.Raw) - headerSize}
+	fits := b.take(attrLen(4))
+	if code == stun.CodeUnknownAttribute {
+		fits = fits && b.take(attrLen(2*len(sc.unknown)))
+	}
+	if !fits {
+		h.stats.unanswered.Add(1)
+		return nil, 0, false
+	}
+	if !b.take(attrLen(4+len(reason)) - attrLen(4)) {
+		reason = nil
+	}
+	withFP := b.take(fingerprintLen)
+	withSoftware := len(h.software) > 0 && b.take(attrLen(len(h.software)))
+
 	resp.Reset()
 	resp.Type = stun.BindingError
 	resp.TransactionID = req.TransactionID
 	resp.WriteHeader()
-	err := code.AddTo(resp)
+	err := stun.ErrorCodeAttribute{Code: code, Reason: reason}.AddTo(resp)
 	if err == nil && code == stun.CodeUnknownAttribute {
 		err = sc.unknown.AddTo(resp)
 	}
-	if err == nil {
-		err = h.finish(resp)
+	if err == nil && withSoftware {
+		err = h.software.AddTo(resp)
+	}
+	if err == nil && withFP {
+		err = stun.Fingerprint.AddTo(resp)
 	}
 	if err != nil {
 		h.stats.sendErrors.Add(1)
@@ -246,12 +295,18 @@ func (h *handler) errorResponse(sc *scratch, code stun.ErrorCode, at sock) ([]by
 	return resp.Raw, at, true
 }
 
-// finish adds SOFTWARE and FINGERPRINT, which end every response.
-func (h *handler) finish(resp *stun.Message) error {
-	if len(h.software) > 0 {
-		if err := h.software.AddTo(resp); err != nil {
-			return err
-		}
+// errorReason is the reason phrase the server sends with code.
+func errorReason(code stun.ErrorCode) []byte {
+	switch code {
+	case stun.CodeUnknownAttribute:
+		return reasonUnknownAttribute
+	case stun.CodeBadRequest:
+		return reasonBadRequest
 	}
-	return stun.Fingerprint.AddTo(resp)
+	return nil
 }
+
+var (
+	reasonUnknownAttribute = []byte("Unknown Attribute")
+	reasonBadRequest       = []byte("Bad Request")
+)

@@ -89,7 +89,7 @@ func TestHandlerSuccess(t *testing.T) {
 			if tt.flags != 0 || tt.name == "change flags zero" {
 				setters = append(setters, changeRequest(tt.flags))
 			}
-			setters = append(setters, stun.Fingerprint)
+			setters = append(setters, padding(128), stun.Fingerprint)
 			in := message(t, stun.BindingRequest, setters...)
 			out, via, ok := h.handle(newScratch(), in, tt.src, tt.at)
 			require.True(t, ok, "request dropped: %+v", h.stats.snapshot())
@@ -126,6 +126,7 @@ func TestHandlerSuccess(t *testing.T) {
 			st := h.stats.snapshot()
 			assert.Equal(t, uint64(1), st.Responses)
 			assert.Equal(t, boolCount(tt.wantVia != tt.at), st.Changed)
+			assert.Zero(t, st.Trimmed, "a padded request gets every attribute")
 		})
 	}
 }
@@ -165,11 +166,11 @@ func TestHandlerErrors(t *testing.T) {
 			wantUnknown: []uint16{0x7F01, 0x0027},
 		},
 		{
-			name:        "padding is not supported",
+			name:        "response-port is not supported",
 			rfc5780:     true,
-			setters:     []stun.Setter{rawAttr{stun.AttrPadding, make([]byte, 64)}},
+			setters:     []stun.Setter{rawAttr{stun.AttrResponsePort, []byte{0, 80, 0, 0}}},
 			wantCode:    420,
-			wantUnknown: []uint16{0x0026},
+			wantUnknown: []uint16{0x0027},
 		},
 		{
 			name:     "short change-request",
@@ -185,10 +186,11 @@ func TestHandlerErrors(t *testing.T) {
 			if tt.rfc5780 {
 				at = altPort
 			}
-			in := message(t, stun.BindingRequest, tt.setters...)
+			in := message(t, stun.BindingRequest, append([]stun.Setter{padding(64)}, tt.setters...)...)
 			out, via, ok := h.handle(newScratch(), in, testClient, at)
 			require.True(t, ok)
 			assert.Equal(t, at, via, "errors leave from the receiving socket")
+			assert.LessOrEqual(t, len(out), len(in), "error response larger than its request")
 			m := decode(t, out)
 			assert.Equal(t, stun.BindingError, m.Type)
 
@@ -203,9 +205,14 @@ func TestHandlerErrors(t *testing.T) {
 			assert.Equal(t, uint64(1), st.Requests)
 			assert.Equal(t, boolCount(tt.wantCode == 420), st.UnknownAttribute)
 			assert.Equal(t, boolCount(tt.wantCode == 400), st.BadRequest)
+			assert.Zero(t, st.Unanswered)
 		})
 	}
 }
+
+// padding is a PADDING attribute with an n-byte value (RFC 5780 section
+// 7.6), the way a client makes room for a larger answer.
+func padding(n int) rawAttr { return rawAttr{stun.AttrPadding, make([]byte, n)} }
 
 // TestHandlerUnderstood: attributes a Binding server understands or may
 // ignore do not make it refuse the request.
@@ -217,11 +224,13 @@ func TestHandlerUnderstood(t *testing.T) {
 		{"comprehension-optional unknown", []stun.Setter{rawAttr{0xC0DE, []byte("whatever")}}},
 		{"username and message-integrity", []stun.Setter{stun.NewUsername("a:b"), stun.NewShortTermIntegrity("pw"), stun.Fingerprint}},
 		{"pre-RFC 5389 xor-mapped-address", []stun.Setter{rawAttr{0x8020, make([]byte, 8)}}},
+		{"padding", []stun.Setter{padding(64), stun.Fingerprint}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := testHandler(true)
-			out, _, ok := h.handle(newScratch(), message(t, stun.BindingRequest, tt.setters...), testClient, 0)
+			in := message(t, stun.BindingRequest, append([]stun.Setter{padding(64)}, tt.setters...)...)
+			out, _, ok := h.handle(newScratch(), in, testClient, 0)
 			require.True(t, ok)
 			assert.Equal(t, stun.BindingSuccess, decode(t, out).Type)
 		})

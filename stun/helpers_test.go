@@ -120,6 +120,10 @@ func (a attr) AddTo(m *pion.Message) error {
 	return nil
 }
 
+// padding is a PADDING attribute with an n-byte value: the way a client
+// makes room for a larger answer (RFC 5780 section 7.6).
+func padding(n int) attr { return attr{pion.AttrPadding, make([]byte, n)} }
+
 func changeRequest(changeIP, changePort bool) attr {
 	var v byte
 	if changeIP {

@@ -47,8 +47,8 @@ type Config struct {
 	// addresses must be specific, since clients are told to use them.
 	// Port 0 in either lets the network pick. If zero, plain RFC 8489.
 	Alternate netip.AddrPort
-	// Software is the SOFTWARE attribute of every response. If empty,
-	// DefaultSoftware. At most 763 bytes.
+	// Software is the SOFTWARE attribute of every response whose request
+	// left room for it. If empty, DefaultSoftware. At most 763 bytes.
 	Software string
 }
 

@@ -134,7 +134,7 @@ func TestBindingResponses(t *testing.T) {
 	self := localAddr(t, c)
 	for i, dst := range endpoints(s) {
 		t.Run(fmt.Sprintf("socket%d", i), func(t *testing.T) {
-			m, from := exchange(t, c, dst, build(t, pion.BindingRequest, pion.Fingerprint))
+			m, from := exchange(t, c, dst, build(t, pion.BindingRequest, padding(128), pion.Fingerprint))
 			assert.Equal(t, pion.BindingSuccess, m.Type)
 			assert.Equal(t, dst, from, "answered from the socket asked")
 			assert.NoError(t, pion.Fingerprint.Check(m), "FINGERPRINT")
@@ -178,7 +178,7 @@ func TestChangeRequest(t *testing.T) {
 				if want != dst {
 					changed++
 				}
-				m, from := exchange(t, c, dst, build(t, pion.BindingRequest, changeRequest(flags.ip, flags.port), pion.Fingerprint))
+				m, from := exchange(t, c, dst, build(t, pion.BindingRequest, changeRequest(flags.ip, flags.port), padding(64), pion.Fingerprint))
 				require.Equal(t, pion.BindingSuccess, m.Type)
 				assert.Equal(t, want, from, "source of the response")
 				var origin pion.ResponseOrigin
@@ -226,7 +226,8 @@ func TestErrorResponses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := client(t)
-			m, from := exchange(t, c, tt.server.Addr(), build(t, pion.BindingRequest, tt.setters...))
+			setters := append([]pion.Setter{padding(64)}, tt.setters...)
+			m, from := exchange(t, c, tt.server.Addr(), build(t, pion.BindingRequest, setters...))
 			assert.Equal(t, pion.BindingError, m.Type)
 			assert.Equal(t, tt.server.Addr(), from)
 			assert.NoError(t, pion.Fingerprint.Check(m), "FINGERPRINT")

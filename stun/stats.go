@@ -18,12 +18,20 @@ type Stats struct {
 	// Changed counts the success responses sent from another socket than
 	// the request arrived on, because of CHANGE-REQUEST.
 	Changed uint64
+	// Trimmed counts the success responses that left out optional
+	// attributes so as not to be larger than their request (see the
+	// package documentation); such clients should pad their requests.
+	Trimmed uint64
 	// UnknownAttribute counts 420 error responses: comprehension-required
 	// attributes the server does not understand, CHANGE-REQUEST without an
 	// alternate address among them.
 	UnknownAttribute uint64
 	// BadRequest counts 400 error responses (a malformed CHANGE-REQUEST).
 	BadRequest uint64
+	// Unanswered counts the error responses not sent because even their
+	// shortest form would be larger than the request. They are included
+	// in UnknownAttribute or BadRequest.
+	Unanswered uint64
 	// Dropped counts datagrams answered with nothing, by reason.
 	Dropped Drops
 	// SendErrors counts responses that could not be encoded or written.
@@ -59,6 +67,7 @@ func (d Drops) Total() uint64 {
 // counters is the live, concurrently updated form of Stats.
 type counters struct {
 	datagrams, requests, responses, changed atomic.Uint64
+	trimmed, unanswered                     atomic.Uint64
 	unknownAttribute, badRequest            atomic.Uint64
 	sendErrors, readErrors                  atomic.Uint64
 
@@ -71,6 +80,8 @@ func (c *counters) snapshot() Stats {
 		Requests:         c.requests.Load(),
 		Responses:        c.responses.Load(),
 		Changed:          c.changed.Load(),
+		Trimmed:          c.trimmed.Load(),
+		Unanswered:       c.unanswered.Load(),
 		UnknownAttribute: c.unknownAttribute.Load(),
 		BadRequest:       c.badRequest.Load(),
 		SendErrors:       c.sendErrors.Load(),
