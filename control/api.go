@@ -38,12 +38,13 @@ const (
 
 // Node subjects, below NodeSubject(id, ...).
 const (
-	LeafPeers      = "peers"      // control → node: PeerEvent
-	LeafSignalIn   = "signal.in"  // control → node: a peer's signal, header HeaderFrom
-	LeafSignalOut  = "signal.out" // node → control: a signal for HeaderTo
-	LeafPeerList   = "peers.get"  // node → control, request: the current peer list
-	LeafDeregister = "deregister" // node → control, request: leave the network
-	LeafPresence   = "presence"   // node → control, request: PresenceRequest (heartbeat or goodbye)
+	LeafPeers      = "peers"       // control → node: PeerEvent
+	LeafSignalIn   = "signal.in"   // control → node: a peer's signal, header HeaderFrom
+	LeafSignalOut  = "signal.out"  // node → control: a signal for HeaderTo
+	LeafPeerList   = "peers.get"   // node → control, request: the current peer list
+	LeafDeregister = "deregister"  // node → control, request: leave the network
+	LeafPresence   = "presence"    // node → control, request: PresenceRequest (heartbeat or goodbye)
+	LeafRelayToken = "relay.token" // node → control, request: a fresh RelayTokenResponse
 )
 
 // Signaling headers.
@@ -62,15 +63,23 @@ const (
 	MaxSignalBytes  = 16 << 10
 )
 
-// RegisterRequest is what a node sends to join.
+// RegisterRequest is what a node sends to join. The first request has no
+// Challenge and no Proof and is answered with a challenge only; the second
+// carries that Challenge back and the Proof that the node holds the
+// private key of PublicKey (see proof.go and ProveKey).
 type RegisterRequest struct {
 	Token     string     `json:"token"`
 	Name      string     `json:"name"`
 	PublicKey key.Public `json:"public_key"`
+	Challenge *Challenge `json:"challenge,omitempty"`
+	Proof     []byte     `json:"proof,omitempty"`
 }
 
-// RegisterResponse is what a node gets back.
+// RegisterResponse is what a node gets back. An answer to a request
+// without a proof carries only Challenge.
 type RegisterResponse struct {
+	Challenge *Challenge `json:"challenge,omitempty"`
+
 	NodeID string `json:"node_id"`
 	// Address is the node's overlay address with the overlay's prefix
 	// length, e.g. 100.64.12.34/10.
@@ -79,7 +88,10 @@ type RegisterResponse struct {
 	RelayToken string       `json:"relay_token,omitempty"`
 	STUN       []string     `json:"stun,omitempty"`
 	Peers      []Peer       `json:"peers"`
-	NATS       NATSCreds    `json:"nats"`
+	// MorePeers: Peers is the first page of the peer list only (the whole
+	// would not fit a NATS message); Session.Peers fetches all of it.
+	MorePeers bool      `json:"more_peers,omitempty"`
+	NATS      NATSCreds `json:"nats"`
 	// PresenceTTLMillis is how long control keeps the node online without
 	// a heartbeat; the node sends one every third of it. Zero: control
 	// tracks no presence.
@@ -146,6 +158,7 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 const (
 	CodeBadRequest = "bad_request"
 	CodeBadToken   = "bad_token"
+	CodeBadProof   = "bad_proof"
 	CodeNameTaken  = "name_taken"
 	CodeFull       = "address_pool_exhausted"
 	CodeInternal   = "internal"
@@ -172,6 +185,12 @@ func (r *RegisterRequest) Validate() error {
 		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("name %q: use 1-63 lowercase letters, digits and inner hyphens", truncate(r.Name, 80))}
 	case r.PublicKey.IsZero():
 		return &Error{Code: CodeBadRequest, Message: "public key is missing or all zeros"}
+	case (r.Challenge == nil) != (r.Proof == nil):
+		return &Error{Code: CodeBadRequest, Message: "challenge and proof come together or not at all"}
+	case len(r.Proof) > 64:
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("proof is %d bytes, at most 64", len(r.Proof))}
+	case r.Challenge != nil && len(r.Challenge.Nonce) > 64:
+		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("challenge nonce is %d bytes, at most 64", len(r.Challenge.Nonce))}
 	}
 	return nil
 }
@@ -204,9 +223,15 @@ type Node struct {
 	Name      string       `json:"name"`
 	PublicKey key.Public   `json:"public_key"`
 	Address   netip.Prefix `json:"address"`
-	// SecretHash is the SHA-256 of the node's NATS password.
+	// SecretHash is the SHA-256 of the node's NATS password. Every
+	// control instance sharing the registry checks passwords against it.
+	// No salt: the password is 256 random bits, so there is no dictionary
+	// to precompute.
 	SecretHash []byte    `json:"secret_hash"`
 	Registered time.Time `json:"registered"`
+	// ProofNonce is the nonce of the challenge the last registration
+	// answered: the same proof is never accepted twice.
+	ProofNonce []byte `json:"proof_nonce,omitempty"`
 }
 
 func (n *Node) peer() Peer {

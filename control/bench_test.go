@@ -13,7 +13,8 @@ import (
 )
 
 // BenchmarkRegister measures registrations per second over NATS on
-// loopback: a joining client's request, token check, address allocation,
+// loopback: a joining client's two requests (challenge, proof of key),
+// token check, address allocation,
 // a registry write (file store: fsync per write; kv: JetStream), peer
 // events to every registered node, and the reply.
 func BenchmarkRegister(b *testing.B) {
@@ -41,23 +42,16 @@ func BenchmarkRegister(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer nc.Close()
-			reqs := make([][]byte, b.N)
-			for i := range reqs {
-				var k key.Public
-				for j := range 8 {
-					k[j] = byte(i >> (8 * j))
-				}
-				k[31] = 1
-				reqs[i] = []byte(`{"token":"` + testToken + `","name":"n` + nodeID(k)[1:9] + `","public_key":"` + k.String() + `"}`)
+			joins := make([]Join, b.N)
+			for i := range joins {
+				k := key.NewPrivate()
+				joins[i] = Join{Token: testToken, Name: "n" + nodeID(k.Public())[1:9], Key: k}
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			b.ResetTimer()
 			for i := range b.N {
-				m, err := nc.Request(SubjectRegister, reqs[i], 10*time.Second)
-				if err != nil {
-					b.Fatal(err)
-				}
-				var resp RegisterResponse
-				if err := decodeReply(m.Data, &resp); err != nil {
+				if _, err := RegisterOver(ctx, nc, joins[i]); err != nil {
 					b.Fatal(err)
 				}
 			}

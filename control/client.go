@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -42,14 +43,66 @@ func decodeReply(b []byte, v any) error {
 	return nil
 }
 
+// Join is what a node registers with: the join token, its name and its
+// WireGuard private key, which never leaves the node; it answers control's
+// challenge (see ProveKey).
+type Join struct {
+	Token string
+	Name  string
+	Key   key.Private
+}
+
+// exchange sends one registration request and returns the answer.
+type exchange func(ctx context.Context, body []byte) ([]byte, error)
+
+// register runs the two requests of a registration: the first gets a
+// challenge, the second answers it with the proof of key.
+func register(ctx context.Context, j Join, send exchange) (*RegisterResponse, error) {
+	ask := func(req *RegisterRequest) (*RegisterResponse, error) {
+		body, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		b, err := send(ctx, body)
+		if err != nil {
+			return nil, err
+		}
+		var resp RegisterResponse
+		if err := decodeReply(b, &resp); err != nil {
+			return nil, err
+		}
+		return &resp, nil
+	}
+	req := &RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public()}
+	first, err := ask(req)
+	if err != nil {
+		return nil, err
+	}
+	if first.Challenge == nil {
+		return nil, errors.New("control answered without a challenge: it does not ask for proof of key")
+	}
+	req.Challenge = first.Challenge
+	if req.Proof, err = ProveKey(j.Key, first.Challenge, j.Name); err != nil {
+		return nil, err
+	}
+	resp, err := ask(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.Challenge != nil {
+		return nil, errors.New("control answered the proof with another challenge")
+	}
+	return resp, nil
+}
+
 // RegisterNATS registers over NATS at url: it connects as a joining
-// client (the join token is its password), sends the request and returns
-// the answer. An *Error reports a refusal.
-func RegisterNATS(ctx context.Context, n netx.Network, url string, req RegisterRequest) (*RegisterResponse, error) {
+// client (the join token is its password), answers control's challenge and
+// returns the answer. An *Error reports a refusal.
+func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error) {
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
 	user := joinPrefix + fmt.Sprintf("%x", rnd)
-	nc, err := nats.Connect(url, nats.SetCustomDialer(Dialer(n)), nats.UserInfo(user, req.Token),
+	nc, err := nats.Connect(url, nats.SetCustomDialer(Dialer(n)), nats.UserInfo(user, j.Token),
 		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
@@ -58,48 +111,57 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, req RegisterR
 		return nil, fmt.Errorf("register: connect to %s: %w", url, err)
 	}
 	defer nc.Close()
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("register: %w", err)
-	}
-	m, err := nc.RequestWithContext(ctx, SubjectRegister, body)
+	resp, err := RegisterOver(ctx, nc, j)
 	if err != nil {
 		return nil, fmt.Errorf("register over NATS: %w", err)
 	}
-	var resp RegisterResponse
-	if err := decodeReply(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("register over NATS: %w", err)
-	}
-	return &resp, nil
+	return resp, nil
 }
 
-// RegisterHTTP registers with POST baseURL/v1/register.
-func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, req RegisterRequest) (*RegisterResponse, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("register: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(baseURL, "/")+"/v1/register", bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("register over HTTP: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
+// RegisterOver registers on nc, a connection as a joining client.
+func RegisterOver(ctx context.Context, nc *nats.Conn, j Join) (*RegisterResponse, error) {
+	return register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
+		m, err := nc.RequestWithContext(ctx, SubjectRegister, body)
+		if err != nil {
+			return nil, err
+		}
+		return m.Data, nil
+	})
+}
+
+// RegisterHTTP registers with POST baseURL/v1/register (twice: the
+// challenge, then the proof).
+func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, j Join) (*RegisterResponse, error) {
 	client := &http.Client{Transport: &http.Transport{DialContext: n.Dial}}
 	defer client.CloseIdleConnections()
-	hresp, err := client.Do(hreq)
+	url := strings.TrimSuffix(baseURL, "/") + "/v1/register"
+	resp, err := register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
+		return postJSON(ctx, client, url, body)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("register over HTTP: %w", err)
+	}
+	return resp, nil
+}
+
+// postJSON posts body to url and returns the answer's body, whatever its
+// status (an error reply is in the body).
+func postJSON(ctx context.Context, client *http.Client, url string, body []byte) ([]byte, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hresp, err := client.Do(hreq)
+	if err != nil {
+		return nil, err
 	}
 	defer hresp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(hresp.Body, 1<<20))
 	if err != nil {
-		return nil, fmt.Errorf("register over HTTP: read reply: %w", err)
+		return nil, fmt.Errorf("read reply (%s): %w", hresp.Status, err)
 	}
-	var resp RegisterResponse
-	if err := decodeReply(b, &resp); err != nil {
-		return nil, fmt.Errorf("register over HTTP (%s): %w", hresp.Status, err)
-	}
-	return &resp, nil
+	return b, nil
 }
 
 // Session is a registered node's NATS connection: peer events in, signals
@@ -226,17 +288,29 @@ func (s *Session) Signal(ctx context.Context, to string, payload []byte) error {
 	return nil
 }
 
-// Peers asks control for the current peer list.
+// Peers asks control for the current peer list, page by page.
 func (s *Session) Peers(ctx context.Context) ([]Peer, error) {
-	r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPeerList), nil)
-	if err != nil {
-		return nil, fmt.Errorf("peer list: %w", err)
+	all := []Peer{}
+	var req PeerListRequest
+	for {
+		body, _ := json.Marshal(req)
+		r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPeerList), body)
+		if err != nil {
+			return nil, fmt.Errorf("peer list: %w", err)
+		}
+		var page PeerPage
+		if err := decodeReply(r.Data, &page); err != nil {
+			return nil, fmt.Errorf("peer list: %w", err)
+		}
+		all = append(all, page.Peers...)
+		if !page.More {
+			return all, nil
+		}
+		if len(page.Peers) == 0 {
+			return nil, errors.New("peer list: control announced more peers but sent an empty page")
+		}
+		req.After = page.Peers[len(page.Peers)-1].NodeID
 	}
-	var peers []Peer
-	if err := decodeReply(r.Data, &peers); err != nil {
-		return nil, fmt.Errorf("peer list: %w", err)
-	}
-	return peers, nil
 }
 
 // Deregister leaves the network: the address is released and peers are

@@ -27,6 +27,11 @@ func newKey(t testing.TB) key.Public {
 	return key.NewPrivate().Public()
 }
 
+func newPriv(t testing.TB) key.Private {
+	t.Helper()
+	return key.NewPrivate()
+}
+
 type testEnv struct {
 	srv   *Server
 	store string
@@ -70,14 +75,14 @@ func ctxT(t testing.TB) context.Context {
 func TestRegisterNATSAndHTTP(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	ka, kb := newKey(t), newKey(t)
+	ka, kb := newPriv(t), newPriv(t)
 
-	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: ka})
+	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: ka})
 	require.NoError(t, err)
 	assert.True(t, Overlay.Contains(a.Address.Addr()), "address %v outside %v", a.Address, Overlay)
 	assert.Equal(t, 10, a.Address.Bits())
 	assert.Empty(t, a.Peers)
-	assert.Equal(t, "relay-token-for-"+ka.String()[:8], a.RelayToken)
+	assert.Equal(t, "relay-token-for-"+ka.Public().String()[:8], a.RelayToken)
 	assert.Equal(t, []string{"127.0.0.1:3478"}, a.STUN)
 	assert.Equal(t, env.url, a.NATS.URL)
 
@@ -87,17 +92,17 @@ func TestRegisterNATSAndHTTP(t *testing.T) {
 	require.NoError(t, err)
 	defer sa.Close()
 
-	b, err := RegisterHTTP(ctx, netx.OS, env.http, RegisterRequest{Token: testToken, Name: "beta", PublicKey: kb})
+	b, err := RegisterHTTP(ctx, netx.OS, env.http, Join{Token: testToken, Name: "beta", Key: kb})
 	require.NoError(t, err)
 	require.Len(t, b.Peers, 1)
-	assert.Equal(t, Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka, Address: a.Address}, b.Peers[0])
+	assert.Equal(t, Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka.Public(), Address: a.Address}, b.Peers[0])
 	assert.NotEqual(t, a.Address, b.Address)
 
 	select {
 	case ev := <-events:
 		assert.Equal(t, PeerAdded, ev.Type)
 		assert.Equal(t, "beta", ev.Peer.Name)
-		assert.Equal(t, kb, ev.Peer.PublicKey)
+		assert.Equal(t, kb.Public(), ev.Peer.PublicKey)
 	case <-ctx.Done():
 		t.Fatal("alpha never heard of beta")
 	}
@@ -110,9 +115,9 @@ func TestRegisterNATSAndHTTP(t *testing.T) {
 
 func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "registry.json")
-	k := newKey(t)
+	k := newPriv(t)
 	env := startServer(t, path)
-	first, err := RegisterNATS(ctxT(t), netx.OS, env.url, RegisterRequest{Token: testToken, Name: "laptop", PublicKey: k})
+	first, err := RegisterNATS(ctxT(t), netx.OS, env.url, Join{Token: testToken, Name: "laptop", Key: k})
 	require.NoError(t, err)
 	require.NoError(t, env.srv.Close())
 
@@ -121,7 +126,7 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the registry holds secret hashes")
 
 	env = startServer(t, path)
-	again, err := RegisterHTTP(ctxT(t), netx.OS, env.http, RegisterRequest{Token: testToken, Name: "laptop", PublicKey: k})
+	again, err := RegisterHTTP(ctxT(t), netx.OS, env.http, Join{Token: testToken, Name: "laptop", Key: k})
 	require.NoError(t, err)
 	assert.Equal(t, first.NodeID, again.NodeID)
 	assert.Equal(t, first.Address, again.Address)
@@ -146,7 +151,7 @@ func TestBadTokens(t *testing.T) {
 		{"expired-token-0123456789", "expired"},
 		{testToken[:len(testToken)-1], "not accepted"},
 	} {
-		req := RegisterRequest{Token: tc.token, Name: "mallory", PublicKey: newKey(t)}
+		req := Join{Token: tc.token, Name: "mallory", Key: newPriv(t)}
 		_, err := RegisterHTTP(ctx, netx.OS, env.http, req)
 		var e *Error
 		require.ErrorAs(t, err, &e, "HTTP with %q", tc.token)
@@ -165,8 +170,8 @@ func TestBadTokens(t *testing.T) {
 func TestBadRegistrations(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	k := newKey(t)
-	_, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "taken", PublicKey: k})
+	k := newPriv(t)
+	_, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "taken", Key: k})
 	require.NoError(t, err)
 
 	post := func(body string) (int, *Error) {
@@ -193,7 +198,7 @@ func TestBadRegistrations(t *testing.T) {
 		{"long name", `{"token":"` + testToken + `","name":"` + strings.Repeat("a", 64) + `","public_key":` + key + `}`, 400, "1-63"},
 		{"huge token", `{"token":"` + strings.Repeat("t", 600) + `","name":"x","public_key":` + key + `}`, 400, "at most 512"},
 		{"oversized", `{"token":"` + strings.Repeat("t", MaxRequestBytes) + `"}`, 413, "over 16384 bytes"},
-		{"name taken", `{"token":"` + testToken + `","name":"taken","public_key":` + key + `}`, 409, "belongs to another node"},
+		{"proof without challenge", `{"token":"` + testToken + `","name":"x","public_key":` + key + `,"proof":"AAAA"}`, 400, "challenge and proof come together"},
 		{"no token", `{"name":"x","public_key":` + key + `}`, 401, "no join token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,6 +207,11 @@ func TestBadRegistrations(t *testing.T) {
 			assert.Contains(t, e.Message, tc.want)
 		})
 	}
+	_, err = RegisterHTTP(ctx, netx.OS, env.http, Join{Token: testToken, Name: "taken", Key: newPriv(t)})
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, CodeNameTaken, e.Code)
+	assert.Contains(t, e.Message, "belongs to another node")
 	nodes, err := env.srv.cfg.Store.List(ctx)
 	require.NoError(t, err)
 	assert.Len(t, nodes, 1, "only the valid node is stored")
@@ -232,9 +242,9 @@ func permissionErrors(t *testing.T, url, user, pass, inbox string) (*nats.Conn, 
 func TestNodeConfinedToItsSubjects(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 
 	nc, errs := permissionErrors(t, env.url, a.NATS.User, a.NATS.Password, a.NATS.Inbox)
@@ -251,7 +261,7 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 		assert.Contains(t, strings.ToLower(e), "permissions violation")
 	}
 	// And nothing arrives when beta gets news.
-	_, err = RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "gamma", PublicKey: newKey(t)})
+	_, err = RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "gamma", Key: newPriv(t)})
 	require.NoError(t, err)
 	select {
 	case m := <-got:
@@ -270,9 +280,9 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 func TestSignaling(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 	type sig struct {
 		from string
@@ -306,9 +316,9 @@ func TestSignaling(t *testing.T) {
 func TestDeregister(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 	events := make(chan PeerEvent, 1)
 	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
@@ -395,10 +405,10 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	}
 	srv := start()
 	ctx := ctxT(t)
-	k := newKey(t)
-	first, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: k})
+	k := newPriv(t)
+	first, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: k})
 	require.NoError(t, err)
-	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: newKey(t)})
+	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: newPriv(t)})
 	var e *Error
 	require.ErrorAs(t, err, &e, "the name is claimed in the bucket")
 	assert.Equal(t, CodeNameTaken, e.Code)
@@ -406,7 +416,7 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 
 	srv = start()
 	defer srv.Close()
-	again, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: k})
+	again, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: k})
 	require.NoError(t, err)
 	assert.Equal(t, first.Address, again.Address)
 	assert.Equal(t, first.NodeID, again.NodeID)
@@ -419,7 +429,7 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Deregister(ctx))
 	s.Close()
-	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), RegisterRequest{Token: testToken, Name: "kv-node", PublicKey: newKey(t)})
+	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: newPriv(t)})
 	require.NoError(t, err, "the name is free again")
 }
 
@@ -427,10 +437,10 @@ func TestPresence(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	env := startServer(t, "", func(c *Config) { c.PresenceTTL = ttl })
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "alpha", PublicKey: newKey(t)})
+	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
 	assert.Equal(t, ttl.Milliseconds(), a.PresenceTTLMillis)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, RegisterRequest{Token: testToken, Name: "beta", PublicKey: newKey(t)})
+	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 	events := make(chan PeerEvent, 16)
 	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})

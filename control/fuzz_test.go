@@ -1,7 +1,11 @@
 package control
 
 import (
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/latticelab/lattice/key"
 )
@@ -24,6 +28,83 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("accepted an invalid request: %v", err)
+		}
+	})
+}
+
+// FuzzVerifyProof: whatever a registration carries as its challenge and
+// proof, verification refuses it with an *Error, never panics, and never
+// accepts one not made with the key.
+func FuzzVerifyProof(f *testing.F) {
+	secret := []byte("fuzz secret 0123456789abcdef0123")
+	priv := key.NewPrivate()
+	now := time.UnixMilli(1_800_000_000_000)
+	c, err := newChallenge(secret, priv.Public(), now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	proof, _ := ProveKey(priv, c, "laptop")
+	good, _ := json.Marshal(RegisterRequest{Token: testToken, Name: "laptop", PublicKey: priv.Public(), Challenge: c, Proof: proof})
+	f.Add(good)
+	f.Add([]byte(`{"token":"` + testToken + `","name":"x","public_key":"` + priv.Public().String() + `","challenge":{"key":"AAAA","nonce":"","expires":1},"proof":"AA=="}`))
+	f.Add([]byte(`{"challenge":{"nonce":null},"proof":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeRequest(b)
+		if err != nil || r.Proof == nil {
+			return
+		}
+		err = verifyProof(secret, r, now)
+		if err == nil {
+			if r.PublicKey != priv.Public() || r.Name != "laptop" {
+				t.Fatalf("accepted a proof for %s %q", r.PublicKey, r.Name)
+			}
+			return
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeBadProof {
+			t.Fatalf("refusal %v is not a bad_proof *Error", err)
+		}
+	})
+}
+
+// FuzzRegisterReply: whatever control answers, the node's parsing of a
+// registration reply, a peer page and a challenge never panics.
+func FuzzRegisterReply(f *testing.F) {
+	priv := key.NewPrivate()
+	c, _ := newChallenge([]byte("s"), priv.Public(), time.Now())
+	b, _ := json.Marshal(RegisterResponse{Challenge: c})
+	f.Add(b)
+	f.Add([]byte(`{"node_id":"n1","address":"100.64.0.1/10","peers":[],"more_peers":true,"nats":{"user":"n1"}}`))
+	f.Add([]byte(`{"peers":[{"node_id":"n2","public_key":"` + priv.Public().String() + `"}],"more":true}`))
+	f.Add([]byte(`{"error":{"code":"bad_proof","message":"x"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var resp RegisterResponse
+		if decodeReply(b, &resp) == nil && resp.Challenge != nil {
+			_, _ = ProveKey(priv, resp.Challenge, "laptop")
+		}
+		var page PeerPage
+		_ = decodeReply(b, &page)
+	})
+}
+
+// FuzzAllowedReply: the reply check never panics and never allows a
+// subject outside the requester's inbox.
+func FuzzAllowedReply(f *testing.F) {
+	f.Add("lattice.v1.node.nabc.peers.get", "_INBOX.nabc.x")
+	f.Add(SubjectRegister, "_INBOX.join.0123456789abcdef0123.x")
+	f.Add("lattice.v1.node.nabc.signal.out", "lattice.v1.node.nother.signal.in")
+	f.Fuzz(func(t *testing.T, subject, reply string) {
+		if !allowedReply(subject, reply) || reply == "" {
+			return
+		}
+		if subject == SubjectRegister {
+			if !strings.HasPrefix(reply, InboxPrefix+"."+joinPrefix) {
+				t.Fatalf("register reply %q allowed", reply)
+			}
+			return
+		}
+		if !strings.HasPrefix(reply, InboxPrefix+"."+nodeOf(subject)+".") || !strings.HasPrefix(subject, subjectNodes) {
+			t.Fatalf("%s: reply %q allowed", subject, reply)
 		}
 	})
 }

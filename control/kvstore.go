@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -160,3 +161,31 @@ func (s *KVStore) Delete(ctx context.Context, id string) error {
 }
 
 func (s *KVStore) Close() error { return nil }
+
+// controlSecretKey holds the secret every control instance sharing the
+// bucket derives registration challenges from.
+const controlSecretKey = "control.challenge-secret"
+
+var _ secretKeeper = (*KVStore)(nil)
+
+// ControlSecret returns the bucket's shared secret; the first instance
+// to ask creates it (an atomic create, so all agree on one).
+func (s *KVStore) ControlSecret(ctx context.Context) ([]byte, error) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	_, err := s.kv.Create(ctx, controlSecretKey, b)
+	if err == nil {
+		return b, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("registry create %s: %w", controlSecretKey, err)
+	}
+	e, err := s.kv.Get(ctx, controlSecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("registry get %s: %w", controlSecretKey, err)
+	}
+	if len(e.Value()) != 32 {
+		return nil, fmt.Errorf("registry entry %s is %d bytes, want 32", controlSecretKey, len(e.Value()))
+	}
+	return e.Value(), nil
+}

@@ -49,8 +49,7 @@ func TestRegisterInLab(t *testing.T) {
 
 	var resps []*control.RegisterResponse
 	for i, h := range hosts {
-		k := key.NewPrivate().Public()
-		req := control.RegisterRequest{Token: token, Name: h.Name(), PublicKey: k}
+		req := control.Join{Token: token, Name: h.Name(), Key: key.NewPrivate()}
 		var r *control.RegisterResponse
 		if i%2 == 0 {
 			r, err = control.RegisterNATS(ctx, h, "nats://203.0.113.100:4222", req)
@@ -96,8 +95,8 @@ func TestSessionProbeAfterNATReboot(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer srv.Close()
-	k := key.NewPrivate().Public()
-	r, err := control.RegisterNATS(ctx, site.Host, "nats://203.0.113.100:443", control.RegisterRequest{Token: token, Name: "n", PublicKey: k})
+	k := key.NewPrivate()
+	r, err := control.RegisterNATS(ctx, site.Host, "nats://203.0.113.100:443", control.Join{Token: token, Name: "n", Key: k})
 	require.NoError(t, err)
 	reconnected := make(chan struct{}, 1)
 	s, err := control.Connect(ctx, site.Host, r.NodeID, r.NATS, control.Handlers{Reconnected: func() {

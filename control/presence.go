@@ -93,14 +93,17 @@ func (s *Server) peerOf(n *Node) Peer {
 }
 
 func (s *Server) onPresence(m *nats.Msg) {
+	if !s.replyAllowed(m) {
+		return
+	}
 	id := nodeOf(m.Subject)
 	var req PresenceRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		reply(m, errorReply{&Error{Code: CodeBadRequest, Message: "malformed presence: " + err.Error()}})
+		s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: "malformed presence: " + err.Error()}})
 		return
 	}
 	if s.secretHash(id) == nil {
-		reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
+		s.reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
 		return
 	}
 	ctx := context.Background()
@@ -112,7 +115,7 @@ func (s *Server) onPresence(m *nats.Msg) {
 		s.log.Info("node offline: it left", "id", id)
 		s.announcePresence(ctx, id, PeerOffline)
 	}
-	reply(m, struct{}{})
+	s.reply(m, struct{}{})
 }
 
 // announcePresence tells every other node that id went online or offline.

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +67,9 @@ type Config struct {
 type Stats struct {
 	Registered, Refused, Deregistered uint64
 	SignalsRelayed, SignalsDropped    uint64
+	// BadReplies counts requests refused for a reply subject outside the
+	// requester's inbox.
+	BadReplies uint64
 }
 
 // Server is the control service.
@@ -83,15 +84,16 @@ type Server struct {
 	httpLn net.Listener
 	wg     sync.WaitGroup
 
-	mu      sync.RWMutex
-	secrets map[string][]byte // node ID → SHA-256 of its NATS password
-	regMu   sync.Mutex        // serializes registrations in this instance
+	regMu sync.Mutex // serializes registrations in this instance
+	// challengeSecret derives registration challenges' keys (proof.go);
+	// shared through the Store by every instance that shares it.
+	challengeSecret []byte
 
 	presMu sync.Mutex           // guards seen
 	seen   map[string]time.Time // online node ID → its last sign of life
 	stop   context.CancelFunc   // ends presenceLoop
 
-	registered, refused, deregistered, relayed, dropped atomic.Uint64
+	registered, refused, deregistered, relayed, dropped, badReplies atomic.Uint64
 }
 
 // New validates cfg and starts the server: NATS (embedded or external),
@@ -121,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	case cfg.KVBucket != "" && cfg.EmbeddedNATS != nil && cfg.EmbeddedNATS.StoreDir == "":
 		return nil, errors.New("control: KVBucket with embedded NATS needs EmbeddedNATS.StoreDir for JetStream")
 	}
-	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), secrets: map[string][]byte{}, seen: map[string]time.Time{}, stop: func() {}}
+	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), seen: map[string]time.Time{}, stop: func() {}}
 	if err := s.tokens.validate(); err != nil {
 		return nil, err
 	}
@@ -142,11 +144,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, fmt.Errorf("control: load registry: %w", err)
 	}
-	s.mu.Lock()
-	for _, n := range nodes {
-		s.secrets[n.ID] = n.SecretHash
+	if s.challengeSecret, err = controlSecret(ctx, s.cfg.Store); err != nil {
+		s.Close()
+		return nil, err
 	}
-	s.mu.Unlock()
 	// Nodes that were running before control (re)started are presumed
 	// online for one PresenceTTL, in which their heartbeats resume: a
 	// restart of control must not take the whole mesh offline.
@@ -231,10 +232,21 @@ func (s *Server) natsURL() string {
 	return s.cfg.NATSURL
 }
 
+// secretHash is id's password hash from the registry, nil if id is not
+// registered (or the registry cannot say). It reads the Store every time,
+// so every control instance sharing a registry accepts the nodes any of
+// them registered, and none accepts one deregistered anywhere.
 func (s *Server) secretHash(id string) []byte {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.secrets[id]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := s.cfg.Store.Get(ctx, id)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			s.log.Warn("registry lookup", "id", truncate(id, 40), "err", err)
+		}
+		return nil
+	}
+	return n.SecretHash
 }
 
 func (s *Server) subscribe() error {
@@ -247,6 +259,7 @@ func (s *Server) subscribe() error {
 		{subjectNodes + "*." + LeafSignalOut, s.onSignal},
 		{subjectNodes + "*." + LeafPeerList, s.onPeerList},
 		{subjectNodes + "*." + LeafDeregister, s.onDeregister},
+		{subjectNodes + "*." + LeafRelayToken, s.onRelayToken},
 	}
 	for _, sub := range subs {
 		if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
@@ -267,17 +280,6 @@ func nodeOf(subject string) string {
 	return id
 }
 
-func reply(m *nats.Msg, v any) {
-	if m.Reply == "" {
-		return
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(errorReply{&Error{Code: CodeInternal, Message: err.Error()}})
-	}
-	_ = m.Respond(b)
-}
-
 func asError(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
@@ -286,128 +288,20 @@ func asError(err error) *Error {
 	return &Error{Code: CodeInternal, Message: err.Error()}
 }
 
-func (s *Server) onRegister(m *nats.Msg) {
-	resp, err := s.handleRegister(context.Background(), m.Data)
-	if err != nil {
-		reply(m, errorReply{asError(err)})
+func (s *Server) onSignal(m *nats.Msg) {
+	if !s.replyAllowed(m) {
 		return
 	}
-	reply(m, resp)
-}
-
-// handleRegister is the registration both transports share.
-func (s *Server) handleRegister(ctx context.Context, body []byte) (*RegisterResponse, error) {
-	req, err := decodeRequest(body)
-	if err == nil {
-		err = s.tokens.check(req.Token, s.cfg.Now())
-	}
-	if err != nil {
-		s.refused.Add(1)
-		s.log.Info("registration refused", "err", err)
-		return nil, err
-	}
-	resp, err := s.register(ctx, req)
-	if err != nil {
-		s.refused.Add(1)
-		s.log.Warn("registration failed", "name", req.Name, "err", err)
-		return nil, err
-	}
-	s.registered.Add(1)
-	return resp, nil
-}
-
-func (s *Server) register(ctx context.Context, req *RegisterRequest) (*RegisterResponse, error) {
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
-	id := nodeID(req.PublicKey)
-	secret := randomSecret()
-	hash := sha256.Sum256([]byte(secret))
-	now := s.cfg.Now()
-	event := PeerUpdated
-	n, err := s.cfg.Store.Get(ctx, id)
-	switch {
-	case err == nil:
-		if n.Name != req.Name {
-			return nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("this key is registered as %q; deregister it to change its name", n.Name)}
-		}
-		n.SecretHash, n.Registered = hash[:], now
-		if err := s.cfg.Store.Update(ctx, n); err != nil {
-			return nil, fmt.Errorf("update %s: %w", id, err)
-		}
-	case errors.Is(err, ErrNotFound):
-		event = PeerAdded
-		n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash[:], Registered: now}
-		placed := false
-		for a := range preferredAddrs(req.PublicKey) {
-			n.Address = netip.PrefixFrom(a, Overlay.Bits())
-			err := s.cfg.Store.Create(ctx, n)
-			if errors.Is(err, ErrAddressTaken) {
-				continue
-			}
-			if errors.Is(err, ErrNameTaken) {
-				return nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("name %q belongs to another node", req.Name)}
-			}
-			if err != nil {
-				return nil, fmt.Errorf("store %s: %w", id, err)
-			}
-			placed = true
-			break
-		}
-		if !placed {
-			return nil, &Error{Code: CodeFull, Message: fmt.Sprintf("no free address in %v", Overlay)}
-		}
-	default:
-		return nil, fmt.Errorf("look up %s: %w", id, err)
-	}
-	s.mu.Lock()
-	s.secrets[id] = hash[:]
-	s.mu.Unlock()
-	s.markOnline(id)
-
-	all, err := s.cfg.Store.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list peers: %w", err)
-	}
-	resp := &RegisterResponse{
-		NodeID:  id,
-		Address: n.Address,
-		Relays:  s.cfg.Relays,
-		STUN:    s.cfg.STUN,
-		Peers:   []Peer{},
-		NATS:    NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id},
-
-		PresenceTTLMillis: s.cfg.PresenceTTL.Milliseconds(),
-	}
-	if s.cfg.RelayToken != nil {
-		if resp.RelayToken, err = s.cfg.RelayToken(req.PublicKey, now); err != nil {
-			return nil, fmt.Errorf("issue relay token: %w", err)
-		}
-	}
-	ev, _ := json.Marshal(PeerEvent{Type: event, Peer: n.peer()})
-	for _, o := range all {
-		if o.ID == id {
-			continue
-		}
-		resp.Peers = append(resp.Peers, s.peerOf(o))
-		if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
-			s.log.Warn("peer event", "to", o.ID, "err", err)
-		}
-	}
-	s.log.Info("node registered", "id", id, "name", n.Name, "address", n.Address, "event", event)
-	return resp, nil
-}
-
-func (s *Server) onSignal(m *nats.Msg) {
 	from := nodeOf(m.Subject)
 	to := m.Header.Get(HeaderTo)
 	switch {
 	case len(m.Data) > MaxSignalBytes:
 		s.dropped.Add(1)
-		reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), MaxSignalBytes)}})
+		s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), MaxSignalBytes)}})
 		return
 	case s.secretHash(to) == nil:
 		s.dropped.Add(1)
-		reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}})
+		s.reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}})
 		return
 	}
 	out := nats.NewMsg(NodeSubject(to, LeafSignalIn))
@@ -415,30 +309,17 @@ func (s *Server) onSignal(m *nats.Msg) {
 	out.Data = m.Data
 	if err := s.nc.PublishMsg(out); err != nil {
 		s.dropped.Add(1)
-		reply(m, errorReply{asError(err)})
+		s.reply(m, errorReply{asError(err)})
 		return
 	}
 	s.relayed.Add(1)
-	reply(m, struct{}{})
-}
-
-func (s *Server) onPeerList(m *nats.Msg) {
-	self := nodeOf(m.Subject)
-	all, err := s.cfg.Store.List(context.Background())
-	if err != nil {
-		reply(m, errorReply{asError(err)})
-		return
-	}
-	peers := []Peer{}
-	for _, n := range all {
-		if n.ID != self {
-			peers = append(peers, s.peerOf(n))
-		}
-	}
-	reply(m, peers)
+	s.reply(m, struct{}{})
 }
 
 func (s *Server) onDeregister(m *nats.Msg) {
+	if !s.replyAllowed(m) {
+		return
+	}
 	id := nodeOf(m.Subject)
 	ctx := context.Background()
 	n, err := s.cfg.Store.Get(ctx, id)
@@ -446,12 +327,9 @@ func (s *Server) onDeregister(m *nats.Msg) {
 		err = s.cfg.Store.Delete(ctx, id)
 	}
 	if err != nil {
-		reply(m, errorReply{asError(err)})
+		s.reply(m, errorReply{asError(err)})
 		return
 	}
-	s.mu.Lock()
-	delete(s.secrets, id)
-	s.mu.Unlock()
 	s.markOffline(id)
 	s.deregistered.Add(1)
 	ev, _ := json.Marshal(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
@@ -461,14 +339,14 @@ func (s *Server) onDeregister(m *nats.Msg) {
 		}
 	}
 	s.log.Info("node deregistered", "id", id, "name", n.Name)
-	reply(m, struct{}{})
+	s.reply(m, struct{}{})
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{
 		Registered: s.registered.Load(), Refused: s.refused.Load(), Deregistered: s.deregistered.Load(),
-		SignalsRelayed: s.relayed.Load(), SignalsDropped: s.dropped.Load(),
+		SignalsRelayed: s.relayed.Load(), SignalsDropped: s.dropped.Load(), BadReplies: s.badReplies.Load(),
 	}
 }
 

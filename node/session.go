@@ -9,9 +9,10 @@ import (
 	"github.com/latticelab/lattice/control"
 )
 
-// register registers the node's identity with control.
+// register registers the node's identity with control, proving it holds
+// the private key.
 func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) {
-	req := control.RegisterRequest{Token: n.cfg.Token, Name: n.id.Name, PublicKey: n.id.PublicKey()}
+	req := control.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private}
 	var resp *control.RegisterResponse
 	var err error
 	switch {

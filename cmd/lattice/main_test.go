@@ -94,13 +94,13 @@ func TestControlCommand(t *testing.T) {
 	require.Eventually(t, func() bool { return re.MatchString(out.String()) }, 10*time.Second, 10*time.Millisecond, "output: %s\n%s", out, errOut)
 	base := re.FindStringSubmatch(out.String())[1]
 
-	k := key.NewPrivate().Public()
+	k := key.NewPrivate()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := control.RegisterHTTP(ctx, netx.OS, base, control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "cli-node", PublicKey: k})
+	resp, err := control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "cli-test-token-0123456789", Name: "cli-node", Key: k})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"127.0.0.1:3478"}, resp.STUN)
-	_, err = control.RegisterHTTP(ctx, netx.OS, base, control.RegisterRequest{Token: "old-token-0123456789abc", Name: "late", PublicKey: k})
+	_, err = control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "old-token-0123456789abc", Name: "late", Key: k})
 	require.ErrorContains(t, err, "expired")
 
 	assert.Equal(t, exitOK, stop())
@@ -204,11 +204,12 @@ func TestRelayAndControlTogether(t *testing.T) {
 	re := regexp.MustCompile(`HTTP registration on (http://[0-9.:]+)/v1/register`)
 	require.Eventually(t, func() bool { return re.MatchString(cout.String()) }, 10*time.Second, 10*time.Millisecond, "%s%s", cout, cerr)
 
-	pub := key.NewPrivate().Public()
+	priv := key.NewPrivate()
+	pub := priv.Public()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := control.RegisterHTTP(ctx, netx.OS, re.FindStringSubmatch(cout.String())[1],
-		control.RegisterRequest{Token: "cli-test-token-0123456789", Name: "relayed", PublicKey: pub})
+		control.Join{Token: "cli-test-token-0123456789", Name: "relayed", Key: priv})
 	require.NoError(t, err)
 	require.Len(t, resp.Relays, 1)
 	assert.Equal(t, fp, resp.Relays[0].Fingerprint)

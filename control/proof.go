@@ -1,0 +1,168 @@
+package control
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/latticelab/lattice/key"
+)
+
+// Proof of key. A join token says a node may join; it does not say which
+// key is the node's. Every public key is in every peer list, so a
+// registration that carried only the token and a key would let anyone
+// with the token re-register someone else's key and take its NATS
+// identity. So registration takes two requests on the same subject (or
+// POST): the first, without a proof, is answered with a Challenge (and
+// nothing is stored); the second carries the challenge back with Proof,
+// an HMAC-SHA256 keyed by the X25519 shared secret of the node's
+// WireGuard private key and the challenge's one-time control key. Only
+// the holder of the private key can compute it; DERP's ClientInfo, sealed
+// to the server key, proves the same thing.
+//
+// Control keeps no state per challenge: its private key is derived from a
+// control secret and the challenge's own fields, so any instance sharing
+// the secret (through the registry, see secretKeeper) verifies a
+// challenge another one issued. A proof is good until the challenge
+// expires; the registry remembers the nonce of the last one used, so the
+// same proof is never accepted twice.
+
+// challengeTTL is how long a challenge may be answered.
+const challengeTTL = 30 * time.Second
+
+// challengeNonceBytes is the length of Challenge.Nonce.
+const challengeNonceBytes = 16
+
+// Challenge is control's question to a registering node.
+type Challenge struct {
+	// Key is control's X25519 public key for this challenge only.
+	Key key.Public `json:"key"`
+	// Nonce makes the challenge unique (16 random bytes).
+	Nonce []byte `json:"nonce"`
+	// Expires is when control stops accepting answers (Unix ms).
+	Expires int64 `json:"expires"`
+}
+
+// secretKeeper is an ability of a Store that several control instances
+// share: it keeps one random secret they all use to verify each other's
+// challenges. A Store without it (FileStore, for one instance) leaves
+// each control with a secret of its own.
+type secretKeeper interface {
+	// ControlSecret returns the shared secret, creating it on first use.
+	ControlSecret(ctx context.Context) ([]byte, error)
+}
+
+// controlSecret returns the store's shared secret or a fresh one.
+func controlSecret(ctx context.Context, st Store) ([]byte, error) {
+	if k, ok := st.(secretKeeper); ok {
+		b, err := k.ControlSecret(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("control: shared challenge secret: %w", err)
+		}
+		return b, nil
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b, nil
+}
+
+// challengeKey derives the challenge's private key for pub.
+func challengeKey(secret []byte, pub key.Public, nonce []byte, expires int64) (*ecdh.PrivateKey, error) {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte("lattice register challenge v1\x00"))
+	mac.Write(pub[:])
+	mac.Write(nonce)
+	mac.Write(binary.BigEndian.AppendUint64(nil, uint64(expires)))
+	return ecdh.X25519().NewPrivateKey(mac.Sum(nil))
+}
+
+// newChallenge issues a challenge to pub.
+func newChallenge(secret []byte, pub key.Public, now time.Time) (*Challenge, error) {
+	c := &Challenge{Nonce: make([]byte, challengeNonceBytes), Expires: now.Add(challengeTTL).UnixMilli()}
+	_, _ = rand.Read(c.Nonce)
+	priv, err := challengeKey(secret, pub, c.Nonce, c.Expires)
+	if err != nil {
+		return nil, fmt.Errorf("challenge key: %w", err)
+	}
+	c.Key = key.Public(priv.PublicKey().Bytes())
+	return c, nil
+}
+
+// proofMAC is the proof for c, name and pub given the X25519 shared secret.
+func proofMAC(shared []byte, c *Challenge, name string, pub key.Public) []byte {
+	mac := hmac.New(sha256.New, shared)
+	mac.Write([]byte("lattice register proof v1\x00"))
+	mac.Write(pub[:])
+	mac.Write(c.Key[:])
+	mac.Write(c.Nonce)
+	mac.Write(binary.BigEndian.AppendUint64(nil, uint64(c.Expires)))
+	mac.Write([]byte{byte(len(name))})
+	mac.Write([]byte(name))
+	return mac.Sum(nil)
+}
+
+// ProveKey answers c for a node named name holding priv.
+func ProveKey(priv key.Private, c *Challenge, name string) ([]byte, error) {
+	raw := priv.Reveal()
+	sk, err := ecdh.X25519().NewPrivateKey(raw[:])
+	if err != nil {
+		return nil, fmt.Errorf("prove key: %w", err)
+	}
+	pk, err := ecdh.X25519().NewPublicKey(c.Key[:])
+	if err != nil {
+		return nil, fmt.Errorf("prove key: challenge key: %w", err)
+	}
+	shared, err := sk.ECDH(pk)
+	if err != nil {
+		return nil, fmt.Errorf("prove key: %w", err)
+	}
+	return proofMAC(shared, c, name, priv.Public()), nil
+}
+
+// errBadProof is the refusal of every proof that does not verify; the
+// message names what was wrong, never the expected value.
+func errBadProof(format string, a ...any) error {
+	return &Error{Code: CodeBadProof, Message: "proof of key: " + fmt.Sprintf(format, a...)}
+}
+
+// verifyProof checks req's answer to its challenge.
+func verifyProof(secret []byte, req *RegisterRequest, now time.Time) error {
+	c := req.Challenge
+	switch {
+	case c == nil:
+		return errBadProof("a proof without its challenge")
+	case len(c.Nonce) != challengeNonceBytes:
+		return errBadProof("challenge nonce is %d bytes, want %d", len(c.Nonce), challengeNonceBytes)
+	case len(req.Proof) != sha256.Size:
+		return errBadProof("proof is %d bytes, want %d", len(req.Proof), sha256.Size)
+	case now.UnixMilli() >= c.Expires:
+		return errBadProof("challenge expired %v ago; register again", now.Sub(time.UnixMilli(c.Expires)).Round(time.Millisecond))
+	case time.UnixMilli(c.Expires).Sub(now) > challengeTTL:
+		return errBadProof("challenge expires too late: not one this control issued")
+	}
+	priv, err := challengeKey(secret, req.PublicKey, c.Nonce, c.Expires)
+	if err != nil {
+		return errBadProof("challenge key: %v", err)
+	}
+	if subtle.ConstantTimeCompare(priv.PublicKey().Bytes(), c.Key[:]) != 1 {
+		return errBadProof("challenge not issued by this control for this key")
+	}
+	pk, err := ecdh.X25519().NewPublicKey(req.PublicKey[:])
+	if err != nil {
+		return errBadProof("public key: %v", err)
+	}
+	shared, err := priv.ECDH(pk)
+	if err != nil {
+		return errBadProof("public key of low order cannot prove anything")
+	}
+	if !hmac.Equal(proofMAC(shared, c, req.Name, req.PublicKey), req.Proof) {
+		return errBadProof("does not verify with this public key")
+	}
+	return nil
+}

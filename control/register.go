@@ -1,0 +1,225 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A registration is answered before anything of it is announced: control
+// prepares the reply, stores the node, sends the reply, and only then
+// tells the other nodes. A reply that cannot be sent undoes the store, so
+// the registry never holds a node that was not told its credentials.
+
+func (s *Server) onRegister(m *nats.Msg) {
+	if !s.replyAllowed(m) {
+		s.refused.Add(1)
+		return
+	}
+	_, err := s.registerAndSend(context.Background(), m.Data, func(b []byte) error { return s.respond(m, b) })
+	if err != nil {
+		s.reply(m, errorReply{asError(err)})
+	}
+}
+
+// handleRegister is the registration both transports share; the caller
+// sends the answer (HTTP), so a failure to send it is not seen here.
+func (s *Server) handleRegister(ctx context.Context, body []byte) (*RegisterResponse, error) {
+	return s.registerAndSend(ctx, body, nil)
+}
+
+// registerAndSend registers the node body asks for. send, if not nil,
+// delivers the encoded answer; if it fails, the registration is undone
+// and its error returned.
+func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]byte) error) (*RegisterResponse, error) {
+	req, err := decodeRequest(body)
+	if err == nil {
+		err = s.tokens.check(req.Token, s.cfg.Now())
+	}
+	if err != nil {
+		s.refused.Add(1)
+		s.log.Info("registration refused", "err", err)
+		return nil, err
+	}
+	if req.Proof == nil {
+		c, err := newChallenge(s.challengeSecret, req.PublicKey, s.cfg.Now())
+		if err != nil {
+			return nil, err
+		}
+		resp := &RegisterResponse{Challenge: c, Peers: []Peer{}}
+		if send != nil {
+			b, _ := json.Marshal(resp)
+			if err := send(b); err != nil {
+				return nil, err
+			}
+		}
+		return resp, nil
+	}
+	if err := verifyProof(s.challengeSecret, req, s.cfg.Now()); err != nil {
+		s.refused.Add(1)
+		s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
+		return nil, err
+	}
+	resp, err := s.register(ctx, req, send)
+	if err != nil {
+		s.refused.Add(1)
+		s.log.Warn("registration failed", "name", req.Name, "err", err)
+		return nil, err
+	}
+	s.registered.Add(1)
+	return resp, nil
+}
+
+// register stores the node req proved its key for, answers it through
+// send (if not nil) and then announces it.
+func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error) (*RegisterResponse, error) {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	id := nodeID(req.PublicKey)
+	secret := randomSecret()
+	hash := sha256.Sum256([]byte(secret))
+	all, err := s.cfg.Store.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list peers: %w", err)
+	}
+	resp := &RegisterResponse{
+		NodeID: id,
+		Relays: s.cfg.Relays,
+		STUN:   s.cfg.STUN,
+		NATS:   NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id},
+
+		PresenceTTLMillis: s.cfg.PresenceTTL.Milliseconds(),
+	}
+	if s.cfg.RelayToken != nil {
+		if resp.RelayToken, err = s.cfg.RelayToken(req.PublicKey, s.cfg.Now()); err != nil {
+			return nil, fmt.Errorf("issue relay token: %w", err)
+		}
+	}
+	n, prev, err := s.storeNode(ctx, req, id, hash[:])
+	if err != nil {
+		return nil, err
+	}
+	resp.Address = n.Address
+	peers := make([]Peer, 0, len(all))
+	for _, o := range all {
+		if o.ID != id {
+			peers = append(peers, s.peerOf(o))
+		}
+	}
+	b, err := encodeRegistration(resp, peers, s.maxReply())
+	if err == nil && send != nil {
+		err = send(b)
+	}
+	if err != nil {
+		if uerr := s.undoStore(ctx, id, prev); uerr != nil {
+			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
+			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
+		}
+		return nil, fmt.Errorf("answer registration of %s (not stored): %w", id, err)
+	}
+	s.markOnline(id)
+	event := PeerAdded
+	if prev != nil {
+		event = PeerUpdated
+	}
+	ev, _ := json.Marshal(PeerEvent{Type: event, Peer: n.peer()})
+	for _, p := range peers {
+		if err := s.nc.Publish(NodeSubject(p.NodeID, LeafPeers), ev); err != nil {
+			s.log.Warn("peer event", "to", p.NodeID, "err", err)
+		}
+	}
+	s.log.Info("node registered", "id", id, "name", n.Name, "address", n.Address, "event", event, "peers_sent", len(resp.Peers), "more_peers", resp.MorePeers)
+	return resp, nil
+}
+
+// encodeRegistration encodes resp with as many of peers as fit in limit
+// bytes, in order; MorePeers says the rest must be fetched.
+func encodeRegistration(resp *RegisterResponse, peers []Peer, limit int) ([]byte, error) {
+	resp.Peers, resp.MorePeers = []Peer{}, true
+	head, err := json.Marshal(resp)
+	if err != nil {
+		return nil, fmt.Errorf("encode registration: %w", err)
+	}
+	size, fit := len(head), len(peers)
+	for i, p := range peers {
+		pb, err := json.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("encode registration: %w", err)
+		}
+		if size += len(pb) + 1; size > limit {
+			fit = i
+			break
+		}
+	}
+	resp.Peers, resp.MorePeers = peers[:fit], fit < len(peers)
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return nil, fmt.Errorf("encode registration: %w", err)
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("registration answer is %d bytes, over the %d a NATS message may carry", len(b), limit)
+	}
+	return b, nil
+}
+
+// maxReply is the largest answer control sends: NATS refuses a message
+// over the server's MaxPayload.
+func (s *Server) maxReply() int {
+	if mp := s.nc.MaxPayload(); mp > 0 {
+		return int(mp)
+	}
+	return 64 << 10
+}
+
+// storeNode creates or updates id's record for req; prev is the record it
+// replaced (nil: it is new), for undo.
+func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte) (n, prev *Node, err error) {
+	now := s.cfg.Now()
+	old, err := s.cfg.Store.Get(ctx, id)
+	switch {
+	case err == nil:
+		if old.Name != req.Name {
+			return nil, nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("this key is registered as %q; deregister it to change its name", old.Name)}
+		}
+		if bytes.Equal(old.ProofNonce, req.Challenge.Nonce) {
+			return nil, nil, errBadProof("this proof was used already; register again")
+		}
+		n := *old
+		n.SecretHash, n.Registered, n.ProofNonce = hash, now, req.Challenge.Nonce
+		if err := s.cfg.Store.Update(ctx, &n); err != nil {
+			return nil, nil, fmt.Errorf("update %s: %w", id, err)
+		}
+		return &n, old, nil
+	case !errors.Is(err, ErrNotFound):
+		return nil, nil, fmt.Errorf("look up %s: %w", id, err)
+	}
+	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce}
+	for a := range preferredAddrs(req.PublicKey) {
+		n.Address = netip.PrefixFrom(a, Overlay.Bits())
+		err := s.cfg.Store.Create(ctx, n)
+		switch {
+		case errors.Is(err, ErrAddressTaken):
+			continue
+		case errors.Is(err, ErrNameTaken):
+			return nil, nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("name %q belongs to another node", req.Name)}
+		case err != nil:
+			return nil, nil, fmt.Errorf("store %s: %w", id, err)
+		}
+		return n, nil, nil
+	}
+	return nil, nil, &Error{Code: CodeFull, Message: fmt.Sprintf("no free address in %v", Overlay)}
+}
+
+// undoStore puts id's record back as it was before storeNode.
+func (s *Server) undoStore(ctx context.Context, id string, prev *Node) error {
+	if prev == nil {
+		return s.cfg.Store.Delete(ctx, id)
+	}
+	return s.cfg.Store.Update(ctx, prev)
+}

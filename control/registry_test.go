@@ -1,0 +1,186 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
+	"github.com/latticelab/lattice/netx"
+)
+
+// memStore is a Store in memory, for tests whose registry is large: the
+// FileStore rewrites and fsyncs its whole file on every change.
+type memStore struct {
+	mu   sync.Mutex
+	byID map[string]*Node
+}
+
+func newMemStore() *memStore { return &memStore{byID: map[string]*Node{}} }
+
+func (s *memStore) Get(_ context.Context, id string) (*Node, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.byID[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	c := *n
+	return &c, nil
+}
+
+func (s *memStore) List(context.Context) ([]*Node, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Node, 0, len(s.byID))
+	for _, id := range slices.Sorted(maps.Keys(s.byID)) {
+		c := *s.byID[id]
+		out = append(out, &c)
+	}
+	return out, nil
+}
+
+func (s *memStore) Create(_ context.Context, n *Node) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.byID {
+		switch {
+		case o.ID == n.ID:
+		case o.Address == n.Address:
+			return ErrAddressTaken
+		case o.Name == n.Name:
+			return ErrNameTaken
+		}
+	}
+	c := *n
+	s.byID[n.ID] = &c
+	return nil
+}
+
+func (s *memStore) Update(_ context.Context, n *Node) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byID[n.ID]; !ok {
+		return ErrNotFound
+	}
+	c := *n
+	s.byID[n.ID] = &c
+	return nil
+}
+
+func (s *memStore) Delete(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.byID[id]; !ok {
+		return ErrNotFound
+	}
+	delete(s.byID, id)
+	return nil
+}
+
+func (s *memStore) Close() error { return nil }
+
+// TestUnsendableAnswerNotStored: a registration whose answer cannot be
+// sent (here: over NATS's MaxPayload whatever the paging, because of a
+// huge relay list) fails with an error saying so, and leaves nothing in
+// the registry (finding 6).
+func TestUnsendableAnswerNotStored(t *testing.T) {
+	var relays []Relay
+	for i := range 700 {
+		relays = append(relays, Relay{Addr: fmt.Sprintf("relay-%03d.%s.example:443", i, strings.Repeat("x", 60))})
+	}
+	env := startServer(t, "", func(c *Config) { c.Relays = relays })
+	ctx := ctxT(t)
+	_, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "big", Key: newPriv(t)})
+	var e *Error
+	require.ErrorAs(t, err, &e, "the node is told, not left waiting: %v", err)
+	assert.Contains(t, e.Message, "over the 65536 a NATS message may carry")
+	nodes, err := env.srv.Store().List(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, nodes, "nothing stored for an unanswered registration")
+}
+
+// TestFailedSendUndone: when the answer is encoded but sending it fails,
+// a new node is removed again and a re-registered one keeps its old
+// secret.
+func TestFailedSendUndone(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	k := newPriv(t)
+	old, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "kept", Key: k})
+	require.NoError(t, err)
+	failing := func([]byte) error { return errors.New("connection lost") }
+	for _, tc := range []struct {
+		name string
+		key  key.Private
+	}{{"new", newPriv(t)}, {"kept", k}} {
+		req := &RegisterRequest{Token: testToken, Name: tc.name, PublicKey: tc.key.Public()}
+		req.Challenge, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
+		require.NoError(t, err)
+		req.Proof, err = ProveKey(tc.key, req.Challenge, tc.name)
+		require.NoError(t, err)
+		_, err = env.srv.register(ctx, req, failing)
+		require.ErrorContains(t, err, "connection lost")
+	}
+	nodes, err := env.srv.Store().List(ctx)
+	require.NoError(t, err)
+	require.Len(t, nodes, 1)
+	s, err := Connect(ctx, netx.OS, old.NodeID, old.NATS, Handlers{})
+	require.NoError(t, err, "the old secret is back")
+	s.Close()
+}
+
+// TestManyRegistrationsAnswered: registrations past the point where the
+// peer list outgrows a NATS message (about 465 nodes) are all answered,
+// the first page of peers in the answer and the rest by page (finding 6).
+func TestManyRegistrationsAnswered(t *testing.T) {
+	total := 2000
+	if raceEnabled || testing.Short() {
+		total = 600
+	}
+	// A long PresenceTTL: expiring 2,000 silent nodes is a storm of its own.
+	env := startServer(t, "", func(c *Config) { c.Store, c.PresenceTTL = newMemStore(), time.Hour })
+	nc := joinConn(t, env.url)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	var last *RegisterResponse
+	start := time.Now()
+	for i := range total {
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		r, err := RegisterOver(rctx, nc, Join{Token: testToken, Name: fmt.Sprintf("n%04d", i), Key: key.NewPrivate()})
+		rcancel()
+		require.NoError(t, err, "registration %d", i+1)
+		last = r
+	}
+	t.Logf("%d registrations in %v", total, time.Since(start))
+	require.Eventually(t, func() bool { return env.srv.Stats().Registered == uint64(total) }, 5*time.Second, 10*time.Millisecond)
+	assert.True(t, last.MorePeers)
+	assert.Less(t, len(last.Peers), total-1)
+	assert.Greater(t, len(last.Peers), 300)
+	s, err := Connect(ctx, netx.OS, last.NodeID, last.NATS, Handlers{})
+	require.NoError(t, err)
+	defer s.Close()
+	peers, err := s.Peers(ctx)
+	require.NoError(t, err)
+	require.Len(t, peers, total-1)
+	seen := map[string]bool{last.NodeID: true}
+	for _, p := range peers {
+		assert.False(t, seen[p.NodeID], "peer %s twice", p.NodeID)
+		seen[p.NodeID] = true
+	}
+	// A node that asks without paging is told why it gets nothing.
+	r, err := s.Conn().RequestWithContext(ctx, NodeSubject(last.NodeID, LeafPeerList), nil)
+	require.NoError(t, err)
+	var e *Error
+	require.ErrorAs(t, decodeReply(r.Data, &[]Peer{}), &e)
+	assert.Contains(t, e.Message, "ask by page")
+}
