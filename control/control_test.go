@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -199,6 +200,7 @@ func TestBadRegistrations(t *testing.T) {
 		{"huge token", `{"token":"` + strings.Repeat("t", 600) + `","name":"x","public_key":` + key + `}`, 400, "at most 512"},
 		{"oversized", `{"token":"` + strings.Repeat("t", MaxRequestBytes) + `"}`, 413, "over 16384 bytes"},
 		{"proof without challenge", `{"token":"` + testToken + `","name":"x","public_key":` + key + `,"proof":"AAAA"}`, 400, "challenge and proof come together"},
+		{"forged proof", `{"token":"` + testToken + `","name":"x","public_key":` + key + `,"challenge":{"key":` + key + `,"nonce":"AAAAAAAAAAAAAAAAAAAAAA==","expires":` + fmt.Sprint(time.Now().Add(10*time.Second).UnixMilli()) + `},"proof":"` + strings.Repeat("A", 43) + `="}`, 401, "not issued by this control"},
 		{"no token", `{"name":"x","public_key":` + key + `}`, 401, "no join token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -58,7 +58,7 @@ func httpStatus(code string) int {
 	switch code {
 	case CodeBadRequest:
 		return http.StatusBadRequest
-	case CodeBadToken:
+	case CodeBadToken, CodeBadProof:
 		return http.StatusUnauthorized
 	case CodeNameTaken:
 		return http.StatusConflict
