@@ -242,7 +242,7 @@ func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) er
 	if dial == nil {
 		dial = LRPRelay(n.cfg.Network, n.log, n.cfg.RelayTransport)
 	}
-	rc, err := dial(ctx, resp.Relays[0], RelayAuth{Self: n.id.PublicKey(), Token: resp.RelayToken}, n.bind.DeliverRelayed)
+	rc, err := dial(ctx, resp.Relays[0], RelayAuth{Self: n.id.PublicKey(), Token: resp.RelayToken, Renew: n.renewRelayToken}, n.bind.DeliverRelayed)
 	if err != nil {
 		return fmt.Errorf("node: relay %s: %w", resp.Relays[0].Addr, err)
 	}

@@ -124,3 +124,18 @@ func (l *lrpClient) Close() error {
 	l.wg.Wait()
 	return err
 }
+
+// renewRelayToken asks control for a fresh relay token over the node's
+// session; the relay client calls it before its token expires and when
+// the relay refuses it.
+func (n *Node) renewRelayToken(ctx context.Context) (string, error) {
+	s := n.session.Load()
+	if s == nil {
+		return "", errors.New("node: renew relay token: no control session yet")
+	}
+	tok, err := s.RelayToken(ctx)
+	if err != nil {
+		return "", fmt.Errorf("node: renew relay token: %w", err)
+	}
+	return tok, nil
+}
