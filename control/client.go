@@ -102,7 +102,7 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
 	user := joinPrefix + fmt.Sprintf("%x", rnd)
-	nc, err := nats.Connect(url, nats.SetCustomDialer(Dialer(n)), nats.UserInfo(user, j.Token),
+	nc, ep, err := dialNATS(n, url, nats.UserInfo(user, j.Token),
 		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
@@ -115,6 +115,7 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 	if err != nil {
 		return nil, fmt.Errorf("register over NATS: %w", err)
 	}
+	resp.NATS.URL = ep.inherit(resp.NATS.URL)
 	return resp, nil
 }
 
@@ -132,15 +133,19 @@ func RegisterOver(ctx context.Context, nc *nats.Conn, j Join) (*RegisterResponse
 // RegisterHTTP registers with POST baseURL/v1/register (twice: the
 // challenge, then the proof).
 func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, j Join) (*RegisterResponse, error) {
-	client := &http.Client{Transport: &http.Transport{DialContext: n.Dial}}
+	client, ep, err := httpEndpoint(n, baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("register over HTTP: %w", err)
+	}
 	defer client.CloseIdleConnections()
-	url := strings.TrimSuffix(baseURL, "/") + "/v1/register"
+	url := ep.plainURL() + "/v1/register"
 	resp, err := register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
 		return postJSON(ctx, client, url, body)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("register over HTTP: %w", err)
 	}
+	resp.NATS.URL = ep.inherit(resp.NATS.URL)
 	return resp, nil
 }
 
@@ -209,7 +214,7 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 			}
 		}))
 	}
-	nc, err := nats.Connect(creds.URL, opts...)
+	nc, _, err := dialNATS(n, creds.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: connect to %s: %w", nodeID, creds.URL, err)
 	}

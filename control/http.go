@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +11,17 @@ import (
 	"time"
 )
 
-// serveHTTP starts POST /v1/register and GET /healthz on HTTPListen.
+// serveHTTP starts POST /v1/register and GET /healthz on HTTPListen,
+// over TLS when Config.TLS is set (the handshake is bounded by the
+// server's timeouts, as net/http does it).
 func (s *Server) serveHTTP(ctx context.Context) error {
+	var tc *tls.Config
+	if s.cfg.TLS != nil {
+		var err error
+		if tc, err = serverTLS(s.cfg.TLS); err != nil {
+			return fmt.Errorf("control: HTTP: %w", err)
+		}
+	}
 	ln, err := s.cfg.Network.Listen(ctx, "tcp", s.cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("control: listen HTTP on %s: %w", s.cfg.HTTPListen, err)
@@ -27,15 +37,31 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 		WriteTimeout:      30 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}
+	serveLn := ln
+	if tc != nil {
+		serveLn = tls.NewListener(ln, tc)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(serveLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("HTTP server stopped", "err", err)
 		}
 	}()
-	s.log.Info("HTTP registration listening", "addr", ln.Addr().String())
+	s.log.Info("HTTP registration listening", "addr", ln.Addr().String(), "tls", tc != nil)
 	return nil
+}
+
+// HTTPURL is the base URL of HTTP registration (https:// with TLS), ""
+// without HTTP.
+func (s *Server) HTTPURL() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	if s.cfg.TLS != nil {
+		return "https://" + s.httpLn.Addr().String()
+	}
+	return "http://" + s.httpLn.Addr().String()
 }
 
 func (s *Server) httpRegister(w http.ResponseWriter, r *http.Request) {

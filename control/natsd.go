@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,15 +26,22 @@ import (
 // "join.<random>", password the join token), or as a registered node (user
 // its node ID, password its secret); each gets only the permissions its
 // role needs.
+//
+// With TLS, every accepted connection must open with a TLS handshake (as
+// nats.go's TLSHandshakeFirst does); the listener terminates it and the
+// server sees the plaintext inside. A client that speaks plain NATS is
+// dropped, so no secret it sends is ever read.
 type EmbeddedNATS struct {
 	srv  *server.Server
 	ln   net.Listener
 	log  *slog.Logger
 	auth *authenticator
+	tls  *tls.Config // nil: plaintext
 	wg   sync.WaitGroup
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex // guards the following fields
+	conns  map[net.Conn]struct{}
+	closed bool
 }
 
 // EmbeddedNATSConfig configures EmbeddedNATS.
@@ -45,7 +53,10 @@ type EmbeddedNATSConfig struct {
 	// StoreDir enables JetStream (for the KV registry) with its files
 	// there. If empty, JetStream is off.
 	StoreDir string
-	Logger   *slog.Logger
+	// TLS is the certificate the listener presents. If nil, Config.TLS;
+	// if both are nil, plaintext.
+	TLS    *tls.Config
+	Logger *slog.Logger
 }
 
 // authenticator decides who may connect and with which permissions.
@@ -137,6 +148,17 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 		opts.JetStream = true
 		opts.StoreDir = cfg.StoreDir
 	}
+	var tc *tls.Config
+	if cfg.TLS != nil {
+		var err error
+		if tc, err = serverTLS(cfg.TLS); err != nil {
+			return nil, fmt.Errorf("embedded NATS: %w", err)
+		}
+		// The listener terminates TLS; the server's own TLS configuration
+		// only makes its INFO say TLS is available, which a TLS-first
+		// client requires. In-process connections are never made to use it.
+		opts.TLSConfig = tc
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded NATS: %w", err)
@@ -152,18 +174,23 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("embedded NATS: listen on %s: %w", cfg.Listen, err)
 	}
-	e := &EmbeddedNATS{srv: srv, ln: ln, log: log, auth: auth, conns: map[net.Conn]struct{}{}}
+	e := &EmbeddedNATS{srv: srv, ln: ln, log: log, auth: auth, tls: tc, conns: map[net.Conn]struct{}{}}
 	e.wg.Add(1)
 	go e.acceptLoop()
-	log.Info("embedded NATS listening", "addr", ln.Addr().String(), "jetstream", opts.JetStream)
+	log.Info("embedded NATS listening", "addr", ln.Addr().String(), "jetstream", opts.JetStream, "tls", tc != nil)
 	return e, nil
 }
 
 // Addr is the address clients connect to.
 func (e *EmbeddedNATS) Addr() net.Addr { return e.ln.Addr() }
 
-// URL is Addr as a nats:// URL.
-func (e *EmbeddedNATS) URL() string { return "nats://" + e.ln.Addr().String() }
+// URL is Addr as a tls:// URL with TLS, else a nats:// one.
+func (e *EmbeddedNATS) URL() string {
+	if e.tls != nil {
+		return "tls://" + e.ln.Addr().String()
+	}
+	return "nats://" + e.ln.Addr().String()
+}
 
 // Server returns the nats-server, e.g. for nats.InProcessServer.
 func (e *EmbeddedNATS) Server() *server.Server { return e.srv }
@@ -175,24 +202,51 @@ func (e *EmbeddedNATS) acceptLoop() {
 		if err != nil {
 			return
 		}
-		inner, err := e.srv.InProcessConn()
-		if err != nil {
-			e.log.Warn("embedded NATS: in-process connection", "err", err)
-			c.Close()
-			continue
-		}
 		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			c.Close()
+			return
+		}
 		e.conns[c] = struct{}{}
 		e.mu.Unlock()
 		e.wg.Add(1)
-		go e.bridge(c, inner)
+		go e.serve(c)
 	}
+}
+
+// serve terminates TLS on an accepted connection, if configured, and
+// bridges it to a new in-process connection of the server.
+func (e *EmbeddedNATS) serve(c net.Conn) {
+	defer e.wg.Done()
+	defer func() {
+		c.Close()
+		e.mu.Lock()
+		delete(e.conns, c)
+		e.mu.Unlock()
+	}()
+	outer := c
+	if e.tls != nil {
+		tc := tls.Server(c, e.tls)
+		_ = tc.SetDeadline(time.Now().Add(tlsHandshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			e.log.Debug("embedded NATS: TLS handshake", "remote", c.RemoteAddr().String(), "err", err)
+			return
+		}
+		_ = tc.SetDeadline(time.Time{})
+		outer = tc
+	}
+	inner, err := e.srv.InProcessConn()
+	if err != nil {
+		e.log.Warn("embedded NATS: in-process connection", "err", err)
+		return
+	}
+	e.bridge(outer, inner)
 }
 
 // bridge copies between an accepted connection and the server until either
 // side closes.
 func (e *EmbeddedNATS) bridge(outer, inner net.Conn) {
-	defer e.wg.Done()
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(inner, outer)
@@ -203,15 +257,13 @@ func (e *EmbeddedNATS) bridge(outer, inner net.Conn) {
 	outer.Close()
 	inner.Close()
 	<-done
-	e.mu.Lock()
-	delete(e.conns, outer)
-	e.mu.Unlock()
 }
 
 // Close stops the listener, drops every client and shuts the server down.
 func (e *EmbeddedNATS) Close() error {
 	err := e.ln.Close()
 	e.mu.Lock()
+	e.closed = true
 	for c := range e.conns {
 		c.Close()
 	}

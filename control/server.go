@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,10 @@ type Config struct {
 
 	// HTTPListen serves POST /v1/register there. If empty, no HTTP.
 	HTTPListen string
+	// TLS is the certificate HTTP registration and the embedded NATS
+	// listener present (see tls.go: LoadTLS, SelfSignedTLS). If nil, both
+	// are plaintext, which clients accept on loopback only.
+	TLS *tls.Config
 
 	// Relays, STUN: what nodes are told to use.
 	Relays []Relay
@@ -183,7 +188,7 @@ func (s *Server) connectNATS(ctx context.Context) error {
 			tokens:      func(t string) error { return s.tokens.check(t, s.cfg.Now()) },
 			secrets:     s.secretHash,
 		}
-		e, err := startEmbeddedNATS(ctx, *s.cfg.EmbeddedNATS, auth)
+		e, err := startEmbeddedNATS(ctx, s.embeddedNATSConfig(), auth)
 		if err != nil {
 			return err
 		}

@@ -85,7 +85,13 @@ func StartOn(t testing.TB, addr netip.Addr) *World {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { ctrl.Close() })
-	return &World{Control: ctrl, Relay: rs, NATSURL: ctrl.NATS().URL(), Addr: addr}
+	natsURL := ctrl.NATS().URL()
+	if !addr.IsLoopback() {
+		// Plaintext off loopback needs consent; these worlds live in
+		// network namespaces the test made.
+		natsURL += "?" + control.ParamInsecure + "=1"
+	}
+	return &World{Control: ctrl, Relay: rs, NATSURL: natsURL, Addr: addr}
 }
 
 // Peer is a node on an in-process netstack.

@@ -24,7 +24,7 @@ import (
 func TestStartConfigErrors(t *testing.T) {
 	w := newLabWorld(t)
 	h := w.site(t, "full-cone")
-	ok := node.Config{Network: h, Control: "nats://" + natsAddr, Token: labToken, Provisioner: &stockNetstack{}}
+	ok := node.Config{Network: h, Control: "nats://" + natsAddr + "?insecure=1", Token: labToken, Provisioner: &stockNetstack{}}
 	for _, tc := range []struct {
 		name    string
 		edit    func(*node.Config)

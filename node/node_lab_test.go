@@ -145,7 +145,7 @@ func startNode(t testing.TB, h *fabric.Host, name string, prov node.Provisioner,
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg := node.Config{
-		Name: name, Network: h, Control: "nats://" + natsAddr, Token: labToken,
+		Name: name, Network: h, Control: "nats://" + natsAddr + "?insecure=1", Token: labToken,
 		Provisioner: prov, Logger: log,
 	}
 	for _, o := range opts {

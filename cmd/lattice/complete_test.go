@@ -47,7 +47,7 @@ func TestCompletion(t *testing.T) {
 	got, _ := complete(t, "")
 	assert.Subset(t, got, []string{"version\tPrint the version, commit, edition and Go version", "up\tRun a Lattice node: register, reach every peer, upgrade to direct paths"})
 	got, _ = complete(t, "sandbox", "start", "--")
-	assert.Contains(t, got, "--control\tcontrol's NATS URL, nats://HOST:PORT (required; sandboxes register over NATS only)")
+	assert.Contains(t, got, "--control\tcontrol's NATS URL, tls://HOST:PORT (nats:// on loopback or with --insecure) (required; sandboxes register over NATS only)")
 	for _, g := range got {
 		assert.NotContains(t, g, "--server-url", "the hidden alias is not offered")
 	}

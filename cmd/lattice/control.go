@@ -25,6 +25,7 @@ type controlFlags struct {
 	relays, stuns                                                      []string
 	relaySecretFile                                                    string
 	relayTokenTTL                                                      time.Duration
+	tls                                                                controlTLSFlags
 }
 
 func newControlCmd() *cobra.Command {
@@ -54,15 +55,31 @@ is when it starts.
 --state-dir defaults to /var/lib/lattice/control for root and to
 lattice/control under the user's config directory ($XDG_CONFIG_HOME, else
 ~/.config) for anyone else, next to the state of 'lattice up' and
-'lattice sandbox'.`,
-		Example: `  # Everything embedded, listening on loopback
+'lattice sandbox'.
+
+TLS: with --tls-cert and --tls-key both listeners present that certificate.
+Otherwise a listener off loopback gets a self-signed certificate, made once
+and kept in STATE-DIR/tls (--tls-self-signed asks for it on loopback too);
+control prints its SHA-256 fingerprint, which nodes pin with
+--control tls://HOST:4222?fingerprint=FP (or https://HOST:PORT?fingerprint=FP).
+NATS over TLS does the handshake first (nats.go's TLSHandshakeFirst, the
+nats CLI's --tlsfirst). Plaintext stays the default on loopback; --insecure
+allows it elsewhere, and nodes then need --insecure too.`,
+		Example: `  # Everything embedded, listening on loopback (plaintext stays on this machine)
   lattice control --embedded-nats --token-file tokens.txt
 
-  # Reachable by remote nodes, registry in JetStream
-  lattice control --embedded-nats --nats-listen 0.0.0.0:4222 \
-      --advertise-nats nats://control.example.net:4222 \
-      --listen-http 0.0.0.0:8080 --store kv:lattice --token-file tokens.txt \
-      --relay relay.example.net:443 --stun stun.example.net:3478`,
+  # Reachable by remote nodes over TLS with a certificate for control.example.net,
+  # registry in JetStream
+  lattice control --embedded-nats --nats-listen 203.0.113.10:4222 \
+      --advertise-nats tls://control.example.net:4222 \
+      --tls-cert /etc/lattice/control.crt --tls-key /etc/lattice/control.key \
+      --listen-http 203.0.113.10:8443 --store kv:lattice --token-file tokens.txt \
+      --relay relay.example.net:443 --stun stun.example.net:3478
+
+  # The same with a self-signed certificate: control prints the fingerprint
+  # nodes pin (--control tls://control.example.net:4222?fingerprint=FP)
+  lattice control --embedded-nats --nats-listen 203.0.113.10:4222 \
+      --advertise-nats tls://control.example.net:4222 --token-file tokens.txt`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -82,6 +99,7 @@ lattice/control under the user's config directory ($XDG_CONFIG_HOME, else
 	f.StringArrayVar(&fl.stuns, "stun", nil, "STUN server for nodes, ADDR (repeatable)")
 	f.StringVar(&fl.relaySecretFile, "relay-secret-file", "", "secret shared with the relays, to issue relay tokens (required with --relay)")
 	f.DurationVar(&fl.relayTokenTTL, "relay-token-ttl", 24*time.Hour, "how long a relay token is valid")
+	fl.tls.add(cmd)
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runControl(cmd, fl, logger) }
 	return cmd
@@ -171,6 +189,18 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 			cfg.NATSPassword = strings.TrimSpace(string(b))
 		}
 	}
+	listens := []string{fl.httpListen}
+	if fl.embedded {
+		listens = append(listens, fl.natsListen)
+	}
+	ct, err := fl.tls.resolve(fl.stateDir, listens, time.Now())
+	if err != nil {
+		return err
+	}
+	cfg.TLS = ct.cfg
+	if cfg.AdvertiseNATS, err = ct.advertise(fl.advertise, fl.embedded); err != nil {
+		return err
+	}
 	srv, err := control.New(cmd.Context(), cfg)
 	if err != nil {
 		return err
@@ -178,12 +208,17 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	defer srv.Close()
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "control: registry in %s\n", where)
+	natsURL := fl.advertise
 	if n := srv.NATS(); n != nil {
 		fmt.Fprintf(out, "control: NATS on %s\n", n.URL())
+		if natsURL == "" {
+			natsURL = n.URL()
+		}
 	}
-	if a := srv.HTTPAddr(); a != nil {
-		fmt.Fprintf(out, "control: HTTP registration on http://%s/v1/register\n", a)
+	if u := srv.HTTPURL(); u != "" {
+		fmt.Fprintf(out, "control: HTTP registration on %s/v1/register\n", u)
 	}
+	ct.report(out, natsURL, srv.HTTPURL())
 	<-cmd.Context().Done()
 	st := srv.Stats()
 	fmt.Fprintf(out, "control: stopped (%d registered, %d refused)\n", st.Registered, st.Refused)
@@ -223,6 +258,11 @@ func readTokens(path string) ([]control.JoinToken, error) {
 			return nil, fmt.Errorf("%s:%d: token is %d characters; use at least 16", path, line, len(t.Value))
 		}
 		out = append(out, t)
+	}
+	if err := sc.Err(); err != nil {
+		// A line longer than the scanner's buffer ends the scan: fail
+		// rather than silently drop the tokens after it.
+		return nil, fmt.Errorf("%s: %w (lines are at most %d bytes)", path, err, bufio.MaxScanTokenSize)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no tokens", path)

@@ -52,12 +52,14 @@ type sandboxFlags struct {
 	egressPolicy, auditLog, relayTransport            string
 	listenAddr, runscBin, platform, iface             string
 	port                                              int
+	trust                                             nodeTrustFlags
 }
 
 func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "name", "", "sandbox (node) name: lowercase letters, digits, hyphens (required)")
-	controlFlag(cmd, &f.serverURL, "control's NATS URL, nats://HOST:PORT (required; sandboxes register over NATS only)")
+	controlFlag(cmd, &f.serverURL, "control's NATS URL, tls://HOST:PORT (nats:// on loopback or with --insecure) (required; sandboxes register over NATS only)")
+	f.trust.add(cmd)
 	tokenFlags(cmd, &f.token, &f.tokenFile)
 	fl.StringVar(&f.mode, "mode", "pod", "isolation mode: pod or gvisor")
 	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: `+filepath.Join(defaultStateDir(), "sandbox", "NAME")+`; "mem:" for none)`)
@@ -97,6 +99,10 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	if sanitizeName(f.name) != f.name {
 		return "", cfg, usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, sanitizeName(f.name))
 	}
+	serverURL, err := f.trust.apply(f.serverURL)
+	if err != nil {
+		return "", cfg, err
+	}
 	token, err := joinToken(f.token, f.tokenFile)
 	if err != nil {
 		return "", cfg, err
@@ -106,7 +112,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 		stateDir = filepath.Join(defaultStateDir(), "sandbox", f.name)
 	}
 	cfg = sandbox.DriverConfig{
-		Name: f.name, ServerURL: f.serverURL, Token: token, StateDir: stateDir,
+		Name: f.name, ServerURL: serverURL, Token: token, StateDir: stateDir,
 		ListenPort: f.port, RelayTransport: f.relayTransport,
 		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog,
 		Runsc: f.runscBin, Platform: f.platform, Interface: f.iface,
@@ -194,7 +200,9 @@ SIGTERM. SIGHUP reloads --egress-policy.
 
 With --mode gvisor (Pro; root in the pod), start runs the agent given after --
 as PID 1 in a runsc container over the pod's wg0, and exits with its code, as
-'sandbox run' does.
+'sandbox run' does. Given no agent, it keeps phase 1 (wg0, the egress rules) up
+and serves the control socket: 'lattice sandbox exec' runs agents in runsc, one
+at a time.
 
 The proxies always require a user and password: --proxy-credentials-file, or
 generated into STATE-DIR/proxy-credentials; start prints the file's path. Peers
@@ -205,18 +213,18 @@ to lattice/sandbox/NAME under the user's config directory ($XDG_CONFIG_HOME,
 else ~/.config) for anyone else. The join token comes from --token-file,
 $LATTICE_TOKEN or --token.`,
 		Example: `  # An agent's network identity, no privileges needed
-  lattice sandbox start --name agent-1 --control nats://control:4222 \
+  lattice sandbox start --name agent-1 --control tls://control:4222 \
       --token-file token --socks5 1080
   # it prints: sandbox: SOCKS5 on 127.0.0.1:1080 (credentials in STATE-DIR/proxy-credentials),
   # STATE-DIR being ~/.config/lattice/sandbox/agent-1 (as root: /var/lib/lattice/sandbox/agent-1)
   curl --socks5-hostname "$(cat ~/.config/lattice/sandbox/agent-1/proxy-credentials)@127.0.0.1:1080" http://web-1:8080/
 
   # Pro, gvisor mode: the agent in runsc, its traffic through the pod's wg0
-  sudo lattice sandbox start --mode gvisor --name agent-1 --control nats://control:4222 \
+  sudo lattice sandbox start --mode gvisor --name agent-1 --control tls://control:4222 \
       --token-file token --egress-policy policy.yaml -- /opt/agent/bin/agent --task 42
 
   # Pro: policy, audit and an inbound forward to the agent's dev server
-  lattice sandbox start --name agent-1 --control nats://control:4222 --token-file token \
+  lattice sandbox start --name agent-1 --control tls://control:4222 --token-file token \
       --socks5 1080 --egress-policy policy.yaml --forward 8080=127.0.0.1:3000`,
 	}
 	f.add(cmd, true)
@@ -227,11 +235,11 @@ $LATTICE_TOKEN or --token.`,
 			return err
 		}
 		cfg.Logger = logger()
-		if mode == sandbox.ModeGVisor {
-			if len(args) == 0 {
-				return usagef("gvisor mode runs an agent: lattice sandbox start --mode gvisor [flags] -- AGENT [ARG...]")
-			}
+		if mode == sandbox.ModeGVisor && len(args) > 0 {
 			return runAgent(cmd, mode, cfg, args)
+		}
+		if mode == sandbox.ModeGVisor && cfg.StateDir == "mem:" {
+			return usagef("gvisor mode without an agent serves agents on its control socket, which needs a --state-dir; or run one: lattice sandbox start --mode gvisor [flags] -- AGENT")
 		}
 		if len(args) > 0 {
 			return usagef("pod mode takes no command (the agent uses the proxies); to run one: lattice sandbox run -- CMD")
@@ -322,7 +330,7 @@ wg0, its routes, the iptables rules and the container are gone.
 In pod mode CMD gets ALL_PROXY (socks5h://) and HTTP_PROXY / HTTPS_PROXY pointing
 at the sandbox's proxies on 127.0.0.1, with credentials made for this run, plus
 LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
-		Example: `  lattice sandbox run --name agent-1 --control nats://control:4222 --token-file token \
+		Example: `  lattice sandbox run --name agent-1 --control tls://control:4222 --token-file token \
       -- curl -s http://web-1:8080/`,
 		Args: cobra.MinimumNArgs(1),
 	}

@@ -22,11 +22,11 @@ import (
 // fails at once (no route to host); B restarted is online again.
 func TestStatusKernelPeerStops(t *testing.T) {
 	needRoot(t, "ip", "nsenter", "bash")
-	dir, bin, nsA, nsB := startNetnsPair(t, "ls", 214)
+	dir, bin, nsA, nsB, ctrlURL := startNetnsPair(t, "ls", 214)
 
 	upRE := regexp.MustCompile(`up: \S+ \(\S+\) at ([0-9.]+)/10`)
 	up := func(ns, name string) (*proc, string) {
-		p := startIn(t, ns, bin, "up", "--name", name, "--control", "nats://10.214.0.1:4222",
+		p := startIn(t, ns, bin, "up", "--name", name, "--control", ctrlURL,
 			"--token-file", filepath.Join(dir, "token"), "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
 		require.Eventually(t, func() bool { return upRE.MatchString(p.text()) }, 20*time.Second, 50*time.Millisecond)
 		return p, upRE.FindStringSubmatch(p.text())[1]
@@ -69,7 +69,9 @@ func TestStatusKernelPeerStops(t *testing.T) {
 	assert.Contains(t, string(out), "No route to host")
 	assert.Less(t, took, time.Second, "the connect hung: %s", out)
 
-	// Back with the same state: online again.
+	// Back with the same state: online again, once the old process has
+	// let go of the UDP port.
+	pb.waitExit(t, 10*time.Second)
 	_, addrB2 := up(nsB, "node-b")
 	assert.Equal(t, addrB, addrB2, "same identity, same address")
 	require.Eventually(t, func() bool {

@@ -28,6 +28,7 @@ func newUpCmd() *cobra.Command {
 	var name, controlURL, token, tokenFile, stateDir, ifname, listenAddr, relayTransport string
 	var port int
 	var userspace, noFirewall bool
+	var trust nodeTrustFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a Lattice node: register, reach every peer, upgrade to direct paths",
@@ -48,22 +49,28 @@ order of preference: arguments show in ps). --state-dir holds the identity
 ($XDG_CONFIG_HOME, else ~/.config) for anyone else. 'lattice status' reads the
 default; a node with another --state-dir is shown by 'lattice status
 --state-dir DIR', and up prints that command when it starts.`,
-		Example: `  # A node on a server, joining with a token from control
-  sudo lattice up --control nats://control.example.net:4222 --token-file /etc/lattice/token
+		Example: `  # A node on a server, joining with a token from control (TLS, certificate
+  # checked against the system roots)
+  sudo lattice up --control tls://control.example.net:4222 --token-file /etc/lattice/token
 
-  # Without root
-  lattice up --userspace --control https://control.example.net --token-file token
+  # Control with a self-signed certificate: pin the fingerprint it printed
+  sudo lattice up --control tls://control.example.net:4222 --control-fingerprint 3f2a… \
+      --token-file /etc/lattice/token
+
+  # Without root, registering over HTTPS
+  lattice up --userspace --control https://control.example.net:8443 --token-file token
 
   # A second node on the same machine: its own UDP port, identity and socket
   sudo lattice up --name web-2 --interface lattice1 --port 0 --state-dir /var/lib/lattice/web-2 \
-      --control nats://control.example.net:4222 --token-file /etc/lattice/token
+      --control tls://control.example.net:4222 --token-file /etc/lattice/token
   sudo lattice status --state-dir /var/lib/lattice/web-2`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
 	host, _ := os.Hostname()
 	f.StringVar(&name, "name", sanitizeName(host), "node name (lowercase letters, digits, hyphens)")
-	controlFlag(cmd, &controlURL, "control URL: nats://HOST:PORT or http(s)://HOST:PORT (required)")
+	controlFlag(cmd, &controlURL, "control URL: tls://HOST:PORT or https://HOST:PORT (nats:// and http:// on loopback, or with --insecure) (required)")
+	trust.add(cmd)
 	tokenFlags(cmd, &token, &tokenFile)
 	f.StringVar(&stateDir, "state-dir", defaultStateDir(), `directory for the identity and the status socket ("mem:" for an ephemeral identity)`)
 	f.IntVar(&port, "port", 51820, "UDP port shared by ICE and WireGuard (0: any)")
@@ -79,13 +86,17 @@ default; a node with another --state-dir is shown by 'lattice status
 		if controlURL == "" {
 			return usagef("--control is required: the URL of 'lattice control'")
 		}
+		ctrlURL, err := trust.apply(controlURL)
+		if err != nil {
+			return err
+		}
 		tok, err := joinToken(token, tokenFile)
 		if err != nil {
 			return err
 		}
 		log := logger()
 		cfg := node.Config{
-			Name: name, Network: netx.OS, Control: controlURL, Token: tok,
+			Name: name, Network: netx.OS, Control: ctrlURL, Token: tok,
 			ListenPort: port, RelayTransport: relayTransport, Logger: log,
 		}
 		if port == 0 {

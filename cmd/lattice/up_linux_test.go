@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,6 +47,21 @@ type proc struct {
 	cmd *exec.Cmd
 	mu  sync.Mutex
 	out strings.Builder
+}
+
+// waitExit waits up to d for the process to end by itself (after a
+// signal the test sent).
+func (p *proc) waitExit(t *testing.T, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s did not exit within %v", p.cmd.Args, d)
+	}
 }
 
 func (p *proc) text() string {
@@ -93,12 +109,12 @@ func startIn(t *testing.T, netns, bin string, args ...string) *proc {
 // and pings one node's overlay address from the other.
 func TestUpKernelInNamespaces(t *testing.T) {
 	needRoot(t, "ip", "nsenter", "ping")
-	dir, bin, nsA, nsB := startNetnsPair(t, "lt", 213)
+	dir, bin, nsA, nsB, ctrlURL := startNetnsPair(t, "lt", 213)
 
 	upRE := regexp.MustCompile(`up: \S+ \(\S+\) at ([0-9.]+)/10`)
 	var addrs []string
 	for i, ns := range []string{nsA, nsB} {
-		p := startIn(t, ns, bin, "up", "--name", fmt.Sprintf("node-%d", i), "--control", "nats://10.213.0.1:4222",
+		p := startIn(t, ns, bin, "up", "--name", fmt.Sprintf("node-%d", i), "--control", ctrlURL,
 			"--token-file", filepath.Join(dir, "token"), "--state-dir", filepath.Join(dir, ns), "--interface", "lattice0")
 		require.Eventually(t, func() bool { return upRE.MatchString(p.text()) }, 20*time.Second, 50*time.Millisecond)
 		addrs = append(addrs, upRE.FindStringSubmatch(p.text())[1])
@@ -119,13 +135,41 @@ func TestUpKernelInNamespaces(t *testing.T) {
 	var st statusReply
 	require.NoError(t, json.Unmarshal(raw, &st))
 	require.Positive(t, st.Peers[0].TxDirect)
+
+	// Control is off loopback: a node refuses plaintext to it (before it
+	// dials: the refusal comes from the URL) and a certificate that is not
+	// the pinned one, and says how to fix either.
+	wrongPin := strings.Repeat("00", 32)
+	for _, tc := range []struct {
+		name    string
+		control string
+		code    int
+		want    string
+	}{
+		{"plaintext", "nats://10.213.0.1:4222", exitUsage, "plaintext control connection to a non-loopback address"},
+		{"wrong pin", "tls://10.213.0.1:4222?fingerprint=" + wrongPin, exitFailure, "does not match the pinned fingerprint " + wrongPin},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+nsB, bin, "up", "--name", "intruder",
+				"--control", tc.control, "--token-file", filepath.Join(dir, "token"), "--state-dir", "mem:", "--userspace")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "up should fail: %s", out)
+			assert.Equal(t, tc.code, ee.ExitCode(), "%s", out)
+			assert.Contains(t, string(out), tc.want)
+		})
+	}
 }
 
 // startNetnsPair builds the lattice binary and two network namespaces,
 // TAG-a-PID and TAG-b-PID, joined by a veth pair on 10.OCTET.0.0/24 (.1
 // in A, .2 in B), and runs control with embedded NATS on 10.OCTET.0.1:4222
 // in A. DIR/token holds the join token; DIR/NS is each node's state dir.
-func startNetnsPair(t *testing.T, tag string, octet int) (dir, bin, nsA, nsB string) {
+// Control listens off loopback, so it makes a self-signed certificate;
+// ctrlURL is its NATS URL pinning that certificate.
+func startNetnsPair(t *testing.T, tag string, octet int) (dir, bin, nsA, nsB, ctrlURL string) {
 	t.Helper()
 	dir = t.TempDir()
 	bin = filepath.Join(dir, "lattice")
@@ -151,6 +195,8 @@ func startNetnsPair(t *testing.T, tag string, octet int) (dir, bin, nsA, nsB str
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte("netns-test-token-0123456789\n"), 0o600))
 	ctrl := startIn(t, nsA, bin, "control", "--embedded-nats", "--nats-listen", fmt.Sprintf("10.%d.0.1:4222", octet), "--listen-http", "",
 		"--token-file", tokens, "--data-dir", filepath.Join(dir, "control"))
-	require.Eventually(t, func() bool { return strings.Contains(ctrl.text(), "control: NATS on") }, 20*time.Second, 50*time.Millisecond)
-	return dir, bin, nsA, nsB
+	require.Eventually(t, func() bool { return strings.Contains(ctrl.text(), "control: nodes join with") }, 20*time.Second, 50*time.Millisecond)
+	m := regexp.MustCompile(`control: nodes join with --control '(tls://[^']+)'`).FindStringSubmatch(ctrl.text())
+	require.NotNil(t, m, "control's output: %s", ctrl.text())
+	return dir, bin, nsA, nsB, m[1]
 }

@@ -181,5 +181,9 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 	return controlServer{srv, store}, nil
 }
 
-// controlURL is where nodes register.
-func (l *Lab) controlURL() string { return "nats://" + l.plan.Control.Addr.String() }
+// controlURL is where nodes register: plaintext over the emulated fabric
+// (insecure=1, since its addresses are not loopback), which never leaves
+// the process or the lab's namespaces.
+func (l *Lab) controlURL() string {
+	return "nats://" + l.plan.Control.Addr.String() + "?" + control.ParamInsecure + "=1"
+}

@@ -46,7 +46,7 @@ func TestContainerExitsEarly(t *testing.T) {
 	start := time.Now()
 	_, err := startBox(ctx, t, img, boxSpec{
 		name: "no-token", nets: []*testcontainers.DockerNetwork{nw}, alias: "no-token", volume: newVolume(ctx, t, "no-token"),
-		args:  []string{"sandbox", "start", "--name", "no-token", "--server-url", "nats://control:4222", "--state-dir", stateDir},
+		args:  []string{"sandbox", "start", "--name", "no-token", "--server-url", "tls://control:4222", "--state-dir", stateDir},
 		ready: `sandbox: control socket`,
 	})
 	require.Error(t, err)

@@ -98,7 +98,7 @@ func TestSandboxGVisorContainer(t *testing.T) {
 	url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(web.addr, fmt.Sprint(webPort)))
 	start := time.Now()
 	code, stdout, stderr, err := g.execSplit(ctx, gvisorRunTimeout,
-		"/lattice", "sandbox", "run", "--mode", "gvisor", "--name", name, "--server-url", "nats://control:4222",
+		"/lattice", "sandbox", "run", "--mode", "gvisor", "--name", name, "--server-url", w.controlURL,
 		"--token", w.token, "--state-dir", gvisorState, "--",
 		"/agent", "fetch", url, "gvisor", "notun", "noroute", "noread", gvisorState+"/credentials.json", "exit", "7")
 	took := time.Since(start)

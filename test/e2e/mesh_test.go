@@ -37,10 +37,15 @@ type world struct {
 	// relayIP is the relay's address on each network, by network name.
 	relayIP map[string]string
 	control *box
+	// controlURL is where sandboxes register: NATS over TLS, pinning
+	// control's self-signed certificate.
+	controlURL string
 }
 
 // newWorld starts the relay, reads the fingerprint of its self-signed
-// certificate from its output, and starts control pinning it.
+// certificate from its output, and starts control pinning it; control
+// listens off loopback, so it makes a self-signed certificate of its own,
+// whose fingerprint the sandboxes pin.
 func newWorld(ctx context.Context, t *testing.T, img string, nets ...*testcontainers.DockerNetwork) *world {
 	t.Helper()
 	w := &world{img: img, token: "e2e-join-" + randomHex(16), relayIP: map[string]string{}}
@@ -61,11 +66,13 @@ func newWorld(ctx context.Context, t *testing.T, img string, nets ...*testcontai
 		files: map[string]string{"tokens": w.token + "\n", "relay.secret": secret},
 		args: []string{"control", "--embedded-nats", "--nats-listen", "0.0.0.0:4222",
 			// Nodes connect to the URL control hands out, not to --server-url.
-			"--advertise-nats", "nats://control:4222", "--listen-http=",
+			"--advertise-nats", "tls://control:4222", "--listen-http=",
 			"--token-file", dataDir + "/tokens", "--data-dir", dataDir + "/data",
 			"--relay", "relay:4443," + fingerprint, "--relay-secret-file", dataDir + "/relay.secret"},
 		ready: `control: NATS on`,
 	})
+	fp := w.control.match(ctx, t, `control: TLS self-signed certificate in \S+, fingerprint (\S+)`)[1]
+	w.controlURL = "tls://control:4222?fingerprint=" + fp
 	return w
 }
 
@@ -93,7 +100,7 @@ func (w *world) startSandbox(ctx context.Context, t *testing.T, s sandboxSpec) *
 	sb := &sandbox{}
 	files := map[string]string{"token": w.token + "\n"}
 	args := []string{"sandbox", "start", "--mode", "pod", "--name", s.name,
-		"--server-url", "nats://control:4222", "--token-file", dataDir + "/token", "--state-dir", stateDir}
+		"--server-url", w.controlURL, "--token-file", dataDir + "/token", "--state-dir", stateDir}
 	var ports []string
 	if s.socks {
 		sb.user, sb.pass = "agent", randomHex(12)

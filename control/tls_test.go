@@ -1,0 +1,442 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// recorder is a TCP proxy on loopback that keeps every byte it forwards,
+// both ways: what a capture of the connection would show.
+type recorder struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex // guards the following fields
+	buf   bytes.Buffer
+	conns []net.Conn
+}
+
+func startRecorder(t *testing.T, target string) *recorder {
+	t.Helper()
+	ln, err := netx.OS.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r := &recorder{ln: ln, target: target}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *recorder) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := netx.OS.Dial(context.Background(), "tcp", r.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		r.mu.Lock()
+		r.conns = append(r.conns, c, up)
+		r.mu.Unlock()
+		r.wg.Add(2)
+		go r.copy(up, c)
+		go r.copy(c, up)
+	}
+}
+
+func (r *recorder) copy(dst, src net.Conn) {
+	defer r.wg.Done()
+	b := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(b)
+		if n > 0 {
+			r.mu.Lock()
+			r.buf.Write(b[:n])
+			r.mu.Unlock()
+			if _, werr := dst.Write(b[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+func (r *recorder) close() {
+	r.ln.Close()
+	r.mu.Lock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+func (r *recorder) captured() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.buf.Bytes())
+}
+
+// selfSigned is a server TLS configuration and its fingerprint.
+func selfSigned(t *testing.T) (*tls.Config, string) {
+	t.Helper()
+	tc, fp, err := SelfSignedTLS(filepath.Join(t.TempDir(), "tls"), time.Now())
+	require.NoError(t, err)
+	return tc, fp
+}
+
+// registerRaw sends the first registration request, the one carrying the
+// join token, over HTTP and over NATS (where the token is also the join
+// user's password), through the clients' own dialing code, and returns
+// the bodies control answered.
+func registerRaw(t *testing.T, httpURL, natsURL string) (httpReply, natsReply []byte) {
+	t.Helper()
+	body, err := json.Marshal(RegisterRequest{Token: testToken, Name: "capture", PublicKey: newKey(t)})
+	require.NoError(t, err)
+
+	client, ep, err := httpEndpoint(netx.OS, httpURL)
+	require.NoError(t, err)
+	defer client.CloseIdleConnections()
+	resp, err := client.Post(ep.plainURL()+"/v1/register", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	httpReply, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+
+	user := joinPrefix + "0123456789abcdef0123456789abcdef"
+	nc, _, err := dialNATS(netx.OS, natsURL, nats.UserInfo(user, testToken),
+		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect())
+	require.NoError(t, err)
+	defer nc.Close()
+	m, err := nc.Request(SubjectRegister, body, 10*time.Second)
+	require.NoError(t, err)
+	return httpReply, m.Data
+}
+
+// TestTLSCaptureHasNoToken: registration through a recording proxy shows
+// the join token in clear without TLS, and nowhere with it (over HTTP and
+// NATS alike), while control answers both.
+func TestTLSCaptureHasNoToken(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		tls       bool
+		wantToken bool
+	}{
+		{"plaintext", false, true},
+		{"tls", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg *tls.Config
+			fp := ""
+			if tc.tls {
+				cfg, fp = selfSigned(t)
+			}
+			env := startServer(t, "", func(c *Config) { c.TLS = cfg })
+			httpRec := startRecorder(t, env.srv.HTTPAddr().String())
+			natsRec := startRecorder(t, env.srv.NATS().Addr().String())
+			httpURL, natsURL := "http://"+httpRec.ln.Addr().String(), "nats://"+natsRec.ln.Addr().String()
+			if tc.tls {
+				assert.Equal(t, "https://"+env.srv.HTTPAddr().String(), env.srv.HTTPURL())
+				assert.Equal(t, "tls://"+env.srv.NATS().Addr().String(), env.srv.NATS().URL())
+				assert.Equal(t, fp, env.srv.Fingerprint())
+				httpURL = "https://" + httpRec.ln.Addr().String() + "?fingerprint=" + fp
+				natsURL = "tls://" + natsRec.ln.Addr().String() + "?fingerprint=" + fp
+			}
+
+			hr, nr := registerRaw(t, httpURL, natsURL)
+			assert.True(t, json.Valid(hr), "HTTP reply %q", hr)
+			assert.True(t, json.Valid(nr), "NATS reply %q", nr)
+			for name, rec := range map[string]*recorder{"HTTP": httpRec, "NATS": natsRec} {
+				got := rec.captured()
+				require.NotEmpty(t, got, "%s: nothing went through the proxy", name)
+				assert.Equal(t, tc.wantToken, bytes.Contains(got, []byte(testToken)), "%s capture holds the join token", name)
+				assert.Equal(t, !tc.tls, bytes.Contains(got, []byte(`"name":"capture"`)), "%s capture holds the request", name)
+			}
+		})
+	}
+}
+
+// TestTLSWrongFingerprintRefused: a pin that is not control's certificate,
+// or no pin for a self-signed one, is refused on both transports, and the
+// error names the certificate seen.
+func TestTLSWrongFingerprintRefused(t *testing.T) {
+	cfg, fp := selfSigned(t)
+	env := startServer(t, "", func(c *Config) { c.TLS = cfg })
+	wrong := strings.Repeat("ab", 32)
+	httpHost, natsHost := env.srv.HTTPAddr().String(), env.srv.NATS().Addr().String()
+	for _, tc := range []struct {
+		name, url, want string
+	}{
+		{"nats wrong pin", "tls://" + natsHost + "?fingerprint=" + wrong, "server certificate " + fp + " does not match the pinned fingerprint " + wrong},
+		{"http wrong pin", "https://" + httpHost + "?fingerprint=" + wrong, "server certificate " + fp + " does not match the pinned fingerprint " + wrong},
+		{"nats no pin", "tls://" + natsHost, "certificate"},
+		{"http no pin", "https://" + httpHost, "certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if strings.HasPrefix(tc.url, "https") {
+				var client *http.Client
+				var ep *endpoint
+				client, ep, err = httpEndpoint(netx.OS, tc.url)
+				require.NoError(t, err)
+				var resp *http.Response
+				resp, err = client.Post(ep.plainURL()+"/v1/register", "application/json", strings.NewReader(`{}`))
+				if err == nil {
+					resp.Body.Close()
+				}
+				client.CloseIdleConnections()
+			} else {
+				var nc *nats.Conn
+				nc, _, err = dialNATS(netx.OS, tc.url, nats.UserInfo(joinPrefix+"0123456789abcdef", testToken), nats.NoReconnect())
+				if err == nil {
+					nc.Close()
+				}
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	assert.Zero(t, env.srv.Stats().Registered+env.srv.Stats().Refused, "no request reached control")
+}
+
+// TestTLSNATSNoPlaintextProtocol: on a TLS listener control sends nothing
+// in clear (no INFO), and a plaintext NATS client gets no session.
+func TestTLSNATSNoPlaintextProtocol(t *testing.T) {
+	cfg, _ := selfSigned(t)
+	env := startServer(t, "", func(c *Config) { c.TLS = cfg })
+	addr := env.srv.NATS().Addr().String()
+
+	c, err := netx.OS.Dial(t.Context(), "tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	n, err := c.Read(make([]byte, 64))
+	assert.Zero(t, n, "control spoke before the TLS handshake")
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+
+	nc, _, err := dialNATS(netx.OS, "nats://"+addr, nats.UserInfo(joinPrefix+"0123456789abcdef", testToken),
+		nats.NoReconnect(), nats.Timeout(2*time.Second))
+	if err == nil {
+		nc.Close()
+	}
+	require.Error(t, err, "a plaintext client got a session on the TLS listener")
+}
+
+// failNetwork fails the test on any dial: what must be refused before a
+// connection is attempted.
+type failNetwork struct {
+	netx.Network
+	mu    sync.Mutex
+	dials []string
+}
+
+func (f *failNetwork) Dial(_ context.Context, _, address string) (net.Conn, error) {
+	f.mu.Lock()
+	f.dials = append(f.dials, address)
+	f.mu.Unlock()
+	return nil, errors.New("failNetwork: no dialing here")
+}
+
+// TestPlaintextRefusedBeforeDial: every client entry point refuses a
+// plaintext URL to a non-loopback host without dialing it.
+func TestPlaintextRefusedBeforeDial(t *testing.T) {
+	fn := &failNetwork{Network: netx.OS}
+	_, _, err := dialNATS(fn, "nats://192.0.2.10:4222")
+	require.ErrorIs(t, err, ErrPlaintext)
+	assert.Contains(t, err.Error(), "use tls://192.0.2.10:4222")
+	assert.Contains(t, err.Error(), "--insecure")
+	_, _, err = httpEndpoint(fn, "http://192.0.2.10:8080")
+	require.ErrorIs(t, err, ErrPlaintext)
+	assert.Contains(t, err.Error(), "use https://192.0.2.10:8080")
+	_, err = Connect(t.Context(), fn, "n1", NATSCreds{URL: "nats://192.0.2.10:4222", User: "n1", Password: "secret-password"}, Handlers{})
+	require.ErrorIs(t, err, ErrPlaintext)
+	assert.NotContains(t, err.Error(), "secret-password")
+	assert.Empty(t, fn.dials)
+}
+
+func TestParseEndpoint(t *testing.T) {
+	fp := strings.Repeat("0f", 32)
+	for _, tc := range []struct {
+		name, url string
+		want      endpoint
+		wantErr   string
+	}{
+		{"loopback nats", "nats://127.0.0.1:4222", endpoint{scheme: "nats", host: "127.0.0.1:4222"}, ""},
+		{"loopback 127/8", "http://127.9.8.7:80/base/", endpoint{scheme: "http", host: "127.9.8.7:80", path: "/base"}, ""},
+		{"loopback v6", "nats://[::1]:4222", endpoint{scheme: "nats", host: "[::1]:4222"}, ""},
+		{"loopback mapped", "nats://[::ffff:127.0.0.1]:4222", endpoint{scheme: "nats", host: "[::ffff:127.0.0.1]:4222"}, ""},
+		{"localhost", "http://LocalHost:8080", endpoint{scheme: "http", host: "LocalHost:8080"}, ""},
+		{"plaintext off loopback", "nats://10.0.0.1:4222", endpoint{}, ErrPlaintext.Error()},
+		{"plaintext name", "http://control.example.net:8080", endpoint{}, ErrPlaintext.Error()},
+		{"plaintext unspecified", "nats://0.0.0.0:4222", endpoint{}, ErrPlaintext.Error()},
+		{"insecure", "nats://10.0.0.1:4222?insecure=1", endpoint{scheme: "nats", host: "10.0.0.1:4222", insecure: true}, ""},
+		{"insecure no", "nats://10.0.0.1:4222?insecure=0", endpoint{}, ErrPlaintext.Error()},
+		{"insecure bad", "nats://10.0.0.1:4222?insecure=maybe", endpoint{}, `insecure="maybe": want 1 or 0`},
+		{"tls", "tls://10.0.0.1:4222", endpoint{scheme: "tls", host: "10.0.0.1:4222"}, ""},
+		{"tls pin colons upper", "TLS://10.0.0.1:4222?fingerprint=" + strings.ToUpper(strings.Repeat("0f:", 31)+"0f"), endpoint{scheme: "tls", host: "10.0.0.1:4222", pin: fp}, ""},
+		{"https pin", "https://h.example:8443/?fingerprint=" + fp, endpoint{scheme: "https", host: "h.example:8443", pin: fp}, ""},
+		{"pin short", "tls://10.0.0.1:4222?fingerprint=abcd", endpoint{}, `fingerprint "abcd": want 32 hex bytes`},
+		{"pin on plaintext", "nats://127.0.0.1:4222?fingerprint=" + fp, endpoint{}, "a fingerprint needs tls:// or https://"},
+		{"unknown param", "tls://10.0.0.1:4222?token=x", endpoint{}, `unknown parameter "token"`},
+		{"scheme", "ftp://10.0.0.1", endpoint{}, `scheme "ftp"`},
+		{"no scheme", "10.0.0.1:4222", endpoint{}, "control URL"},
+		{"no host", "tls://", endpoint{}, "no host"},
+		{"user info", "tls://join:secret@10.0.0.1:4222", endpoint{}, "user info does not belong in the URL"},
+		{"nats path", "tls://10.0.0.1:4222/x", endpoint{}, "a NATS URL has no path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseEndpoint(tc.url)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				assert.NotContains(t, err.Error(), "secret", "a URL's user info is not repeated")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, *got)
+		})
+	}
+}
+
+func TestIsLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"127.0.0.1": true, "127.255.0.9": true, "::1": true, "[::1]": true, "localhost": true, "::ffff:127.0.0.1": true,
+		"128.0.0.1": false, "10.0.0.1": false, "0.0.0.0": false, "::": false, "": false, "localhost.example": false,
+		"192.0.2.1": false, "fe80::1": false, "notlocalhost": false,
+	} {
+		assert.Equal(t, want, IsLoopbackHost(host), host)
+	}
+}
+
+func TestInherit(t *testing.T) {
+	fp := strings.Repeat("0f", 32)
+	mustEP := func(u string) *endpoint {
+		e, err := parseEndpoint(u)
+		require.NoError(t, err)
+		return e
+	}
+	for _, tc := range []struct {
+		name, reg, advertised, want string
+	}{
+		{"same host gets the pin", "https://10.0.0.1:8443?fingerprint=" + fp, "tls://10.0.0.1:4222", "tls://10.0.0.1:4222?fingerprint=" + fp},
+		{"other host does not", "https://10.0.0.1:8443?fingerprint=" + fp, "tls://nats.example:4222", "tls://nats.example:4222"},
+		{"own pin kept", "tls://10.0.0.1:4222?fingerprint=" + fp, "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("aa", 32), "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("aa", 32)},
+		{"plaintext gets no pin", "tls://10.0.0.1:4222?fingerprint=" + fp, "nats://10.0.0.1:4222", "nats://10.0.0.1:4222"},
+		{"insecure carried", "nats://10.0.0.1:4222?insecure=1", "nats://10.0.0.1:4222", "nats://10.0.0.1:4222?insecure=1"},
+		{"nothing to carry", "nats://127.0.0.1:4222", "nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"empty stays empty", "nats://127.0.0.1:4222", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, mustEP(tc.reg).inherit(tc.advertised))
+		})
+	}
+}
+
+func TestWithTrust(t *testing.T) {
+	fp := strings.Repeat("0f", 32)
+	u, err := WithTrust("tls://10.0.0.1:4222", fp, false)
+	require.NoError(t, err)
+	assert.Equal(t, "tls://10.0.0.1:4222?fingerprint="+fp, u)
+	u, err = WithTrust("nats://10.0.0.1:4222", "", true)
+	require.NoError(t, err)
+	assert.Equal(t, "nats://10.0.0.1:4222?insecure=1", u)
+	_, err = WithTrust("nats://10.0.0.1:4222", "", false)
+	require.ErrorIs(t, err, ErrPlaintext)
+	_, err = WithTrust("nats://127.0.0.1:4222", fp, false)
+	require.ErrorContains(t, err, "a fingerprint needs tls://")
+}
+
+// TestSelfSignedTLSKept: the certificate (and so the pin) survives a
+// restart, the key is private, a readable key is refused.
+func TestSelfSignedTLSKept(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	now := time.Now()
+	_, fp1, err := SelfSignedTLS(dir, now)
+	require.NoError(t, err)
+	_, fp2, err := SelfSignedTLS(dir, now.Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, fp1, fp2, "the pin changed across a restart")
+	b, err := os.ReadFile(filepath.Join(dir, SelfSignedFingerprintFile))
+	require.NoError(t, err)
+	assert.Equal(t, fp1+"\n", string(b))
+	fi, err := os.Stat(filepath.Join(dir, SelfSignedKeyFile))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	_, fp3, err := SelfSignedTLS(dir, now.Add(2*365*24*time.Hour))
+	require.NoError(t, err)
+	assert.NotEqual(t, fp1, fp3, "an expired certificate is replaced")
+
+	require.NoError(t, os.Chmod(filepath.Join(dir, SelfSignedKeyFile), 0o644))
+	_, _, err = SelfSignedTLS(dir, now)
+	require.ErrorContains(t, err, "chmod 600")
+	_, err = LoadTLS(filepath.Join(dir, SelfSignedCertFile), filepath.Join(dir, SelfSignedKeyFile))
+	require.ErrorContains(t, err, "chmod 600")
+	require.NoError(t, os.Chmod(filepath.Join(dir, SelfSignedKeyFile), 0o600))
+	tc, err := LoadTLS(filepath.Join(dir, SelfSignedCertFile), filepath.Join(dir, SelfSignedKeyFile))
+	require.NoError(t, err)
+	require.Len(t, tc.Certificates, 1)
+
+	_, err = serverTLS(&tls.Config{})
+	require.ErrorContains(t, err, "no certificate")
+}
+
+func FuzzParseEndpoint(f *testing.F) {
+	for _, s := range []string{
+		"nats://127.0.0.1:4222", "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("0f", 32),
+		"https://h:1/?insecure=1", "http://[::1]:80/a/b", "tls://u:p@h:1", "nats://%zz", "tls://h:1?fingerprint=zz&insecure",
+		"", "://", "tls://[::ffff:127.0.0.1]:1",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e, err := parseEndpoint(s)
+		if err != nil {
+			return
+		}
+		if !e.isTLS() && !e.insecure && !IsLoopbackHost(strings.Trim(hostOnly(e.host), "[]")) {
+			t.Fatalf("%q: plaintext to %q accepted", s, e.host)
+		}
+		if e.pin != "" && len(e.pin) != 64 {
+			t.Fatalf("%q: pin %q", s, e.pin)
+		}
+		_ = e.inherit(s)
+	})
+}
+
+func hostOnly(hostport string) string {
+	h, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	return h
+}
