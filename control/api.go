@@ -92,6 +92,8 @@ type RegisterResponse struct {
 	// would not fit a NATS message); Session.Peers fetches all of it.
 	MorePeers bool      `json:"more_peers,omitempty"`
 	NATS      NATSCreds `json:"nats"`
+	// Epoch is this registration's epoch (see Peer.Epoch).
+	Epoch uint64 `json:"epoch,omitempty"`
 	// PresenceTTLMillis is how long control keeps the node online without
 	// a heartbeat; the node sends one every third of it. Zero: control
 	// tracks no presence.
@@ -124,6 +126,10 @@ type Peer struct {
 	// Offline: the node is registered but not running (it left, or its
 	// heartbeats stopped). Its identity and address stay its own.
 	Offline bool `json:"offline,omitempty"`
+	// Epoch grows with each registration of the node (a restart is one).
+	// Signals name the receiver's epoch, so one sealed for an earlier
+	// registration is refused after a restart.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // PeerEventType says what happened to a peer.
@@ -232,8 +238,10 @@ type Node struct {
 	// ProofNonce is the nonce of the challenge the last registration
 	// answered: the same proof is never accepted twice.
 	ProofNonce []byte `json:"proof_nonce,omitempty"`
+	// Epoch is the registration's epoch (Peer.Epoch).
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 func (n *Node) peer() Peer {
-	return Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address}
+	return Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address, Epoch: n.Epoch}
 }

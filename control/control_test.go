@@ -96,7 +96,7 @@ func TestRegisterNATSAndHTTP(t *testing.T) {
 	b, err := RegisterHTTP(ctx, netx.OS, env.http, Join{Token: testToken, Name: "beta", Key: kb})
 	require.NoError(t, err)
 	require.Len(t, b.Peers, 1)
-	assert.Equal(t, Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka.Public(), Address: a.Address}, b.Peers[0])
+	assert.Equal(t, Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka.Public(), Address: a.Address, Epoch: a.Epoch}, b.Peers[0])
 	assert.NotEqual(t, a.Address, b.Address)
 
 	select {
@@ -132,6 +132,7 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	assert.Equal(t, first.NodeID, again.NodeID)
 	assert.Equal(t, first.Address, again.Address)
 	assert.NotEqual(t, first.NATS.Password, again.NATS.Password, "re-registering issues a new secret")
+	assert.Greater(t, again.Epoch, first.Epoch, "and a later epoch")
 
 	// The old secret no longer works; the new one does.
 	_, err = Connect(ctxT(t), netx.OS, first.NodeID, first.NATS, Handlers{})

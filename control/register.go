@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -105,7 +106,7 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 	if err != nil {
 		return nil, err
 	}
-	resp.Address = n.Address
+	resp.Address, resp.Epoch = n.Address, n.Epoch
 	peers := make([]Peer, 0, len(all))
 	for _, o := range all {
 		if o.ID != id {
@@ -192,6 +193,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		}
 		n := *old
 		n.SecretHash, n.Registered, n.ProofNonce = hash, now, req.Challenge.Nonce
+		n.Epoch = nextEpoch(old.Epoch, now)
 		if err := s.cfg.Store.Update(ctx, &n); err != nil {
 			return nil, nil, fmt.Errorf("update %s: %w", id, err)
 		}
@@ -199,7 +201,8 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 	case !errors.Is(err, ErrNotFound):
 		return nil, nil, fmt.Errorf("look up %s: %w", id, err)
 	}
-	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce}
+	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce,
+		Epoch: nextEpoch(0, now)}
 	for a := range preferredAddrs(req.PublicKey) {
 		n.Address = netip.PrefixFrom(a, Overlay.Bits())
 		err := s.cfg.Store.Create(ctx, n)
@@ -214,6 +217,14 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		return n, nil, nil
 	}
 	return nil, nil, &Error{Code: CodeFull, Message: fmt.Sprintf("no free address in %v", Overlay)}
+}
+
+// nextEpoch follows prev: the registration time in Unix ms, and always
+// more than prev, so it grows even when the clock does not (a re-created
+// node starts above any epoch of its earlier life, unless the clock went
+// back).
+func nextEpoch(prev uint64, now time.Time) uint64 {
+	return max(prev+1, uint64(max(now.UnixMilli(), 0)))
 }
 
 // undoStore puts id's record back as it was before storeNode.

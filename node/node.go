@@ -37,10 +37,8 @@ type Config struct {
 	Name string
 	// Network the node's sockets and control connections use. Required.
 	Network netx.Network
-	// Control is the registration URL: tls://host:port or
-	// https://host:port, optionally pinning control's certificate with
-	// ?fingerprint=HEX; nats:// and http:// only to loopback or with
-	// ?insecure=1 (see control.ParamFingerprint). Required.
+	// Control is the registration URL: nats://host:port or
+	// http(s)://host:port. Required.
 	Control string
 	// Token is the join token. Required.
 	Token string
@@ -79,7 +77,8 @@ type Node struct {
 	id      *Identity
 	resp    *control.RegisterResponse
 	session atomic.Pointer[control.Session]
-	regMu   sync.Mutex // serializes re-registration
+	regMu   sync.Mutex    // serializes re-registration
+	epoch   atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
 	mux     *Mux
 	udpMux  *ice.UniversalUDPMuxDefault
 	bind    *Bind
@@ -177,7 +176,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	n.env = &peerEnv{
 		priv: n.id.Private, pub: n.id.PublicKey(), bind: n.bind, udpMux: n.udpMux, agentOpt: opts,
-		cfg: n.cfg.ICE, log: n.log, now: time.Now, directLost: n.kickProbes,
+		cfg: n.cfg.ICE, log: n.log, now: time.Now, directLost: n.kickProbes, epoch: n.epoch.Load,
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
@@ -199,6 +198,7 @@ func (n *Node) registerIdentity(ctx context.Context) (*control.RegisterResponse,
 		return nil, err
 	}
 	n.resp = resp
+	n.epoch.Store(resp.Epoch)
 	if id.NodeID != "" && (id.NodeID != resp.NodeID || id.Address != resp.Address) {
 		n.log.Warn("control assigned a different identity", "was", id.Address, "now", resp.Address)
 	}
@@ -320,7 +320,8 @@ func (n *Node) addPeer(info control.Peer) {
 		n.log.Info("peer online", "peer", info.Name)
 	}
 	if old := n.peers[info.NodeID]; old != nil {
-		if old.info == info {
+		if sameButEpoch(old.info, info) {
+			old.learnEpoch(info.Epoch) // a re-registration: only the epoch moved
 			return
 		}
 		old.close()

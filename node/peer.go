@@ -45,6 +45,8 @@ type peerEnv struct {
 	// directLost, if set, is told (without blocking) that a direct path
 	// went silent.
 	directLost func()
+	// epoch, if set, is our registration's epoch, sealed into signals.
+	epoch func() uint64
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
@@ -57,6 +59,9 @@ type peer struct {
 	events chan peerEvent
 	cancel context.CancelFunc
 	done   chan struct{}
+	// epoch is the peer's registration epoch as we know it (see
+	// learnEpoch); unlike the rest, other goroutines write it.
+	epoch atomic.Uint64
 
 	controlling bool
 	session     uint64 // our current ICE session
@@ -97,6 +102,7 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
 		kind:        PathRelay,
 	}
+	p.epoch.Store(info.Epoch)
 	p.path.SetLeads(p.controlling)
 	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
 	go p.run(ctx)
@@ -265,6 +271,10 @@ func (p *peer) scheduleRetry(ctx context.Context) {
 func (p *peer) send(ctx context.Context, s *Signal) error {
 	p.seq++
 	s.Session, s.Seq, s.Time = p.session, p.seq, p.env.now().UnixMilli()
+	s.PeerEpoch = p.epoch.Load()
+	if p.env.epoch != nil {
+		s.Epoch = p.env.epoch()
+	}
 	b, err := SealSignal(p.env.priv, p.info.PublicKey, s)
 	if err != nil {
 		return err

@@ -16,12 +16,12 @@ func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) 
 	var resp *control.RegisterResponse
 	var err error
 	switch {
-	case strings.HasPrefix(n.cfg.Control, "nats://"), strings.HasPrefix(n.cfg.Control, "tls://"):
+	case strings.HasPrefix(n.cfg.Control, "nats://"):
 		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
 	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
 		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
 	default:
-		return nil, fmt.Errorf("node: control URL %q: want tls://, https://, nats:// or http://", n.cfg.Control)
+		return nil, fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
@@ -63,10 +63,16 @@ func (n *Node) onSignal(from string, payload []byte) {
 		return
 	}
 	s, err := OpenSignal(n.id.Private, p.info.PublicKey, payload)
+	if err == nil {
+		err = admitEpoch(n.epoch.Load(), s)
+	}
 	if err != nil {
 		n.log.Debug("signal refused", "from", p.info.Name, "err", err)
 		return
 	}
+	// Sealed by the peer: its epoch is news if we missed its last
+	// registration's announcement. A replay carries an older one.
+	p.learnEpoch(s.Epoch)
 	p.post(peerEvent{signal: s})
 }
 
@@ -86,6 +92,7 @@ func (n *Node) reregister() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		resp, err := n.register(ctx)
 		if err == nil {
+			n.epoch.Store(resp.Epoch)
 			err = n.connectSession(ctx, resp)
 		}
 		cancel()

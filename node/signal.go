@@ -29,9 +29,13 @@ type Signal struct {
 	// has heard of (0: none). A receiver whose current session differs
 	// knows its own credentials were lost and sends them again.
 	PeerSession uint64 `json:"peer_session,omitempty"`
-	Ufrag       string `json:"ufrag,omitempty"`
-	Pwd         string `json:"pwd,omitempty"`
-	Candidate   string `json:"candidate,omitempty"`
+	// Epoch is the sender's registration epoch, PeerEpoch the receiver's
+	// as the sender knows it (control.Peer.Epoch): see admitEpoch.
+	Epoch     uint64 `json:"epoch,omitempty"`
+	PeerEpoch uint64 `json:"peer_epoch,omitempty"`
+	Ufrag     string `json:"ufrag,omitempty"`
+	Pwd       string `json:"pwd,omitempty"`
+	Candidate string `json:"candidate,omitempty"`
 }
 
 // SignalKind says what a Signal carries.
@@ -94,6 +98,36 @@ func OpenSignal(priv key.Private, peer key.Public, b []byte) (*Signal, error) {
 		return nil, fmt.Errorf("%w: kind %q", ErrSignalBad, s.Kind)
 	}
 	return &s, nil
+}
+
+// admitEpoch refuses a signal sealed for another registration of ours
+// than the current one (own). A restarted node starts with an empty
+// replayGuard, which alone would admit any signal younger than
+// signalMaxAge recorded before the restart; the restart registered anew,
+// so those name an earlier epoch. own 0: control gives no epochs.
+func admitEpoch(own uint64, s *Signal) error {
+	if own == 0 || s.PeerEpoch == own {
+		return nil
+	}
+	return fmt.Errorf("%w: sealed for our registration epoch %d, ours is %d", ErrSignalReplay, s.PeerEpoch, own)
+}
+
+// learnEpoch raises what we know of the peer's epoch to e (never lowers
+// it: a replay carries an older one).
+func (p *peer) learnEpoch(e uint64) {
+	for {
+		cur := p.epoch.Load()
+		if e <= cur || p.epoch.CompareAndSwap(cur, e) {
+			return
+		}
+	}
+}
+
+// sameButEpoch reports whether a and b differ at most in their epochs: a
+// peer's re-registration, which must not restart it.
+func sameButEpoch(a, b control.Peer) bool {
+	a.Epoch, b.Epoch = 0, 0
+	return a == b
 }
 
 // replayGuard refuses signals older than the newest seen from a peer's
