@@ -183,6 +183,37 @@ func TestTLSCaptureHasNoToken(t *testing.T) {
 	}
 }
 
+// TestTLSRegisterAndSession: the public client API over TLS: a node
+// registers over pinned NATS and pinned HTTPS, its NATS URL inherits the
+// pin (the same host), and its session connects and answers with it.
+func TestTLSRegisterAndSession(t *testing.T) {
+	cfg, fp := selfSigned(t)
+	env := startServer(t, "", func(c *Config) { c.TLS = cfg })
+	natsURL := env.srv.NATS().URL()
+	ctx := ctxT(t)
+
+	a, err := RegisterNATS(ctx, netx.OS, natsURL+"?fingerprint="+fp, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	require.NoError(t, err)
+	assert.Equal(t, natsURL+"?fingerprint="+fp, a.NATS.URL)
+	b, err := RegisterHTTP(ctx, netx.OS, env.srv.HTTPURL()+"?fingerprint="+fp, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
+	require.NoError(t, err)
+	assert.Equal(t, natsURL+"?fingerprint="+fp, b.NATS.URL)
+
+	s, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{})
+	require.NoError(t, err)
+	defer s.Close()
+	peers, err := s.Peers(ctx)
+	require.NoError(t, err)
+	require.Len(t, peers, 1)
+	assert.Equal(t, "beta", peers[0].Name)
+
+	// Without the pin the advertised URL alone does not verify.
+	creds := a.NATS
+	creds.URL = natsURL
+	_, err = Connect(ctx, netx.OS, a.NodeID, creds, Handlers{})
+	require.ErrorContains(t, err, "certificate")
+}
+
 // TestTLSWrongFingerprintRefused: a pin that is not control's certificate,
 // or no pin for a self-signed one, is refused on both transports, and the
 // error names the certificate seen.
