@@ -1,6 +1,7 @@
 package stun
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -87,6 +88,71 @@ func FuzzHandler(f *testing.F) {
 		}
 		if _, _, ok := h.handle(sc, append([]byte(nil), out...), src, via); ok {
 			t.Fatal("a response was answered")
+		}
+	})
+}
+
+// FuzzParseResponse feeds arbitrary datagrams to the client's response
+// parser, as if they arrived on a socket waiting for transaction id. It
+// must never panic; only a STUN response carrying that transaction ID is
+// taken as the answer; an accepted answer is a Binding success with a
+// usable mapped address, and a rejected one is ErrBadResponse or an
+// *ErrorResponse.
+func FuzzParseResponse(f *testing.F) {
+	id := [stun.TransactionIDSize]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	with := func(setters ...stun.Setter) []byte {
+		m, err := stun.Build(append([]stun.Setter{stun.NewTransactionIDSetter(id)}, setters...)...)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return m.Raw
+	}
+	ip := testClient.Addr().AsSlice()
+	f.Add(with(stun.BindingSuccess, &stun.XORMappedAddress{IP: ip, Port: 1}, stun.Fingerprint), true)
+	f.Add(with(stun.BindingSuccess, &stun.MappedAddress{IP: ip, Port: 2}, &stun.OtherAddress{IP: ip, Port: 3}, &stun.ResponseOrigin{IP: ip, Port: 4}), true)
+	f.Add(with(stun.BindingSuccess, &stun.XORMappedAddress{IP: netip.MustParseAddr("2001:db8::1").AsSlice(), Port: 5}), false)
+	f.Add(with(stun.BindingError, stun.CodeUnknownAttribute, stun.UnknownAttributes{stun.AttrPadding}), true)
+	f.Add(with(stun.BindingError, rawAttr{stun.AttrErrorCode, []byte{0, 0}}), true)
+	f.Add(with(stun.BindingSuccess), true)
+	f.Add(with(stun.BindingRequest, stun.Fingerprint), true)
+	f.Add(with(stun.NewType(stun.MethodAllocate, stun.ClassSuccessResponse)), true)
+	f.Add(with(stun.BindingSuccess, rawAttr{stun.AttrXORMappedAddress, []byte{0, 3, 0, 0}}), true)
+	f.Add([]byte("not stun"), false)
+	f.Fuzz(func(t *testing.T, b []byte, ownID bool) {
+		b = append([]byte(nil), b...)
+		if ownID && len(b) >= headerSize {
+			copy(b[8:20], id[:])
+		}
+		orig := append([]byte(nil), b...)
+		r, ours, err := parseResponse(b, id)
+		if string(b) != string(orig) {
+			t.Fatal("the parser changed the datagram")
+		}
+		if !ours {
+			if err != nil || r != (response{}) {
+				t.Fatalf("not ours, yet %+v, %v", r, err)
+			}
+			return
+		}
+		m := new(stun.Message)
+		if stun.Decode(orig, m) != nil || m.TransactionID != id {
+			t.Fatal("took a datagram that is not a response to the transaction")
+		}
+		if err != nil {
+			var er *ErrorResponse
+			if !errors.Is(err, ErrBadResponse) && !errors.As(err, &er) {
+				t.Fatalf("error %v is neither ErrBadResponse nor an error response", err)
+			}
+			if errors.As(err, &er) && m.Type.Class != stun.ClassErrorResponse {
+				t.Fatalf("error response from a %v", m.Type)
+			}
+			return
+		}
+		if m.Type != stun.BindingSuccess || !r.mapped.IsValid() {
+			t.Fatalf("accepted a %v with mapped address %v", m.Type, r.mapped)
+		}
+		if r.mapped.Addr().Is4In6() || r.other.Addr().Is4In6() || r.origin.Addr().Is4In6() {
+			t.Fatalf("addresses not unmapped: %+v", r)
 		}
 	})
 }
