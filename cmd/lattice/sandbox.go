@@ -245,11 +245,12 @@ $LATTICE_TOKEN or --token.`,
 			return usagef("pod mode takes no command (the agent uses the proxies); to run one: lattice sandbox run -- CMD")
 		}
 		out := cmd.OutOrStdout()
-		d, err := startSandbox(cmd, mode, cfg)
+		dm, err := sandbox.StartDaemon(cmd.Context(), mode, cfg)
 		if err != nil {
 			return err
 		}
-		defer d.Close()
+		defer dm.Close()
+		d := dm.Driver()
 		st := d.Status()
 		fmt.Fprintf(out, "sandbox: %s (%s) at %v, mode %s, policy %s\n", st.Name, st.NodeID, st.Address, st.Mode, st.Policy)
 		printProxies(out, d, cfg)
@@ -259,13 +260,7 @@ $LATTICE_TOKEN or --token.`,
 		if st.AuditLog != "" {
 			fmt.Fprintf(out, "sandbox: audit log %s\n", st.AuditLog)
 		}
-		if cfg.StateDir != "mem:" {
-			sock := filepath.Join(cfg.StateDir, sandbox.SocketName)
-			stop, err := sandbox.ServeAPI(sock, d.(sandbox.API))
-			if err != nil {
-				return err
-			}
-			defer stop()
+		if sock := dm.Socket(); sock != "" {
 			fmt.Fprintf(out, "sandbox: control socket %s\n", sock)
 		}
 		reloadOnHUP(cmd.Context(), d)
