@@ -39,7 +39,7 @@ func (c *chanConn) ReadFrom(b []byte) (int, net.Addr, error) {
 }
 
 func (c *chanConn) WriteTo(b []byte, _ net.Addr) (int, error) { return len(b), nil }
-func (c *chanConn) Close() error                               { close(c.done); return nil }
+func (c *chanConn) Close() error                              { close(c.done); return nil }
 func (c *chanConn) LocalAddr() net.Addr {
 	return net.UDPAddrFromAddrPort(netip.MustParseAddrPort("192.0.2.1:51820"))
 }

@@ -3,8 +3,8 @@ package node
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
