@@ -64,3 +64,39 @@ func FuzzParsePrivate(f *testing.F) {
 		_ = k.Public()
 	})
 }
+
+// FuzzOpenFrom opens arbitrary bytes as a box from a peer: nothing
+// panics, nothing opens but the one message the peer sealed, and
+// any change to that message (a flipped bit, a cut, a byte added) makes it
+// fail.
+func FuzzOpenFrom(f *testing.F) {
+	// Distinct after X25519's clamping, which clears the low three bits.
+	me, peer := PrivateFromRaw([Size]byte{8: 1}), PrivateFromRaw([Size]byte{8: 2})
+	sealed := peer.SealTo(me.Public(), []byte("an ICE offer"))
+	f.Add(sealed, uint16(0), uint8(0))
+	f.Add(sealed, uint16(30), uint8(1))
+	f.Add(sealed[:39], uint16(0), uint8(0))
+	f.Add([]byte{}, uint16(0), uint8(0))
+	f.Add(make([]byte, 40), uint16(0), uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, at uint16, flip uint8) {
+		if _, ok := me.OpenFrom(peer.Public(), b); ok && string(b) != string(sealed) {
+			t.Fatalf("opened %d bytes that the peer never sealed", len(b))
+		}
+		// A genuine message changed at one byte must fail too.
+		msg := peer.SealTo(me.Public(), b)
+		if got, ok := me.OpenFrom(peer.Public(), msg); !ok || string(got) != string(b) {
+			t.Fatal("a genuine message did not open to its cleartext")
+		}
+		if flip != 0 {
+			msg[int(at)%len(msg)] ^= flip
+		} else {
+			msg = msg[:int(at)%len(msg)]
+		}
+		if _, ok := me.OpenFrom(peer.Public(), msg); ok {
+			t.Fatal("a changed message opened")
+		}
+		if _, ok := me.OpenFrom(me.Public(), peer.SealTo(me.Public(), b)); ok {
+			t.Fatal("opened as from the wrong sender")
+		}
+	})
+}
