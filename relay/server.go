@@ -138,17 +138,18 @@ func (c *ServerConfig) setDefaults() error {
 // and forwards packets between them by destination key, over QUIC
 // datagrams or TLS-over-TCP frames, both on one port number.
 type Server struct {
-	cfg  ServerConfig
-	log  *slog.Logger
-	tls  *tls.Config
-	fp   string
-	addr netip.AddrPort
-	pc   net.PacketConn
-	tr   *quic.Transport
-	ql   *quic.EarlyListener
-	tl   net.Listener
-	m    metrics
-	pre  *preauth // connections still authenticating
+	cfg    ServerConfig
+	log    *slog.Logger
+	tls    *tls.Config
+	tcpTLS *tls.Config // tls, lifting the ClientHello deadline
+	fp     string
+	addr   netip.AddrPort
+	pc     net.PacketConn
+	tr     *quic.Transport
+	ql     *quic.EarlyListener
+	tl     net.Listener
+	m      metrics
+	pre    *preauth // connections still authenticating
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -175,6 +176,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
 		tls:     tc,
+		tcpTLS:  tcpTLS(tc),
 		fp:      fp,
 		pre:     newPreauth(cfg.MaxPending, cfg.MaxPendingPerSource),
 		ctx:     ctx,
@@ -211,6 +213,22 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	go s.acceptTCP()
 	s.log.Info("relay listening", "addr", s.addr, "fingerprint", fp)
 	return s, nil
+}
+
+// tcpTLS returns tc for TLS over TCP: once a ClientHello has arrived,
+// the deadline that bounded the wait for it (HelloTimeout) is lifted and
+// AuthTimeout bounds the rest of the handshake.
+func tcpTLS(tc *tls.Config) *tls.Config {
+	tcp := tc.Clone()
+	next := tc.GetConfigForClient
+	tcp.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		_ = hi.Conn.SetReadDeadline(time.Time{})
+		if next != nil {
+			return next(hi)
+		}
+		return nil, nil
+	}
+	return tcp
 }
 
 func (s *Server) quicConfig() *quic.Config {

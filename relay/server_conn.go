@@ -50,9 +50,10 @@ func (s *Server) serveTCP(nc net.Conn, e *pending) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
 	// A client sends its ClientHello the moment it is connected; a
-	// connection that stays silent is not one.
+	// connection that stays silent is not one. (tcpTLS lifts the deadline
+	// once the ClientHello is in.)
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
-	tc := tls.Server(&firstReadConn{Conn: nc}, s.tls)
+	tc := tls.Server(nc, s.tcpTLS)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		stop()
 		_ = nc.Close()
@@ -64,22 +65,6 @@ func (s *Server) serveTCP(nc net.Conn, e *pending) {
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
 	s.handshake(newTCPWire(tc, frameRecv), nc.RemoteAddr(), e, stop)
-}
-
-// firstReadConn lifts the read deadline that bounds the wait for a
-// ClientHello once its first bytes arrived; AuthTimeout bounds the rest.
-type firstReadConn struct {
-	net.Conn
-	got bool // read by the TLS connection's reader only
-}
-
-func (c *firstReadConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 && !c.got {
-		c.got = true
-		_ = c.Conn.SetReadDeadline(time.Time{})
-	}
-	return n, err
 }
 
 func (s *Server) serveQUIC(qc *quic.Conn, e *pending) {
