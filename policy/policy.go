@@ -41,31 +41,6 @@ func (p Proto) String() string {
 // Policy.WithOverlay.
 var DefaultOverlay = netip.MustParsePrefix("100.64.0.0/10")
 
-// metadata lists the cloud metadata and credential endpoints denied unless a
-// policy sets allow_metadata. They hand out instance credentials, so a
-// sandboxed agent reaching one could act as the host.
-var metadata = [...]netip.Addr{
-	netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OCI, DigitalOcean IMDS
-	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task credentials
-	netip.MustParseAddr("169.254.170.23"),  // AWS EKS Pod Identity agent
-	netip.MustParseAddr("fd00:ec2::254"),   // AWS IMDS over IPv6
-	netip.MustParseAddr("fd00:ec2::23"),    // AWS EKS Pod Identity agent over IPv6
-	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
-}
-
-// IsMetadata reports whether addr is one of the cloud metadata addresses
-// that policies deny unless they set allow_metadata. IPv4-mapped IPv6
-// addresses and zones are seen through.
-func IsMetadata(addr netip.Addr) bool {
-	addr = addr.Unmap().WithZone("")
-	for _, m := range metadata {
-		if addr == m {
-			return true
-		}
-	}
-	return false
-}
-
 // Dest is a destination an egress decision is asked about.
 type Dest struct {
 	// Addr is the destination address. IPv4-mapped IPv6 addresses are
@@ -82,6 +57,10 @@ type Dest struct {
 	// Peer is the destination's node name when Overlay is true and the
 	// name is known; empty otherwise.
 	Peer string
+	// Host says Addr is one of the sandbox host's own addresses (the
+	// caller's word, as for Overlay): it is denied ("host address")
+	// unless a rule names that one address.
+	Host bool
 }
 
 // Decision is the outcome of Decide.
@@ -89,15 +68,16 @@ type Decision struct {
 	// Allow says whether the connection may proceed.
 	Allow bool
 	// Rule says why, for the audit log: a rule as "policy.yaml:7 deny
-	// 10.0.0.0/8", or one of the built-in reasons "metadata", "overlay peer
-	// not named", "default allow", "default deny", "invalid destination",
-	// "no policy".
+	// 10.0.0.0/8", or one of the built-in reasons: a default-denied
+	// range's (see DefaultDenied: "metadata", "loopback", "unspecified",
+	// "link-local", "loopback via nat64", ...), "host address", "overlay
+	// peer not named", "default allow", "default deny", "invalid
+	// destination", "no policy".
 	Rule string
 }
 
 // Built-in decisions. Their Rule strings are part of the audit log format.
 var (
-	decisionMetadata  = Decision{Allow: false, Rule: "metadata"}
 	decisionOverlay   = Decision{Allow: false, Rule: "overlay peer not named"}
 	decisionInvalid   = Decision{Allow: false, Rule: "invalid destination"}
 	decisionNoPolicy  = Decision{Allow: false, Rule: "no policy"}
@@ -119,19 +99,23 @@ type Policy struct {
 
 // AllowAll returns the policy in force when none is configured (the
 // community default): every destination is allowed, overlay peers included,
-// except the cloud metadata addresses. With no policy file, an agent can
-// reach every peer on its overlay.
+// except the default-denied ranges (DefaultDenied) and the host's own
+// addresses. With no policy file, an agent can reach every peer on its
+// overlay.
 func AllowAll() *Policy {
 	return &Policy{
-		source:       "none (allow all but metadata)",
+		source:       allowAllSource,
 		defaultAllow: true,
 		overlay:      DefaultOverlay,
 		rules:        []rule{allowAllPeersRule},
 	}
 }
 
+const allowAllSource = "none (allow all but loopback, link-local, metadata and host addresses)"
+
 // Source returns the name the policy was parsed under (the path for Load),
-// or "none (allow all but metadata)".
+// or "none (allow all but loopback, link-local, metadata and host
+// addresses)".
 func (p *Policy) Source() string {
 	if p == nil {
 		return "<none>"
@@ -220,10 +204,16 @@ func within(inner, outer netip.Prefix) bool {
 //  1. An invalid address or a Proto other than TCP, UDP or ICMP is denied
 //     ("invalid destination").
 //  2. A metadata address (see IsMetadata) is denied ("metadata") unless the
-//     policy sets allow_metadata.
-//  3. The rules, in file order; the first that matches decides. For an
+//     policy sets allow_metadata; with it, it is an ordinary destination.
+//  3. An address in another default-denied range (DefaultDenied: loopback,
+//     unspecified, link-local, their NAT64 and 6to4 forms), or the host's
+//     own (Dest.Host), is denied with the range's reason unless a rule
+//     naming it matches: a CIDR or address rule lying within that range
+//     (within the single address, for a host address). The first such rule
+//     that matches decides. any and wider prefixes never name them.
+//  4. The rules, in file order; the first that matches decides. For an
 //     overlay destination only rules that name overlay peers can match.
-//  4. An overlay destination no rule matched is denied ("overlay peer not
+//  5. An overlay destination no rule matched is denied ("overlay peer not
 //     named"); any other takes the default ("default allow"/"default deny").
 //
 // Decide does not allocate.
@@ -235,8 +225,15 @@ func (p *Policy) Decide(d Dest) Decision {
 		return decisionInvalid
 	}
 	addr := d.Addr.Unmap().WithZone("")
-	if !p.allowMetadata && IsMetadata(addr) {
-		return decisionMetadata
+	if i, ok := defaultDenied(addr); ok {
+		switch {
+		case !defaults[i].Metadata:
+			return p.decideDefault(addr, &d, defaults[i].Prefix, defaultDecisions[i])
+		case !p.allowMetadata:
+			return defaultDecisions[i]
+		}
+	} else if d.Host {
+		return p.decideDefault(addr, &d, netip.PrefixFrom(addr, addr.BitLen()), decisionHost)
 	}
 	for i := range p.rules {
 		if p.rules[i].matches(addr, &d) {

@@ -102,7 +102,7 @@ func TestDecideMain(t *testing.T) {
 		{"invalid addr", Dest{Proto: TCP, Port: 80}, deny("invalid destination")},
 		{"invalid proto any", Dest{Addr: netip.MustParseAddr("1.1.1.1"), Proto: ProtoAny}, deny("invalid destination")},
 		{"invalid proto", Dest{Addr: netip.MustParseAddr("1.1.1.1"), Proto: 9}, deny("invalid destination")},
-		{"zone ignored", Dest{Addr: netip.MustParseAddr("fe80::1%eth0"), Port: 443, Proto: TCP}, allow("p.yaml:20 allow any ports 443")},
+		{"zone ignored", Dest{Addr: netip.MustParseAddr("2001:db8::1%eth0"), Port: 443, Proto: TCP}, allow("p.yaml:20 allow any ports 443")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,9 +164,9 @@ func TestAllowAll(t *testing.T) {
 	assert.Equal(t, allow("default allow"), p.Decide(icmp("2001:db8::1")))
 	assert.Equal(t, deny("metadata"), p.Decide(tcp("169.254.169.254", 80)))
 	assert.Equal(t, deny("invalid destination"), p.Decide(Dest{}))
-	assert.Equal(t, "none (allow all but metadata)", p.Source())
+	assert.Equal(t, "none (allow all but loopback, link-local, metadata and host addresses)", p.Source())
 	assert.Empty(t, p.Digest())
-	assert.Equal(t, "none (allow all but metadata) (default allow, metadata denied)", p.String())
+	assert.Equal(t, "none (allow all but loopback, link-local, metadata and host addresses) (default allow, metadata denied)", p.String())
 }
 
 func TestNilPolicy(t *testing.T) {
@@ -197,7 +197,8 @@ func TestWithOverlay(t *testing.T) {
 }
 
 func TestIsMetadata(t *testing.T) {
-	for _, a := range []string{"169.254.169.254", "169.254.170.2", "169.254.170.23", "fd00:ec2::254", "fd00:ec2::23", "100.100.100.200", "::ffff:169.254.169.254", "fd00:ec2::254%eth0"} {
+	for _, a := range []string{"169.254.169.254", "169.254.170.2", "169.254.170.23", "fd00:ec2::254", "fd00:ec2::23", "100.100.100.200",
+		"168.63.129.16", "192.0.0.192", "fd20:ce::254", "::ffff:169.254.169.254", "fd00:ec2::254%eth0"} {
 		assert.True(t, IsMetadata(netip.MustParseAddr(a)), a)
 	}
 	for _, a := range []string{"169.254.169.253", "100.100.100.100", "fd00:ec2::1", "1.1.1.1"} {
