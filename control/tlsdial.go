@@ -52,7 +52,7 @@ type endpoint struct {
 func parseEndpoint(raw string) (*endpoint, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("control URL: %w", err)
+		return nil, fmt.Errorf("control URL: %w", unquoted(err))
 	}
 	e := &endpoint{scheme: strings.ToLower(u.Scheme), host: u.Host, path: strings.TrimSuffix(u.Path, "/")}
 	switch e.scheme {
@@ -114,6 +114,16 @@ func (e *endpoint) parseQuery(u *url.URL) error {
 		}
 	}
 	return nil
+}
+
+// unquoted drops the URL a *url.Error quotes in full, user info and all
+// (where a careless user might have put the join token).
+func unquoted(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // redactURL prints u without its user info and query (where a careless
@@ -193,7 +203,7 @@ func (e *endpoint) natsOptions(n netx.Network) []nats.Option {
 
 // httpClient is an HTTP client for the endpoint, dialing on n.
 func (e *endpoint) httpClient(n netx.Network) *http.Client {
-	tr := &http.Transport{DialContext: n.Dial, ForceAttemptHTTP2: false}
+	tr := &http.Transport{DialContext: n.Dial}
 	if e.isTLS() {
 		tr.TLSClientConfig = e.tlsConfig()
 	}
@@ -237,7 +247,7 @@ func sameHost(a, hostport string) bool {
 func WithTrust(raw, fingerprint string, insecure bool) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("control URL: %w", err)
+		return "", fmt.Errorf("control URL: %w", unquoted(err))
 	}
 	q := u.Query()
 	if fingerprint != "" {
