@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latticelab/lattice/audit"
@@ -21,6 +22,8 @@ type base struct {
 	audit   audit.Sink
 	auditF  *audit.FileWriter // the file behind audit, nil without one
 	started time.Time
+
+	auditFailures atomic.Uint64
 
 	nodeMu sync.Mutex // guards node
 	node   *node.Node
@@ -60,14 +63,35 @@ func (b *base) openState() (node.CredentialStore, error) {
 	return creds, nil
 }
 
-func (b *base) record(ev audit.Event) {
+// record writes ev to the audit log. A failed write is logged (the first
+// one as an error, later ones counted); it returns an error wrapping
+// ErrAuditFailed unless the sandbox runs with AuditFailOpen, and callers
+// about to open a flow refuse it then. A FileWriter that failed once
+// fails every later write, so the sandbox stays closed until a restart.
+func (b *base) record(ev audit.Event) error {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()
 	}
-	if err := b.audit.Write(ev); err != nil {
-		b.log.Warn("audit log write failed", "err", err)
+	err := b.audit.Write(ev)
+	if err == nil {
+		return nil
 	}
+	if n := b.auditFailures.Add(1); n == 1 {
+		if b.cfg.AuditFailOpen {
+			b.log.Error("audit log write failed; carrying on unaudited (--audit-fail-open)", "file", b.cfg.AuditLog, "err", err)
+		} else {
+			b.log.Error("audit log write failed; denying every new flow until a restart with a working log (--audit-fail-open carries on unaudited)",
+				"file", b.cfg.AuditLog, "err", err)
+		}
+	}
+	if b.cfg.AuditFailOpen {
+		return nil
+	}
+	return fmt.Errorf("%w: %s event: %w", ErrAuditFailed, ev.Kind, err)
 }
+
+// AuditFailures counts the events the audit log failed to record.
+func (b *base) AuditFailures() uint64 { return b.auditFailures.Load() }
 
 // Node returns the running node (nil before Start).
 func (b *base) Node() *node.Node {
@@ -114,7 +138,7 @@ func (b *base) closeNode() error {
 	}
 	id := n.Identity()
 	err := n.Close()
-	b.record(audit.Event{Kind: "stop", Detail: fmt.Sprintf("sandbox %s (%s)", id.Name, id.NodeID)})
+	_ = b.record(audit.Event{Kind: "stop", Detail: fmt.Sprintf("sandbox %s (%s)", id.Name, id.NodeID)})
 	return err
 }
 
@@ -124,7 +148,8 @@ func (b *base) closeAudit() error {
 	if b.auditF == nil {
 		return nil
 	}
+	err := b.auditF.Close()
 	seq, hash := b.auditF.Head()
-	b.log.Info("audit log closed", "file", b.cfg.AuditLog, "lines", seq, "last_hash", hash)
-	return b.auditF.Close()
+	b.log.Info("audit log closed", "file", b.cfg.AuditLog, "lines", seq, "last_hash", hash, "checkpoint", audit.CheckpointPath(b.cfg.AuditLog))
+	return err
 }

@@ -83,8 +83,13 @@ type DriverConfig struct {
 	Interface string
 
 	// AuditLog is the audit log's path. If empty, StateDir/audit.jsonl,
-	// or none with an ephemeral StateDir.
+	// or none with an ephemeral StateDir. Its checkpoint is
+	// AuditLog+".head" (see audit.CheckpointPath).
 	AuditLog string
+	// AuditFailOpen carries on unaudited when the audit log cannot be
+	// written. If false, a failed write denies every new flow (egress,
+	// forwards, the agent's start) until a restart: fail-closed.
+	AuditFailOpen bool
 
 	Logger *slog.Logger
 }

@@ -22,6 +22,9 @@ var (
 	// ErrDenied is wrapped by every egress refusal; it is proxy.ErrDenied,
 	// so the proxies answer it as "not allowed by ruleset".
 	ErrDenied = proxy.ErrDenied
+	// ErrAuditFailed is wrapped when an event could not be written to the
+	// audit log; the flow it was about is refused (fail-closed).
+	ErrAuditFailed = errors.New("sandbox: audit log write failed")
 )
 
 // DeniedError says which destination the policy refused and by which rule.
@@ -46,8 +49,12 @@ type nodePeer struct {
 // egress decides and makes the agent's outbound connections.
 type egress struct {
 	policy func() *policy.Policy
-	record func(audit.Event)
+	// record audits; an error means the event was not recorded and the
+	// flow must not proceed (fail-closed).
+	record func(audit.Event) error
 	peers  func() []nodePeer
+	// isHost says an address is one of the host's own; nil for none.
+	isHost func(netip.Addr) bool
 
 	// Set once the node is up, before any proxy serves.
 	overlay  netip.Prefix
@@ -114,7 +121,8 @@ func (e *egress) decide(network string, dst netip.AddrPort, r Resolution) error 
 	if network == "udp" {
 		proto = policy.UDP
 	}
-	dec := e.policy().Decide(policy.Dest{Addr: dst.Addr(), Port: dst.Port(), Proto: proto, Overlay: r.Overlay, Peer: r.Peer})
+	host := !r.Overlay && e.isHost != nil && e.isHost(dst.Addr().Unmap())
+	dec := e.policy().Decide(policy.Dest{Addr: dst.Addr(), Port: dst.Port(), Proto: proto, Overlay: r.Overlay, Peer: r.Peer, Host: host})
 	ev := audit.Event{Kind: "egress", Proto: network, Dst: dst.String(), Rule: dec.Rule, Decision: "allow"}
 	if r.Peer != "" {
 		ev.Detail = "peer " + r.Peer
@@ -122,12 +130,19 @@ func (e *egress) decide(network string, dst netip.AddrPort, r Resolution) error 
 	if !dec.Allow {
 		ev.Decision = "deny"
 	}
-	e.record(ev)
+	if err := e.record(ev); err != nil {
+		// Unaudited, a flow does not happen.
+		return &DeniedError{Network: network, Dest: dst.String(), Rule: ruleAuditFailed}
+	}
 	if !dec.Allow {
 		return &DeniedError{Network: network, Dest: dst.String(), Rule: dec.Rule}
 	}
 	return nil
 }
+
+// ruleAuditFailed is the rule a flow is denied by when its audit event
+// could not be written.
+const ruleAuditFailed = "audit log unavailable (fail-closed; see --audit-fail-open)"
 
 // stack is the netstack's egress hook: every flow the overlay stack opens.
 func (e *egress) stack(network string, dst netip.AddrPort) error {

@@ -69,7 +69,7 @@ type forwarder struct {
 	spec   Forward
 	ln     net.Listener
 	dial   func(ctx context.Context, network, address string) (net.Conn, error)
-	record func(audit.Event)
+	record func(audit.Event) error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -139,10 +139,13 @@ func (fw *forwarder) handle(c net.Conn) {
 	if err != nil {
 		ev.Decision = "fail"
 		ev.Detail += ": " + err.Error()
-		fw.record(ev)
+		_ = fw.record(ev)
 		return
 	}
-	fw.record(ev)
+	if err := fw.record(ev); err != nil {
+		t.Close() // unaudited, the forward does not happen
+		return
+	}
 	if !fw.track(t, true) {
 		t.Close()
 		return

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -21,14 +22,23 @@ import (
 // interface unless the policy allows them. Peer names are resolved to
 // addresses and the chain rebuilt when the peers change.
 //
-// Rules about destinations outside the overlay are not enforced here:
-// the node's own traffic (NATS, relay, STUN, WireGuard) shares the pod's
-// other interfaces, so they belong to the pod's network policy.
+// The default-denied ranges (policy.DefaultDenied: loopback, unspecified,
+// link-local, metadata, their NAT64 and 6to4 forms) and the pod's own
+// addresses are rejected on every interface, IPv4 and IPv6, by the chain
+// LATTICE-DEFAULTS (see defaultRules), unless a rule names them.
+//
+// Other rules about destinations outside the overlay are not enforced
+// here: the node's own traffic (NATS, relay, STUN, WireGuard) shares the
+// pod's other interfaces, so they belong to the pod's network policy.
 type kernelEgress struct {
 	iface string
 	pol   *policy.Policy
 	peers func() []nodePeer
 	log   *slog.Logger
+	self  netip.Addr // the sandbox's overlay address
+	v6    bool       // the pod has IPv6, so ip6tables gets the defaults too
+	// run runs an iptables tool with args and stdin; tests replace it.
+	run func(tool string, args []string, stdin string) error
 
 	mu      sync.Mutex // guards last
 	last    []string   // the chain's rules as last installed
@@ -36,47 +46,65 @@ type kernelEgress struct {
 	done    chan struct{}
 	overlay netip.Prefix
 
-	hooked, metaSet, following bool
+	hooked, hooked6, defaults, defaults6, following bool
 }
 
-const egressChain = "LATTICE-EGRESS"
+const (
+	egressChain   = "LATTICE-EGRESS"
+	defaultsChain = "LATTICE-DEFAULTS"
+)
 
-func ipt(args ...string) error {
-	out, err := exec.Command("iptables", append([]string{"-w", "5"}, args...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+func (k *kernelEgress) ipt(tool string, args ...string) error {
+	return k.run(tool, append([]string{"-w", "5"}, args...), "")
+}
+
+// runTool runs an iptables tool for real.
+func runTool(tool string, args []string, stdin string) error {
+	cmd := exec.Command(tool, args...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
 
-func newKernelEgress(iface string, overlay netip.Prefix, pol *policy.Policy, peers func() []nodePeer, log *slog.Logger) *kernelEgress {
-	return &kernelEgress{iface: iface, overlay: overlay, pol: pol, peers: peers, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+func newKernelEgress(iface string, self netip.Prefix, pol *policy.Policy, peers func() []nodePeer, log *slog.Logger) *kernelEgress {
+	_, err := os.Stat("/proc/net/if_inet6")
+	return &kernelEgress{iface: iface, overlay: self.Masked(), self: self.Addr(), pol: pol, peers: peers, log: log, v6: err == nil,
+		run: runTool, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// install creates the chain, hooks it and starts following peer changes.
+// install creates the chains, hooks them and starts following peer
+// changes. The defaults go in first: until they are hooked nothing else is.
 func (k *kernelEgress) install() error {
-	for _, tool := range []string{"iptables", "iptables-restore"} {
+	tools := []string{"iptables", "iptables-restore"}
+	if k.v6 {
+		tools = append(tools, "ip6tables", "ip6tables-restore")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("sandbox: gvisor mode enforces egress with %s, which is not installed (apt-get install iptables)", tool)
 		}
 	}
-	_ = ipt("-N", egressChain) // exists after a crash: flushed below
+	if err := k.installDefaults(); err != nil {
+		return err
+	}
+	_ = k.ipt("iptables", "-N", egressChain) // exists after a crash: flushed below
 	if err := k.refresh(); err != nil {
 		return err
 	}
-	if err := ipt("-I", "OUTPUT", "-o", k.iface, "-j", egressChain); err != nil {
+	if err := k.ipt("iptables", "-I", "OUTPUT", "-o", k.iface, "-j", egressChain); err != nil {
 		return err
 	}
 	k.hooked = true
-	if !k.pol.AllowsMetadata() {
-		for _, a := range policy.MetadataAddrs() {
-			if a.Is4() {
-				if err := ipt("-I", "OUTPUT", "-d", a.String(), "-j", "REJECT", "-m", "comment", "--comment", "lattice metadata"); err != nil {
-					return err
-				}
-			}
+	if k.v6 {
+		// The overlay is IPv4: nothing of the agent's leaves wg0 as IPv6.
+		if err := k.ipt("ip6tables", "-I", "OUTPUT", "-o", k.iface, "-j", "REJECT", "-m", "comment", "--comment", "lattice overlay is ipv4"); err != nil {
+			return err
 		}
-		k.metaSet = true
+		k.hooked6 = true
 	}
 	if !k.pol.DefaultAllows() {
 		k.log.Warn("gvisor mode: the policy's default deny applies to overlay peers only; outside the overlay use the pod's network policy")
@@ -132,44 +160,54 @@ func (k *kernelEgress) rules() [][]string {
 	}
 	out := [][]string{{"-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"}}
 	for _, r := range k.pol.Rules() {
-		target := []string{"-j", "REJECT"}
+		target := "REJECT"
 		if r.Allow {
-			target = []string{"-j", "ACCEPT"}
-		}
-		protos := []string{""}
-		switch {
-		case r.Proto == policy.TCP:
-			protos = []string{"tcp"}
-		case r.Proto == policy.UDP:
-			protos = []string{"udp"}
-		case r.Proto == policy.ICMP:
-			protos = []string{"icmp"}
-		case len(r.Ports) > 0:
-			protos = []string{"tcp", "udp"}
+			target = "ACCEPT"
 		}
 		for _, dst := range overlayDst(r) {
-			for _, proto := range protos {
-				rule := []string{"-d", dst}
-				if proto != "" {
-					rule = append(rule, "-p", proto)
-				}
-				if len(r.Ports) > 0 {
-					var ps []string
-					for _, pr := range r.Ports {
-						if pr[0] == pr[1] {
-							ps = append(ps, fmt.Sprint(pr[0]))
-						} else {
-							ps = append(ps, fmt.Sprintf("%d:%d", pr[0], pr[1]))
-						}
-					}
-					rule = append(rule, "-m", "multiport", "--dports", strings.Join(ps, ","))
-				}
-				rule = append(rule, "-m", "comment", "--comment", clipComment(r.Label))
-				out = append(out, append(rule, target...))
-			}
+			out = append(out, ruleLines(r, false, target, "-d", dst)...)
 		}
 	}
 	return append(out, []string{"-m", "comment", "--comment", "overlay peer not named", "-j", "REJECT"})
+}
+
+// ruleLines renders r's protocol and ports after match, one line per
+// protocol, each jumping to target.
+func ruleLines(r policy.RuleView, v6 bool, target string, match ...string) [][]string {
+	protos := []string{""}
+	switch {
+	case r.Proto == policy.TCP:
+		protos = []string{"tcp"}
+	case r.Proto == policy.UDP:
+		protos = []string{"udp"}
+	case r.Proto == policy.ICMP && v6:
+		protos = []string{"ipv6-icmp"}
+	case r.Proto == policy.ICMP:
+		protos = []string{"icmp"}
+	case len(r.Ports) > 0:
+		protos = []string{"tcp", "udp"}
+	}
+	var out [][]string
+	for _, proto := range protos {
+		rule := slices.Clone(match)
+		if proto != "" {
+			rule = append(rule, "-p", proto)
+		}
+		if len(r.Ports) > 0 {
+			var ps []string
+			for _, pr := range r.Ports {
+				if pr[0] == pr[1] {
+					ps = append(ps, fmt.Sprint(pr[0]))
+				} else {
+					ps = append(ps, fmt.Sprintf("%d:%d", pr[0], pr[1]))
+				}
+			}
+			rule = append(rule, "-m", "multiport", "--dports", strings.Join(ps, ","))
+		}
+		rule = append(rule, "-m", "comment", "--comment", clipComment(r.Label), "-j", target)
+		out = append(out, rule)
+	}
+	return out
 }
 
 // clipComment fits a label into iptables' 256-byte comment.
@@ -191,25 +229,30 @@ func (k *kernelEgress) refresh() error {
 	if slices.Equal(flat, k.last) {
 		return nil
 	}
-	// One iptables-restore transaction replaces the chain's rules: a
-	// flush and re-append would leave it empty, allowing everything, in
-	// between.
+	if err := k.restore("iptables-restore", egressChain, rules); err != nil {
+		return err
+	}
+	k.last = flat
+	return nil
+}
+
+// restore replaces chain's rules in one iptables-restore transaction: a
+// flush and re-append would leave it empty, allowing everything, in
+// between. The chain is created if it does not exist.
+func (k *kernelEgress) restore(tool, chain string, rules [][]string) error {
 	var b strings.Builder
-	b.WriteString("*filter\n:" + egressChain + " - [0:0]\n")
+	b.WriteString("*filter\n:" + chain + " - [0:0]\n")
 	for _, r := range rules {
-		b.WriteString("-A " + egressChain)
+		b.WriteString("-A " + chain)
 		for _, arg := range r {
 			b.WriteString(" " + restoreQuote(arg))
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("COMMIT\n")
-	cmd := exec.Command("iptables-restore", "--noflush", "-w", "5")
-	cmd.Stdin = strings.NewReader(b.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore of %s: %w: %s", egressChain, err, strings.TrimSpace(string(out)))
+	if err := k.run(tool, []string{"--noflush", "-w", "5"}, b.String()); err != nil {
+		return fmt.Errorf("%s of %s: %w", tool, chain, err)
 	}
-	k.last = flat
 	return nil
 }
 
@@ -232,15 +275,12 @@ func (k *kernelEgress) remove() {
 		<-k.done
 	}
 	if k.hooked {
-		_ = ipt("-D", "OUTPUT", "-o", k.iface, "-j", egressChain)
+		_ = k.ipt("iptables", "-D", "OUTPUT", "-o", k.iface, "-j", egressChain)
 	}
-	if k.metaSet {
-		for _, a := range policy.MetadataAddrs() {
-			if a.Is4() {
-				_ = ipt("-D", "OUTPUT", "-d", a.String(), "-j", "REJECT", "-m", "comment", "--comment", "lattice metadata")
-			}
-		}
+	if k.hooked6 {
+		_ = k.ipt("ip6tables", "-D", "OUTPUT", "-o", k.iface, "-j", "REJECT", "-m", "comment", "--comment", "lattice overlay is ipv4")
 	}
-	_ = ipt("-F", egressChain)
-	_ = ipt("-X", egressChain)
+	_ = k.ipt("iptables", "-F", egressChain)
+	_ = k.ipt("iptables", "-X", egressChain)
+	k.removeDefaults()
 }

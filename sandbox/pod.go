@@ -95,7 +95,7 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 	if cfg.EgressPolicy != "" {
 		w, err := policy.NewWatcher(policy.WatcherConfig{Path: cfg.EgressPolicy, Logger: cfg.Logger, OnChange: func(p *policy.Policy) {
 			d.log.Info("egress policy reloaded", "file", cfg.EgressPolicy, "digest", p.Digest())
-			d.record(audit.Event{Kind: "policy", Detail: "reloaded " + p.Source() + " " + p.Digest()})
+			_ = d.record(audit.Event{Kind: "policy", Detail: "reloaded " + p.Source() + " " + p.Digest()})
 		}})
 		if err != nil {
 			return fmt.Errorf("sandbox: egress policy: %w", err)
@@ -103,7 +103,7 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 		d.watcher = w
 		current = w.Current
 	}
-	d.egress = &egress{policy: current, record: d.record, peers: d.peers}
+	d.egress = &egress{policy: current, record: d.record, peers: d.peers, isHost: newHostAddrs(cfg.Network, cfg.ListenAddr).contains}
 
 	d.prov = &netstack.SandboxProvisioner{Logger: cfg.Logger, Egress: d.egress.stack}
 	n, err := node.Start(ctx, node.Config{
@@ -128,7 +128,9 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 		}
 	}
 	id := n.Identity()
-	d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v, policy %s", id.Name, id.NodeID, id.Address, current().Source())})
+	if err := d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v, policy %s", id.Name, id.NodeID, id.Address, current().Source())}); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -197,7 +199,7 @@ func (d *PodDriver) proxyEvent(kind string) func(proxy.Attempt) {
 			}
 			e.Detail += ": " + a.Err.Error()
 		}
-		d.record(e)
+		_ = d.record(e)
 	}
 }
 
@@ -212,7 +214,7 @@ func (d *PodDriver) loginEvent(kind string) func(proxy.LoginFailure) {
 		if f.Username != "" {
 			e.Detail += fmt.Sprintf(" (user %q)", f.Username)
 		}
-		d.record(e)
+		_ = d.record(e)
 	}
 }
 

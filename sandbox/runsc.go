@@ -104,13 +104,12 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("sandbox: phase 1: %w", err)
 	}
 	d.setNode(n)
-	d.egress = newKernelEgress(cfg.Interface, n.Address().Masked(), d.pol, d.peers, d.log)
+	d.egress = newKernelEgress(cfg.Interface, n.Address(), d.pol, d.peers, d.log)
 	if err := d.egress.install(); err != nil {
 		return fmt.Errorf("sandbox: phase 1: egress rules: %w", err)
 	}
 	id := n.Identity()
-	d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v on %s, gvisor mode, policy %s", id.Name, id.NodeID, id.Address, cfg.Interface, d.pol.Source())})
-	return nil
+	return d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v on %s, gvisor mode, policy %s", id.Name, id.NodeID, id.Address, cfg.Interface, d.pol.Source())})
 }
 
 // Run implements IsolationDriver: phase 2, the agent as PID 1 in runsc.
@@ -140,12 +139,14 @@ func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int,
 			return -1, fmt.Errorf("sandbox: egress rules: %w", err)
 		}
 	}
-	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, spec.ID)})
+	if err := d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, spec.ID)}); err != nil {
+		return -1, err // unaudited, the agent does not run
+	}
 	code, err := d.mgr.Run(ctx, spec, runsc.Stdio{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
 	if err != nil {
 		return code, fmt.Errorf("sandbox: %w", err)
 	}
-	d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("exited with %d", code)})
+	_ = d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("exited with %d", code)})
 	return code, nil
 }
 
