@@ -98,3 +98,31 @@ nodes:
 	require.NoError(t, err, "%s", list)
 	assert.Empty(t, strings.TrimSpace(string(list)), "no container left")
 }
+
+// BenchmarkGVisorAgentRun: one agent (/bin/true) run in runsc in a gvisor
+// sandbox, asked over the sandbox's control socket: what an agent_run
+// step costs beyond the agent itself.
+func BenchmarkGVisorAgentRun(b *testing.B) {
+	if err := GVisorReady(); err != nil {
+		b.Skip(err)
+	}
+	_, plan, err := topology.Parse("t.yaml", []byte(`
+networks:
+  internet: {cidr: 203.0.113.0/24}
+hosts:
+  server: {network: internet}
+control: {host: server}
+relays: {relay: {host: server}}
+nodes:
+  agent: {network: internet, sandbox: gvisor}
+`))
+	require.NoError(b, err)
+	l, err := Up(b.Context(), Config{Plan: plan, StateDir: b.TempDir()})
+	require.NoError(b, err)
+	defer l.Close()
+	for b.Loop() {
+		res, err := l.AgentRun(b.Context(), "agent", []string{"true"})
+		require.NoError(b, err)
+		require.Equal(b, 0, res.Code)
+	}
+}
