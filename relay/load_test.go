@@ -89,9 +89,10 @@ func ringRound(tb testing.TB, s *Server, n int) ringResult {
 	return r
 }
 
-// TestManyClients: 300 real clients connect at once from one address and
-// relay around a ring. The per-source bound makes most of them retry; all
-// must get through, and no packet may be lost on the way.
+// TestManyClients: 300 real clients connect at once from one address
+// (more than the per-source bound of pending connections, so on a slow
+// machine some are refused and retry) and relay around a ring: all must
+// get through, and no packet may be lost on the way.
 func TestManyClients(t *testing.T) {
 	n := 300
 	if testing.Short() {

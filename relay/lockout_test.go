@@ -109,7 +109,7 @@ func TestIdleFloodDoesNotLockOut(t *testing.T) {
 	s := startServer(t, ServerConfig{AuthTimeout: 10 * time.Second, HelloTimeout: 10 * time.Second})
 	idleTCP(t, s, "", flood)
 	// Every idle connection was accepted and all but the source's share
-	// pushed out again: the flood holds no more than 64 places.
+	// pushed out again: the flood holds no more than its source's share.
 	eventually(t, 10*time.Second, func() bool {
 		all, _ := s.pre.len(sourceOf(s.Addr().Addr()))
 		st := s.Stats().AuthFailures

@@ -57,7 +57,10 @@ type ServerConfig struct {
 	MaxPending int
 	// MaxPendingPerSource bounds pending connections from one source (an
 	// IPv4 address, an IPv6 /64); beyond it a new connection evicts its
-	// source's oldest. If zero, 64.
+	// source's oldest. If zero, 256: a quarter of the table, so one source
+	// cannot fill it, and room for a burst of real clients behind one NAT
+	// (at 64, 200 clients of one address reconnecting at once on a loaded
+	// machine connected at 0.6x the rate, retrying).
 	MaxPendingPerSource int
 	// QueueLen bounds each client's queue of packets waiting to be sent
 	// to it; packets beyond it are dropped (reason "queue_full"). If zero,
@@ -105,7 +108,7 @@ func (c *ServerConfig) setDefaults() error {
 		name string
 		v    *int
 		def  int
-	}{{"MaxClients", &c.MaxClients, 10000}, {"MaxPending", &c.MaxPending, 1024}, {"MaxPendingPerSource", &c.MaxPendingPerSource, 64}, {"QueueLen", &c.QueueLen, 256}} {
+	}{{"MaxClients", &c.MaxClients, 10000}, {"MaxPending", &c.MaxPending, 1024}, {"MaxPendingPerSource", &c.MaxPendingPerSource, 256}, {"QueueLen", &c.QueueLen, 256}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
