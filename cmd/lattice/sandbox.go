@@ -53,6 +53,7 @@ type sandboxFlags struct {
 	listenAddr, runscBin, platform, iface             string
 	port                                              int
 	trust                                             nodeTrustFlags
+	auditFailOpen                                     bool
 }
 
 func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
@@ -70,7 +71,8 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	}
 	fl.StringArrayVar(&f.forwards, "forward", nil, "Pro: expose a local service on an overlay port, PORT=HOST:PORT (repeatable)")
 	fl.StringVar(&f.egressPolicy, "egress-policy", "", "Pro: egress policy file (YAML), reloaded when it changes or on SIGHUP")
-	fl.StringVar(&f.auditLog, "audit-log", "", "audit log path (default: STATE-DIR/audit.jsonl)")
+	fl.StringVar(&f.auditLog, "audit-log", "", "audit log path (default: STATE-DIR/audit.jsonl); its checkpoint is AUDIT-LOG.head")
+	fl.BoolVar(&f.auditFailOpen, "audit-fail-open", false, "when the audit log cannot be written, carry on unaudited (default: deny every new flow until a restart)")
 	fl.StringVar(&f.relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
 	fl.IntVar(&f.port, "port", 0, "UDP port for ICE and WireGuard (0: any)")
 	fl.StringVar(&f.listenAddr, "listen-addr", "", "bind the UDP socket to this address only (its only ICE host candidate)")
@@ -114,7 +116,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	cfg = sandbox.DriverConfig{
 		Name: f.name, ServerURL: serverURL, Token: token, StateDir: stateDir,
 		ListenPort: f.port, RelayTransport: f.relayTransport,
-		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog,
+		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog, AuditFailOpen: f.auditFailOpen,
 		Runsc: f.runscBin, Platform: f.platform, Interface: f.iface,
 		SOCKS5: localAddr(f.socks5), HTTPProxy: localAddr(f.httpProxy),
 	}
@@ -538,10 +540,13 @@ func newSandboxAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "audit", Short: "Check a sandbox's audit log"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "verify FILE",
-		Short: "Check that no line of an audit log was edited, removed or reordered",
+		Short: "Check that no line of an audit log was edited, removed, reordered or cut off",
 		Long: `verify recomputes the hash chain of an audit log. It names the first line that
-was edited, removed or moved. It cannot tell that lines were cut off the end;
-compare the last hash it prints with the one the sandbox logged when it stopped.`,
+was edited, removed or moved. Against the log's checkpoint (FILE.head, sealed
+by the sandbox after every fsync) it detects lines cut off the end and a log
+replaced by another. Without a checkpoint it cannot; it says so. An attacker
+who can write both files can rewrite both: keep a copy of the checkpoint, or of
+the last hash the sandbox logged when it stopped, elsewhere.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := audit.VerifyFile(args[0])
@@ -550,6 +555,12 @@ compare the last hash it prints with the one the sandbox logged when it stopped.
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d lines, %s to %s, last hash %s\n", args[0], rep.Lines,
 				rep.First.Format("2006-01-02 15:04:05"), rep.Last.Format("2006-01-02 15:04:05"), rep.LastHash)
+			if rep.Checkpoint == nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: no checkpoint (%s): truncation cannot be detected\n", args[0], audit.CheckpointPath(args[0]))
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: checkpoint of %s at line %d agrees\n", args[0],
+					rep.Checkpoint.Time.Format("2006-01-02 15:04:05"), rep.Checkpoint.Seq)
+			}
 			return nil
 		},
 	})
