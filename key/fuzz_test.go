@@ -66,20 +66,20 @@ func FuzzParsePrivate(f *testing.F) {
 }
 
 // FuzzOpenFrom opens arbitrary bytes as a box from a peer: nothing
-// panics, nothing opens but the one message the peer sealed, and
-// any change to that message (a flipped bit, a cut, a byte added) makes it
-// fail.
+// panics and nothing opens, since only the peer can seal; and the peer's
+// genuine message of those bytes opens, but not once changed (a flipped
+// bit, a cut) or attributed to the wrong sender. The seeds hold no genuine
+// box: SealTo's nonce is random, so one would differ in every fuzz worker.
 func FuzzOpenFrom(f *testing.F) {
 	// Distinct after X25519's clamping, which clears the low three bits.
 	me, peer := PrivateFromRaw([Size]byte{8: 1}), PrivateFromRaw([Size]byte{8: 2})
-	sealed := peer.SealTo(me.Public(), []byte("an ICE offer"))
-	f.Add(sealed, uint16(0), uint8(0))
-	f.Add(sealed, uint16(30), uint8(1))
-	f.Add(sealed[:39], uint16(0), uint8(0))
+	f.Add([]byte("an ICE offer"), uint16(0), uint8(0))
+	f.Add([]byte("an ICE offer"), uint16(30), uint8(1))
+	f.Add(make([]byte, 39), uint16(5), uint8(0))
 	f.Add([]byte{}, uint16(0), uint8(0))
-	f.Add(make([]byte, 40), uint16(0), uint8(0))
+	f.Add(make([]byte, 40), uint16(64), uint8(0x80))
 	f.Fuzz(func(t *testing.T, b []byte, at uint16, flip uint8) {
-		if _, ok := me.OpenFrom(peer.Public(), b); ok && string(b) != string(sealed) {
+		if _, ok := me.OpenFrom(peer.Public(), b); ok {
 			t.Fatalf("opened %d bytes that the peer never sealed", len(b))
 		}
 		// A genuine message changed at one byte must fail too.
