@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 		inlineWorld + "steps:\n  - wait_path: {from: alice, to: bob, path: direct}\n  - transfer: {from: alice, to: bob, bytes: 1MiB}\n    background: x\n  - join: x\n",
 		"topology: t.yaml\nsteps: [{ping: {from: a, to: b}}, {stop: {node: a}}, {start: {node: a}}]\n",
 		"topology: t.yaml\nnodes: [a]\nsteps: [{blackhole_direct: {between: [a, b]}}, {heal_direct: {between: [b, a]}}]\n",
+		"topology: t.yaml\nsteps: [{stream: {from: a, to: b, bytes: 1MiB, rate: 1Mbit, resume: true, through: [{restart: {node: b}}, {sleep: 1s}]}}]\n",
+		"topology: t.yaml\nsteps: [{stop: {node: a}}, {start_refused: {node: a, error: expired}}]\n",
 		"topology: {networks: {}}\nsteps: []\n", "", "steps: {}",
 	} {
 		f.Add([]byte(s))

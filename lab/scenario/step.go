@@ -40,6 +40,7 @@ type Env interface {
 
 	PathEnv
 	TrafficEnv
+	StreamEnv
 	LifecycleEnv
 	FaultEnv
 	TimelineEnv

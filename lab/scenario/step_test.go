@@ -51,6 +51,9 @@ func TestDescribe(t *testing.T) {
   - tcp_idle: {from: alice, to: server, idle: 2h, expect: alive}
   - wait_presence: {from: alice, peer: bob, status: offline}
   - assert_nat_mapping: {node: alice, expect: present, min_age: 10m}
+  - stream: {from: alice, to: bob, bytes: 1MiB, through: [{restart: {service: control}}, {sleep: 1s}]}
+  - stop: {node: carol}
+  - start_refused: {node: carol, error: join token expired}
 `), Options{})
 	require.NoError(t, err)
 	want := [][2]string{
@@ -84,6 +87,9 @@ func TestDescribe(t *testing.T) {
 		{"tcp_idle", "TCP alice → server idle 2h0m0s (want alive)"},
 		{"wait_presence", "wait until alice shows bob offline"},
 		{"assert_nat_mapping", "alice's udp mapping is present, made 10m0s ago or earlier"},
+		{"stream", "stream 1MiB alice → bob through restart service control, sleep 1s"},
+		{"stop", "stop node carol"},
+		{"start_refused", "start node carol, refused: join token expired"},
 	}
 	require.Len(t, f.Steps, len(want))
 	for i, w := range want {
@@ -96,7 +102,7 @@ func TestDescribe(t *testing.T) {
 	assert.Equal(t, "bob reaches agent's forwarded port 8080", (&Forward{Node: "agent", Port: 8080, From: "bob"}).Describe())
 	assert.Equal(t, "agent_run", keyOf(&Step{AgentRun: &AgentRun{}}))
 	assert.Equal(t, "agent run", (&AgentRun{Node: "agent"}).Describe())
-	assert.Len(t, actionFields(), len(want)+2, "every action is covered")
+	assert.Len(t, actionFields(), len(want)+2-1, "every action is covered (stop twice)")
 	name, a := (&Step{}).Action()
 	assert.Empty(t, name)
 	assert.Nil(t, a)

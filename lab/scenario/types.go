@@ -71,13 +71,15 @@ type Step struct {
 	TCPIdle      *TCPIdle      `yaml:"tcp_idle" oneof:"action" doc:"Open a TCP connection from a node's host to a host outside, through its NATs, leave it idle, and check whether a message still gets through."`
 	Presence     *Presence     `yaml:"wait_presence" oneof:"action" doc:"Wait until a node shows a peer online or offline (control's presence)."`
 	Transfer     *Transfer     `yaml:"transfer" oneof:"action" doc:"Send bytes over TCP through the overlay and check their SHA-256 on arrival; report the throughput."`
+	Stream       *Stream       `yaml:"stream" oneof:"action" doc:"Stream bytes over TCP through the overlay while a block of steps (a fault) runs; check every frame's SHA-256 and the whole stream's, and report bytes lost, duplicated and corrupted, reconnects and the longest stall."`
 	TimeToDirect *TimeToDirect `yaml:"time_to_direct" oneof:"action" doc:"Measure how long after both nodes were up the pair went direct."`
 	FullMesh     *FullMesh     `yaml:"full_mesh" oneof:"action" doc:"Wait until every pair of running nodes has a path (each knows the other and WireGuard completed a handshake); print the table."`
 
-	Start   *Start   `yaml:"start" oneof:"action" doc:"Start a node or service."`
-	Stop    *Stop    `yaml:"stop" oneof:"action" doc:"Stop a node or service (a node keeps its identity for a later start)."`
-	Restart *Restart `yaml:"restart" oneof:"action" doc:"Stop and start a node or service."`
-	Move    *Move    `yaml:"move" oneof:"action" doc:"Move a node to another network it roams (see the node's roams): its socket moves, its connections break, its address changes."`
+	Start   *Start        `yaml:"start" oneof:"action" doc:"Start a node or service."`
+	Stop    *Stop         `yaml:"stop" oneof:"action" doc:"Stop a node or service (a node keeps its identity for a later start)."`
+	Restart *Restart      `yaml:"restart" oneof:"action" doc:"Stop and start a node or service."`
+	Refused *StartRefused `yaml:"start_refused" oneof:"action" doc:"Start a node and check that it is refused (an expired join token), with an error containing the given text; the node stays stopped."`
+	Move    *Move         `yaml:"move" oneof:"action" doc:"Move a node to another network it roams (see the node's roams): its socket moves, its connections break, its address changes."`
 
 	LinkDown   *LinkDown   `yaml:"link_down" oneof:"action" doc:"Unplug a link: every packet both ways is dropped."`
 	LinkUp     *LinkUp     `yaml:"link_up" oneof:"action" doc:"Plug a link back in."`
