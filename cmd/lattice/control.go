@@ -62,8 +62,8 @@ Otherwise a listener off loopback gets a self-signed certificate, made once
 and kept in STATE-DIR/tls (--tls-self-signed asks for it on loopback too);
 control prints its SHA-256 fingerprint, which nodes pin with
 --control tls://HOST:4222?fingerprint=FP (or https://HOST:PORT?fingerprint=FP).
-NATS over TLS does the handshake first (nats.go's TLSHandshakeFirst, the
-nats CLI's --tlsfirst). Plaintext stays the default on loopback; --insecure
+NATS over TLS does the handshake first (nats.go's TLSHandshakeFirst).
+Plaintext stays the default on loopback; --insecure
 allows it elsewhere, and nodes then need --insecure too.`,
 		Example: `  # Everything embedded, listening on loopback (plaintext stays on this machine)
   lattice control --embedded-nats --token-file tokens.txt
