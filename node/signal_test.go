@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -162,4 +163,36 @@ func TestCredentialsRefused(t *testing.T) {
 			assert.Equal(t, tc.content, string(b), "never replaced with a new identity")
 		})
 	}
+}
+
+func TestAdmitEpoch(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		own, peer uint64
+		wantErr   string
+	}{
+		{"current", 7, 7, ""},
+		{"earlier registration", 7, 6, "sealed for our registration epoch 6, ours is 7"},
+		{"later than ours", 7, 8, "sealed for our registration epoch 8, ours is 7"},
+		{"sender knows none", 7, 0, "sealed for our registration epoch 0, ours is 7"},
+		{"control gives no epochs", 0, 5, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := admitEpoch(tc.own, &Signal{PeerEpoch: tc.peer})
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrSignalReplay)
+			assert.EqualError(t, err, ErrSignalReplay.Error()+": "+tc.wantErr)
+		})
+	}
+	var p peer
+	p.learnEpoch(5)
+	p.learnEpoch(3) // a replay's older epoch
+	assert.Equal(t, uint64(5), p.epoch.Load())
+	p.learnEpoch(9)
+	assert.Equal(t, uint64(9), p.epoch.Load())
+	assert.True(t, sameButEpoch(control.Peer{NodeID: "a", Epoch: 1}, control.Peer{NodeID: "a", Epoch: 2}))
+	assert.False(t, sameButEpoch(control.Peer{NodeID: "a"}, control.Peer{NodeID: "a", Offline: true}))
 }
