@@ -56,3 +56,22 @@ func TestWireKeyForm(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, `{"node_id":"n1","name":"web-1","public_key":"`+goldenPub+`","address":"100.64.12.34/10"}`, string(b))
 }
+
+// TestChallengeWireForm pins the proof-of-key fields on the wire: nodes
+// and control of one release must agree on them.
+func TestChallengeWireForm(t *testing.T) {
+	pub, err := key.ParsePublic(goldenPub)
+	require.NoError(t, err)
+	c := &Challenge{Key: pub, Nonce: make([]byte, 16), Expires: 1_800_000_000_000}
+	b, err := json.Marshal(RegisterRequest{Token: "t", Name: "web-1", PublicKey: pub, Challenge: c, Proof: make([]byte, 32)})
+	require.NoError(t, err)
+	assert.Equal(t, `{"token":"t","name":"web-1","public_key":"`+goldenPub+`",`+
+		`"challenge":{"key":"`+goldenPub+`","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","expires":1800000000000},`+
+		`"proof":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}`, string(b))
+	b, err = json.Marshal(RegisterResponse{Challenge: c, Peers: []Peer{}})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"challenge":{"key":"`+goldenPub+`"`)
+	b, err = json.Marshal(PeerPage{Peers: []Peer{}, More: true})
+	require.NoError(t, err)
+	assert.Equal(t, `{"peers":[],"more":true}`, string(b))
+}
