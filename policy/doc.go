@@ -70,12 +70,23 @@
 //  1. Invalid destination. An invalid address, or a protocol other than
 //     TCP, UDP or ICMP, is denied: "invalid destination".
 //  2. Metadata. The cloud metadata and credential endpoints (169.254.169.254,
-//     169.254.170.2, 169.254.170.23, fd00:ec2::254, fd00:ec2::23,
-//     100.100.100.200; see IsMetadata) are denied, "metadata", unless
-//     allow_metadata is true. This holds for overlay destinations too, so
-//     an overlay must not give a peer one of these addresses. With
-//     allow_metadata: true they are ordinary destinations, subject to the
-//     rules and the default.
+//     169.254.170.2, 169.254.170.23, 168.63.129.16, 100.100.100.200,
+//     192.0.0.192, fd00:ec2::254, fd00:ec2::23, fd20:ce::254, and their
+//     NAT64 and 6to4 forms; see IsMetadata and DefaultDenied) are denied,
+//     "metadata", unless allow_metadata is true. This holds for overlay
+//     destinations too, so an overlay must not give a peer one of these
+//     addresses. With allow_metadata: true they are ordinary destinations,
+//     subject to the rules and the default.
+//  2b. Other default-denied ranges (DefaultDenied): loopback (127.0.0.0/8,
+//     ::1), unspecified (0.0.0.0/8, ::), link-local (169.254.0.0/16,
+//     fe80::/10), and each of these IPv4 ranges inside 64:ff9b::/96 (NAT64)
+//     and 2002::/16 (6to4); and the sandbox host's own addresses
+//     (Dest.Host). They are denied with the range's reason ("loopback",
+//     "unspecified", "link-local", "loopback via nat64", "host address",
+//     ...) unless a rule names them: a CIDR or address rule lying within
+//     that range (for a host address, that one address), the first such
+//     that matches deciding. any, "*", 0.0.0.0/0 and other wider prefixes
+//     never name them, so neither the default nor allow: any opens them.
 //  3. Rules, in file order; the first whose destination, protocol and ports
 //     all match decides, and Decision.Rule names it:
 //     "policy.yaml:7 deny 10.0.0.0/8". A rule with ports never matches ICMP.
@@ -98,7 +109,8 @@
 //
 // AllowAll is the policy in force when none is configured: every
 // destination, every overlay peer included, is allowed ("default allow"),
-// except the metadata addresses. Without a policy file an agent can reach
+// except the default-denied ranges and host addresses of step 2b and the
+// metadata addresses. Without a policy file an agent can reach
 // every peer on its overlay; write a policy to confine it.
 //
 // # Reloading
