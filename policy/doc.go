@@ -77,7 +77,7 @@
 //     destinations too, so an overlay must not give a peer one of these
 //     addresses. With allow_metadata: true they are ordinary destinations,
 //     subject to the rules and the default.
-//  2b. Other default-denied ranges (DefaultDenied): loopback (127.0.0.0/8,
+//  3. Other default-denied ranges (DefaultDenied): loopback (127.0.0.0/8,
 //     ::1), unspecified (0.0.0.0/8, ::), link-local (169.254.0.0/16,
 //     fe80::/10), and each of these IPv4 ranges inside 64:ff9b::/96 (NAT64)
 //     and 2002::/16 (6to4); and the sandbox host's own addresses
@@ -87,10 +87,10 @@
 //     that range (for a host address, that one address), the first such
 //     that matches deciding. any, "*", 0.0.0.0/0 and other wider prefixes
 //     never name them, so neither the default nor allow: any opens them.
-//  3. Rules, in file order; the first whose destination, protocol and ports
+//  4. Rules, in file order; the first whose destination, protocol and ports
 //     all match decides, and Decision.Rule names it:
 //     "policy.yaml:7 deny 10.0.0.0/8". A rule with ports never matches ICMP.
-//  4. Overlay peers the policy does not name. For an overlay destination,
+//  5. Overlay peers the policy does not name. For an overlay destination,
 //     only rules that name overlay peers can match: peer:NAME, peer:*, or a
 //     CIDR prefix lying within the overlay prefix (100.64.0.0/10 unless
 //     Policy.WithOverlay or WatcherConfig.Overlay says otherwise; a single
@@ -98,7 +98,7 @@
 //     100.0.0.0/8 do not name peers. An overlay destination no such rule
 //     matches is denied: "overlay peer not named". The default never
 //     applies to overlay peers.
-//  5. Default. Any other destination takes the default: "default allow" or
+//  6. Default. Any other destination takes the default: "default allow" or
 //     "default deny".
 //
 // A deny rule naming overlay peers denies them like any other rule; a deny
@@ -109,7 +109,7 @@
 //
 // AllowAll is the policy in force when none is configured: every
 // destination, every overlay peer included, is allowed ("default allow"),
-// except the default-denied ranges and host addresses of step 2b and the
+// except the default-denied ranges and host addresses of step 3 and the
 // metadata addresses. Without a policy file an agent can reach
 // every peer on its overlay; write a policy to confine it.
 //
