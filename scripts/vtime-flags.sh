@@ -76,6 +76,14 @@ wgsrc=$wgdir/device/channels.go
 for q in Inbound Outbound; do
 	grep -qx "	runtime.SetFinalizer(q, device.flush${q}Queue)" "$wgsrc" || die "$wgsrc has no line 'runtime.SetFinalizer(q, device.flush${q}Queue)': wireguard-go's queues changed"
 done
+# wireguard-go's timers hold Timer.runningLock (a sync.Mutex) while their
+# expiration runs (a handshake retransmission sends through the Bind, which
+# can wait on the network); a second firing of the same timer meanwhile
+# waits for that lock, not durably, and the bubble's clock stops (seen in
+# the 20-node soak after a NAT reboot). The overlay gives it the durable
+# lock below.
+wgtimers=$wgdir/device/timers.go
+grep -qx '	runningLock   sync.Mutex' "$wgtimers" || die "$wgtimers has no line 'runningLock   sync.Mutex': wireguard-go's timers changed"
 grep -q '^replace[[:space:]].*golang.zx2c4.com/wireguard' go.mod && die "go.mod already replaces golang.zx2c4.com/wireguard; the overlay would hide it"
 
 # nats.go keeps a process-wide sync.Pool of timers (Flush, NextMsg, Request,
@@ -127,11 +135,12 @@ sed 's/^	tp.p.Put(t)$/	_ = tp \/\/ lattice vtime overlay: no pooling, a timer mu
 grep -q 'lattice vtime overlay' "$out/timer.go" || die "patching $nvsrc failed"
 awk 'prev == "\tStatistics" && $0 == "\tmu sync.RWMutex" { $0 = "\tmu vtimeRWMutex // lattice vtime overlay: waits park durably in a bubble" } { print; prev = $0 }' "$nvconn" | put nats_conn.go
 grep -q 'lattice vtime overlay' "$out/nats_conn.go" || die "patching $nvconn failed"
-put nats_vtime_mutex.go <<'GO'
-// Added to nats.go by lattice's scripts/vtime-flags.sh (an -overlay for
-// tests on virtual time; not part of nats.go).
+locks() { # locks PKG: the durable locks' Go file for package PKG
+	sed "s/^package PKG\$/package $1/" <<'GO'
+// Added by lattice's scripts/vtime-flags.sh (an -overlay for
+// tests on virtual time; not part of this module).
 
-package nats
+package PKG
 
 import "sync"
 
@@ -141,6 +150,9 @@ import "sync"
 // a sync.RWMutex wait as not, so a goroutine waiting for the connection's
 // lock while its holder waits on the network (a reconnect's CONNECT/PONG)
 // no longer stops the bubble's clock.
+//
+// The overlay gives it to nats.go's Conn and wireguard-go's Timer, whose
+// locks are held across waits on the network.
 type vtimeRWMutex struct {
 	mu      sync.Mutex // guards the following fields; held only briefly
 	cond    *sync.Cond
@@ -180,7 +192,7 @@ func (m *vtimeRWMutex) Unlock() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.writer {
-		panic("nats: vtimeRWMutex: Unlock of an unlocked lock")
+		panic("vtimeRWMutex: Unlock of an unlocked lock")
 	}
 	m.writer = false
 	m.wakeLocked()
@@ -199,20 +211,33 @@ func (m *vtimeRWMutex) RUnlock() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.readers == 0 {
-		panic("nats: vtimeRWMutex: RUnlock without RLock")
+		panic("vtimeRWMutex: RUnlock without RLock")
 	}
 	m.readers--
 	if m.readers == 0 {
 		m.wakeLocked()
 	}
 }
+
+// vtimeMutex is vtimeRWMutex's writer half, for a sync.Mutex.
+type vtimeMutex struct{ rw vtimeRWMutex }
+
+func (m *vtimeMutex) Lock()   { m.rw.Lock() }
+func (m *vtimeMutex) Unlock() { m.rw.Unlock() }
 GO
+}
+locks nats | put nats_vtime_mutex.go
+locks device | put wg_vtime_mutex.go
+sed 's/^	runningLock   sync.Mutex$/	runningLock   vtimeMutex \/\/ lattice vtime overlay: waits park durably in a bubble/' "$wgtimers" | put timers.go
+grep -q 'lattice vtime overlay' "$out/timers.go" || die "patching $wgtimers failed"
 case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $wgdir, $nvdir" ;; esac
 # overlay.json: each patched file replaces its original; the lock's file is new.
 {
 	printf '{"Replace":{'
 	printf '"%s":"%s",' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go"
 	printf '"%s":"%s",' "$out/wireguard/device/channels.go" "$out/channels.go"
+	printf '"%s":"%s",' "$out/wireguard/device/timers.go" "$out/timers.go"
+	printf '"%s":"%s",' "$out/wireguard/device/lattice_vtime_mutex.go" "$out/wg_vtime_mutex.go"
 	printf '"%s":"%s",' "$out/nats.go/timer.go" "$out/timer.go"
 	printf '"%s":"%s",' "$out/nats.go/nats.go" "$out/nats_conn.go"
 	printf '"%s":"%s"' "$out/nats.go/lattice_vtime_mutex.go" "$out/nats_vtime_mutex.go"

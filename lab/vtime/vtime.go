@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"golang.zx2c4.com/wireguard/device"
 	"gvisor.dev/gvisor/pkg/sleep"
 	gsync "gvisor.dev/gvisor/pkg/sync"
 )
@@ -48,9 +49,9 @@ func check() (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
-	if !natsLockDurable() {
-		return false, fmt.Sprintf("vtime: gVisor is patched but nats.go's connection lock is still a %s "+
-			"(a reconnect would stop the bubble's clock): the overlay is not this script's; regenerate it with scripts/vtime-flags.sh", natsLockType())
+	if l := plainLock(); l != "" {
+		return false, "vtime: gVisor is patched but " + l + ", whose waits would stop the bubble's clock: " +
+			"the overlay is not this script's; regenerate it with scripts/vtime-flags.sh"
 	}
 	if state != durableSelect {
 		return false, fmt.Sprintf("vtime: gVisor's WaitReasonSelect is %d, which Go %s names %q, not %q: "+
@@ -124,15 +125,30 @@ func stateOf(dump []byte, fn string) (string, bool) {
 // no longer names the plain select.
 func patched() bool { return gsync.WaitReasonSelect != plainSelect }
 
-// natsLockType names the type of nats.go's connection lock in this build.
-func natsLockType() string {
-	f, ok := reflect.TypeFor[nats.Conn]().FieldByName("mu")
-	if !ok {
-		return "missing field"
-	}
-	return f.Type.String()
+// durableLocks are the locks the overlay swaps for ones whose waits are
+// durable in a bubble: each is held across a wait on the network.
+var durableLocks = []struct {
+	name  string // for messages
+	typ   reflect.Type
+	field string
+	want  string // the overlay's type
+}{
+	{"nats.go's connection lock", reflect.TypeFor[nats.Conn](), "mu", "nats.vtimeRWMutex"},
+	{"wireguard-go's timer lock", reflect.TypeFor[device.Timer](), "runningLock", "device.vtimeMutex"},
 }
 
-// natsLockDurable reports whether nats.go's connection lock is the
-// overlay's, whose waiters park durably in a bubble.
-func natsLockDurable() bool { return natsLockType() == "nats.vtimeRWMutex" }
+// plainLock names the first lock of durableLocks that this build lacks,
+// and its type; "" when the build has them all.
+func plainLock() string {
+	for _, l := range durableLocks {
+		f, ok := l.typ.FieldByName(l.field)
+		got := "no such field"
+		if ok {
+			got = f.Type.String()
+		}
+		if got != l.want {
+			return fmt.Sprintf("%s (%s.%s) is %s, not %s", l.name, l.typ, l.field, got, l.want)
+		}
+	}
+	return ""
+}
