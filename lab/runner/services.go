@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
-	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
@@ -163,12 +162,10 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 	host := l.hostNet(p.Host)
 	cfg := control.Config{
 		Network: host, Logger: l.log.With("component", "control"),
-		Tokens: []control.JoinToken{{Value: l.plan.Token}}, Store: store,
+		Tokens: l.joinTokens(), Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: host, Listen: p.Addr.String()},
 		STUN:         stuns, Relays: relays,
-		RelayToken: func(k key.Public, now time.Time) (string, error) {
-			return string(relay.IssueToken(l.shared.secret, k, now.Add(24*time.Hour))), nil
-		},
+		RelayToken: l.issueRelayToken,
 	}
 	if p.HTTP.IsValid() {
 		cfg.HTTPListen = p.HTTP.String()

@@ -28,6 +28,10 @@ type Plan struct {
 	Nodes       []PlanNode
 	// Token is control's join token.
 	Token string
+	// TokenTTL, if not zero, is how long after the lab's start the join
+	// token expires; RelayTokenTTL, if not zero, how long a relay token
+	// control issues lasts (else 24h).
+	TokenTTL, RelayTokenTTL time.Duration
 }
 
 // PlanNetwork is a segment and where it sits in the uplink tree.

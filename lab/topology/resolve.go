@@ -87,6 +87,9 @@ func resolve(t *Topology, src Source, c *strictyaml.Collector) *Plan {
 		clashed: map[string]bool{}, kernel: map[string]bool{}, gvisorOn: map[string]string{},
 		nets: map[string]*netInfo{},
 	}
+	if t.Control != nil {
+		r.p.TokenTTL, r.p.RelayTokenTTL = t.Control.TokenTTL, t.Control.RelayTokenTTL
+	}
 	if r.p.Seed == 0 {
 		r.p.Seed = 1
 	}

@@ -159,10 +159,12 @@ type Service struct {
 
 // Control is the control service.
 type Control struct {
-	Service  `yaml:",inline"`
-	Port     uint16 `yaml:"port" min:"1" doc:"The embedded NATS server's TCP port (nodes register there). If zero, 4222. Use 443 to pass firewalls that allow only web ports."`
-	HTTPPort uint16 `yaml:"http_port" min:"1" doc:"Serve HTTP registration (POST /v1/register) on this TCP port. If zero, no HTTP."`
-	Token    string `yaml:"token" pattern:"^[!-~]{16,512}$" doc:"The join token nodes present. If omitted, a fixed lab token."`
+	Service       `yaml:",inline"`
+	Port          uint16        `yaml:"port" min:"1" doc:"The embedded NATS server's TCP port (nodes register there). If zero, 4222. Use 443 to pass firewalls that allow only web ports."`
+	HTTPPort      uint16        `yaml:"http_port" min:"1" doc:"Serve HTTP registration (POST /v1/register) on this TCP port. If zero, no HTTP."`
+	Token         string        `yaml:"token" pattern:"^[!-~]{16,512}$" doc:"The join token nodes present. If omitted, a fixed lab token."`
+	TokenTTL      time.Duration `yaml:"token_ttl" min:"1s" max:"8760h" doc:"The join token expires this long after the lab starts: control then refuses new registrations with it, while nodes that joined before keep working. If zero, it never expires."`
+	RelayTokenTTL time.Duration `yaml:"relay_token_ttl" min:"1s" max:"8760h" doc:"How long each relay token control issues is valid; nodes must renew theirs before it expires. If zero, 24h."`
 }
 
 // Relay is an LRP relay.
