@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/internal/netns"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
@@ -131,11 +133,15 @@ func TestSandboxGVisor(t *testing.T) {
 	pol := writeFile(t, "policy.yaml", "default: deny\nrules:\n  - allow: [peer:web, peer:vault]\n    ports: [8080]\n    proto: tcp\n", 0o600)
 	webURL := fmt.Sprintf("http://%s:8080/", web.Addr())
 	vaultURL := fmt.Sprintf("http://%s:8080/", vault.Addr())
+	// A service in the pod on every address: the agent must reach it on
+	// none of them (loopback, the pod's own address), policy or not.
+	podService := podListener(t, p, 8099)
 
 	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "agent", "--server-url", w.NATSURL,
 		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--egress-policy", pol, "--",
 		agent, "sleep", "2s", "fetch", webURL, "fetch", vaultURL, "fetch", "http://web:8080/", "fetch", "http://vault.lattice:8080/",
 		"refused", web.Addr().String()+":22",
+		"refused", "127.0.0.1:8099", "refused", "[::1]:8099", "refused", p.addr.String()+":8099",
 		"notun", "noroute", "noread", filepath.Join(state, "credentials.json"), "gvisor", "exit", "7")
 	t.Logf("agent output:\n%s", stdout)
 	require.Equal(t, 7, code, "the agent's exit code; stderr:\n%s", stderr)
@@ -144,6 +150,9 @@ func TestSandboxGVisor(t *testing.T) {
 	assert.Contains(t, stdout, "fetch http://web:8080/: hello from web", "peer names resolve in the container")
 	assert.Contains(t, stdout, "fetch http://vault.lattice:8080/: hello from vault")
 	assert.Contains(t, stdout, "refused "+web.Addr().String()+":22")
+	for _, a := range []string{"127.0.0.1:8099", "[::1]:8099", p.addr.String() + ":8099"} {
+		assert.Contains(t, stdout, "refused "+a+" after", "the pod's own service, by the egress defaults")
+	}
 	assert.Contains(t, stdout, "gvisor: kernel log says gVisor")
 	assert.NotContains(t, stdout, "FAIL")
 	assert.Regexp(t, `msg=path node=agent peer=web to=direct`, stderr, "web is reached directly")
@@ -153,10 +162,13 @@ func TestSandboxGVisor(t *testing.T) {
 	// Nothing left behind.
 	out, err := p.inPod("ip", "link", "show", "wg0")
 	assert.Error(t, err, "wg0 is gone: %s", out)
-	out, err = p.inPod("iptables", "-S")
-	require.NoError(t, err, out)
-	assert.NotContains(t, out, "LATTICE")
-	assert.NotContains(t, out, "lattice")
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		out, err = p.inPod(tool, "-S")
+		require.NoError(t, err, out)
+		assert.NotContains(t, out, "LATTICE", tool)
+		assert.NotContains(t, out, "lattice", tool)
+	}
+	podService.reachable(t, "127.0.0.1:8099", "after the sandbox, the pod's service is open again")
 	mgrState := filepath.Join(state, "runsc", "state")
 	list, err := exec.Command(mustRunsc(t), "--root", mgrState, "list", "--quiet").Output()
 	require.NoError(t, err)
@@ -164,6 +176,52 @@ func TestSandboxGVisor(t *testing.T) {
 	mounts, err := os.ReadFile("/proc/self/mounts")
 	require.NoError(t, err)
 	assert.NotContains(t, string(mounts), state, "no mount left in the state dir")
+}
+
+// podService is a TCP listener inside a pod's network namespace.
+type podService struct{ p *pod }
+
+// podListener listens on every address of the pod on port, and checks the
+// pod can reach it before any rule exists.
+func podListener(t *testing.T, p *pod, port int) podService {
+	t.Helper()
+	ln, err := listenInPod(p, fmt.Sprintf("[::]:%d", port))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	s := podService{p}
+	s.reachable(t, fmt.Sprintf("127.0.0.1:%d", port), "before the sandbox")
+	s.reachable(t, fmt.Sprintf("[::1]:%d", port), "before the sandbox")
+	return s
+}
+
+func (s podService) reachable(t *testing.T, addr, why string) {
+	t.Helper()
+	err := netns.Do("/run/netns/"+s.p.ns, func() error {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	require.NoError(t, err, "%s: %s", addr, why)
+}
+
+func listenInPod(p *pod, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := netns.Do("/run/netns/"+p.ns, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	return ln, err
 }
 
 // TestSandboxGVisorBadInput: what gvisor mode needs and lacks is named,
