@@ -60,7 +60,7 @@ func TestSandboxAgent(t *testing.T) {
 	o, e, code := agent("status")
 	require.Equal(t, exitOK, code, e)
 	assert.Regexp(t, regexp.MustCompile(`agent \(\S+\) at 100\.\S+, mode pod`), o)
-	assert.Contains(t, o, "policy: none (allow all but metadata)")
+	assert.Contains(t, o, "policy: none (allow all but loopback, link-local, metadata and host addresses)")
 	assert.Contains(t, o, "socks5: 127.0.0.1:")
 
 	o, e, code = agent("resolve", "web.lattice")
