@@ -76,14 +76,15 @@ wgsrc=$wgdir/device/channels.go
 for q in Inbound Outbound; do
 	grep -qx "	runtime.SetFinalizer(q, device.flush${q}Queue)" "$wgsrc" || die "$wgsrc has no line 'runtime.SetFinalizer(q, device.flush${q}Queue)': wireguard-go's queues changed"
 done
-# wireguard-go's timers hold Timer.runningLock (a sync.Mutex) while their
-# expiration runs (a handshake retransmission sends through the Bind, which
-# can wait on the network); a second firing of the same timer meanwhile
-# waits for that lock, not durably, and the bubble's clock stops (seen in
-# the 20-node soak after a NAT reboot). The overlay gives it the durable
-# lock below.
-wgtimers=$wgdir/device/timers.go
-grep -qx '	runningLock   sync.Mutex' "$wgtimers" || die "$wgtimers has no line 'runningLock   sync.Mutex': wireguard-go's timers changed"
+# wireguard-go holds its locks across waits: a timer's runningLock while
+# its expiration runs (a handshake retransmission sends through the Bind,
+# which can wait on the network), the device's peers lock while a removed
+# peer stops (and waits for that timer). A goroutine waiting for such a lock
+# (a sync.Mutex or RWMutex) is never durably blocked, so the bubble's clock
+# stops (seen in the 20-node soak after NAT reboots and restarts). The
+# overlay gives every lock in package device the durable locks below.
+wglocked=$(grep -l 'sync\.\(RW\)\{0,1\}Mutex' "$wgdir"/device/*.go | grep -v '_test\.go$') ||
+	die "$wgdir/device has no sync.Mutex or RWMutex: wireguard-go's locks changed"
 grep -q '^replace[[:space:]].*golang.zx2c4.com/wireguard' go.mod && die "go.mod already replaces golang.zx2c4.com/wireguard; the overlay would hide it"
 
 # nats.go keeps a process-wide sync.Pool of timers (Flush, NextMsg, Request,
@@ -228,15 +229,23 @@ GO
 }
 locks nats | put nats_vtime_mutex.go
 locks device | put wg_vtime_mutex.go
-sed 's/^	runningLock   sync.Mutex$/	runningLock   vtimeMutex \/\/ lattice vtime overlay: waits park durably in a bubble/' "$wgtimers" | put timers.go
-grep -q 'lattice vtime overlay' "$out/timers.go" || die "patching $wgtimers failed"
+wgover=
+for f in $wglocked; do
+	b=wg_$(basename "$f")
+	# Embedded locks change their field name with their type (c.Mutex).
+	sed 's/sync\.RWMutex/vtimeRWMutex/g; s/sync\.Mutex/vtimeMutex/g; s/\.\(RW\)\{0,1\}Mutex\([^A-Za-z0-9_]\)/.vtime\1Mutex\2/g' "$f" >"$out/$b.$$"
+	# The locks may have been the file's only use of package sync.
+	grep -q 'sync\.' "$out/$b.$$" || sed -i '/^	"sync"$/d; /^import "sync"$/d' "$out/$b.$$"
+	mv -f "$out/$b.$$" "$out/$b"
+	wgover="$wgover\"$out/wireguard/device/$(basename "$f")\":\"$out/$b\","
+done
 case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $wgdir, $nvdir" ;; esac
 # overlay.json: each patched file replaces its original; the lock's file is new.
 {
 	printf '{"Replace":{'
 	printf '"%s":"%s",' "$out/gvisor/pkg/sync/runtime_constants_go_impl.go" "$out/runtime_constants_go_impl.go"
 	printf '"%s":"%s",' "$out/wireguard/device/channels.go" "$out/channels.go"
-	printf '"%s":"%s",' "$out/wireguard/device/timers.go" "$out/timers.go"
+	printf '%s' "$wgover"
 	printf '"%s":"%s",' "$out/wireguard/device/lattice_vtime_mutex.go" "$out/wg_vtime_mutex.go"
 	printf '"%s":"%s",' "$out/nats.go/timer.go" "$out/timer.go"
 	printf '"%s":"%s",' "$out/nats.go/nats.go" "$out/nats_conn.go"
