@@ -8,8 +8,8 @@
 // Up returns a Lab whose methods are what scenario steps act on (WaitPath,
 // Ping, Transfer, Blackhole, RebootNAT, Move, ...): the Lab implements
 // scenario.Env, each family of it in the file of the same name (paths.go,
-// traffic.go, faults.go, sandbox.go; start and stop in nodes.go and
-// services.go), and the steps themselves, with their checks and details,
+// traffic.go, stream.go, faults.go, sandbox.go; start and stop in nodes.go
+// and services.go, token lifetimes in tokens.go), and the steps themselves, with their checks and details,
 // are types of package scenario. RunScenario runs a whole scenario file
 // and returns a report.Result. A node can roam: its sockets live on a
 // netx.Network that moves between fabric hosts (roam.go), which is how the

@@ -11,9 +11,9 @@
 // topology while the timeline is walked (check), names itself in progress
 // output (Describe) and carries itself out (Run) against an Env, which
 // lab/runner implements on a running lab. The types live in files by
-// family: paths.go, traffic.go, lifecycle.go, faults.go, timeline.go and
-// sandbox.go, each with the part of Env its steps need (PathEnv,
-// TrafficEnv, ...).
+// family: paths.go, traffic.go, stream.go (data through a fault),
+// lifecycle.go and refused.go, faults.go, timeline.go and sandbox.go, each
+// with the part of Env its steps need (PathEnv, TrafficEnv, StreamEnv, ...).
 //
 // A new step is a type in its family's file with those three methods, and
 // a field of that type in Step, whose yaml tag is the step's key
