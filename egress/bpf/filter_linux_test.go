@@ -1,0 +1,119 @@
+package bpf
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/internal/edition"
+)
+
+const basePolicy = `default: deny
+rules:
+  - allow: {S}
+    ports: [8080]
+    proto: tcp
+  - allow: 169.254.169.254
+  - allow: {S6}
+    proto: tcp
+`
+
+// events collects a filter's events.
+type events chan Event
+
+func (ev events) on(e Event) {
+	select {
+	case ev <- e:
+	default:
+	}
+}
+
+// next waits for an event matching dst and port.
+func (ev events) next(t *testing.T, dst netip.AddrPort) Event {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case e := <-ev:
+			if e.Dst == dst.Addr() && e.DstPort == dst.Port() {
+				return e
+			}
+		case <-deadline:
+			t.Fatalf("no event for %s", dst)
+		}
+	}
+}
+
+func TestCommunityEdition(t *testing.T) {
+	if edition.Pro() {
+		t.Skip("Pro build: the community error is tested without -tags pro")
+	}
+	_, err := New(Config{Interface: "lo"})
+	assert.ErrorIs(t, err, edition.ErrProFeature)
+	assert.ErrorContains(t, err, "eBPF egress filter is a Pro feature")
+}
+
+func TestFilterVerdicts(t *testing.T) {
+	requireKernel(t)
+	p := newPair(t)
+	for _, port := range []int{8080, 9090, 80} {
+		listenTCP(t, p, port)
+	}
+	s := func(host int, port uint16) netip.AddrPort { return netip.AddrPortFrom(p.addr(host), port) }
+	meta := netip.AddrPortFrom(netip.MustParseAddr("169.254.169.254"), 80)
+	// Without a filter, everything connects: the denials below are the filter's.
+	for _, to := range []netip.AddrPort{s(2, 8080), netip.AddrPortFrom(p.addr6(2), 8080), s(2, 9090), s(3, 8080), meta} {
+		require.True(t, canConnect(t, p, to), "%s before the filter", to)
+	}
+	ev := make(events, 64)
+	f := newFilter(t, p, Config{Policy: mustPolicy(t, p, basePolicy), OnEvent: ev.on})
+	for _, tc := range []struct {
+		name  string
+		to    netip.AddrPort
+		allow bool
+		rule  string
+	}{
+		{"allowed", s(2, 8080), true, ""},
+		{"allowed IPv6", netip.AddrPortFrom(p.addr6(2), 8080), true, ""},
+		{"other port", s(2, 9090), false, "default deny"},
+		{"other address", s(3, 8080), false, "default deny"},
+		{"metadata despite a rule naming it", meta, false, "metadata"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.allow, canConnect(t, p, tc.to))
+			if tc.allow {
+				return
+			}
+			e := ev.next(t, tc.to)
+			assert.False(t, e.Allow)
+			assert.Equal(t, tc.rule, e.Rule)
+			assert.Equal(t, p.addr(1), e.Src)
+			assert.Equal(t, "tcp", e.Proto.String())
+			assert.NotZero(t, e.Interface)
+		})
+	}
+	require.NoError(t, f.Close())
+	assert.True(t, canConnect(t, p, s(2, 9090)), "Close detaches the filter")
+}
+
+func TestFilterReportsAllowedConnections(t *testing.T) {
+	requireKernel(t)
+	p := newPair(t)
+	listenTCP(t, p, 8080)
+	ev := make(events, 64)
+	newFilter(t, p, Config{Policy: mustPolicy(t, p, basePolicy), OnEvent: ev.on, ReportAllowed: true})
+	to := netip.AddrPortFrom(p.addr(2), 8080)
+	require.True(t, canConnect(t, p, to))
+	e := ev.next(t, to)
+	assert.True(t, e.Allow)
+	assert.Equal(t, "test.yaml:3 allow "+p.addr(2).String()+" tcp ports 8080", e.Rule)
+	assert.Equal(t, uint8(0x02), e.TCPFlags)
+	select {
+	case e := <-ev:
+		t.Fatalf("one event per connection, got another: %v", e)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
