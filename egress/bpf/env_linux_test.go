@@ -233,4 +233,3 @@ func writePolicy(t *testing.T, p pair, src string) string {
 	require.NoError(t, os.WriteFile(path, []byte(src), 0o600))
 	return path
 }
-
