@@ -37,8 +37,10 @@ type Config struct {
 	Name string
 	// Network the node's sockets and control connections use. Required.
 	Network netx.Network
-	// Control is the registration URL: nats://host:port or
-	// http(s)://host:port. Required.
+	// Control is the registration URL: tls://host:port or
+	// https://host:port, optionally pinning control's certificate with
+	// ?fingerprint=HEX; nats:// and http:// only to loopback or with
+	// ?insecure=1 (see control.ParamFingerprint). Required.
 	Control string
 	// Token is the join token. Required.
 	Token string

@@ -16,12 +16,12 @@ func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) 
 	var resp *control.RegisterResponse
 	var err error
 	switch {
-	case strings.HasPrefix(n.cfg.Control, "nats://"):
+	case strings.HasPrefix(n.cfg.Control, "nats://"), strings.HasPrefix(n.cfg.Control, "tls://"):
 		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
 	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
 		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
 	default:
-		return nil, fmt.Errorf("node: control URL %q: want nats:// or http(s)://", n.cfg.Control)
+		return nil, fmt.Errorf("node: control URL %q: want tls://, https://, nats:// or http://", n.cfg.Control)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
