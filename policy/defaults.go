@@ -101,14 +101,58 @@ func embed(d Denied, pfx netip.Prefix, off int, suffix string) Denied {
 func DefaultDenied() []Denied { return slices.Clone(defaults) }
 
 // defaultDenied returns the first default range containing addr (an
-// unmapped address without a zone).
+// unmapped address without a zone). Most addresses are in none: a bitmap
+// of the first 16 bits any range can start with, per family, answers
+// those (the overlay's included) without a scan.
 func defaultDenied(addr netip.Addr) (int, bool) {
+	if !leads.has(addr) {
+		return 0, false
+	}
 	for i := range defaults {
 		if defaults[i].Prefix.Contains(addr) {
 			return i, true
 		}
 	}
 	return 0, false
+}
+
+// leadBits marks the first 16 bits a default range may begin with.
+type leadBits struct {
+	v4, v6 [65536 / 64]uint64
+}
+
+var leads = func() *leadBits {
+	l := &leadBits{}
+	for _, d := range defaults {
+		set := &l.v6
+		if d.Prefix.Addr().Is4() {
+			set = &l.v4
+		}
+		first := lead(d.Prefix.Addr())
+		for v := first; v < first+1<<max(16-d.Prefix.Bits(), 0); v++ {
+			set[v/64] |= 1 << (v % 64)
+		}
+	}
+	return l
+}()
+
+// lead is an address's first 16 bits.
+func lead(a netip.Addr) int {
+	if a.Is4() {
+		b := a.As4()
+		return int(b[0])<<8 | int(b[1])
+	}
+	b := a.As16()
+	return int(b[0])<<8 | int(b[1])
+}
+
+func (l *leadBits) has(a netip.Addr) bool {
+	set := &l.v6
+	if a.Is4() {
+		set = &l.v4
+	}
+	v := lead(a)
+	return set[v/64]&(1<<(v%64)) != 0
 }
 
 // defaultDecisions[i] is the decision for defaults[i], precomputed so that
