@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -49,8 +50,19 @@ func TestSoak(t *testing.T) {
 func runOne(t *testing.T, file string) *report.Result {
 	f, err := scenario.Load(file)
 	require.NoError(t, err)
+	// Each line says when it happened in network time (the bubble's
+	// clock, from the first line; Progress runs inside the bubble, where no
+	// wall clock can be read).
+	var epoch time.Time
+	progress := func(s string) {
+		now := time.Now()
+		if epoch.IsZero() {
+			epoch = now
+		}
+		t.Logf("[%s] %s", now.Sub(epoch).Truncate(time.Second), s)
+	}
 	res := scenariotest.Run(t, f, scenariotest.Options{Clock: scenario.ClockVirtual, Options: runner.Options{
-		Progress: func(s string) { t.Log(s) }, StateDir: t.TempDir()}})
+		Progress: progress, StateDir: t.TempDir()}})
 	t.Logf("%s: %s of network time in %s of wall time (%.1f× real time)", res.Status, res.Duration, res.Wall,
 		res.Duration.Seconds()/res.Wall.Seconds())
 	return res
