@@ -389,9 +389,13 @@ func (c *Client) run() {
 			if refusedToken(err) && c.cfg.RenewToken != nil {
 				// A relay that says expired may have a clock ahead of
 				// ours; a fresh token is the cure for every refusal.
+				// Retry at once after the first renewal that worked (a
+				// failed one, e.g. a node whose control session is not up
+				// yet, does not use up the immediate retry).
 				refusals++
 				if rerr := c.renew(tok, "relay refused the token"); rerr != nil {
 					err = errors.Join(err, rerr)
+					refusals = 0
 				} else {
 					now = refusals == 1
 				}

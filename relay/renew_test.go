@@ -17,17 +17,21 @@ import (
 // tokenSource is a fake control: it issues tokens of a fixed life for one
 // key with testSecret and counts the requests.
 type tokenSource struct {
-	key   key.Public
-	life  time.Duration
-	fail  error // returned instead of a token when set
-	other bool  // issue for another key
-	calls atomic.Int64
+	key       key.Public
+	life      time.Duration
+	fail      error // returned instead of a token when set
+	failFirst int64 // calls that fail before the source works
+	other     bool  // issue for another key
+	calls     atomic.Int64
 }
 
 func (ts *tokenSource) renew(ctx context.Context) (Token, error) {
-	ts.calls.Add(1)
+	n := ts.calls.Add(1)
 	if err := ctx.Err(); err != nil {
 		return "", err
+	}
+	if n <= ts.failFirst {
+		return "", errors.New("control not reachable yet")
 	}
 	if ts.fail != nil {
 		return "", ts.fail
@@ -128,6 +132,26 @@ func TestExpiredAnswerRenewsAtOnce(t *testing.T) {
 			exchange(t, c, peer, []byte("recovered"))
 		})
 	}
+}
+
+// TestRefusedAgainAfterFailedRenewal: the first renewal fails (a node
+// whose control session is not up yet); the next refusal's renewal works
+// and the client reconnects at once, not after a second backoff.
+func TestRefusedAgainAfterFailedRenewal(t *testing.T) {
+	s := startServer(t, ServerConfig{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	ts := &tokenSource{life: 24 * time.Hour, failFirst: 1}
+	c := renewingClient(t, s, transportTCP, ts, func(c *ClientConfig) {
+		c.Token = IssueToken(testSecret, c.Key, time.Now().Add(time.Hour))
+		// One backoff is 1-2 s, two are at least 3 s.
+		c.MinBackoff, c.MaxBackoff = 2*time.Second, 8*time.Second
+	})
+	start := time.Now()
+	eventually(t, 10*time.Second, func() bool { return c.Transport() != "" }, "never connected")
+	took := time.Since(start)
+	t.Logf("connected after %v", took.Round(time.Millisecond))
+	assert.Less(t, took, 2800*time.Millisecond, "waited a second backoff")
+	assert.Equal(t, int64(2), ts.calls.Load())
+	assert.Equal(t, uint64(2), s.Stats().AuthFailures["expired"])
 }
 
 func TestRenewalFailures(t *testing.T) {
