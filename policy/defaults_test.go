@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -119,5 +121,48 @@ func TestDefaultDeniedList(t *testing.T) {
 		i, ok := defaultDenied(a)
 		require.True(t, ok, a)
 		assert.True(t, defaults[i].Metadata, a)
+	}
+}
+
+// TestDefaultDeniedBitmap: the leading-bits shortcut answers exactly as a
+// scan of the list does, at every range's edges and for random addresses.
+func TestDefaultDeniedBitmap(t *testing.T) {
+	scan := func(a netip.Addr) (int, bool) {
+		for i := range defaults {
+			if defaults[i].Prefix.Contains(a) {
+				return i, true
+			}
+		}
+		return 0, false
+	}
+	var addrs []netip.Addr
+	for _, d := range defaults {
+		first := d.Prefix.Masked().Addr()
+		last := first
+		for i := 0; i < first.BitLen()-d.Prefix.Bits(); i++ {
+			b := last.AsSlice()
+			bit := first.BitLen() - 1 - i
+			b[bit/8] |= 1 << (7 - bit%8)
+			last, _ = netip.AddrFromSlice(b)
+		}
+		addrs = append(addrs, first, last, first.Prev(), last.Next())
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var b4 [4]byte
+		var b16 [16]byte
+		binary.BigEndian.PutUint32(b4[:], rng.Uint32())
+		binary.BigEndian.PutUint64(b16[:8], rng.Uint64())
+		binary.BigEndian.PutUint64(b16[8:], rng.Uint64())
+		addrs = append(addrs, netip.AddrFrom4(b4), netip.AddrFrom16(b16))
+	}
+	for _, a := range addrs {
+		if !a.IsValid() {
+			continue
+		}
+		wi, wok := scan(a)
+		gi, gok := defaultDenied(a)
+		require.Equal(t, wok, gok, a)
+		require.Equal(t, wi, gi, a)
 	}
 }
