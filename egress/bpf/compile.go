@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/latticelab/lattice/policy"
@@ -120,7 +121,12 @@ func compile(p *policy.Policy, in compileInput) (*table, error) {
 	for _, tg := range targets {
 		keys.add(tg.prefix)
 	}
-	c := compiler{p: p, t: t, rules: rules, builtin: map[string]uint16{}, targets: targets, defaults: defaults, hosts: in.hosts, overlay: ov}
+	c := compiler{p: p, t: t, rules: rules, builtin: map[string]uint16{}, targets: targets, defaults: defaults, hosts: in.hosts, overlay: ov,
+		byPrefix: map[netip.Prefix][]int{}}
+	for i, tg := range targets {
+		pf := tg.prefix.Masked()
+		c.byPrefix[pf] = append(c.byPrefix[pf], i)
+	}
 	for _, k := range keys.list {
 		cl := c.clauses(k)
 		if len(cl) > MaxClauses {
@@ -139,6 +145,8 @@ type compiler struct {
 	t        *table
 	rules    []policy.RuleView
 	builtin  map[string]uint16
+	byPrefix map[netip.Prefix][]int // targets by their prefix, in rule order
+	scratch  []int
 	targets  []target
 	defaults []policy.Denied
 	hosts    []netip.Addr
@@ -180,8 +188,9 @@ func (c *compiler) clauses(k netip.Prefix) []clause {
 		}
 	}
 	var out []clause
-	for _, tg := range c.targets {
-		if !within(k, tg.prefix) || (overlay && tg.overlay < 0) || (!overlay && tg.overlay > 0) {
+	for _, i := range c.containing(k) {
+		tg := c.targets[i]
+		if (overlay && tg.overlay < 0) || (!overlay && tg.overlay > 0) {
 			continue
 		}
 		if out = c.appendRule(out, tg.rule); len(out) > 0 && out[len(out)-1].matchesAll() {
@@ -197,6 +206,18 @@ func (c *compiler) clauses(k netip.Prefix) []clause {
 	return append(out, catchAll(false, c.label("default deny")))
 }
 
+// containing returns the indices of the targets whose prefix contains k,
+// in rule order: one map lookup per prefix length, not a scan of every rule.
+func (c *compiler) containing(k netip.Prefix) []int {
+	c.scratch = c.scratch[:0]
+	for bits := 0; bits <= k.Bits(); bits++ {
+		pf, _ := k.Addr().Prefix(bits)
+		c.scratch = append(c.scratch, c.byPrefix[pf]...)
+	}
+	slices.Sort(c.scratch)
+	return c.scratch
+}
+
 func (c *compiler) defaultOf(k netip.Prefix) (policy.Denied, bool) {
 	for _, d := range c.defaults {
 		if within(k, d.Prefix) {
@@ -209,8 +230,9 @@ func (c *compiler) defaultOf(k netip.Prefix) (policy.Denied, bool) {
 // scoped is decideDefault: only address rules within scope can open it.
 func (c *compiler) scoped(k, scope netip.Prefix, overlay bool, reason string) []clause {
 	var out []clause
-	for _, tg := range c.targets {
-		if !tg.prefixRule || !policy.Names(tg.prefix, scope) || !within(k, tg.prefix) || (overlay && tg.overlay < 0) {
+	for _, i := range c.containing(k) {
+		tg := c.targets[i]
+		if !tg.prefixRule || !policy.Names(tg.prefix, scope) || (overlay && tg.overlay < 0) {
 			continue
 		}
 		if out = c.appendRule(out, tg.rule); out[len(out)-1].matchesAll() {
