@@ -15,11 +15,20 @@
 // refuses a denied Dial or datagram at once, before a packet leaves) for
 // overlay destinations, and in the driver's dialer for destinations
 // outside the overlay, which it reaches through the host network. Both
-// ask the same policy.
+// ask the same policy. In gvisor mode the pod's iptables and ip6tables
+// enforce it (iptables.go, iptables_defaults.go).
+//
+// Whatever the policy, the ranges of policy.DefaultDenied (loopback,
+// unspecified, link-local, cloud metadata, their NAT64 and 6to4 forms)
+// and the host's own addresses are refused unless a rule names them.
+//
+// The audit log is fail-closed: an event that cannot be written (a full
+// disk) refuses the flow it was about, and every later one until a
+// restart, unless DriverConfig.AuditFailOpen.
 //
 // Editions: pod mode, its proxies and the audit log are in the community
 // edition. An egress policy file (--egress-policy) and inbound forwards
 // (--forward) are Pro: in the community edition they fail with "<feature>
-// is a Pro feature"; without a policy every destination but the cloud
-// metadata service is allowed.
+// is a Pro feature"; without a policy every destination but the
+// default-denied ones is allowed.
 package sandbox

@@ -70,7 +70,8 @@ type DriverConfig struct {
 	ProxyCredentials *proxy.Credentials
 
 	// EgressPolicy is a policy file, reloaded when it changes (Pro). If
-	// empty, everything but the cloud metadata service is allowed.
+	// empty, everything but policy.DefaultDenied (loopback, link-local,
+	// metadata, ...) and the host's own addresses is allowed.
 	EgressPolicy string
 	// Forwards expose local services on overlay ports (Pro).
 	Forwards []Forward
