@@ -53,8 +53,8 @@ func (s *Server) presenceLoop(ctx context.Context) {
 		s.presMu.Unlock()
 		for _, id := range expired {
 			s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
-			s.announcePresence(ctx, id, PeerOffline)
 		}
+		s.announcePresence(ctx, expired, PeerOffline)
 	}
 }
 
@@ -110,35 +110,46 @@ func (s *Server) onPresence(m *nats.Msg) {
 	switch {
 	case req.Online && s.markOnline(id):
 		s.log.Info("node online", "id", id)
-		s.announcePresence(ctx, id, PeerOnline)
+		s.announcePresence(ctx, []string{id}, PeerOnline)
 	case !req.Online && s.markOffline(id):
 		s.log.Info("node offline: it left", "id", id)
-		s.announcePresence(ctx, id, PeerOffline)
+		s.announcePresence(ctx, []string{id}, PeerOffline)
 	}
 	s.reply(m, struct{}{})
 }
 
-// announcePresence tells every other node that id went online or offline.
-func (s *Server) announcePresence(ctx context.Context, id string, t PeerEventType) {
-	n, err := s.cfg.Store.Get(ctx, id)
-	if err != nil {
-		s.log.Warn("presence event", "id", id, "err", err)
+// announcePresence tells every other node that the nodes ids went online
+// or offline. The registry is listed once for all of them: when many
+// expire together (control restarted and they did not come back), one
+// listing per node would make it quadratic.
+func (s *Server) announcePresence(ctx context.Context, ids []string, t PeerEventType) {
+	if len(ids) == 0 {
 		return
 	}
-	p := n.peer()
-	p.Offline = t == PeerOffline
-	ev, _ := json.Marshal(PeerEvent{Type: t, Peer: p})
 	all, err := s.cfg.Store.List(ctx)
 	if err != nil {
-		s.log.Warn("presence event", "id", id, "err", err)
+		s.log.Warn("presence events", "nodes", len(ids), "err", err)
 		return
 	}
-	for _, o := range all {
-		if o.ID == id {
-			continue
+	byID := make(map[string]*Node, len(all))
+	for _, n := range all {
+		byID[n.ID] = n
+	}
+	for _, id := range ids {
+		n := byID[id]
+		if n == nil {
+			continue // deregistered meanwhile
 		}
-		if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
-			s.log.Warn("presence event", "to", o.ID, "err", err)
+		p := n.peer()
+		p.Offline = t == PeerOffline
+		ev, _ := json.Marshal(PeerEvent{Type: t, Peer: p})
+		for _, o := range all {
+			if o.ID == id {
+				continue
+			}
+			if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
+				s.log.Warn("presence event", "to", o.ID, "err", err)
+			}
 		}
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +185,46 @@ func TestManyRegistrationsAnswered(t *testing.T) {
 	var e *Error
 	require.ErrorAs(t, decodeReply(r.Data, &[]Peer{}), &e)
 	assert.Contains(t, e.Message, "ask by page")
+}
+
+// countingStore counts List calls.
+type countingStore struct {
+	*memStore
+	lists atomic.Int64
+}
+
+func (s *countingStore) List(ctx context.Context) ([]*Node, error) {
+	s.lists.Add(1)
+	return s.memStore.List(ctx)
+}
+
+// TestMassExpiryListsOnce: nodes that do not come back after control
+// restarts expire together, and their offline events cost one listing of
+// the registry, not one per node.
+func TestMassExpiryListsOnce(t *testing.T) {
+	const silent = 50
+	st := &countingStore{memStore: newMemStore()}
+	ctx := ctxT(t)
+	for i := range silent {
+		k := key.NewPrivate().Public()
+		a := Overlay.Addr().As4()
+		a[2], a[3] = byte(i>>8), byte(i+1)
+		require.NoError(t, st.Create(ctx, &Node{ID: nodeID(k), Name: fmt.Sprintf("s%02d", i), PublicKey: k,
+			Address: netip.PrefixFrom(netip.AddrFrom4(a), Overlay.Bits())}))
+	}
+	const ttl = time.Second
+	env := startServer(t, "", func(c *Config) { c.Store, c.PresenceTTL = st, ttl })
+	w, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "watcher", Key: newPriv(t)})
+	require.NoError(t, err)
+	var offline atomic.Int64
+	sw, err := Connect(ctx, netx.OS, w.NodeID, w.NATS, Handlers{Peer: func(ev PeerEvent) {
+		if ev.Type == PeerOffline {
+			offline.Add(1)
+		}
+	}})
+	require.NoError(t, err)
+	defer sw.Close()
+	before := st.lists.Load()
+	require.Eventually(t, func() bool { return offline.Load() == silent }, 5*ttl, 10*time.Millisecond, "offline events: %d", offline.Load())
+	assert.LessOrEqual(t, st.lists.Load()-before, int64(2), "listings for %d expiries", silent)
 }
