@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -28,6 +29,7 @@ import (
 type RunscDriver struct {
 	base
 	mgr    *runsc.Manager
+	id     string // the container's ID: see ContainerID
 	pol    *policy.Policy
 	egress *kernelEgress
 
@@ -67,11 +69,19 @@ func NewRunsc(cfg DriverConfig) (*RunscDriver, error) {
 	if cfg.Interface == "" {
 		cfg.Interface = "wg0"
 	}
-	return &RunscDriver{base: newBase(cfg, ModeGVisor), mgr: mgr}, nil
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return nil, fmt.Errorf("sandbox: container ID: %w", err)
+	}
+	id := fmt.Sprintf("lattice-%s-%x", cfg.Name, suffix)
+	return &RunscDriver{base: newBase(cfg, ModeGVisor), mgr: mgr, id: id}, nil
 }
 
-// ContainerID is the container's name: one sandbox, one container.
-func (d *RunscDriver) ContainerID() string { return "lattice-" + d.cfg.Name }
+// ContainerID is the container's ID: one sandbox, one container. It is
+// lattice-NAME-RANDOM, not the name alone: runsc names the container's
+// cgroups after it host-wide, so two sandboxes of one name on a machine
+// (two pods, two test runs) must not share it.
+func (d *RunscDriver) ContainerID() string { return d.id }
 
 // Start implements IsolationDriver: phase 1, bootstrapAgent.
 func (d *RunscDriver) Start(ctx context.Context) (err error) {

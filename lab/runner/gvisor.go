@@ -236,23 +236,8 @@ func (c *gvisorChild) identity() sandbox.Status {
 	return c.status
 }
 
-// agentTurns holds, per sandbox name, the turn to run an agent. runsc
-// names a container's cgroups after its ID (lattice-NAME) host-wide, so
-// labs in one process (scenarios in parallel) whose gvisor sandboxes share
-// a name take turns: one's container being created while the other's is
-// deleted fails with "open /sys/fs/cgroup/memory/lattice-NAME/...".
-var agentTurns sync.Map // sandbox name → chan struct{}, capacity 1
-
 // run runs argv as the agent in runsc and returns what it did.
 func (c *gvisorChild) run(ctx context.Context, argv []string) (AgentResult, error) {
-	t, _ := agentTurns.LoadOrStore(c.name, make(chan struct{}, 1))
-	turn := t.(chan struct{})
-	select {
-	case turn <- struct{}{}:
-	case <-ctx.Done():
-		return AgentResult{}, context.Cause(ctx)
-	}
-	defer func() { <-turn }()
 	r, err := c.client.Run(ctx, sandbox.ExecRequest{Argv: argv})
 	res := AgentResult{Code: r.Code, Stdout: r.Stdout, Stderr: r.Stderr}
 	if r.StdoutTruncated {

@@ -263,12 +263,17 @@ func (g *gvisorBox) dumpRunscLogs(ctx context.Context, t *testing.T, name string
 	}
 }
 
-// sandboxCgroups returns the cgroups named id in the engine's cgroup tree,
-// when it is this host's (nil otherwise).
-func sandboxCgroups(id string) []string {
-	v1, _ := filepath.Glob(filepath.Join(hostCgroups, "*", id))
-	if fi, err := os.Stat(filepath.Join(hostCgroups, id)); err == nil && fi.IsDir() {
-		v1 = append(v1, filepath.Join(hostCgroups, id)) // cgroup v2
+// sandboxCgroups returns the cgroups of a sandbox's container in the
+// engine's cgroup tree, when it is this host's (nil otherwise). The
+// container's ID is lattice-NAME-RANDOM (sandbox.RunscDriver.ContainerID):
+// prefix is lattice-NAME, and the glob adds the rest.
+func sandboxCgroups(prefix string) []string {
+	v1, _ := filepath.Glob(filepath.Join(hostCgroups, "*", prefix+"-*"))
+	v2, _ := filepath.Glob(filepath.Join(hostCgroups, prefix+"-*"))
+	for _, p := range v2 {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			v1 = append(v1, p) // cgroup v2
+		}
 	}
 	return v1
 }
