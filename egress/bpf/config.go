@@ -25,8 +25,9 @@ type Config struct {
 	// HostAddrs are the host's own addresses (policy.Dest.Host): denied
 	// unless a rule names them.
 	HostAddrs []netip.Addr
-	// ReportAllowed reports allowed new TCP connections (SYN) as events
-	// too; drops are always reported.
+	// ReportAllowed reports allowed new connections as events too: TCP
+	// SYNs, and the first datagram of a UDP flow (by 5-tuple, among the
+	// last 65,536 flows). Drops are always reported.
 	ReportAllowed bool
 	// OnEvent receives the kernel's decisions, in order, on one goroutine
 	// the Filter owns; it must not block for long (a full ring buffer

@@ -9,7 +9,8 @@ import (
 )
 
 // Event is one decision the kernel reported: every drop, and with
-// Config.ReportAllowed every allowed TCP connection attempt (SYN).
+// Config.ReportAllowed every allowed TCP connection attempt (SYN) and new
+// UDP flow.
 type Event struct {
 	// Interface is the index of the interface the packet left by.
 	Interface int

@@ -27,6 +27,7 @@ type Filter struct {
 	ifindex int
 	outer   *ebpf.Map // ARRAY_OF_MAPS: key 0 is the current LPM trie
 	events  *ebpf.Map // RINGBUF
+	flows   *ebpf.Map // LRU_HASH of UDP flows reported, with ReportAllowed
 	prog    *ebpf.Program
 	link    link.Link
 	reader  *ringbuf.Reader
@@ -41,7 +42,12 @@ type Filter struct {
 	labels map[uint32][]string // by generation: the current and the one before
 }
 
-const ringSize = 256 << 10
+const (
+	ringSize = 256 << 10
+	// flowEntries UDP flows are remembered; an evicted flow is reported
+	// again when it next sends.
+	flowEntries = 65536
+)
 
 // New loads the program, fills its maps from cfg.Policy and attaches it to
 // cfg.Interface's egress. In the community edition it returns
@@ -113,13 +119,21 @@ func (f *Filter) load(l3 bool) error {
 	if err != nil {
 		return unavailable("create events ring", err)
 	}
+	flowsFD := -1
+	if f.cfg.ReportAllowed {
+		f.flows, err = ebpf.NewMap(&ebpf.MapSpec{Name: "lattice_flows", Type: ebpf.LRUHash, KeySize: flowKeySize, ValueSize: 4, MaxEntries: flowEntries})
+		if err != nil {
+			return unavailable("create flows map", err)
+		}
+		flowsFD = f.flows.FD()
+	}
 	off := 14
 	if l3 {
 		off = 0
 	}
 	f.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "lattice_egress", Type: ebpf.SchedCLS, License: "Dual MIT/GPL",
-		Instructions: program(programConfig{outerFD: f.outer.FD(), eventsFD: f.events.FD(), l3Off: off, newConns: f.cfg.ReportAllowed}),
+		Instructions: program(programConfig{outerFD: f.outer.FD(), eventsFD: f.events.FD(), l3Off: off, newConns: f.cfg.ReportAllowed, flowsFD: flowsFD}),
 	})
 	if err != nil {
 		return unavailable("load program", err)
@@ -201,7 +215,7 @@ func (f *Filter) closeObjects() error {
 	if f.link != nil {
 		errs = append(errs, f.link.Close())
 	}
-	for _, c := range []interface{ Close() error }{f.prog, f.events, f.outer} {
+	for _, c := range []interface{ Close() error }{f.prog, f.flows, f.events, f.outer} {
 		if c != nil && !isNilPointer(c) {
 			errs = append(errs, c.Close())
 		}

@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 	"time"
@@ -104,16 +105,34 @@ func TestFilterReportsAllowedConnections(t *testing.T) {
 	p := newPair(t)
 	listenTCP(t, p, 8080)
 	ev := make(events, 64)
-	newFilter(t, p, Config{Policy: mustPolicy(t, p, basePolicy), OnEvent: ev.on, ReportAllowed: true})
+	newFilter(t, p, Config{Policy: mustPolicy(t, p, basePolicy+"  - allow: {S}\n    proto: udp\n"), OnEvent: ev.on, ReportAllowed: true})
 	to := netip.AddrPortFrom(p.addr(2), 8080)
 	require.True(t, canConnect(t, p, to))
 	e := ev.next(t, to)
 	assert.True(t, e.Allow)
 	assert.Equal(t, "test.yaml:3 allow "+p.addr(2).String()+" tcp ports 8080", e.Rule)
 	assert.Equal(t, uint8(0x02), e.TCPFlags)
+	udp := netip.AddrPortFrom(p.addr(2), 5353)
+	var srv *net.UDPConn
+	in(t, p.server, func() (err error) {
+		srv, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(udp))
+		return err
+	})
+	defer srv.Close()
+	c, err := dial(t, p, "udp", udp, time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	for range 3 {
+		_, err := c.Write([]byte("x"))
+		require.NoError(t, err)
+	}
+	e = ev.next(t, udp)
+	assert.True(t, e.Allow)
+	assert.Equal(t, "udp", e.Proto.String())
+	assert.Equal(t, "test.yaml:9 allow "+p.addr(2).String()+" udp", e.Rule)
 	select {
 	case e := <-ev:
-		t.Fatalf("one event per connection, got another: %v", e)
+		t.Fatalf("one event per connection or flow, got another: %v", e)
 	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -49,13 +49,18 @@ type programConfig struct {
 	outerFD  int  // ARRAY_OF_MAPS holding the current LPM trie at key 0
 	eventsFD int  // RINGBUF
 	l3Off    int  // 14 on Ethernet links, 0 on TUN
-	newConns bool // report allowed TCP SYNs
+	newConns bool // report allowed TCP SYNs and new UDP flows
+	flowsFD  int  // LRU_HASH of UDP flows seen, with newConns
 }
+
+// flowKeySize is the part of the event that names a UDP flow: addresses,
+// ports, protocol, verdict, family and flags (0 for UDP).
+const flowKeySize = 40
 
 // program returns the egress classifier: parse the IPv4/IPv6 and TCP/UDP/
 // ICMP headers, look the destination up in the LPM trie, take the first
 // clause matching protocol and port, and report drops (and, with newConns,
-// allowed SYNs) to the ring buffer.
+// allowed TCP SYNs and first UDP datagrams) to the ring buffer.
 func program(c programConfig) asm.Instructions {
 	var p asm.Instructions
 	p = append(p, asm.Mov.Reg(asm.R6, asm.R1), asm.Mov.Imm(asm.R1, 0))
@@ -268,14 +273,32 @@ func verdicts(c programConfig) asm.Instructions {
 		asm.JEq.Imm(asm.R4, 0, "drop"),
 	}
 	if c.newConns {
-		// A SYN without ACK opens a connection.
 		p = append(p,
+			asm.JEq.Imm(asm.R7, 2, "udpnew"),
 			asm.JNE.Imm(asm.R7, 1, "pass"),
+			// A SYN without ACK opens a connection.
 			asm.LoadMem(asm.R1, asm.RFP, evOff+evFlags, asm.Byte),
 			asm.And.Imm(asm.R1, 0x12),
 			asm.JNE.Imm(asm.R1, 0x02, "pass"),
+			asm.Ja.Label("report"),
+			// A UDP flow is new when its 5-tuple (the event's first
+			// flowKeySize bytes) is not in the LRU map yet.
+			asm.LoadMapPtr(asm.R1, c.flowsFD).WithSymbol("udpnew"),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, evOff),
+			asm.FnMapLookupElem.Call(),
+			asm.JNE.Imm(asm.R0, 0, "pass"),
+			asm.LoadMapPtr(asm.R1, c.flowsFD),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, evOff),
+			asm.Mov.Reg(asm.R3, asm.RFP),
+			asm.Add.Imm(asm.R3, zeroOff),
+			asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
+			asm.FnMapUpdateElem.Call(),
 		)
-		p = append(p, emit(c)...)
+		report := emit(c)
+		report[0] = report[0].WithSymbol("report")
+		p = append(p, report...)
 	}
 	p = append(p, asm.Mov.Imm(asm.R0, tcxNext).WithSymbol("pass"), asm.Return())
 	drop := emit(c)
