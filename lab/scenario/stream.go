@@ -163,6 +163,9 @@ func (a *Stream) Run(ctx context.Context, env Env) (string, []report.Metric, err
 	before := s.Stats()
 	blockErr := runBlock(ctx, env, a.Through, "through")
 	after := s.Stats()
+	if blockErr != nil {
+		_ = s.Close() // the step has failed: no need to wait for the rest
+	}
 	st, err := s.Wait(ctx)
 	detail, metrics := streamReport(st, before, after)
 	switch {
