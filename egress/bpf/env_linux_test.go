@@ -193,6 +193,15 @@ func mountBPF(t testing.TB) string {
 // The child process: attach a pinned filter and wait to be killed.
 const childEnv = "LATTICE_BPF_TEST_CHILD"
 
+// runChildIfAsked runs the child when the parent test started this
+// process as one.
+func runChildIfAsked() (int, bool) {
+	if os.Getenv(childEnv) == "" {
+		return 0, false
+	}
+	return runChild(), true
+}
+
 func runChild() int {
 	ns, pin, polFile := os.Getenv(childEnv), os.Getenv(childEnv+"_PIN"), os.Getenv(childEnv+"_POLICY")
 	pol, err := policy.Load(polFile)

@@ -8,8 +8,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(runChild())
+	if code, ok := runChildIfAsked(); ok {
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }
