@@ -335,7 +335,7 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 
 	peerSite := w.Site(t, "port-restricted-cone")
 	prov := &netstack.SandboxProvisioner{}
-	peer, err := node.Start(t.Context(), node.Config{Name: "web", Network: peerSite.Host, Control: "nats://203.0.113.101:4222",
+	peer, err := node.Start(t.Context(), node.Config{Name: "web", Network: peerSite.Host, Control: "nats://203.0.113.101:4222?insecure=1",
 		Token: meshtest.Token, Provisioner: prov})
 	require.NoError(t, err)
 	t.Cleanup(func() { peer.Close() })
@@ -349,7 +349,7 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 	p := &pod{ns: kh.Netns(), addr: kh.Addr()}
 	agent := buildAgent(t)
 	url := fmt.Sprintf("http://%s:8080/", peer.Address().Addr())
-	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "labagent", "--server-url", "nats://203.0.113.101:4222",
+	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "labagent", "--server-url", "nats://203.0.113.101:4222?insecure=1",
 		"--token", meshtest.Token, "--state-dir", t.TempDir(), "--", agent, "fetch", url, "gvisor", "exit", "0")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "fetch "+url+": hello from the lab")

@@ -196,11 +196,11 @@ func TestSandboxCommandErrors(t *testing.T) {
 	}{
 		{"no name", []string{"sandbox", "start", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, "--name and --control are required"},
 		{"bad name", []string{"sandbox", "start", "--name", "Agent One", "--server-url", "nats://x:1", "--token", "t"}, exitUsage, `"agent-one"`},
-		{"no token", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://x:1", "--state-dir", "mem:"}, exitUsage, "a join token is required"},
-		{"http control", []string{"sandbox", "start", "--name", "a", "--server-url", "http://x:1", "--token", "t", "--state-dir", "mem:"}, exitFailure, "sandboxes register over NATS only"},
+		{"no token", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://127.0.0.1:1", "--state-dir", "mem:"}, exitUsage, "a join token is required"},
+		{"http control", []string{"sandbox", "start", "--name", "a", "--server-url", "http://127.0.0.1:1", "--token", "t", "--state-dir", "mem:"}, exitFailure, "sandboxes register over NATS only"},
 		{"bad mode", append(base, "--mode", "vm"), exitUsage, `--mode: mode "vm": want pod or gvisor`},
 		{"bad forward", append(base, "--forward", "web=127.0.0.1:80"), exitUsage, `overlay port "web"`},
-		{"open token file", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://x:1", "--token-file", writeFile(t, "t", "tok\n", 0o644)}, exitFailure, "chmod 600"},
+		{"open token file", []string{"sandbox", "start", "--name", "a", "--server-url", "nats://127.0.0.1:1", "--token-file", writeFile(t, "t", "tok\n", 0o644)}, exitFailure, "chmod 600"},
 		{"bad creds file", append(base, "--proxy-credentials-file", writeFile(t, "c", "nocolon\n", 0o600)), exitFailure, "want one line USER:PASSWORD"},
 		{"audit verify missing", []string{"sandbox", "audit", "verify", "/no/such/audit.jsonl"}, exitFailure, "no such file"},
 	} {
