@@ -136,3 +136,25 @@ func TestFilterReportsAllowedConnections(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestFilterOverlayPeerByName treats the pair's subnet as the overlay:
+// peer:srv opens the server's address, another overlay address is
+// "overlay peer not named", and a Reload with the peer's new address
+// follows it.
+func TestFilterOverlayPeerByName(t *testing.T) {
+	requireKernel(t)
+	p := newPair(t)
+	listenTCP(t, p, 8080)
+	pol := mustPolicy(t, p, "default: allow\nrules:\n  - allow: peer:SRV\n    ports: [8080]\n").
+		WithOverlay(netip.PrefixFrom(p.addr(0), 24))
+	ev := make(events, 16)
+	f := newFilter(t, p, Config{Policy: pol, Peers: map[string][]netip.Addr{"srv": {p.addr(2)}}, OnEvent: ev.on})
+	assert.True(t, canConnect(t, p, netip.AddrPortFrom(p.addr(2), 8080)), "peer:srv")
+	other := netip.AddrPortFrom(p.addr(3), 8080)
+	assert.False(t, canConnect(t, p, other), "an overlay address no rule names")
+	assert.Equal(t, "overlay peer not named", ev.next(t, other).Rule)
+
+	require.NoError(t, f.Reload(pol, map[string][]netip.Addr{"srv": {p.addr(3)}}))
+	assert.True(t, canConnect(t, p, other), "peer:srv at its new address")
+	assert.False(t, canConnect(t, p, netip.AddrPortFrom(p.addr(2), 8080)), "its old address")
+}
