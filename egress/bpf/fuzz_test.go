@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/policy"
 )
 
 func sampleEvent(family byte, dst, src netip.Addr) []byte {
@@ -58,6 +60,37 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		if !r.Dst.IsValid() || !r.Src.IsValid() || r.Dst.Is4() != r.Src.Is4() {
 			t.Fatalf("decoded %v from %x", r, b)
+		}
+	})
+}
+
+// FuzzCompile checks the kernel table against Policy.Decide for any
+// policy that parses and any destination.
+func FuzzCompile(f *testing.F) {
+	f.Add([]byte(samplePolicy), []byte{93, 184, 216, 7}, uint8(1), uint16(443))
+	f.Add([]byte("default: allow\nallow_metadata: true\nrules:\n  - deny: peer:*\n"), []byte{169, 254, 169, 254}, uint8(2), uint16(53))
+	f.Add([]byte("rules:\n  - allow: fe80::/10\n    proto: icmp\n"), netip.MustParseAddr("fe80::1").AsSlice(), uint8(3), uint16(0))
+	f.Add([]byte("rules:\n  - allow: 64:ff9b::/96\n"), netip.MustParseAddr("64:ff9b::7f00:1").AsSlice(), uint8(1), uint16(80))
+	peers := map[string][]netip.Addr{"web-1": {netip.MustParseAddr("100.64.0.5")}}
+	hosts := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+	f.Fuzz(func(t *testing.T, src, addr []byte, proto uint8, port uint16) {
+		a, ok := netip.AddrFromSlice(addr)
+		if !ok || proto < 1 || proto > 3 {
+			return
+		}
+		p, err := policy.Parse("f.yaml", src)
+		if err != nil {
+			return
+		}
+		tab, err := compile(p, compileInput{peers: peers, hosts: hosts})
+		if err != nil {
+			return
+		}
+		pr := policy.Proto(proto)
+		want := p.Decide(dest(p, a, pr, port, peers, hosts))
+		allow, why := tab.lookup(a, pr, port)
+		if allow != want.Allow || why != want.Rule {
+			t.Fatalf("%s %s port %d: table %v %q, Decide %v %q", a, pr, port, allow, why, want.Allow, want.Rule)
 		}
 	})
 }
