@@ -196,10 +196,13 @@ const childEnv = "LATTICE_BPF_TEST_CHILD"
 // runChildIfAsked runs the child when the parent test started this
 // process as one.
 func runChildIfAsked() (int, bool) {
-	if os.Getenv(childEnv) == "" {
-		return 0, false
+	switch {
+	case os.Getenv(childEnv) != "":
+		return runChild(), true
+	case os.Getenv(unprivEnv) != "":
+		return runUnprivChild(), true
 	}
-	return runChild(), true
+	return 0, false
 }
 
 func runChild() int {
