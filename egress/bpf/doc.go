@@ -43,7 +43,8 @@
 // Every drop, and with Config.ReportAllowed every TCP SYN and first UDP
 // datagram of a flow that is allowed, goes to a ring buffer that one
 // goroutine reads into Config.OnEvent, with the Decision.Rule string
-// Decide would give.
+// Decide would give. AuditTo writes them to the audit log as pod mode's
+// "egress" events.
 //
 // # Fail closed
 //

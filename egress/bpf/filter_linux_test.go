@@ -3,12 +3,15 @@ package bpf
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/internal/edition"
 )
 
@@ -157,4 +160,34 @@ func TestFilterOverlayPeerByName(t *testing.T) {
 	require.NoError(t, f.Reload(pol, map[string][]netip.Addr{"srv": {p.addr(3)}}))
 	assert.True(t, canConnect(t, p, other), "peer:srv at its new address")
 	assert.False(t, canConnect(t, p, netip.AddrPortFrom(p.addr(2), 8080)), "its old address")
+}
+
+// TestFilterAuditLog writes the filter's events into a hash-chained audit
+// log: one verified line per denied connection attempt's first SYN.
+func TestFilterAuditLog(t *testing.T) {
+	requireKernel(t)
+	p := newPair(t)
+	listenTCP(t, p, 9090)
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	w, err := audit.Open(path)
+	require.NoError(t, err)
+	ev := make(events, 16)
+	sink := AuditTo(w, nil)
+	f := newFilter(t, p, Config{Policy: mustPolicy(t, p, basePolicy), OnEvent: func(e Event) { sink(e); ev.on(e) }})
+	denied := netip.AddrPortFrom(p.addr(3), 9090)
+	c, err := dial(t, p, "tcp", denied, 200*time.Millisecond)
+	if err == nil {
+		c.Close()
+	}
+	require.Error(t, err)
+	ev.next(t, denied)
+	require.NoError(t, f.Close())
+	require.NoError(t, w.Close())
+	rep, err := audit.VerifyFile(path)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, rep.Lines, 1)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"kind":"egress","decision":"deny","proto":"tcp","src":"`+p.addr(1).String()+`:`)
+	assert.Contains(t, string(data), `"dst":"`+denied.String()+`","rule":"default deny","detail":"kernel filter, interface `)
 }
