@@ -101,6 +101,8 @@ func TestFilterVerdicts(t *testing.T) {
 	}
 	require.NoError(t, f.Close())
 	assert.True(t, canConnect(t, p, s(2, 9090)), "Close detaches the filter")
+	assert.ErrorIs(t, f.Reload(mustPolicy(t, p, basePolicy), nil), ErrClosed)
+	assert.NoError(t, f.Close(), "Close is idempotent")
 }
 
 func TestFilterReportsAllowedConnections(t *testing.T) {
