@@ -97,8 +97,12 @@ func register(ctx context.Context, j Join, send exchange) (*RegisterResponse, er
 
 // RegisterNATS registers over NATS at url: it connects as a joining
 // client (the join token is its password), answers control's challenge and
-// returns the answer. An *Error reports a refusal.
+// returns the answer. An *Error reports a refusal, with control's reason.
 func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error) {
+	if len(j.Token) > MaxTokenBytes {
+		// NATS would refuse the login, without saying why.
+		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(j.Token), MaxTokenBytes)}
+	}
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
 	user := joinPrefix + fmt.Sprintf("%x", rnd)
@@ -106,7 +110,10 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
-			return nil, &Error{Code: CodeBadToken, Message: "NATS refused the join token"}
+			// Control admits every joining client and answers with the
+			// reason; a NATS that refuses the login gives none (a control
+			// older than that, or a NATS whose operator checks tokens).
+			return nil, &Error{Code: CodeBadToken, Message: "NATS refused the joining connection without saying why (a wrong, expired or revoked join token?)"}
 		}
 		return nil, fmt.Errorf("register: connect to %s: %w", url, err)
 	}

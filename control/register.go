@@ -40,8 +40,9 @@ func (s *Server) handleRegister(ctx context.Context, body []byte) (*RegisterResp
 // and its error returned.
 func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]byte) error) (*RegisterResponse, error) {
 	req, err := decodeRequest(body)
+	var tokenErr error
 	if err == nil {
-		err = s.tokens.check(req.Token, s.cfg.Now())
+		tokenErr, err = s.admit(ctx, req)
 	}
 	if err != nil {
 		s.refused.Add(1)
@@ -67,19 +68,45 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
 		return nil, err
 	}
-	resp, err := s.register(ctx, req, send)
+	resp, err := s.register(ctx, req, send, tokenErr)
 	if err != nil {
 		s.refused.Add(1)
 		s.log.Warn("registration failed", "name", req.Name, "err", err)
 		return nil, err
 	}
 	s.registered.Add(1)
+	if tokenErr != nil {
+		s.log.Info("known node re-registered on its proof of key alone", "id", resp.NodeID, "name", req.Name, "token", tokenErr)
+	}
 	return resp, nil
 }
 
+// admit decides whether req may go on to prove its key. A live join token
+// admits any identity. Without one (expired, revoked or wrong) only an
+// identity already registered under req's key and name is admitted: the
+// token is for joining, and a node that joined re-registers on its proof
+// of key alone, so an expired token never strands it. Then tokenErr is
+// the token's refusal, which register gives if the identity is gone by
+// the time it is stored: a token that no longer admits never creates one.
+func (s *Server) admit(ctx context.Context, req *RegisterRequest) (tokenErr, err error) {
+	tokenErr = s.tokens.check(req.Token, s.cfg.Now())
+	if tokenErr == nil {
+		return nil, nil
+	}
+	n, err := s.cfg.Store.Get(ctx, nodeID(req.PublicKey))
+	switch {
+	case err == nil && n.Name == req.Name:
+		return tokenErr, nil
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return nil, fmt.Errorf("look up the registering key: %w", err)
+	}
+	return nil, tokenErr
+}
+
 // register stores the node req proved its key for, answers it through
-// send (if not nil) and then announces it.
-func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error) (*RegisterResponse, error) {
+// send (if not nil) and then announces it. A non-nil refuseNew refuses to
+// create a node not registered yet (see admit).
+func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error, refuseNew error) (*RegisterResponse, error) {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
 	id := nodeID(req.PublicKey)
@@ -102,7 +129,7 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 			return nil, fmt.Errorf("issue relay token: %w", err)
 		}
 	}
-	n, prev, err := s.storeNode(ctx, req, id, hash[:])
+	n, prev, err := s.storeNode(ctx, req, id, hash[:], refuseNew)
 	if err != nil {
 		return nil, err
 	}
@@ -179,8 +206,9 @@ func (s *Server) maxReply() int {
 }
 
 // storeNode creates or updates id's record for req; prev is the record it
-// replaced (nil: it is new), for undo.
-func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte) (n, prev *Node, err error) {
+// replaced (nil: it is new), for undo. It creates none if refuseNew is
+// not nil, and returns refuseNew instead.
+func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error) (n, prev *Node, err error) {
 	now := s.cfg.Now()
 	old, err := s.cfg.Store.Get(ctx, id)
 	switch {
@@ -200,6 +228,8 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		return &n, old, nil
 	case !errors.Is(err, ErrNotFound):
 		return nil, nil, fmt.Errorf("look up %s: %w", id, err)
+	case refuseNew != nil:
+		return nil, nil, refuseNew
 	}
 	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce,
 		Epoch: nextEpoch(0, now)}

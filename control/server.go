@@ -185,7 +185,6 @@ func (s *Server) connectNATS(ctx context.Context) error {
 		pass := randomSecret()
 		auth := &authenticator{
 			controlPass: pass,
-			tokens:      func(t string) error { return s.tokens.check(t, s.cfg.Now()) },
 			secrets:     s.secretHash,
 		}
 		e, err := startEmbeddedNATS(ctx, s.embeddedNATSConfig(), auth)

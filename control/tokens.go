@@ -18,8 +18,7 @@ type JoinToken struct {
 type tokenSet []JoinToken
 
 func (ts tokenSet) check(given string, now time.Time) error {
-	match := 0
-	expired := 0
+	match, expired, expiredAt := 0, 0, 0
 	for _, t := range ts {
 		eq := subtle.ConstantTimeCompare([]byte(t.Value), []byte(given))
 		live := 1
@@ -28,12 +27,14 @@ func (ts tokenSet) check(given string, now time.Time) error {
 		}
 		match |= eq & live
 		expired |= eq & (1 - live)
+		expiredAt = subtle.ConstantTimeSelect(eq&(1-live), int(t.Expires.Unix()), expiredAt)
 	}
 	switch {
 	case match == 1:
 		return nil
 	case expired == 1:
-		return &Error{Code: CodeBadToken, Message: "join token expired"}
+		at := time.Unix(int64(expiredAt), 0).UTC().Format(time.RFC3339)
+		return &Error{Code: CodeBadToken, Message: "join token expired at " + at}
 	default:
 		return &Error{Code: CodeBadToken, Message: "join token not accepted"}
 	}
