@@ -134,8 +134,41 @@ sed 's/^	runtime.SetFinalizer(q, device.flush\(In\|Out\)boundQueue)$/	runtime.Ke
 [ "$(grep -c 'lattice vtime overlay' "$out/channels.go")" = 2 ] || die "patching $wgsrc failed"
 sed 's/^	tp.p.Put(t)$/	_ = tp \/\/ lattice vtime overlay: no pooling, a timer must not cross a bubble'"'"'s edge/' "$nvsrc" | put timer.go
 grep -q 'lattice vtime overlay' "$out/timer.go" || die "patching $nvsrc failed"
-awk 'prev == "\tStatistics" && $0 == "\tmu sync.RWMutex" { $0 = "\tmu vtimeRWMutex // lattice vtime overlay: waits park durably in a bubble" } { print; prev = $0 }' "$nvconn" | put nats_conn.go
-grep -q 'lattice vtime overlay' "$out/nats_conn.go" || die "patching $nvconn failed"
+# Inbox names end in a NUID from nuid's process-wide generator, seeded from
+# crypto/rand when the package loads, before a test can seed it
+# (testing/cryptotest.SetGlobalRandom), and carrying on from run to run: the
+# first thing two runs of one scenario differ in. The overlay draws inbox
+# NUIDs from crypto/rand at each call instead (the same 22 base-62
+# characters), so a seeded run names its inboxes the same.
+for l in '	"github.com/nats-io/nuid"' '	copy(ns, nuid.Next())' '	sb.WriteString(nuid.Next())'; do
+	grep -qxF "$l" "$nvconn" || die "$nvconn has no line '$l': nats.go's inbox names changed"
+done
+awk 'prev == "\tStatistics" && $0 == "\tmu sync.RWMutex" { $0 = "\tmu vtimeRWMutex // lattice vtime overlay: waits park durably in a bubble" }
+	$0 == "\t\"github.com/nats-io/nuid\"" { $0 = "\t// lattice vtime overlay: inbox NUIDs from crypto/rand (vtimeNUID)" }
+	{ gsub(/nuid\.Next\(\)/, "vtimeNUID()"); print; prev = $0 }' "$nvconn" | put nats_conn.go
+[ "$(grep -c 'lattice vtime overlay' "$out/nats_conn.go")" = 2 ] && [ "$(grep -c 'vtimeNUID()' "$out/nats_conn.go")" = 2 ] ||
+	die "patching $nvconn failed"
+put nats_vtime_nuid.go <<'GO'
+// Added by lattice's scripts/vtime-flags.sh (an -overlay for tests on
+// virtual time; not part of this module).
+
+package nats
+
+import "crypto/rand"
+
+// vtimeNUID is an inbox token like nuid.Next's (22 base-62 characters),
+// drawn from crypto/rand at each call, so that a test that seeds
+// crypto/rand names its inboxes the same from run to run.
+func vtimeNUID() string {
+	const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	var b [22]byte
+	_, _ = rand.Read(b[:]) // never fails
+	for i, c := range b {
+		b[i] = digits[int(c)%len(digits)]
+	}
+	return string(b[:])
+}
+GO
 locks() { # locks PKG: the durable locks' Go file for package PKG
 	sed "s/^package PKG\$/package $1/" <<'GO'
 // Added by lattice's scripts/vtime-flags.sh (an -overlay for
@@ -249,6 +282,7 @@ case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backsla
 	printf '"%s":"%s",' "$out/wireguard/device/lattice_vtime_mutex.go" "$out/wg_vtime_mutex.go"
 	printf '"%s":"%s",' "$out/nats.go/timer.go" "$out/timer.go"
 	printf '"%s":"%s",' "$out/nats.go/nats.go" "$out/nats_conn.go"
+	printf '"%s":"%s",' "$out/nats.go/lattice_vtime_nuid.go" "$out/nats_vtime_nuid.go"
 	printf '"%s":"%s"' "$out/nats.go/lattice_vtime_mutex.go" "$out/nats_vtime_mutex.go"
 	printf '}}\n'
 } | put overlay.json

@@ -47,7 +47,9 @@ type detRun struct {
 //   - every capture's section and interface blocks, byte for byte: nothing
 //     of the host, the wall clock or the run directory is in them;
 //   - every packet timestamp is the lab clock's: on the bubble's clock, from
-//     2000-01-01 00:00 UTC to the end of the run's network time.
+//     2000-01-01 00:00 UTC to the end of the run's network time;
+//   - the captures agree past the first NATS inbox name (packet 11): the
+//     overlay draws nats.go's inbox NUIDs from the seeded crypto/rand.
 //
 // It does not check that result.json and the packet records are identical,
 // because they are not, and it logs how far they agree (see
@@ -55,8 +57,7 @@ type detRun struct {
 // the same bubble instant run in an order the Go runtime draws from its own
 // unseedable random source (select case order, timer and run-queue order),
 // even at GOMAXPROCS=1; nats-server randomizes its first PING by up to 20%
-// with math/rand/v2's runtime-seeded generator; nats.go's inbox names come
-// from a process-wide NUID. Once one packet moves, each link's seeded
+// with math/rand/v2's runtime-seeded generator. Once one packet moves, each link's seeded
 // loss and jitter draws fall on other packets and the timings drift apart.
 func TestDeterministicRun(t *testing.T) {
 	if ok, why := vtime.Available(); !ok {
@@ -102,6 +103,9 @@ func TestDeterministicRun(t *testing.T) {
 			same++
 		}
 		t.Logf("%s: %d and %d packets, the first %d identical", name, len(ra), len(rb), same)
+		// The 11th packet of each capture carried the first inbox name
+		// (a NUID); the overlay draws those from the seeded crypto/rand.
+		assert.Greater(t, same, 10, "%s: the runs' captures part at packet %d, at or before the first NATS inbox", name, same+1)
 	}
 	if bytes.Equal(a.json, b.json) {
 		t.Log("result.json identical")
