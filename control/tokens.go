@@ -18,8 +18,8 @@ type JoinToken struct {
 type tokenSet []JoinToken
 
 func (ts tokenSet) check(given string, now time.Time) error {
-	match, expired, expiredAt := 0, 0, 0
-	for _, t := range ts {
+	match, expired, which := 0, 0, 0
+	for i, t := range ts {
 		eq := subtle.ConstantTimeCompare([]byte(t.Value), []byte(given))
 		live := 1
 		if !t.Expires.IsZero() && !now.Before(t.Expires) {
@@ -27,13 +27,13 @@ func (ts tokenSet) check(given string, now time.Time) error {
 		}
 		match |= eq & live
 		expired |= eq & (1 - live)
-		expiredAt = subtle.ConstantTimeSelect(eq&(1-live), int(t.Expires.Unix()), expiredAt)
+		which = subtle.ConstantTimeSelect(eq&(1-live), i, which)
 	}
 	switch {
 	case match == 1:
 		return nil
 	case expired == 1:
-		at := time.Unix(int64(expiredAt), 0).UTC().Format(time.RFC3339)
+		at := ts[which].Expires.UTC().Format(time.RFC3339)
 		return &Error{Code: CodeBadToken, Message: "join token expired at " + at}
 	default:
 		return &Error{Code: CodeBadToken, Message: "join token not accepted"}
