@@ -203,10 +203,24 @@ func (s *Server) connectNATS(ctx context.Context) error {
 	if s.cfg.NATSURL == "" {
 		return errors.New("control: neither EmbeddedNATS nor NATSURL set")
 	}
-	opts = append(opts, nats.SetCustomDialer(Dialer(s.cfg.Network)), nats.UserInfo(s.cfg.NATSUser, s.cfg.NATSPassword))
-	nc, err := nats.Connect(s.cfg.NATSURL, opts...)
+	// An external NATS is checked as a node checks control: plaintext only
+	// to loopback (or with insecure=1), tls:// with the system roots or a
+	// pinned fingerprint. Unlike control's own listener, a stock
+	// nats-server upgrades to TLS after its INFO, so no handshake first.
+	ep, err := parseEndpoint(s.cfg.NATSURL)
 	if err != nil {
-		return fmt.Errorf("control: connect to NATS %s: %w", s.cfg.NATSURL, err)
+		return fmt.Errorf("control: NATS URL (control's NATS password would cross it): %w", err)
+	}
+	if ep.isHTTP() {
+		return fmt.Errorf("control: NATS URL %s: want tls:// or nats://", ep.plainURL())
+	}
+	opts = append(opts, nats.SetCustomDialer(Dialer(s.cfg.Network)), nats.UserInfo(s.cfg.NATSUser, s.cfg.NATSPassword))
+	if ep.isTLS() {
+		opts = append(opts, nats.Secure(ep.tlsConfig()))
+	}
+	nc, err := nats.Connect(ep.plainURL(), opts...)
+	if err != nil {
+		return fmt.Errorf("control: connect to NATS %s: %w", ep.plainURL(), err)
 	}
 	s.nc = nc
 	return nil

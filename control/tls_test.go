@@ -311,6 +311,15 @@ func TestPlaintextRefusedBeforeDial(t *testing.T) {
 	_, err = Connect(t.Context(), fn, "n1", NATSCreds{URL: "nats://192.0.2.10:4222", User: "n1", Password: "secret-password"}, Handlers{})
 	require.ErrorIs(t, err, ErrPlaintext)
 	assert.NotContains(t, err.Error(), "secret-password")
+
+	// Control's own connection to an external NATS carries its password.
+	st, err := OpenFileStore(filepath.Join(t.TempDir(), "registry.json"))
+	require.NoError(t, err)
+	_, err = New(t.Context(), Config{Store: st, Tokens: []JoinToken{{Value: testToken}}, Network: fn,
+		NATSURL: "nats://192.0.2.10:4222", NATSUser: "control", NATSPassword: "secret-password"})
+	require.ErrorIs(t, err, ErrPlaintext)
+	assert.Contains(t, err.Error(), "NATS URL")
+	assert.NotContains(t, err.Error(), "secret-password")
 	assert.Empty(t, fn.dials)
 }
 

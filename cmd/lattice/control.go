@@ -86,7 +86,7 @@ allows it elsewhere, and nodes then need --insecure too.`,
 	f.StringVar(&fl.httpListen, "listen-http", "127.0.0.1:8080", `HTTP registration address ("" to disable)`)
 	f.BoolVar(&fl.embedded, "embedded-nats", false, "run NATS in-process")
 	f.StringVar(&fl.natsListen, "nats-listen", "127.0.0.1:4222", "embedded NATS client address")
-	f.StringVar(&fl.natsURL, "nats-url", "", "external NATS to use instead of --embedded-nats")
+	f.StringVar(&fl.natsURL, "nats-url", "", "external NATS to use instead of --embedded-nats: tls://HOST:PORT (?fingerprint=SHA256 to pin), or nats:// on loopback or with ?insecure=1")
 	f.StringVar(&fl.natsUser, "nats-user", "", "user on the external NATS")
 	f.StringVar(&fl.natsPassFile, "nats-password-file", "", "file holding the external NATS password")
 	f.StringVar(&fl.advertise, "advertise-nats", "", "NATS URL given to nodes (default: the one control uses)")
