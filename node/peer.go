@@ -296,6 +296,10 @@ func (p *peer) onSignal(ctx context.Context, s *Signal) {
 			p.resendIfLost(ctx, s)
 			return
 		}
+		if p.agent != nil && p.haveRemote && s.PeerSession == p.session && p.connected != p.session {
+			p.adopt(ctx, s)
+			return
+		}
 		if p.agent == nil || p.haveRemote {
 			// The peer restarted ICE (or we were between attempts):
 			// start afresh so both sides run the same attempt.
@@ -325,6 +329,35 @@ func (p *peer) onSignal(ctx context.Context, s *Signal) {
 	}
 }
 
+// adopt binds the running attempt to the peer's new session s instead of
+// restarting ours. s names our current session, so the peer's new agent
+// already has (or, being a fresh retry, is about to get) our credentials:
+// restarting here would send new ones that make the peer restart in turn,
+// and two attempts answering each other's restarts never settle (a long
+// link flap ended that way, each restart cancelling the other's before it
+// could connect). If the switch leaves the attempt unable to connect, it
+// times out and the backoff starts a fresh one.
+func (p *peer) adopt(ctx context.Context, s *Signal) {
+	if err := p.agent.SetRemoteCredentials(s.Ufrag, s.Pwd); err != nil {
+		p.env.log.Debug("adopt peer session", "peer", p.info.Name, "err", err)
+		p.fail(ctx, "ICE attempt could not take the peer's new session: "+err.Error())
+		return
+	}
+	p.env.log.Debug("ICE attempt adopts the peer's session", "peer", p.info.Name, "session", p.session, "peer_session", s.Session)
+	p.boundRemote = s.Session
+	p.setReport(func(r *ICEReport) { r.RemoteCandidates = nil })
+	p.restartWhileDirect(ctx)
+	for _, c := range p.pending {
+		if c.Session == s.Session {
+			p.addRemote(c)
+		}
+	}
+	p.pending = nil
+	// A fresh retry of the peer's heard of our session but does not have
+	// our credentials; one that answered ours ignores the repeat.
+	p.resendAll(ctx)
+}
+
 // sendCredentials signals the current agent's credentials, naming the
 // peer session we have heard of.
 func (p *peer) sendCredentials(ctx context.Context) error {
@@ -338,6 +371,12 @@ func (p *peer) resendIfLost(ctx context.Context, s *Signal) {
 	if s.PeerSession == p.session || p.agent == nil {
 		return
 	}
+	p.resendAll(ctx)
+}
+
+// resendAll sends our credentials and every candidate of the current
+// attempt again.
+func (p *peer) resendAll(ctx context.Context) {
 	if err := p.sendCredentials(ctx); err != nil {
 		p.env.log.Debug("resend credentials", "peer", p.info.Name, "err", err)
 		return
