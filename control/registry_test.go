@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,77 +16,6 @@ import (
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
-
-// memStore is a Store in memory, for tests whose registry is large: the
-// FileStore rewrites and fsyncs its whole file on every change.
-type memStore struct {
-	mu   sync.Mutex
-	byID map[string]*Node
-}
-
-func newMemStore() *memStore { return &memStore{byID: map[string]*Node{}} }
-
-func (s *memStore) Get(_ context.Context, id string) (*Node, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, ok := s.byID[id]
-	if !ok {
-		return nil, ErrNotFound
-	}
-	c := *n
-	return &c, nil
-}
-
-func (s *memStore) List(context.Context) ([]*Node, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*Node, 0, len(s.byID))
-	for _, id := range slices.Sorted(maps.Keys(s.byID)) {
-		c := *s.byID[id]
-		out = append(out, &c)
-	}
-	return out, nil
-}
-
-func (s *memStore) Create(_ context.Context, n *Node) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, o := range s.byID {
-		switch {
-		case o.ID == n.ID:
-		case o.Address == n.Address:
-			return ErrAddressTaken
-		case o.Name == n.Name:
-			return ErrNameTaken
-		}
-	}
-	c := *n
-	s.byID[n.ID] = &c
-	return nil
-}
-
-func (s *memStore) Update(_ context.Context, n *Node) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.byID[n.ID]; !ok {
-		return ErrNotFound
-	}
-	c := *n
-	s.byID[n.ID] = &c
-	return nil
-}
-
-func (s *memStore) Delete(_ context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.byID[id]; !ok {
-		return ErrNotFound
-	}
-	delete(s.byID, id)
-	return nil
-}
-
-func (s *memStore) Close() error { return nil }
 
 // TestUnsendableAnswerNotStored: a registration whose answer cannot be
 // sent (here: over NATS's MaxPayload whatever the paging, because of a
@@ -150,7 +76,7 @@ func TestManyRegistrationsAnswered(t *testing.T) {
 		total = 600
 	}
 	// A long PresenceTTL: expiring 2,000 silent nodes is a storm of its own.
-	env := startServer(t, "", func(c *Config) { c.Store, c.PresenceTTL = newMemStore(), time.Hour })
+	env := startServer(t, "", func(c *Config) { c.Store, c.PresenceTTL = NewMemStore(), time.Hour })
 	nc := joinConn(t, env.url)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -189,13 +115,13 @@ func TestManyRegistrationsAnswered(t *testing.T) {
 
 // countingStore counts List calls.
 type countingStore struct {
-	*memStore
+	*FileStore
 	lists atomic.Int64
 }
 
 func (s *countingStore) List(ctx context.Context) ([]*Node, error) {
 	s.lists.Add(1)
-	return s.memStore.List(ctx)
+	return s.FileStore.List(ctx)
 }
 
 // TestMassExpiryListsOnce: nodes that do not come back after control
@@ -203,7 +129,7 @@ func (s *countingStore) List(ctx context.Context) ([]*Node, error) {
 // the registry, not one per node.
 func TestMassExpiryListsOnce(t *testing.T) {
 	const silent = 50
-	st := &countingStore{memStore: newMemStore()}
+	st := &countingStore{FileStore: NewMemStore()}
 	ctx := ctxT(t)
 	for i := range silent {
 		k := key.NewPrivate().Public()

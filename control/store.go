@@ -50,6 +50,12 @@ type FileStore struct {
 
 var _ Store = (*FileStore)(nil)
 
+// NewMemStore is a FileStore without a file: the registry lives in memory
+// and is gone when the process exits. For tests and labs whose registry is
+// large or need not outlive them (a FileStore rewrites and fsyncs its
+// whole file on every change).
+func NewMemStore() *FileStore { return &FileStore{byID: map[string]*Node{}} }
+
 type fileState struct {
 	Version int     `json:"version"`
 	Nodes   []*Node `json:"nodes"`
@@ -167,6 +173,9 @@ func (s *FileStore) commitLocked(id string, n *Node) error {
 }
 
 func (s *FileStore) writeLocked() error {
+	if s.path == "" {
+		return nil // NewMemStore
+	}
 	st := fileState{Version: 1}
 	for _, id := range slices.Sorted(maps.Keys(s.byID)) {
 		st.Nodes = append(st.Nodes, s.byID[id])

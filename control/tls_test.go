@@ -484,12 +484,12 @@ func hostOnly(hostport string) string {
 
 // BenchmarkJoinTLS measures whole joins as a node makes them: a new NATS
 // connection (with TLS: the handshake and the pin check), the two
-// registration requests, then closing; memStore keeps the registry out of
+// registration requests, then closing; NewMemStore keeps the registry out of
 // the measurement.
 func BenchmarkJoinTLS(b *testing.B) {
 	for _, mode := range []string{"plaintext", "tls"} {
 		b.Run(mode, func(b *testing.B) {
-			cfg := Config{Tokens: []JoinToken{{Value: testToken}}, Store: newMemStore(), EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"}}
+			cfg := Config{Tokens: []JoinToken{{Value: testToken}}, Store: NewMemStore(), EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"}}
 			fp := ""
 			if mode == "tls" {
 				tc, f, err := SelfSignedTLS(filepath.Join(b.TempDir(), "tls"), time.Now())
