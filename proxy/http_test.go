@@ -259,9 +259,7 @@ func TestHTTPAuth(t *testing.T) {
 // TestHTTPDialFailures checks the status for each way a dial fails, for
 // forwarded requests and tunnels.
 func TestHTTPDialFailures(t *testing.T) {
-	closed := listen(t)
-	refused := closed.Addr().String()
-	require.NoError(t, closed.Close())
+	refused := refusedAddr(t)
 	tests := []struct {
 		name       string
 		target     string

@@ -163,9 +163,7 @@ func authMsg(ver byte, user, pass string) []byte {
 
 // TestSOCKS5Replies checks the reply code for each way a request fails.
 func TestSOCKS5Replies(t *testing.T) {
-	closed := listen(t)
-	refusedPort := portOf(t, closed.Addr().String())
-	require.NoError(t, closed.Close())
+	refusedPort := portOf(t, refusedAddr(t))
 
 	tests := []struct {
 		name      string
