@@ -27,8 +27,9 @@ import (
 // paths, which are on the default $PATH too.
 const gvisorRunsc = "/usr/local/bin/runsc"
 
-// gvisorTools is what phase 1 runs (node/kernel_linux.go, sandbox/iptables.go).
-var gvisorTools = []string{"ip", "iptables", "iptables-restore"}
+// gvisorTools is what phase 1 runs (node/kernel_linux.go, sandbox/iptables.go,
+// sandbox/iptables_defaults.go: the default denies in both families).
+var gvisorTools = []string{"ip", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore"}
 
 // xtablesDirs are where iptables looks for its match and target modules
 // (XTABLES_LIBDIR, fixed at its build): Debian's multiarch directory
