@@ -3,52 +3,22 @@ package audit
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/internal/testdisk"
 )
-
-// smallDisk mounts a tmpfs of size bytes in a temporary directory, or
-// skips without root.
-func smallDisk(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
-	return dir
-}
-
-// fill writes to path until the disk is full.
-func fill(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			return
-		}
-	}
-}
 
 // TestDiskFull: on a full disk the writer fails with ENOSPC and stays
 // failed (so the sandbox denies new flows); once space is back, Open
 // repairs what the failure left and the log verifies, checkpoint
 // included.
 func TestDiskFull(t *testing.T) {
-	dir := smallDisk(t, "256k")
+	dir := testdisk.Small(t, "256k")
 	path := filepath.Join(dir, "audit.jsonl")
 	w, err := Open(path)
 	require.NoError(t, err)
@@ -57,7 +27,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	require.NoError(t, w.Sync())
 	filler := filepath.Join(dir, "filler")
-	fill(t, filler)
+	testdisk.Fill(t, filler)
 
 	var werr error
 	for i := 21; i < 10000 && werr == nil; i++ {

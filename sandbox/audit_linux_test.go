@@ -4,54 +4,25 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/internal/testdisk"
+
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/sandbox"
 )
-
-// smallDisk mounts a tmpfs of the given size, or skips without root.
-func smallDisk(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
-	return dir
-}
-
-// fillDisk writes to path until the disk is full.
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	defer f.Close()
-	buf := make([]byte, 4096)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			require.ErrorIs(t, err, syscall.ENOSPC)
-			return
-		}
-	}
-}
 
 // TestAuditDiskFullFailsClosed: when the audit log's disk fills, new flows
 // are denied (not carried on unaudited), with the reason; after space is
 // back, a restart on the same state works and its log verifies.
 func TestAuditDiskFullFailsClosed(t *testing.T) {
-	disk := smallDisk(t, "256k")
+	disk := testdisk.Small(t, "256k")
 	m := newMesh(t)
 	state := t.TempDir()
 	cfg := m.config(t, "agent", state)
@@ -61,7 +32,7 @@ func TestAuditDiskFullFailsClosed(t *testing.T) {
 	eventually(t, 20*time.Second, func() error { _, err := get(t.Context(), d.Dial, url); return err })
 
 	filler := filepath.Join(disk, "filler")
-	fillDisk(t, filler)
+	testdisk.Fill(t, filler)
 	var err error
 	for i := 0; i < 1000; i++ {
 		// The log's last page may hold a few more lines.
@@ -93,7 +64,7 @@ func TestAuditDiskFullFailsClosed(t *testing.T) {
 // TestAuditDiskFullFailOpen: with AuditFailOpen the sandbox carries on
 // unaudited.
 func TestAuditDiskFullFailOpen(t *testing.T) {
-	disk := smallDisk(t, "256k")
+	disk := testdisk.Small(t, "256k")
 	m := newMesh(t)
 	cfg := m.config(t, "agent", t.TempDir())
 	cfg.AuditLog = filepath.Join(disk, "audit.jsonl")
@@ -101,7 +72,7 @@ func TestAuditDiskFullFailOpen(t *testing.T) {
 	d := startPod(t, cfg)
 	url := overlayURL(m.web.Addr(), 8080, "/")
 	eventually(t, 20*time.Second, func() error { _, err := get(t.Context(), d.Dial, url); return err })
-	fillDisk(t, filepath.Join(disk, "filler"))
+	testdisk.Fill(t, filepath.Join(disk, "filler"))
 	for i := 0; i < 200; i++ {
 		_, err := get(t.Context(), d.Dial, url)
 		require.False(t, errors.Is(err, sandbox.ErrDenied), "fail-open never denies for the audit log: %v", err)
