@@ -120,22 +120,7 @@ func FuzzHTTPProxyRequest(f *testing.F) {
 	const timeout = 50 * time.Millisecond
 	f.Fuzz(func(t *testing.T, withCreds bool, in []byte) {
 		var dials atomic.Int32
-		cfg := Config{
-			Dial: func(_ context.Context, _, address string) (net.Conn, error) {
-				dials.Add(1)
-				if strings.HasPrefix(address, "denied") {
-					return nil, ErrDenied
-				}
-				up, peer := net.Pipe()
-				_ = peer.Close() // the destination hangs up at once
-				return up, nil
-			},
-			HandshakeTimeout: timeout,
-			DialTimeout:      timeout,
-		}
-		if withCreds {
-			cfg.Credentials = testCreds
-		}
+		cfg := fuzzConfig(&dials, withCreds, timeout)
 		s, err := NewHTTP(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -44,22 +44,7 @@ func FuzzSOCKS5Handshake(f *testing.F) {
 	const timeout = 20 * time.Millisecond
 	f.Fuzz(func(t *testing.T, withCreds, hold bool, in []byte) {
 		var dials atomic.Int32
-		cfg := Config{
-			Dial: func(_ context.Context, _, address string) (net.Conn, error) {
-				dials.Add(1)
-				if strings.HasPrefix(address, "denied") {
-					return nil, ErrDenied
-				}
-				up, peer := net.Pipe()
-				_ = peer.Close() // the destination hangs up at once
-				return up, nil
-			},
-			HandshakeTimeout: timeout,
-			DialTimeout:      timeout,
-		}
-		if withCreds {
-			cfg.Credentials = testCreds
-		}
+		cfg := fuzzConfig(&dials, withCreds, timeout)
 		s, err := NewSOCKS5(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -213,4 +198,27 @@ func FuzzUDPHeader(f *testing.F) {
 			t.Fatalf("canonical header % x re-encoded as % x", in[:len(hdr)], hdr)
 		}
 	})
+}
+
+// fuzzConfig is the fuzz targets' proxy configuration: every dial is
+// counted in dials, a destination starting with "denied" is refused by
+// policy, any other hangs up at once.
+func fuzzConfig(dials *atomic.Int32, withCreds bool, timeout time.Duration) Config {
+	cfg := Config{
+		Dial: func(_ context.Context, _, address string) (net.Conn, error) {
+			dials.Add(1)
+			if strings.HasPrefix(address, "denied") {
+				return nil, ErrDenied
+			}
+			up, peer := net.Pipe()
+			_ = peer.Close() // the destination hangs up at once
+			return up, nil
+		},
+		HandshakeTimeout: timeout,
+		DialTimeout:      timeout,
+	}
+	if withCreds {
+		cfg.Credentials = testCreds
+	}
+	return cfg
 }
