@@ -31,7 +31,7 @@ type ICEConfig struct {
 	AttemptTimeout time.Duration
 	// Candidates filters the addresses host candidates may use. If nil,
 	// every address but loopback.
-	Candidates func(netip.Addr) bool
+	Candidates func(netip.Addr) bool `json:"-"` // a Go value: configuration files cannot carry it
 	// RelayOnly never tries a direct path (for measurements and networks
 	// where direct paths are unwanted).
 	RelayOnly bool

@@ -10,9 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
 )
 
@@ -47,35 +45,22 @@ func MaybeRunChild() {
 	os.Exit(childMain(path, len(os.Args) > 2 && os.Args[2] == "debug"))
 }
 
-// childFile is the DriverConfig as the child's file carries it. The
-// fields that are Go values stay behind: Logger and Network are the
-// child's own, and ICE, whose Candidates is a func, travels as its data.
-type childFile struct {
-	sandbox.DriverConfig
-	ICE struct {
-		STUN                                          []string
-		DeadAfter, RetryMin, RetryMax, AttemptTimeout time.Duration
-		RelayOnly                                     bool
-	}
-}
+// childFile is the DriverConfig as the child's file carries it: Logger
+// and Network stay behind (they are the child's own), and Go values that a
+// file cannot carry (node.ICEConfig.Candidates is not encoded) are refused.
+type childFile struct{ sandbox.DriverConfig }
 
 func newChildFile(cfg sandbox.DriverConfig) (childFile, error) {
 	if cfg.ICE.Candidates != nil || cfg.ProxyCredentials != nil {
 		return childFile{}, errors.New("a gvisor child takes no ICE.Candidates or ProxyCredentials (Go values, not data)")
 	}
-	f := childFile{DriverConfig: cfg}
-	f.Logger, f.Network = nil, nil
-	i := cfg.ICE
-	f.ICE.STUN, f.ICE.DeadAfter, f.ICE.RetryMin, f.ICE.RetryMax = i.STUN, i.DeadAfter, i.RetryMin, i.RetryMax
-	f.ICE.AttemptTimeout, f.ICE.RelayOnly = i.AttemptTimeout, i.RelayOnly
-	return f, nil
+	cfg.Logger, cfg.Network = nil, nil
+	return childFile{cfg}, nil
 }
 
 func (f childFile) config(log *slog.Logger) sandbox.DriverConfig {
 	cfg := f.DriverConfig
 	cfg.Logger = log
-	cfg.ICE = node.ICEConfig{STUN: f.ICE.STUN, DeadAfter: f.ICE.DeadAfter, RetryMin: f.ICE.RetryMin,
-		RetryMax: f.ICE.RetryMax, AttemptTimeout: f.ICE.AttemptTimeout, RelayOnly: f.ICE.RelayOnly}
 	return cfg
 }
 
