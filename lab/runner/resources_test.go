@@ -34,13 +34,3 @@ func TestResourcesCountsTheBubble(t *testing.T) {
 	assert.Equal(t, "process", r.Scope)
 	assert.GreaterOrEqual(t, r.Goroutines, 51)
 }
-
-func TestBubbleGoroutines(t *testing.T) {
-	dump := []byte("goroutine 1 [running, synctest bubble 1]:\nmain.f()\n\n" +
-		"goroutine 2 [select (durable), 2 minutes, synctest bubble 12]:\nmain.g()\n\n" +
-		"goroutine 3 [chan receive, synctest bubble 1]:\nmain.h()\n\n" +
-		"goroutine 4 [IO wait]:\nmain.i()\n")
-	assert.Equal(t, 2, bubbleGoroutines(dump, 1))
-	assert.Equal(t, 1, bubbleGoroutines(dump, 12))
-	assert.Equal(t, 0, bubbleGoroutines(dump, 2))
-}

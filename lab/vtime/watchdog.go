@@ -3,7 +3,6 @@ package vtime
 import (
 	"bytes"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,7 +105,7 @@ func (w *Watchdog) watch() {
 			if idle < w.cfg.Timeout {
 				continue
 			}
-			stuck := Stuck(allStacks(), int(w.bubble.Load()))
+			stuck := Stuck(AllStacks(), int(w.bubble.Load()))
 			if len(stuck) == 0 || busy(stuck) && idle < w.cfg.BusyTimeout {
 				// Nothing waits outside (the bubble is between two
 				// states, or finishing), or it works, just slowly.
@@ -129,7 +128,7 @@ func (w *Watchdog) watch() {
 // first thing. The returned stop ends it; call it inside, once the
 // bubble's work is done, before the bubble's function returns.
 func (w *Watchdog) Pulse() (stop func()) {
-	w.bubble.Store(int64(ownBubble()))
+	w.bubble.Store(int64(OwnBubble()))
 	end := make(chan struct{}) // the bubble's own, so the beat waits durably
 	exited := make(chan struct{})
 	start := time.Now()
@@ -312,36 +311,4 @@ func where(body []byte) string {
 func std(fn string) bool {
 	first, _, slash := strings.Cut(fn, "/")
 	return !slash || !strings.Contains(first, ".")
-}
-
-// ownBubble is the bubble id of the calling goroutine, from its own
-// traceback header; 0 outside any bubble.
-func ownBubble() int {
-	buf := make([]byte, 512)
-	n := runtime.Stack(buf, false)
-	header, _, _ := bytes.Cut(buf[:n], []byte("\n"))
-	const tag = ", synctest bubble "
-	i := bytes.Index(header, []byte(tag))
-	if i < 0 {
-		return 0
-	}
-	rest := header[i+len(tag):]
-	j := 0
-	for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-		j++
-	}
-	id, _ := strconv.Atoi(string(rest[:j]))
-	return id
-}
-
-// allStacks is every goroutine's traceback.
-func allStacks() []byte {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return buf[:n]
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 }
