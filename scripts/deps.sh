@@ -8,6 +8,7 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v wg >/dev/null 2>&1 || need+=(wireguard-tools)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
