@@ -32,5 +32,9 @@
 //   - status.go: PeerStatus and its assembly; statusjson.go its JSON.
 //   - kernel_linux.go: KernelProvisioner, a kernel TUN device; the
 //     user-space one is netstack.SandboxProvisioner.
+//   - device.go: Device, the WireGuard device the node configures:
+//     wireguard-go in process on the Provisioner's interface, or one with
+//     its own socket fed through the Bind (DeviceOpener; wgdev's kernel
+//     WireGuard and its bridge).
 //   - pionlog.go: pion's logs in the node's logger, trace at Debug-4.
 package node

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/pion/ice/v4"
 	"github.com/pion/transport/v5"
-	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/control"
@@ -53,8 +53,14 @@ type Config struct {
 	// then come only from it, loopback included, unless ICE.Candidates
 	// says otherwise). If zero, every address.
 	ListenAddr netip.Addr
-	// Provisioner makes the interface. Required.
+	// Provisioner makes the interface wireguard-go runs on in process.
+	// Required unless Device is set.
 	Provisioner Provisioner
+	// Device, if set, makes a WireGuard device with its own UDP socket
+	// (kernel WireGuard), fed through the node's Bind; Provisioner is then
+	// unused. If nil, wireguard-go runs in process on Provisioner's
+	// interface.
+	Device DeviceOpener
 	// MTU of the overlay interface. If zero, 1420 (1500 minus WireGuard's
 	// 80 bytes of overhead).
 	MTU int
@@ -84,7 +90,8 @@ type Node struct {
 	mux     *Mux
 	udpMux  *ice.UniversalUDPMuxDefault
 	bind    *Bind
-	dev     *device.Device
+	dev     Device
+	served  io.Closer // the Provisioner's DeviceServer, if any
 	relay   RelayClient
 	env     *peerEnv
 	tun     *unreachableTUN
@@ -115,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: no control URL")
 	case cfg.Token == "":
 		return nil, errors.New("node: no join token")
-	case cfg.Provisioner == nil:
+	case cfg.Provisioner == nil && cfg.Device == nil:
 		return nil, errors.New("node: no Provisioner")
 	case cfg.Relay == nil && cfg.RelayTransport != "" && !slices.Contains(relayTransports, cfg.RelayTransport):
 		return nil, fmt.Errorf("node: RelayTransport %q: want one of %s", cfg.RelayTransport, strings.Join(relayTransports, ", "))
@@ -252,23 +259,6 @@ func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) er
 	}
 	n.relay = rc
 	n.bind.SetRelay(rc)
-	return nil
-}
-
-// startWireGuard makes the interface and brings WireGuard up on it.
-func (n *Node) startWireGuard(ctx context.Context, addr netip.Prefix) error {
-	tdev, err := n.cfg.Provisioner.Up(ctx, addr, n.cfg.MTU)
-	if err != nil {
-		return fmt.Errorf("node: interface: %w", err)
-	}
-	n.tun = newUnreachableTUN(tdev)
-	n.dev = device.NewDevice(n.tun, n.bind, device.NewLogger(device.LogLevelSilent, ""))
-	if err := n.dev.IpcSet("private_key=" + n.id.Private.RevealHex() + "\n"); err != nil {
-		return fmt.Errorf("node: configure WireGuard: %w", err)
-	}
-	if err := n.dev.Up(); err != nil {
-		return fmt.Errorf("node: WireGuard up: %w", err)
-	}
 	return nil
 }
 
@@ -423,6 +413,9 @@ func (n *Node) Close() error {
 	}
 	if s := n.session.Load(); s != nil {
 		s.Close()
+	}
+	if n.served != nil {
+		n.served.Close()
 	}
 	if n.dev != nil {
 		n.dev.Close()

@@ -41,8 +41,12 @@ func newUnreachableTUN(dev tun.Device) *unreachableTUN {
 	return u
 }
 
-// setOffline marks addr offline (or online again).
+// setOffline marks addr offline (or online again). A nil u (a Device
+// with its own interface) does nothing.
 func (u *unreachableTUN) setOffline(addr netip.Addr, offline bool) {
+	if u == nil {
+		return
+	}
 	for {
 		old := u.offline.Load()
 		next := map[netip.Addr]struct{}{}
