@@ -31,6 +31,7 @@ die() {
 	exit 1
 }
 
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 
@@ -107,33 +108,64 @@ nvconn=$nvdir/nats.go
 	die "$nvconn has no Conn field 'mu sync.RWMutex' after Statistics: nats.go's connection lock changed"
 grep -q '^replace[[:space:]].*github.com/nats-io/nats.go' go.mod && die "go.mod already replaces github.com/nats-io/nats.go; the overlay would hide it"
 
-out=${TMPDIR:-/tmp}/lattice-vtime-$(id -u)/$gvver-$gover
-mkdir -p "$out"
+# The overlay is built whole in a fresh temp dir and renamed into place, so a
+# concurrent build sees either no overlay or a complete one, never a
+# half-written file or a go.mod from another checkout. Its name is keyed by
+# everything its contents depend on except our go.mod and go.sum (the
+# module dirs, Go, this script): the paths it holds stay the same from run
+# to run, so the build cache keeps serving the patched packages. The go.mod
+# and go.sum copies live beside it in a subdir keyed by their contents,
+# built and renamed the same way.
+base=${TMPDIR:-/tmp}/lattice-vtime-$(id -u)
+mkdir -p "$base"
+key=$(printf '%s\n' "$gvdir" "$wgdir" "$nvdir" "$goroot" "$gover" "$plain" "$durable" | cat - "$self" | sha256sum | cut -c1-12)
+out=$base/$gvver-$gover-$key
+modkey=$(cat go.mod go.sum | sha256sum | cut -c1-12)
+mod=$out/mod-$modkey
 case "$gvdir$out" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $gvdir, $out" ;; esac
 
-# Each file is written beside its final name and renamed, so concurrent
-# builds never read a half-written one.
-put() { # put NAME: stdin becomes $out/NAME
-	cat >"$out/$1.$$"
-	mv -f "$out/$1.$$" "$out/$1"
+# modfiles DIR: our go.mod, with the replaces that point at the overlay's
+# module symlinks, and go.sum, into DIR.
+modfiles() {
+	{
+		cat go.mod
+		printf '\n// Added by scripts/vtime-flags.sh: the same gVisor, wireguard-go and nats.go, seen outside GOMODCACHE so -overlay may patch them.\n'
+		printf 'replace gvisor.dev/gvisor => %s/gvisor\n' "$out"
+		printf 'replace golang.zx2c4.com/wireguard => %s/wireguard\n' "$out"
+		printf 'replace github.com/nats-io/nats.go => %s/nats.go\n' "$out"
+	} >"$1/go.mod"
+	cp go.sum "$1/go.sum"
 }
-ln -sfn "$gvdir" "$out/gvisor"
-ln -sfn "$wgdir" "$out/wireguard"
-ln -sfn "$nvdir" "$out/nats.go"
-{
-	cat go.mod
-	printf '\n// Added by scripts/vtime-flags.sh: the same gVisor and wireguard-go, seen outside GOMODCACHE so -overlay may patch them.\n'
-	printf 'replace gvisor.dev/gvisor => %s/gvisor\n' "$out"
-	printf 'replace golang.zx2c4.com/wireguard => %s/wireguard\n' "$out"
-	printf 'replace github.com/nats-io/nats.go => %s/nats.go\n' "$out"
-} | put go.mod
-put go.sum <go.sum
+# publish TMP DIR: rename the finished TMP to DIR; if another run got there
+# first, its DIR has the same contents and TMP goes.
+publish() {
+	mv -T "$1" "$2" 2>/dev/null || { [ -d "$2" ] && rm -rf "$1"; } || die "cannot rename $1 to $2"
+}
+if [ ! -d "$mod" ] && [ -d "$out" ]; then
+	tmp=$(mktemp -d "$out/.mod.XXXXXX") || die "mktemp in $out failed"
+	trap 'rm -rf "$tmp"' EXIT
+	modfiles "$tmp"
+	publish "$tmp" "$mod"
+	trap - EXIT
+fi
+[ -d "$out" ] && { echo "-modfile=$mod/go.mod -overlay=$out/overlay.json"; exit 0; }
+
+tmp=$(mktemp -d "$base/.build.XXXXXX") || die "mktemp in $base failed"
+trap 'rm -rf "$tmp"' EXIT
+put() { # put NAME: stdin becomes NAME in the overlay being built
+	cat >"$tmp/$1"
+}
+ln -s "$gvdir" "$tmp/gvisor"
+ln -s "$wgdir" "$tmp/wireguard"
+ln -s "$nvdir" "$tmp/nats.go"
+mkdir "$tmp/mod-$modkey"
+modfiles "$tmp/mod-$modkey"
 sed "s/^	$line\$/	WaitReasonSelect      uint8 = $durable \/\/ lattice vtime overlay: waitReasonSynctestSelect/" "$src" | put runtime_constants_go_impl.go
-grep -q "uint8 = $durable // lattice vtime overlay" "$out/runtime_constants_go_impl.go" || die "patching $src failed"
+grep -q "uint8 = $durable // lattice vtime overlay" "$tmp/runtime_constants_go_impl.go" || die "patching $src failed"
 sed 's/^	runtime.SetFinalizer(q, device.flush\(In\|Out\)boundQueue)$/	runtime.KeepAlive(q) \/\/ lattice vtime overlay: no finalizer, it would receive on a bubble'"'"'s channel from outside the bubble/' "$wgsrc" | put channels.go
-[ "$(grep -c 'lattice vtime overlay' "$out/channels.go")" = 2 ] || die "patching $wgsrc failed"
+[ "$(grep -c 'lattice vtime overlay' "$tmp/channels.go")" = 2 ] || die "patching $wgsrc failed"
 sed 's/^	tp.p.Put(t)$/	_ = tp \/\/ lattice vtime overlay: no pooling, a timer must not cross a bubble'"'"'s edge/' "$nvsrc" | put timer.go
-grep -q 'lattice vtime overlay' "$out/timer.go" || die "patching $nvsrc failed"
+grep -q 'lattice vtime overlay' "$tmp/timer.go" || die "patching $nvsrc failed"
 # Inbox names end in a NUID from nuid's process-wide generator, seeded from
 # crypto/rand when the package loads, before a test can seed it
 # (testing/cryptotest.SetGlobalRandom), and carrying on from run to run: the
@@ -146,7 +178,7 @@ done
 awk 'prev == "\tStatistics" && $0 == "\tmu sync.RWMutex" { $0 = "\tmu vtimeRWMutex // lattice vtime overlay: waits park durably in a bubble" }
 	$0 == "\t\"github.com/nats-io/nuid\"" { $0 = "\t// lattice vtime overlay: inbox NUIDs from crypto/rand (vtimeNUID)" }
 	{ gsub(/nuid\.Next\(\)/, "vtimeNUID()"); print; prev = $0 }' "$nvconn" | put nats_conn.go
-[ "$(grep -c 'lattice vtime overlay' "$out/nats_conn.go")" = 2 ] && [ "$(grep -c 'vtimeNUID()' "$out/nats_conn.go")" = 2 ] ||
+[ "$(grep -c 'lattice vtime overlay' "$tmp/nats_conn.go")" = 2 ] && [ "$(grep -c 'vtimeNUID()' "$tmp/nats_conn.go")" = 2 ] ||
 	die "patching $nvconn failed"
 put nats_vtime_nuid.go <<'GO'
 // Added by lattice's scripts/vtime-flags.sh (an -overlay for tests on
@@ -266,10 +298,9 @@ wgover=
 for f in $wglocked; do
 	b=wg_$(basename "$f")
 	# Embedded locks change their field name with their type (c.Mutex).
-	sed 's/sync\.RWMutex/vtimeRWMutex/g; s/sync\.Mutex/vtimeMutex/g; s/\.\(RW\)\{0,1\}Mutex\([^A-Za-z0-9_]\)/.vtime\1Mutex\2/g' "$f" >"$out/$b.$$"
+	sed 's/sync\.RWMutex/vtimeRWMutex/g; s/sync\.Mutex/vtimeMutex/g; s/\.\(RW\)\{0,1\}Mutex\([^A-Za-z0-9_]\)/.vtime\1Mutex\2/g' "$f" >"$tmp/$b"
 	# The locks may have been the file's only use of package sync.
-	grep -q 'sync\.' "$out/$b.$$" || sed -i '/^	"sync"$/d; /^import "sync"$/d' "$out/$b.$$"
-	mv -f "$out/$b.$$" "$out/$b"
+	grep -q 'sync\.' "$tmp/$b" || sed -i '/^	"sync"$/d; /^import "sync"$/d' "$tmp/$b"
 	wgover="$wgover\"$out/wireguard/device/$(basename "$f")\":\"$out/$b\","
 done
 case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $wgdir, $nvdir" ;; esac
@@ -286,4 +317,6 @@ case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backsla
 	printf '"%s":"%s"' "$out/nats.go/lattice_vtime_mutex.go" "$out/nats_vtime_mutex.go"
 	printf '}}\n'
 } | put overlay.json
-echo "-modfile=$out/go.mod -overlay=$out/overlay.json"
+publish "$tmp" "$out"
+trap - EXIT
+echo "-modfile=$mod/go.mod -overlay=$out/overlay.json"
