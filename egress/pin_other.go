@@ -1,0 +1,14 @@
+//go:build !linux
+
+package egress
+
+import "errors"
+
+// DefaultPinRoot is where fail-closed filters are pinned (Linux).
+const DefaultPinRoot = "/sys/fs/bpf/lattice"
+
+func pinDir(root, iface string) (string, error) {
+	return "", errors.New("pinned filters need Linux's bpffs")
+}
+
+func unpin(root, iface string) (bool, error) { return false, nil }
