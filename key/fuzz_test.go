@@ -100,3 +100,34 @@ func FuzzOpenFrom(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSharedOpen opens arbitrary bytes with a Shared: nothing panics and
+// nothing opens that the peer did not seal; the peer's genuine box opens
+// with the Shared whether sealed with SealTo or the peer's Shared, and not
+// once changed.
+func FuzzSharedOpen(f *testing.F) {
+	me, peer := PrivateFromRaw([Size]byte{8: 1}), PrivateFromRaw([Size]byte{8: 2})
+	f.Add([]byte("an ICE offer"), uint16(0), uint8(0))
+	f.Add([]byte("an ICE offer"), uint16(30), uint8(1))
+	f.Add(make([]byte, 40), uint16(64), uint8(0x80))
+	f.Add([]byte{}, uint16(0), uint8(0))
+	mine, theirs := me.Shared(peer.Public()), peer.Shared(me.Public())
+	f.Fuzz(func(t *testing.T, b []byte, at uint16, flip uint8) {
+		if _, ok := mine.Open(b); ok {
+			t.Fatalf("opened %d bytes that the peer never sealed", len(b))
+		}
+		for _, msg := range [][]byte{peer.SealTo(me.Public(), b), theirs.Seal(b)} {
+			if got, ok := mine.Open(msg); !ok || string(got) != string(b) {
+				t.Fatal("a genuine message did not open to its cleartext")
+			}
+			if flip != 0 {
+				msg[int(at)%len(msg)] ^= flip
+			} else {
+				msg = msg[:int(at)%len(msg)]
+			}
+			if _, ok := mine.Open(msg); ok {
+				t.Fatal("a changed message opened")
+			}
+		}
+	})
+}

@@ -62,7 +62,7 @@ func (n *Node) onSignal(from string, payload []byte) {
 		n.log.Debug("signal from unknown node", "from", from)
 		return
 	}
-	s, err := OpenSignal(n.id.Private, p.info.PublicKey, payload)
+	s, err := OpenSignalShared(p.sharedKey(), payload)
 	if err == nil {
 		err = admitEpoch(n.epoch.Load(), s)
 	}

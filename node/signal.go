@@ -64,11 +64,18 @@ const sealOverhead = 24 + box.Overhead
 
 // SealSignal seals s for peer with priv.
 func SealSignal(priv key.Private, peer key.Public, s *Signal) ([]byte, error) {
+	sh := priv.Shared(peer)
+	return SealSignalShared(&sh, s)
+}
+
+// SealSignalShared seals s with the box key shared with the peer
+// (key.Private.Shared): what SealSignal does without its X25519.
+func SealSignalShared(sh *key.Shared, s *Signal) ([]byte, error) {
 	msg, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("seal signal: %w", err)
 	}
-	return priv.SealTo(peer, msg), nil
+	return sh.Seal(msg), nil
 }
 
 // OpenSignal opens a sealed signal from peer; it checks nothing about
@@ -77,7 +84,17 @@ func OpenSignal(priv key.Private, peer key.Public, b []byte) (*Signal, error) {
 	if len(b) < sealOverhead || len(b) > control.MaxSignalBytes {
 		return nil, fmt.Errorf("%w: %d bytes", ErrSignalBad, len(b))
 	}
-	msg, ok := priv.OpenFrom(peer, b)
+	sh := priv.Shared(peer)
+	return OpenSignalShared(&sh, b)
+}
+
+// OpenSignalShared opens a sealed signal with the box key shared with the
+// peer: what OpenSignal does without its X25519.
+func OpenSignalShared(sh *key.Shared, b []byte) (*Signal, error) {
+	if len(b) < sealOverhead || len(b) > control.MaxSignalBytes {
+		return nil, fmt.Errorf("%w: %d bytes", ErrSignalBad, len(b))
+	}
+	msg, ok := sh.Open(b)
 	if !ok {
 		return nil, ErrSignalForged
 	}

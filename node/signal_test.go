@@ -46,6 +46,34 @@ func TestSignalSealOpen(t *testing.T) {
 	require.ErrorIs(t, err, ErrSignalBad)
 }
 
+// TestSignalShared: a signal sealed with the cached shared key opens with
+// OpenSignal and one sealed by SealSignal opens with the shared key, so
+// nodes that cache and nodes that do not signal each other; a third
+// node's shared key opens neither.
+func TestSignalShared(t *testing.T) {
+	aPriv, aPub := keys()
+	bPriv, bPub := keys()
+	mPriv, _ := keys()
+	s := &Signal{Kind: SignalCandidate, Session: 7, Seq: 2, Time: time.Now().UnixMilli(), Candidate: "c"}
+	ab, ba, mb := aPriv.Shared(bPub), bPriv.Shared(aPub), mPriv.Shared(bPub)
+
+	b, err := SealSignalShared(&ab, s)
+	require.NoError(t, err)
+	got, err := OpenSignal(bPriv, aPub, b)
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+	_, err = OpenSignalShared(&mb, b)
+	require.ErrorIs(t, err, ErrSignalForged)
+
+	b, err = SealSignal(aPriv, bPub, s)
+	require.NoError(t, err)
+	got, err = OpenSignalShared(&ba, b)
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+	_, err = OpenSignalShared(&ba, b[:sealOverhead-1])
+	require.ErrorIs(t, err, ErrSignalBad)
+}
+
 // TestSignalSealedByOldCodeOpens: a signal sealed by the SealSignal that
 // took raw [32]byte keys opens, so nodes of both versions signal each
 // other. Sender: goldenPriv; receiver: the key below.
