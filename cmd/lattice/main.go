@@ -58,7 +58,7 @@ Every service listens on 127.0.0.1 unless told otherwise, logs to stderr and
 stops cleanly on Ctrl-C or SIGTERM.`,
 	}
 	cli.Configure(root)
-	root.AddCommand(newUpCmd(), newStatusCmd(), newSandboxCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd(), cli.NewVersionCmd())
+	root.AddCommand(newUpCmd(), newStatusCmd(), newSandboxCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd(), newEgressCmd(), cli.NewVersionCmd())
 	return root
 }
 

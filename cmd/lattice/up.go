@@ -29,6 +29,7 @@ func newUpCmd() *cobra.Command {
 	var port int
 	var userspace, noFirewall bool
 	var trust nodeTrustFlags
+	var egressF egressFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a Lattice node: register, reach every peer, upgrade to direct paths",
@@ -48,7 +49,15 @@ order of preference: arguments show in ps). --state-dir holds the identity
 /var/lib/lattice for root and to lattice under the user's config directory
 ($XDG_CONFIG_HOME, else ~/.config) for anyone else. 'lattice status' reads the
 default; a node with another --state-dir is shown by 'lattice status
---state-dir DIR', and up prints that command when it starts.`,
+--state-dir DIR', and up prints that command when it starts.
+
+--egress-policy FILE (the sandboxes' policy format) filters what leaves the
+overlay interface: with an eBPF program in the Pro edition (iptables where BPF
+is unavailable, which the log says), with iptables in the community edition.
+The file is reloaded when it changes and on SIGHUP; a bad edit keeps the policy
+in force. Denied packets go to the hash-chained --audit-log (eBPF).
+--egress-fail-closed keeps the filter in the kernel if the node dies; 'lattice
+egress clear' removes it.`,
 		Example: `  # A node on a server, joining with a token from control (TLS, certificate
   # checked against the system roots)
   sudo lattice up --control tls://control.example.net:4222 --token-file /etc/lattice/token
@@ -80,11 +89,15 @@ default; a node with another --state-dir is shown by 'lattice status
 	f.BoolVar(&noFirewall, "no-firewall", false, "do not add the iptables rule accepting overlay traffic")
 	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
 	cli.FlagValues(cmd, "relay-transport", relayTransports...)
+	egressF.add(cmd)
 	_ = cmd.MarkFlagDirname("state-dir")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if controlURL == "" {
 			return usagef("--control is required: the URL of 'lattice control'")
+		}
+		if err := egressF.check(cmd, userspace); err != nil {
+			return err
 		}
 		ctrlURL, err := trust.apply(controlURL)
 		if err != nil {
@@ -129,6 +142,11 @@ default; a node with another --state-dir is shown by 'lattice status
 		defer n.Close()
 		id := n.Identity()
 		fmt.Fprintf(cmd.OutOrStdout(), "up: %s (%s) at %v\n", id.Name, id.NodeID, id.Address)
+		eg, err := egressF.start(cmd.Context(), n, ifname, stateDir, cmd.OutOrStdout(), log)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = eg.close() }()
 		if socket != "" {
 			stop, err := serveStatus(socket, n)
 			if err != nil {
