@@ -1,0 +1,240 @@
+package wgdev
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"golang.zx2c4.com/wireguard/conn"
+)
+
+// Bridge carries WireGuard messages between a device that owns its UDP
+// socket (kernel WireGuard) and a conn.Bind that knows the paths (the
+// node's: direct ICE pairs on the shared port, or the relay).
+//
+//	device 0.0.0.0:P ──► 127.0.0.1:Q(peer) ──► Bind.Send(peer's endpoint)
+//	device 0.0.0.0:P ◄── 127.0.0.1:Q(peer) ◄── Bind receive (peer)
+//
+// Each peer gets its own local socket Q, connected to the device's port
+// P, and the device is told that Q is the peer's endpoint. So the device
+// names the peer by the socket it writes to, and the bridge names it to
+// the device by the socket it writes from: no header, no lookup by
+// content. A connected socket only hears P, so no other local process can
+// speak for a peer. The Bind's workarounds for WireGuard's timing
+// (handshake resends, receiver-index routing) ride on Send and receive as
+// they do with wireguard-go in process.
+type Bridge struct {
+	bind   conn.Bind
+	device netip.AddrPort
+	log    *slog.Logger
+
+	mu      sync.RWMutex      // guards the following
+	byDst   map[string]*proxy // by the endpoint's DstToBytes
+	byLocal map[netip.AddrPort]*proxy
+	closed  bool
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	unknown   atomic.Uint64 // received for a peer the device was not given
+	sendErrs  atomic.Uint64
+}
+
+// proxy is one peer's local socket.
+type proxy struct {
+	ep    conn.Endpoint
+	name  string // the endpoint as configured
+	conn  *net.UDPConn
+	local netip.AddrPort
+	// Counters: from the device to the peer, and back.
+	out, in atomic.Uint64
+}
+
+// BridgeConfig configures a Bridge.
+type BridgeConfig struct {
+	// Bind carries packets to and from peers. Required; the Bridge opens
+	// it and closes it on Close.
+	Bind conn.Bind
+	// Device is where the device listens. Required; its address must be
+	// a loopback one.
+	Device netip.AddrPort
+	// Logger; if nil, logs are discarded.
+	Logger *slog.Logger
+}
+
+// recvBatch and recvBufSize size each receive function's buffers: the
+// node's Bind delivers datagrams of at most 2 KiB, a stock one up to a
+// UDP datagram.
+const (
+	recvBatch   = 16
+	recvBufSize = 1 << 16
+)
+
+// NewBridge opens cfg.Bind and starts carrying what it receives.
+func NewBridge(cfg BridgeConfig) (*Bridge, error) {
+	switch {
+	case cfg.Bind == nil:
+		return nil, errors.New("wgdev: bridge: no Bind")
+	case !cfg.Device.IsValid() || !cfg.Device.Addr().IsLoopback():
+		return nil, fmt.Errorf("wgdev: bridge: device address %v is not on loopback", cfg.Device)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fns, _, err := cfg.Bind.Open(0)
+	if err != nil {
+		return nil, fmt.Errorf("wgdev: bridge: open bind: %w", err)
+	}
+	b := &Bridge{bind: cfg.Bind, device: cfg.Device, log: log.With("component", "bridge"),
+		byDst: map[string]*proxy{}, byLocal: map[netip.AddrPort]*proxy{}}
+	for _, fn := range fns {
+		b.wg.Add(1)
+		go b.fromPeers(fn)
+	}
+	return b, nil
+}
+
+// Endpoint returns the local address standing for the peer the Bind
+// endpoint name ep names, opening its socket the first time.
+func (b *Bridge) Endpoint(ep string) (netip.AddrPort, error) {
+	e, err := b.bind.ParseEndpoint(ep)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("wgdev: bridge: %w", err)
+	}
+	dst := string(e.DstToBytes())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return netip.AddrPort{}, net.ErrClosed
+	}
+	if p := b.byDst[dst]; p != nil {
+		return p.local, nil
+	}
+	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, net.UDPAddrFromAddrPort(b.device))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("wgdev: bridge: local socket for %s: %w", ep, err)
+	}
+	p := &proxy{ep: e, name: ep, conn: c, local: c.LocalAddr().(*net.UDPAddr).AddrPort()}
+	b.byDst[dst] = p
+	b.byLocal[p.local] = p
+	b.wg.Add(1)
+	go b.fromDevice(p)
+	return p.local, nil
+}
+
+// Name returns the endpoint name whose local address is local.
+func (b *Bridge) Name(local netip.AddrPort) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.byLocal[netip.AddrPortFrom(local.Addr().Unmap(), local.Port())]
+	if p == nil {
+		return "", false
+	}
+	return p.name, true
+}
+
+// Remove closes the local socket of the peer named ep, if it has one.
+func (b *Bridge) Remove(ep string) {
+	e, err := b.bind.ParseEndpoint(ep)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	p := b.byDst[string(e.DstToBytes())]
+	if p != nil {
+		delete(b.byDst, string(e.DstToBytes()))
+		delete(b.byLocal, p.local)
+	}
+	b.mu.Unlock()
+	if p != nil {
+		p.conn.Close()
+	}
+}
+
+// Unknown counts packets received for peers the device was not given.
+func (b *Bridge) Unknown() uint64 { return b.unknown.Load() }
+
+// fromPeers moves what one of the Bind's receive functions delivers to
+// the device, each packet from its peer's socket.
+func (b *Bridge) fromPeers(fn conn.ReceiveFunc) {
+	defer b.wg.Done()
+	bufs := make([][]byte, recvBatch)
+	for i := range bufs {
+		bufs[i] = make([]byte, recvBufSize)
+	}
+	sizes := make([]int, recvBatch)
+	eps := make([]conn.Endpoint, recvBatch)
+	for {
+		n, err := fn(bufs, sizes, eps)
+		if err != nil {
+			if !b.isClosed() {
+				b.log.Warn("bind receive ended", "err", err)
+			}
+			return
+		}
+		for i := range n {
+			b.mu.RLock()
+			p := b.byDst[string(eps[i].DstToBytes())]
+			b.mu.RUnlock()
+			if p == nil {
+				b.unknown.Add(1)
+				continue
+			}
+			// A failed write is a packet lost, as on any UDP path;
+			// WireGuard retransmits what matters.
+			if _, err := p.conn.Write(bufs[i][:sizes[i]]); err == nil {
+				p.in.Add(1)
+			}
+		}
+	}
+}
+
+// fromDevice moves what the device sends to p's socket to the peer.
+func (b *Bridge) fromDevice(p *proxy) {
+	defer b.wg.Done()
+	buf := make([]byte, recvBufSize)
+	pkt := [][]byte{nil}
+	for {
+		n, err := p.conn.Read(buf)
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				b.log.Warn("local socket", "peer", p.name, "err", err)
+			}
+			return
+		}
+		pkt[0] = buf[:n]
+		if err := b.bind.Send(pkt, p.ep); err != nil {
+			b.sendErrs.Add(1)
+			continue
+		}
+		p.out.Add(1)
+	}
+}
+
+func (b *Bridge) isClosed() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.closed
+}
+
+// Close closes the Bind and every local socket and waits for the
+// goroutines that moved packets between them.
+func (b *Bridge) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		proxies := b.byDst
+		b.byDst, b.byLocal = map[string]*proxy{}, map[netip.AddrPort]*proxy{}
+		b.mu.Unlock()
+		_ = b.bind.Close()
+		for _, p := range proxies {
+			p.conn.Close()
+		}
+		b.wg.Wait()
+	})
+	return nil
+}
