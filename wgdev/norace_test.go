@@ -1,0 +1,5 @@
+//go:build !race
+
+package wgdev
+
+const raceEnabled = false
