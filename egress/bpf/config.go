@@ -26,8 +26,10 @@ type Config struct {
 	// unless a rule names them.
 	HostAddrs []netip.Addr
 	// ReportAllowed reports allowed new connections as events too: TCP
-	// SYNs, and the first datagram of a UDP flow (by 5-tuple, among the
-	// last 65,536 flows). Drops are always reported.
+	// SYNs (a SYN whose 5-tuple was reported in the last 30 s is a
+	// retransmission and not reported again), and the first datagram of a
+	// UDP flow (by 5-tuple, among the last 65,536 flows). Drops are
+	// always reported.
 	ReportAllowed bool
 	// OnEvent receives the kernel's decisions, in order, on one goroutine
 	// the Filter owns; it must not block for long (a full ring buffer

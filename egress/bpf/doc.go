@@ -40,7 +40,8 @@
 //
 // # Events
 //
-// Every drop, and with Config.ReportAllowed every TCP SYN and first UDP
+// Every drop, and with Config.ReportAllowed every TCP SYN (retransmissions
+// within 30 s excepted, so one attempt is one event) and first UDP
 // datagram of a flow that is allowed, goes to a ring buffer that one
 // goroutine reads into Config.OnEvent, with the Decision.Rule string
 // Decide would give. AuditTo writes them to the audit log as pod mode's

@@ -27,7 +27,7 @@ type Filter struct {
 	ifindex int
 	outer   *ebpf.Map // ARRAY_OF_MAPS: key 0 is the current LPM trie
 	events  *ebpf.Map // RINGBUF
-	flows   *ebpf.Map // LRU_HASH of UDP flows reported, with ReportAllowed
+	flows   *ebpf.Map // LRU_HASH of UDP flows and TCP SYNs reported, with ReportAllowed
 	prog    *ebpf.Program
 	link    link.Link
 	reader  *ringbuf.Reader
@@ -121,7 +121,7 @@ func (f *Filter) load(l3 bool) error {
 	}
 	flowsFD := -1
 	if f.cfg.ReportAllowed {
-		f.flows, err = ebpf.NewMap(&ebpf.MapSpec{Name: "lattice_flows", Type: ebpf.LRUHash, KeySize: flowKeySize, ValueSize: 4, MaxEntries: flowEntries})
+		f.flows, err = ebpf.NewMap(&ebpf.MapSpec{Name: "lattice_flows", Type: ebpf.LRUHash, KeySize: flowKeySize, ValueSize: 8, MaxEntries: flowEntries})
 		if err != nil {
 			return unavailable("create flows map", err)
 		}

@@ -4,7 +4,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +141,28 @@ func TestFilterReportsAllowedConnections(t *testing.T) {
 	case e := <-ev:
 		t.Fatalf("one event per connection or flow, got another: %v", e)
 	case <-time.After(200 * time.Millisecond):
+	}
+
+	// The server drops SYNs: the client retransmits its SYN (after 1 s),
+	// and the attempt is still one event.
+	ns := p.server[strings.LastIndexByte(p.server, '/')+1:]
+	drop := []string{"INPUT", "-p", "tcp", "--dport", "8080", "-j", "DROP"}
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "iptables", "-I"}, drop...)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	_, err = dial(t, p, "tcp", to, 2500*time.Millisecond)
+	require.Error(t, err, "the server drops SYNs")
+	e = ev.next(t, to)
+	assert.True(t, e.Allow)
+	quiet := time.After(200 * time.Millisecond)
+	for {
+		select {
+		case e := <-ev:
+			// The link's own IPv6 (MLD reports) is reported too.
+			require.NotEqual(t, to, netip.AddrPortFrom(e.Dst, e.DstPort),
+				"a retransmitted SYN is the same connection attempt, got another event: %v", e)
+		case <-quiet:
+			return
+		}
 	}
 }
 

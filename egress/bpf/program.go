@@ -15,11 +15,16 @@ const (
 // Stack layout, as offsets from the frame pointer R10. The verifier wants
 // stack accesses aligned to their size.
 const (
-	evOff   = -64  // event, eventSize bytes
-	keyOff  = -88  // bpf_lpm_trie_key: u32 prefixlen, 16 address bytes
-	hdrOff  = -136 // IP header copy (40 bytes), then the L4 header
-	zeroOff = -144 // u32 0, the outer map's key
+	evOff    = -64  // event, eventSize bytes
+	keyOff   = -88  // bpf_lpm_trie_key: u32 prefixlen, 16 address bytes
+	hdrOff   = -136 // IP header copy (40 bytes), then the L4 header
+	zeroOff  = -144 // u32 0, the outer map's key
+	stampOff = -152 // u64, a flow's value: when it was last reported (ns)
 )
+
+// synWindow is how long an allowed TCP SYN's 5-tuple stays reported: a
+// retransmitted SYN within it is the same connection attempt, not another.
+const synWindow = 30 * 1e9
 
 // Event record layout (little-endian on the hosts we build for; decoded
 // with the native byte order).
@@ -50,7 +55,7 @@ type programConfig struct {
 	eventsFD int  // RINGBUF
 	l3Off    int  // 14 on Ethernet links, 0 on TUN
 	newConns bool // report allowed TCP SYNs and new UDP flows
-	flowsFD  int  // LRU_HASH of UDP flows seen, with newConns
+	flowsFD  int  // LRU_HASH of UDP flows and TCP SYNs reported, with newConns
 }
 
 // flowKeySize is the part of the event that names a UDP flow: addresses,
@@ -276,11 +281,22 @@ func verdicts(c programConfig) asm.Instructions {
 		p = append(p,
 			asm.JEq.Imm(asm.R7, 2, "udpnew"),
 			asm.JNE.Imm(asm.R7, 1, "pass"),
-			// A SYN without ACK opens a connection.
+			// A SYN without ACK opens a connection: reported unless its
+			// 5-tuple was within synWindow (a retransmission).
 			asm.LoadMem(asm.R1, asm.RFP, evOff+evFlags, asm.Byte),
 			asm.And.Imm(asm.R1, 0x12),
 			asm.JNE.Imm(asm.R1, 0x02, "pass"),
-			asm.Ja.Label("report"),
+			asm.LoadMapPtr(asm.R1, c.flowsFD),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, evOff),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "flownew"),
+			asm.LoadMem(asm.R8, asm.R0, 0, asm.DWord),
+			asm.FnKtimeGetNs.Call(),
+			asm.Sub.Reg(asm.R0, asm.R8),
+			asm.LoadImm(asm.R1, synWindow, asm.DWord),
+			asm.JLT.Reg(asm.R0, asm.R1, "pass"),
+			asm.Ja.Label("flownew"),
 			// A UDP flow is new when its 5-tuple (the event's first
 			// flowKeySize bytes) is not in the LRU map yet.
 			asm.LoadMapPtr(asm.R1, c.flowsFD).WithSymbol("udpnew"),
@@ -288,12 +304,14 @@ func verdicts(c programConfig) asm.Instructions {
 			asm.Add.Imm(asm.R2, evOff),
 			asm.FnMapLookupElem.Call(),
 			asm.JNE.Imm(asm.R0, 0, "pass"),
+			asm.FnKtimeGetNs.Call().WithSymbol("flownew"),
+			asm.StoreMem(asm.RFP, stampOff, asm.R0, asm.DWord),
 			asm.LoadMapPtr(asm.R1, c.flowsFD),
 			asm.Mov.Reg(asm.R2, asm.RFP),
 			asm.Add.Imm(asm.R2, evOff),
 			asm.Mov.Reg(asm.R3, asm.RFP),
-			asm.Add.Imm(asm.R3, zeroOff),
-			asm.Mov.Imm(asm.R4, 1), // BPF_NOEXIST
+			asm.Add.Imm(asm.R3, stampOff),
+			asm.Mov.Imm(asm.R4, 0), // BPF_ANY
 			asm.FnMapUpdateElem.Call(),
 		)
 		report := emit(c)
