@@ -25,7 +25,7 @@ func defaultStateDir() string {
 }
 
 func newUpCmd() *cobra.Command {
-	var name, controlURL, token, tokenFile, stateDir, ifname, listenAddr, relayTransport string
+	var name, controlURL, token, tokenFile, stateDir, ifname, listenAddr, relayTransport, wgMode string
 	var port int
 	var userspace, noFirewall bool
 	var trust nodeTrustFlags
@@ -39,9 +39,13 @@ the relay at once, then direct whenever ICE finds a way through the NATs, back t
 the relay when the direct path dies. 'lattice status' shows each peer's path and
 why it is relayed.
 
-The interface is a kernel TUN device (root, or CAP_NET_ADMIN) unless --userspace
-is given, in which case the node runs on an in-process network stack and needs no
-privileges.
+The interface is kernel WireGuard (root, or CAP_NET_ADMIN) where the kernel has
+it, else wireguard-go on a kernel TUN device (--wireguard auto, kernel or
+userspace); either way 'wg show' and 'wg set' work on it. Kernel WireGuard owns
+its UDP socket, so the node bridges it to ICE, the relay and the shared port
+through one loopback socket per peer (wg show lists those as the endpoints).
+With --userspace the node runs on an in-process network stack instead and needs
+no privileges.
 
 The join token comes from --token-file, $LATTICE_TOKEN or --token (in that
 order of preference: arguments show in ps). --state-dir holds the identity
@@ -86,6 +90,8 @@ egress clear' removes it.`,
 	f.StringVar(&listenAddr, "listen-addr", "", "bind the UDP socket to this address only")
 	f.StringVar(&ifname, "interface", "lattice0", "kernel interface name")
 	f.BoolVar(&userspace, "userspace", false, "in-process network stack, no privileges")
+	f.StringVar(&wgMode, "wireguard", "auto", "WireGuard: kernel, userspace (wireguard-go) or auto (kernel where it exists)")
+	cli.FlagValues(cmd, "wireguard", wireguardModes...)
 	f.BoolVar(&noFirewall, "no-firewall", false, "do not add the iptables rule accepting overlay traffic")
 	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
 	cli.FlagValues(cmd, "relay-transport", relayTransports...)
@@ -130,10 +136,9 @@ egress clear' removes it.`,
 			cfg.Credentials = node.OpenCredentials(filepath.Join(stateDir, "node.json"))
 			socket = filepath.Join(stateDir, "lattice.sock")
 		}
-		if userspace {
-			cfg.Provisioner = userspaceProvisioner()
-		} else {
-			cfg.Provisioner = &node.KernelProvisioner{Name: ifname, NoFirewall: noFirewall, Logger: log}
+		wg := wgOptions{mode: wgMode, netstack: userspace, ifname: ifname, noFirewall: noFirewall}
+		if err := wg.apply(cmd.Context(), &cfg, log); err != nil {
+			return err
 		}
 		n, err := node.Start(cmd.Context(), cfg)
 		if err != nil {
