@@ -45,6 +45,7 @@ type Env interface {
 	FaultEnv
 	TimelineEnv
 	SandboxEnv
+	ExecEnv
 }
 
 // actionField is a field of Step that holds an action.

@@ -99,6 +99,7 @@ type Step struct {
 	Egress      *Egress      `yaml:"egress" oneof:"action" doc:"Ask a pod sandbox to connect somewhere and check its egress policy's verdict (Pro)."`
 	Forward     *Forward     `yaml:"forward" oneof:"action" doc:"Connect from a peer to a sandbox's overlay port and check it reaches the forward's target on the sandbox's host (Pro)."`
 	AgentRun    *AgentRun    `yaml:"agent_run" oneof:"action" doc:"Run an agent in a gvisor sandbox and check its exit code (gvisor mode: a runsc container over the pod's wg0, peer names in its /etc/hosts)."`
+	Exec        *Exec        `yaml:"exec" oneof:"action" doc:"Run a real program in a kernel host's network namespace and check its exit status and output."`
 
 	Repeat *Repeat `yaml:"repeat" oneof:"action" doc:"Run a block of steps several times, in order (a soak's churn)."`
 	Steady *Steady `yaml:"steady" oneof:"action" doc:"Run a block of steps and check that the lab's goroutines and heap in use end within stated tolerances of where they began (a leak check)."`
