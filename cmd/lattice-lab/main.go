@@ -3,8 +3,10 @@
 // end to end, without root and without touching the machine's real network.
 //
 // Its commands: run (a scenario, or a topology's reachability), validate,
-// graph, schema and bench. Topology and scenario files are described by
-// packages lab/topology and lab/scenario; lab/runner runs them.
+// graph, schema and bench; up, inspect, exec, do, capture and down for a
+// lab kept running in the background to explore by hand. Topology and
+// scenario files are described by packages lab/topology and lab/scenario;
+// lab/runner runs them.
 package main
 
 import (
@@ -89,6 +91,7 @@ path, reboot a NAT, stop the relay, and check what happens. go test
 	}
 	cli.Configure(root)
 	root.AddCommand(newRunCmd(), newValidateCmd(), newGraphCmd(), newSchemaCmd(), newBenchCmd(), newListCmd())
+	root.AddCommand(newUpCmd(), newInspectCmd(), newExecCmd(), newDoCmd(), newCaptureCmd(), newDownCmd())
 	root.AddCommand(cli.NewVersionCmd())
 	registerCompletions(root)
 	return root
