@@ -58,7 +58,13 @@ func (u *Userspace) ServeDevice(dev *device.Device, bind *node.Bind) (io.Closer,
 	u.mu.Unlock()
 	ln, err := ListenUAPI(name)
 	if err != nil {
-		return nil, err
+		// The socket directory is the file system's, not the network
+		// namespace's: a device of the same name in another namespace
+		// holds it. The node works without; only wg(8) cannot see it.
+		if u.Logger != nil {
+			u.Logger.Warn("wg(8) cannot show this interface", "err", err)
+		}
+		return nopCloser{}, nil
 	}
 	return NewUAPIServer(ln, UAPIConfig{Device: dev, Endpoint: DirectEndpoint(bind), Logger: u.Logger})
 }
@@ -97,3 +103,7 @@ func DirectEndpoint(bind *node.Bind) func(string) string {
 		return ""
 	}
 }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
