@@ -99,3 +99,53 @@ func TestUpWireGuardTools(t *testing.T) {
 	assert.Error(t, err, "wg set endpoint: %s", out)
 	assert.Contains(t, procs[1].text(), "is not a lattice peer", "the node logs why")
 }
+
+// TestUpWireGuardKernel: `lattice up --wireguard kernel`. Where the kernel
+// has WireGuard, node A's interface is kernel WireGuard reached through
+// the bridge: wg show lists the peer with a handshake and the bridge's
+// loopback socket as its endpoint, and ping crosses. Where it has not,
+// up fails at once and says so (and the kernel subtest skips, saying why).
+func TestUpWireGuardKernel(t *testing.T) {
+	needRoot(t, "ip", "nsenter", "ping", "wg")
+	dir, bin, nsA, nsB, ctrlURL := startNetnsPair(t, "lk", 215)
+	suffix := fmt.Sprintf("%d", os.Getpid()%100000)
+	probe := wgdev.ProbeKernel(t.Context())
+	if probe != nil {
+		t.Run("refused", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, "nsenter", "--net=/run/netns/"+nsA, bin, "up", "--name", "kern", "--control", ctrlURL,
+				"--wireguard", "kernel", "--token-file", filepath.Join(dir, "token"), "--state-dir", "mem:", "--interface", "lka"+suffix).CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "up should fail: %s", out)
+			assert.Contains(t, string(out), "kernel WireGuard unavailable")
+		})
+	}
+	t.Run("kernel", func(t *testing.T) {
+		if probe != nil {
+			t.Skipf("this kernel has no WireGuard: %v", probe)
+		}
+		upRE := regexp.MustCompile(`up: \S+ \(\S+\) at ([0-9.]+)/10`)
+		var addrs []string
+		for i, ns := range []string{nsA, nsB} {
+			mode, ifname := "kernel", "lka"+suffix
+			if i == 1 {
+				mode, ifname = "userspace", "lkb"+suffix
+			}
+			p := startIn(t, ns, bin, "up", "--name", fmt.Sprintf("kern-%d", i), "--control", ctrlURL, "--wireguard", mode,
+				"--token-file", filepath.Join(dir, "token"), "--state-dir", filepath.Join(dir, ns), "--interface", ifname)
+			require.Eventually(t, func() bool { return upRE.MatchString(p.text()) }, 20*time.Second, 50*time.Millisecond, "%s", p.text())
+			addrs = append(addrs, upRE.FindStringSubmatch(p.text())[1])
+		}
+		var show string
+		var err error
+		require.Eventually(t, func() bool {
+			show, err = wgIn(t, nsA, "show", "lka"+suffix)
+			return err == nil && strings.Contains(show, "latest handshake:")
+		}, 20*time.Second, 100*time.Millisecond, "wg show: %v\n%s", err, show)
+		assert.Regexp(t, `endpoint: 127\.0\.0\.1:\d+`, show, "the bridge's socket")
+		out, err := exec.Command("nsenter", "--net=/run/netns/"+nsA, "ping", "-c", "3", "-W", "2", addrs[1]).CombinedOutput()
+		require.NoError(t, err, "ping over kernel WireGuard: %s", out)
+		assert.Contains(t, string(out), "3 received")
+	})
+}
