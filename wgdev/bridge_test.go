@@ -32,7 +32,8 @@ func TestBridgeFailover(t *testing.T) {
 	requireUAPI(t)
 	w := newLabWorld(t)
 	sa, sb := w.lw.Site(t, "port-restricted-cone"), w.lw.Site(t, "full-cone")
-	si := &standIn{name: fmt.Sprintf("lbr%d", os.Getpid()%100000)}
+	pa := &netstack.SandboxProvisioner{}
+	si := &standIn{name: fmt.Sprintf("lbr%d", os.Getpid()%100000), prov: pa}
 	a := w.startNode(t, sa.Host, "alpha", func(c *node.Config) { c.Device = si })
 	pb := &netstack.SandboxProvisioner{}
 	b := w.startNode(t, sb.Host, "beta", func(c *node.Config) { c.Provisioner = pb })
@@ -82,7 +83,7 @@ func TestBridgeFailover(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(t.Context(), 180*time.Second)
 	defer cancel()
-	c, err := si.prov.Stack().Dial(ctx, "tcp", netip.AddrPortFrom(b.Address().Addr(), 9).String())
+	c, err := pa.Stack().Dial(ctx, "tcp", netip.AddrPortFrom(b.Address().Addr(), 9).String())
 	require.NoError(t, err)
 	defer c.Close()
 	written := make(chan error, 1)

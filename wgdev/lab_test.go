@@ -44,12 +44,12 @@ func testLogger() *slog.Logger {
 
 // standIn is kernel WireGuard's shape from the bridge's side: a stock
 // wireguard-go device on its own UDP socket (conn.NewDefaultBind), served
-// by wireguard-go's own UAPI handler so wgctrl finds it, on a netstack
-// interface the test dials across. The node reaches it through Attach,
-// as Kernel does after `ip link add`.
+// by wireguard-go's own UAPI handler so wgctrl finds it, on prov's
+// interface (a netstack the test dials across, or a TUN device). The
+// node reaches it through Attach, as Kernel does after `ip link add`.
 type standIn struct {
 	name string
-	prov netstack.SandboxProvisioner
+	prov node.Provisioner
 
 	mu  sync.Mutex
 	dev *Device
