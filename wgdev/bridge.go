@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/net/ipv4"
 	"golang.zx2c4.com/wireguard/conn"
 )
 
@@ -31,6 +32,7 @@ type Bridge struct {
 	bind   conn.Bind
 	device netip.AddrPort
 	log    *slog.Logger
+	maxPkt int
 
 	mu      sync.RWMutex      // guards the following
 	byDst   map[string]*proxy // by the endpoint's DstToBytes
@@ -48,6 +50,7 @@ type proxy struct {
 	ep    conn.Endpoint
 	name  string // the endpoint as configured
 	conn  *net.UDPConn
+	pc    *ipv4.PacketConn // conn, batched (recvmmsg, sendmmsg)
 	local netip.AddrPort
 	// Counters: from the device to the peer, and back.
 	out, in atomic.Uint64
@@ -61,17 +64,15 @@ type BridgeConfig struct {
 	// Device is where the device listens. Required; its address must be
 	// a loopback one.
 	Device netip.AddrPort
+	// MaxPacket is the largest datagram carried. If zero, 2048, the
+	// node's Mux's datagram size (MTU 1420 plus WireGuard's overhead fits).
+	MaxPacket int
 	// Logger; if nil, logs are discarded.
 	Logger *slog.Logger
 }
 
-// recvBatch and recvBufSize size each receive function's buffers: the
-// node's Bind delivers datagrams of at most 2 KiB, a stock one up to a
-// UDP datagram.
-const (
-	recvBatch   = 16
-	recvBufSize = 1 << 16
-)
+// batch is how many datagrams one system call moves each way.
+const batch = 32
 
 // NewBridge opens cfg.Bind and starts carrying what it receives.
 func NewBridge(cfg BridgeConfig) (*Bridge, error) {
@@ -89,7 +90,10 @@ func NewBridge(cfg BridgeConfig) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wgdev: bridge: open bind: %w", err)
 	}
-	b := &Bridge{bind: cfg.Bind, device: cfg.Device, log: log.With("component", "bridge"),
+	if cfg.MaxPacket == 0 {
+		cfg.MaxPacket = 2048
+	}
+	b := &Bridge{bind: cfg.Bind, device: cfg.Device, log: log.With("component", "bridge"), maxPkt: cfg.MaxPacket,
 		byDst: map[string]*proxy{}, byLocal: map[netip.AddrPort]*proxy{}}
 	for _, fn := range fns {
 		b.wg.Add(1)
@@ -118,7 +122,7 @@ func (b *Bridge) Endpoint(ep string) (netip.AddrPort, error) {
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("wgdev: bridge: local socket for %s: %w", ep, err)
 	}
-	p := &proxy{ep: e, name: ep, conn: c, local: c.LocalAddr().(*net.UDPAddr).AddrPort()}
+	p := &proxy{ep: e, name: ep, conn: c, pc: ipv4.NewPacketConn(c), local: c.LocalAddr().(*net.UDPAddr).AddrPort()}
 	b.byDst[dst] = p
 	b.byLocal[p.local] = p
 	b.wg.Add(1)
@@ -159,15 +163,18 @@ func (b *Bridge) Remove(ep string) {
 func (b *Bridge) Unknown() uint64 { return b.unknown.Load() }
 
 // fromPeers moves what one of the Bind's receive functions delivers to
-// the device, each packet from its peer's socket.
+// the device, each packet from its peer's socket; a run of packets for
+// one peer goes in one sendmmsg.
 func (b *Bridge) fromPeers(fn conn.ReceiveFunc) {
 	defer b.wg.Done()
-	bufs := make([][]byte, recvBatch)
+	n := min(b.bind.BatchSize(), batch)
+	bufs := make([][]byte, n)
 	for i := range bufs {
-		bufs[i] = make([]byte, recvBufSize)
+		bufs[i] = make([]byte, b.maxPkt)
 	}
-	sizes := make([]int, recvBatch)
-	eps := make([]conn.Endpoint, recvBatch)
+	sizes := make([]int, n)
+	eps := make([]conn.Endpoint, n)
+	msgs := make([]ipv4.Message, n)
 	for {
 		n, err := fn(bufs, sizes, eps)
 		if err != nil {
@@ -176,6 +183,8 @@ func (b *Bridge) fromPeers(fn conn.ReceiveFunc) {
 			}
 			return
 		}
+		var run *proxy
+		k := 0
 		for i := range n {
 			b.mu.RLock()
 			p := b.byDst[string(eps[i].DstToBytes())]
@@ -184,34 +193,59 @@ func (b *Bridge) fromPeers(fn conn.ReceiveFunc) {
 				b.unknown.Add(1)
 				continue
 			}
-			// A failed write is a packet lost, as on any UDP path;
-			// WireGuard retransmits what matters.
-			if _, err := p.conn.Write(bufs[i][:sizes[i]]); err == nil {
-				p.in.Add(1)
+			if p != run {
+				toDevice(run, msgs[:k])
+				run, k = p, 0
 			}
+			msgs[k].Buffers = bufs[i : i+1 : i+1]
+			bufs[i] = bufs[i][:sizes[i]]
+			k++
+		}
+		toDevice(run, msgs[:k])
+		for i := range bufs {
+			bufs[i] = bufs[i][:cap(bufs[i])]
 		}
 	}
 }
 
-// fromDevice moves what the device sends to p's socket to the peer.
+// toDevice writes msgs from p's socket. A failed write is packets lost,
+// as on any UDP path; WireGuard retransmits what matters.
+func toDevice(p *proxy, msgs []ipv4.Message) {
+	for len(msgs) > 0 {
+		n, err := p.pc.WriteBatch(msgs, 0)
+		if err != nil || n == 0 {
+			return
+		}
+		p.in.Add(uint64(n))
+		msgs = msgs[n:]
+	}
+}
+
+// fromDevice moves what the device sends to p's socket to the peer, a
+// recvmmsg's worth per Send.
 func (b *Bridge) fromDevice(p *proxy) {
 	defer b.wg.Done()
-	buf := make([]byte, recvBufSize)
-	pkt := [][]byte{nil}
+	msgs := make([]ipv4.Message, batch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, b.maxPkt)}
+	}
+	bufs := make([][]byte, batch)
 	for {
-		n, err := p.conn.Read(buf)
+		n, err := p.pc.ReadBatch(msgs, 0)
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				b.log.Warn("local socket", "peer", p.name, "err", err)
 			}
 			return
 		}
-		pkt[0] = buf[:n]
-		if err := b.bind.Send(pkt, p.ep); err != nil {
+		for i := range n {
+			bufs[i] = msgs[i].Buffers[0][:msgs[i].N]
+		}
+		if err := b.bind.Send(bufs[:n], p.ep); err != nil {
 			b.sendErrs.Add(1)
 			continue
 		}
-		p.out.Add(1)
+		p.out.Add(uint64(n))
 	}
 }
 
