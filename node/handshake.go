@@ -159,8 +159,14 @@ func (b *Bind) forgetIndicesLocked(p *Path) {
 // noteSent records what WireGuard sends p: an initiation to resend until
 // answered, and the sender index of each handshake message.
 func (b *Bind) noteSent(p *Path, bufs [][]byte) {
+	var now int64
 	for _, buf := range bufs {
 		switch {
+		case isData(buf):
+			if now == 0 {
+				now = time.Now().UnixNano()
+				p.noteData(now)
+			}
 		case isInitiation(buf):
 			b.noteInitiation(p, buf)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
@@ -173,7 +179,10 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 // noteReceived records what WireGuard receives from p: a response ends
 // the resends.
 func (b *Bind) noteReceived(p *Path, pkt []byte) {
-	if isResponse(pkt) {
+	switch {
+	case isData(pkt):
+		p.noteData(time.Now().UnixNano())
+	case isResponse(pkt):
 		b.noteResponse(p)
 	}
 }

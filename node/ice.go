@@ -35,6 +35,19 @@ type ICEConfig struct {
 	// RelayOnly never tries a direct path (for measurements and networks
 	// where direct paths are unwanted).
 	RelayOnly bool
+	// Lazy negotiates a peer's direct path only while traffic flows to
+	// or from it; until then, and once it has been idle for IdleTimeout,
+	// the peer is reached through the relay and costs no ICE agent (see
+	// lazy.go). Both sides of a pair should agree: a lazy peer also starts
+	// an attempt when the other side offers one.
+	Lazy bool `json:",omitempty"`
+	// IdleTimeout is how long a lazy peer may go without WireGuard data
+	// (keepalives and handshakes do not count) before its direct path is
+	// closed. If zero, 5 minutes.
+	IdleTimeout time.Duration `json:",omitempty"`
+	// AlwaysDirect names peers that are never lazy: their direct path is
+	// negotiated from the start, as without Lazy (routers, servers).
+	AlwaysDirect []string `json:",omitempty"`
 }
 
 func (c *ICEConfig) defaults() {
@@ -49,6 +62,9 @@ func (c *ICEConfig) defaults() {
 	}
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = defaultIdleTimeout
 	}
 }
 
@@ -102,10 +118,40 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 		p.scheduleRetry(ctx)
 		return
 	}
+	p.offers = 0
+	p.offerAgain(ctx)
 	p.env.log.Debug("ICE attempt", "peer", p.info.Name, "session", session, "why", why, "controlling", p.controlling)
 }
 
+// offerAgain sends our credentials again if the peer has not answered
+// them within 1 s, then 2 s, then 4 s. A signal sent before the peer
+// subscribed (it registered moments after us) is lost, and a lazy peer,
+// which sends nothing until it has traffic, would not prompt a resend as
+// its own credentials do (resendIfLost): the attempt would wait out
+// AttemptTimeout and a retry.
+func (p *peer) offerAgain(ctx context.Context) {
+	if p.offerTimer != nil {
+		p.offerTimer.Stop()
+		p.offerTimer = nil
+	}
+	if p.offers >= 3 {
+		return
+	}
+	d := time.Second << p.offers
+	p.offers++
+	session := p.session
+	p.offerTimer = time.AfterFunc(d, func() {
+		if ctx.Err() == nil {
+			p.post(peerEvent{reoffer: true, session: session})
+		}
+	})
+}
+
 func (p *peer) stopAgent() {
+	if p.offerTimer != nil {
+		p.offerTimer.Stop()
+		p.offerTimer = nil
+	}
 	if p.attemptDone != nil {
 		p.attemptDone()
 		p.attemptDone = nil

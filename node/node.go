@@ -98,6 +98,7 @@ type Node struct {
 
 	mu      sync.Mutex
 	peers   map[string]*peer        // online peers, by node ID
+	early   earlySignals            // signals from nodes not yet peers (early.go)
 	offline map[string]*offlinePeer // registered peers that are not running, by node ID
 	closed  bool
 
@@ -345,6 +346,9 @@ func (n *Node) addPeer(info control.Peer) {
 		p.path.RxRelay.Add(back.rxRelay)
 	}
 	n.peers[info.NodeID] = p
+	for _, b := range n.early.take(info.NodeID, time.Now()) {
+		n.deliverSignal(p, b)
+	}
 	if !first {
 		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {
 			n.mu.Lock()

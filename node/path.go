@@ -51,6 +51,7 @@ type Path struct {
 	TxDirect, TxRelay, RxDirect, RxRelay atomic.Uint64 // bytes
 
 	handshakes // the WireGuard workarounds' state (handshake.go)
+	lazyState  // traffic and wake-up for lazy connections (lazy.go)
 }
 
 // Direct returns the direct address in use, if any.

@@ -26,6 +26,9 @@ type peerEvent struct {
 	state     *ice.ConnectionState // the agent's state changed
 	session   uint64               // the session a connected/state event belongs to
 	retry     bool                 // the backoff timer fired
+	wake      bool                 // data for an idle (lazy) peer
+	idleCheck bool                 // the idle timer fired (lazy.go)
+	reoffer   bool                 // the peer has not answered our credentials (see offerAgain)
 	// checkDirect: restartCheck has passed since the peer restarted ICE
 	// while we were direct (see restartWhileDirect).
 	checkDirect bool
@@ -84,6 +87,13 @@ type peer struct {
 	failures    int
 	retryTimer  *time.Timer
 	checkTimer  *time.Timer // see restartWhileDirect
+	// Lazy connections (lazy.go): idle means no ICE state, waiting on
+	// the relay for traffic; activeSince is when the peer last woke.
+	idle        bool
+	activeSince time.Time
+	idleTimer   *time.Timer
+	offerTimer  *time.Timer // see offerAgain
+	offers      int         // credentials sent in the current attempt
 	connected   uint64      // the last session whose attempt connected
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.
@@ -140,16 +150,15 @@ func (p *peer) run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	p.startAttempt(ctx, "first attempt")
+	if p.lazy() {
+		p.goIdle(ctx, reasonIdle)
+	} else {
+		p.startAttempt(ctx, "first attempt")
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			if p.retryTimer != nil {
-				p.retryTimer.Stop()
-			}
-			if p.checkTimer != nil {
-				p.checkTimer.Stop()
-			}
+			p.stopTimers()
 			return
 		case ev := <-p.events:
 			p.handle(ctx, ev)
@@ -157,8 +166,28 @@ func (p *peer) run(ctx context.Context) {
 	}
 }
 
+// stopTimers stops the retry, check and idle timers.
+func (p *peer) stopTimers() {
+	for _, t := range []**time.Timer{&p.retryTimer, &p.checkTimer, &p.idleTimer, &p.offerTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
+	}
+}
+
 func (p *peer) handle(ctx context.Context, ev peerEvent) {
 	switch {
+	case ev.wake:
+		p.onWake(ctx)
+	case ev.idleCheck:
+		p.onIdleCheck(ctx)
+	case ev.reoffer:
+		p.offerTimer = nil
+		if ev.session == p.session && p.agent != nil && !p.haveRemote {
+			p.resendAll(ctx)
+			p.offerAgain(ctx)
+		}
 	case ev.local != "":
 		if ev.session == p.session {
 			p.localCands = append(p.localCands, ev.local)
@@ -182,12 +211,16 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
 	case ev.state != nil:
-		if ev.session != p.session {
+		if ev.session != p.session || p.idle {
 			return
 		}
 		p.setReport(func(r *ICEReport) { r.State = ev.state.String() })
 		switch *ev.state {
 		case ice.ConnectionStateDisconnected, ice.ConnectionStateFailed:
+			if p.quietPeer() {
+				p.goIdle(ctx, reasonIdleLost)
+				return
+			}
 			if _, direct := p.path.Direct(); direct {
 				p.fail(ctx, "direct path silent (ICE "+ev.state.String()+")")
 				if p.env.directLost != nil {
@@ -197,6 +230,10 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		}
 	case ev.retry:
 		p.retryTimer = nil
+		if p.quietPeer() {
+			p.goIdle(ctx, reasonIdle)
+			return
+		}
 		p.startAttempt(ctx, fmt.Sprintf("retry %d", p.failures))
 	case ev.checkDirect:
 		p.checkTimer = nil
@@ -304,6 +341,10 @@ func (p *peer) onSignal(ctx context.Context, s *Signal) {
 	}
 	switch s.Kind {
 	case SignalCredentials:
+		if p.idle {
+			// The peer has traffic for us: run the attempt with it.
+			p.leaveIdle(ctx)
+		}
 		if p.haveRemote && s.Session == p.boundRemote {
 			// The same credentials again: the peer has not heard ours.
 			p.resendIfLost(ctx, s)

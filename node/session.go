@@ -59,9 +59,16 @@ func (n *Node) onSignal(from string, payload []byte) {
 	p := n.peers[from]
 	n.mu.Unlock()
 	if p == nil {
-		n.log.Debug("signal from unknown node", "from", from)
+		n.log.Debug("signal from unknown node; kept until it is a peer", "from", from)
+		n.early.keep(from, payload, time.Now())
 		return
 	}
+	n.deliverSignal(p, payload)
+}
+
+// deliverSignal opens a signal from p and hands it to p's actor. It does
+// not take n.mu.
+func (n *Node) deliverSignal(p *peer, payload []byte) {
 	s, err := OpenSignalShared(p.sharedKey(), payload)
 	if err == nil {
 		err = admitEpoch(n.epoch.Load(), s)

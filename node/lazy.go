@@ -1,0 +1,156 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Lazy connections (ICEConfig.Lazy). Every peer is reachable at once
+// through the relay; the direct path is negotiated only while traffic
+// flows to or from the peer, so an idle peer costs no ICE agent, no STUN,
+// no consent checks and no timers of its own. Traffic here is WireGuard
+// data: transport messages with a payload. Keepalives (an empty transport
+// message) and handshakes do not count, or WireGuard's own 25 s
+// keepalives and 2 min rekeys would keep every peer awake.
+//
+//   - An idle peer's Path holds a wake function. The Bind calls it (once)
+//     on the first data packet either way; the peer then starts an ICE
+//     attempt. The packet itself goes through the relay meanwhile, as every
+//     packet of an idle peer does, so it is never dropped or held.
+//   - The other side starts its agent when our credentials arrive (an ICE
+//     restart, as before), whether it has seen traffic or not.
+//   - While awake, one timer per peer fires IdleTimeout after the last
+//     data packet; then the agent is closed and the peer is idle again.
+//     The other side's agent sees its consent checks go unanswered; a lazy
+//     peer that has seen no traffic for IdleTimeout takes that as the
+//     peer going idle, not as a failed path.
+//   - Retries after a failed attempt run only while the peer is active.
+//   - Peers named in AlwaysDirect are never lazy.
+
+// defaultIdleTimeout is ICEConfig.IdleTimeout's default.
+const defaultIdleTimeout = 5 * time.Minute
+
+// Reasons a lazy peer is on the relay, as status shows them.
+const (
+	reasonIdle     = "idle (lazy): direct path negotiated on first traffic"
+	reasonIdleLost = "idle (lazy): the peer closed the direct path after no traffic; negotiated again on first traffic"
+)
+
+// isData reports whether a WireGuard packet carries data: a transport
+// message longer than an empty one (a keepalive).
+func isData(pkt []byte) bool { return isTransport(pkt) && len(pkt) > transportMin }
+
+// lazyState is the part of a Path lazy connections use; the Bind writes
+// it on every data packet.
+type lazyState struct {
+	lastData atomic.Int64           // Unix ns of the last data packet, either way
+	wake     atomic.Pointer[func()] // set while idle; the next data packet takes and calls it
+}
+
+// noteData records a data packet at now and wakes an idle peer.
+func (p *Path) noteData(now int64) {
+	p.lastData.Store(now)
+	if w := p.wake.Load(); w != nil && p.wake.CompareAndSwap(w, nil) {
+		(*w)()
+	}
+}
+
+// LastData is when the last WireGuard data packet went to or came from
+// the peer (zero: none yet).
+func (p *Path) LastData() time.Time {
+	if ns := p.lastData.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// lazy reports whether this peer's direct path waits for traffic.
+func (p *peer) lazy() bool {
+	return p.env.cfg.Lazy && !slices.Contains(p.env.cfg.AlwaysDirect, p.info.Name)
+}
+
+// quietFor is how long no data has gone either way since the peer last
+// woke (or appeared).
+func (p *peer) quietFor() time.Duration {
+	last := p.activeSince
+	if d := p.path.LastData(); d.After(last) {
+		last = d
+	}
+	return p.env.now().Sub(last)
+}
+
+// goIdle closes the peer's ICE state and waits on the relay for traffic.
+func (p *peer) goIdle(ctx context.Context, reason string) {
+	p.stopAgent()
+	p.stopTimers()
+	p.failures = 0
+	p.idle = true
+	p.env.bind.SetDirect(p.path, netip.AddrPort{})
+	p.record(PathRelay, netip.AddrPort{}, reason)
+	p.setReport(func(r *ICEReport) { *r = ICEReport{State: "idle"} })
+	decided := p.path.lastData.Load()
+	wake := func() {
+		if ctx.Err() == nil {
+			p.post(peerEvent{wake: true})
+		}
+	}
+	p.path.wake.Store(&wake)
+	if p.path.lastData.Load() != decided {
+		// Data came while we were closing: wake at once.
+		p.path.noteData(p.path.lastData.Load())
+	}
+}
+
+// leaveIdle makes an idle peer active: it is about to run an attempt.
+func (p *peer) leaveIdle(ctx context.Context) {
+	p.path.wake.Store(nil)
+	p.idle = false
+	p.activeSince = p.env.now()
+	p.armIdle(ctx, p.env.cfg.IdleTimeout)
+}
+
+// armIdle checks for idleness after d.
+func (p *peer) armIdle(ctx context.Context, d time.Duration) {
+	if p.idleTimer != nil {
+		p.idleTimer.Stop()
+	}
+	p.idleTimer = time.AfterFunc(d, func() {
+		if ctx.Err() == nil {
+			p.post(peerEvent{idleCheck: true})
+		}
+	})
+}
+
+// onIdleCheck closes the direct path of a peer quiet for IdleTimeout, or
+// looks again when it would be.
+func (p *peer) onIdleCheck(ctx context.Context) {
+	p.idleTimer = nil
+	if p.idle || !p.lazy() {
+		return
+	}
+	quiet := p.quietFor()
+	if quiet < p.env.cfg.IdleTimeout {
+		p.armIdle(ctx, p.env.cfg.IdleTimeout-quiet)
+		return
+	}
+	p.goIdle(ctx, fmt.Sprintf("idle (lazy): no traffic for %s; direct path negotiated on next traffic", p.env.cfg.IdleTimeout))
+}
+
+// onWake starts a direct attempt for an idle peer that has traffic.
+func (p *peer) onWake(ctx context.Context) {
+	if !p.idle {
+		return
+	}
+	p.leaveIdle(ctx)
+	p.startAttempt(ctx, "traffic to or from the peer (lazy)")
+}
+
+// quietPeer reports whether a lazy peer has been quiet long enough that
+// the peer's side has gone idle: its silence is not a failed path.
+func (p *peer) quietPeer() bool {
+	return p.lazy() && p.quietFor() >= p.env.cfg.IdleTimeout
+}
