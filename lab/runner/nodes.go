@@ -229,7 +229,8 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 
 func iceConfig(pn *topology.PlanNode) node.ICEConfig {
 	return node.ICEConfig{AttemptTimeout: pn.ICE.AttemptTimeout, RetryMin: pn.ICE.RetryMin, RetryMax: pn.ICE.RetryMax,
-		DeadAfter: pn.ICE.DeadAfter, RelayOnly: pn.ICE.RelayOnly}
+		DeadAfter: pn.ICE.DeadAfter, RelayOnly: pn.ICE.RelayOnly,
+		Lazy: pn.ICE.Lazy, IdleTimeout: pn.ICE.IdleTimeout, AlwaysDirect: pn.ICE.AlwaysDirect}
 }
 
 // startGVisorNode starts a gvisor sandbox's child in its host's network

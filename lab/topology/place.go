@@ -214,6 +214,7 @@ func mergeICE(layers ...*ICE) ICESettings {
 		}
 		for dst, src := range map[*time.Duration]time.Duration{
 			&s.AttemptTimeout: l.AttemptTimeout, &s.RetryMin: l.RetryMin, &s.RetryMax: l.RetryMax, &s.DeadAfter: l.DeadAfter,
+			&s.IdleTimeout: l.IdleTimeout,
 		} {
 			if src != 0 {
 				*dst = src
@@ -221,6 +222,12 @@ func mergeICE(layers ...*ICE) ICESettings {
 		}
 		if l.RelayOnly != nil {
 			s.RelayOnly = *l.RelayOnly
+		}
+		if l.Lazy != nil {
+			s.Lazy = *l.Lazy
+		}
+		if l.AlwaysDirect != nil {
+			s.AlwaysDirect = l.AlwaysDirect
 		}
 	}
 	return s

@@ -118,6 +118,9 @@ type Roam struct {
 type ICESettings struct {
 	AttemptTimeout, RetryMin, RetryMax, DeadAfter time.Duration
 	RelayOnly                                     bool
+	Lazy                                          bool          // see node.ICEConfig.Lazy
+	IdleTimeout                                   time.Duration // with Lazy
+	AlwaysDirect                                  []string      // with Lazy: peer names
 }
 
 // Node returns the named node, or nil.
