@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -11,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/latticelab/lattice/audit"
+	"github.com/latticelab/lattice/egress/bpf"
+	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/policy"
 )
 
@@ -30,6 +35,12 @@ import (
 // Other rules about destinations outside the overlay are not enforced
 // here: the node's own traffic (NATS, relay, STUN, WireGuard) shares the
 // pod's other interfaces, so they belong to the pod's network policy.
+//
+// In the Pro edition, where the kernel runs it, the eBPF filter on wg0
+// (egress/bpf) takes LATTICE-EGRESS's place: the same decisions, and every
+// new connection, allowed or denied, reported through its ring buffer
+// into the audit log, one line per connection. LATTICE-DEFAULTS stays:
+// loopback and the pod's own addresses never leave by wg0.
 type kernelEgress struct {
 	iface string
 	pol   *policy.Policy
@@ -39,9 +50,14 @@ type kernelEgress struct {
 	v6    bool       // the pod has IPv6, so ip6tables gets the defaults too
 	// run runs an iptables tool with args and stdin; tests replace it.
 	run func(tool string, args []string, stdin string) error
+	// audit receives the eBPF filter's per-connection events; nil means
+	// iptables only (tests).
+	audit audit.Sink
+	bpf   *bpf.Filter // the overlay's filter, when the kernel runs it
 
-	mu      sync.Mutex // guards last
-	last    []string   // the chain's rules as last installed
+	mu        sync.Mutex // guards last and lastPeers
+	last      []string   // the chain's rules as last installed
+	lastPeers map[string][]netip.Addr
 	stop    chan struct{}
 	done    chan struct{}
 	overlay netip.Prefix
@@ -91,14 +107,9 @@ func (k *kernelEgress) install() error {
 	if err := k.installDefaults(); err != nil {
 		return err
 	}
-	_ = k.ipt("iptables", "-N", egressChain) // exists after a crash: flushed below
-	if err := k.refresh(); err != nil {
+	if err := k.installOverlay(); err != nil {
 		return err
 	}
-	if err := k.ipt("iptables", "-I", "OUTPUT", "-o", k.iface, "-j", egressChain); err != nil {
-		return err
-	}
-	k.hooked = true
 	if k.v6 {
 		// The overlay is IPv4: nothing of the agent's leaves wg0 as IPv6.
 		if err := k.ipt("ip6tables", "-I", "OUTPUT", "-o", k.iface, "-j", "REJECT", "-m", "comment", "--comment", "lattice overlay is ipv4"); err != nil {
@@ -117,6 +128,45 @@ func (k *kernelEgress) install() error {
 	k.following = true
 	go k.follow()
 	return nil
+}
+
+// installOverlay puts the overlay's filter on wg0: eBPF where the kernel
+// runs it, else the chain LATTICE-EGRESS.
+func (k *kernelEgress) installOverlay() error {
+	if k.audit != nil {
+		f, err := bpf.New(bpf.Config{Interface: k.iface, Policy: k.pol.WithOverlay(k.overlay), Peers: k.peerMap(), ReportAllowed: true,
+			OnEvent: bpf.AuditTo(k.audit, k.log), Logger: k.log})
+		switch {
+		case err == nil:
+			k.bpf = f
+			k.log.Info("gvisor mode: egress on wg0 by the eBPF filter; every connection is audited")
+			return nil
+		case errors.Is(err, bpf.ErrUnavailable) || errors.Is(err, edition.ErrProFeature):
+			k.log.Warn("gvisor mode: eBPF egress filter unavailable; enforcing with iptables, without a per-connection audit", "err", err)
+		default:
+			return err
+		}
+	}
+	_ = k.ipt("iptables", "-N", egressChain) // exists after a crash: flushed below
+	if err := k.refresh(); err != nil {
+		return err
+	}
+	if err := k.ipt("iptables", "-I", "OUTPUT", "-o", k.iface, "-j", egressChain); err != nil {
+		return err
+	}
+	k.hooked = true
+	return nil
+}
+
+// peerMap is the peers by name, for the eBPF filter.
+func (k *kernelEgress) peerMap() map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	for _, p := range k.peers() {
+		if p.name != "" && p.addr.IsValid() {
+			out[p.name] = append(out[p.name], p.addr)
+		}
+	}
+	return out
 }
 
 // follow rebuilds the chain when the peers change.
@@ -219,6 +269,19 @@ func clipComment(s string) string {
 }
 
 func (k *kernelEgress) refresh() error {
+	if k.bpf != nil {
+		peers := k.peerMap()
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if maps.EqualFunc(peers, k.lastPeers, slices.Equal) {
+			return nil
+		}
+		if err := k.bpf.Reload(k.pol.WithOverlay(k.overlay), peers); err != nil {
+			return err
+		}
+		k.lastPeers = peers
+		return nil
+	}
 	rules := k.rules()
 	flat := make([]string, len(rules))
 	for i, r := range rules {
@@ -273,6 +336,11 @@ func (k *kernelEgress) remove() {
 	}
 	if k.following {
 		<-k.done
+	}
+	if k.bpf != nil {
+		if err := k.bpf.Close(); err != nil {
+			k.log.Warn("eBPF egress filter not removed", "err", err)
+		}
 	}
 	if k.hooked {
 		_ = k.ipt("iptables", "-D", "OUTPUT", "-o", k.iface, "-j", egressChain)

@@ -115,12 +115,20 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	}
 	d.setNode(n)
 	d.egress = newKernelEgress(cfg.Interface, n.Address(), d.pol, d.peers, d.log)
+	d.egress.audit = recordSink(d.record)
 	if err := d.egress.install(); err != nil {
 		return fmt.Errorf("sandbox: phase 1: egress rules: %w", err)
 	}
 	id := n.Identity()
 	return d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v on %s, gvisor mode, policy %s", id.Name, id.NodeID, id.Address, cfg.Interface, d.pol.Source())})
 }
+
+// recordSink is the driver's record as an audit.Sink, for the eBPF
+// filter's events: the packet is decided by then, so a failed write is
+// only counted and logged (record does both).
+type recordSink func(audit.Event) error
+
+func (r recordSink) Write(ev audit.Event) error { return r(ev) }
 
 // Run implements IsolationDriver: phase 2, the agent as PID 1 in runsc.
 func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, error) {
