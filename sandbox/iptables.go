@@ -58,9 +58,9 @@ type kernelEgress struct {
 	mu        sync.Mutex // guards last and lastPeers
 	last      []string   // the chain's rules as last installed
 	lastPeers map[string][]netip.Addr
-	stop    chan struct{}
-	done    chan struct{}
-	overlay netip.Prefix
+	stop      chan struct{}
+	done      chan struct{}
+	overlay   netip.Prefix
 
 	hooked, hooked6, defaults, defaults6, following bool
 }
