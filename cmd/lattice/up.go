@@ -30,6 +30,7 @@ func newUpCmd() *cobra.Command {
 	var userspace, noFirewall bool
 	var trust nodeTrustFlags
 	var egressF egressFlags
+	var lazyF lazyFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a Lattice node: register, reach every peer, upgrade to direct paths",
@@ -96,6 +97,7 @@ egress clear' removes it.`,
 	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
 	cli.FlagValues(cmd, "relay-transport", relayTransports...)
 	egressF.add(cmd)
+	lazyF.add(cmd)
 	_ = cmd.MarkFlagDirname("state-dir")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -120,6 +122,9 @@ egress clear' removes it.`,
 		}
 		if port == 0 {
 			cfg.ListenPort = -1
+		}
+		if err := lazyF.apply(cmd, &cfg); err != nil {
+			return err
 		}
 		if listenAddr != "" {
 			a, err := netip.ParseAddr(listenAddr)

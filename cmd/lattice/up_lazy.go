@@ -1,0 +1,44 @@
+package main
+
+import (
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/node"
+)
+
+// lazyFlags are up's lazy-connection flags (node.ICEConfig.Lazy).
+type lazyFlags struct {
+	lazy         bool
+	idleTimeout  time.Duration
+	alwaysDirect []string
+}
+
+func (l *lazyFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&l.lazy, "lazy", false, "negotiate a peer's direct path only while traffic flows to or from it (the relay carries the first packets); for large meshes")
+	f.DurationVar(&l.idleTimeout, "idle-timeout", 5*time.Minute, "with --lazy: quiet time after which a peer's direct path is closed")
+	f.StringSliceVar(&l.alwaysDirect, "always-direct", nil, "with --lazy: peers (node names, comma-separated or repeated) whose direct path is negotiated at once (routers, servers)")
+}
+
+// apply checks the flags and sets them in cfg.
+func (l *lazyFlags) apply(cmd *cobra.Command, cfg *node.Config) error {
+	f := cmd.Flags()
+	if !l.lazy && (f.Changed("idle-timeout") || f.Changed("always-direct")) {
+		return usagef("--idle-timeout and --always-direct need --lazy")
+	}
+	if l.idleTimeout < time.Second {
+		return usagef("--idle-timeout %v: want at least 1s", l.idleTimeout)
+	}
+	var names []string
+	for _, n := range l.alwaysDirect {
+		if n = strings.TrimSpace(n); n == "" || sanitizeName(n) != n {
+			return usagef("--always-direct %q: not a node name (lowercase letters, digits, hyphens)", n)
+		}
+		names = append(names, n)
+	}
+	cfg.ICE.Lazy, cfg.ICE.IdleTimeout, cfg.ICE.AlwaysDirect = l.lazy, l.idleTimeout, names
+	return nil
+}
