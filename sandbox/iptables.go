@@ -15,6 +15,7 @@ import (
 
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/egress/bpf"
+	"github.com/latticelab/lattice/egress/iptables"
 	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/policy"
 )
@@ -215,57 +216,10 @@ func (k *kernelEgress) rules() [][]string {
 			target = "ACCEPT"
 		}
 		for _, dst := range overlayDst(r) {
-			out = append(out, ruleLines(r, false, target, "-d", dst)...)
+			out = append(out, iptables.RuleLines(r, false, target, "-d", dst)...)
 		}
 	}
 	return append(out, []string{"-m", "comment", "--comment", "overlay peer not named", "-j", "REJECT"})
-}
-
-// ruleLines renders r's protocol and ports after match, one line per
-// protocol, each jumping to target.
-func ruleLines(r policy.RuleView, v6 bool, target string, match ...string) [][]string {
-	protos := []string{""}
-	switch {
-	case r.Proto == policy.TCP:
-		protos = []string{"tcp"}
-	case r.Proto == policy.UDP:
-		protos = []string{"udp"}
-	case r.Proto == policy.ICMP && v6:
-		protos = []string{"ipv6-icmp"}
-	case r.Proto == policy.ICMP:
-		protos = []string{"icmp"}
-	case len(r.Ports) > 0:
-		protos = []string{"tcp", "udp"}
-	}
-	var out [][]string
-	for _, proto := range protos {
-		rule := slices.Clone(match)
-		if proto != "" {
-			rule = append(rule, "-p", proto)
-		}
-		if len(r.Ports) > 0 {
-			var ps []string
-			for _, pr := range r.Ports {
-				if pr[0] == pr[1] {
-					ps = append(ps, fmt.Sprint(pr[0]))
-				} else {
-					ps = append(ps, fmt.Sprintf("%d:%d", pr[0], pr[1]))
-				}
-			}
-			rule = append(rule, "-m", "multiport", "--dports", strings.Join(ps, ","))
-		}
-		rule = append(rule, "-m", "comment", "--comment", clipComment(r.Label), "-j", target)
-		out = append(out, rule)
-	}
-	return out
-}
-
-// clipComment fits a label into iptables' 256-byte comment.
-func clipComment(s string) string {
-	if len(s) > 250 {
-		return s[:250]
-	}
-	return s
 }
 
 func (k *kernelEgress) refresh() error {
@@ -308,7 +262,7 @@ func (k *kernelEgress) restore(tool, chain string, rules [][]string) error {
 	for _, r := range rules {
 		b.WriteString("-A " + chain)
 		for _, arg := range r {
-			b.WriteString(" " + restoreQuote(arg))
+			b.WriteString(" " + iptables.Quote(arg))
 		}
 		b.WriteString("\n")
 	}
@@ -317,14 +271,6 @@ func (k *kernelEgress) restore(tool, chain string, rules [][]string) error {
 		return fmt.Errorf("%s of %s: %w", tool, chain, err)
 	}
 	return nil
-}
-
-// restoreQuote quotes an argument for iptables-restore's line parser.
-func restoreQuote(s string) string {
-	if s != "" && !strings.ContainsAny(s, " \t\"'\\#") {
-		return s
-	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
 // remove undoes install; it is safe after a partial install.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"net/netip"
 
+	"github.com/latticelab/lattice/egress/iptables"
 	"github.com/latticelab/lattice/policy"
 )
 
@@ -38,7 +39,7 @@ func defaultRules(pol *policy.Policy, self netip.Addr, v6 bool) [][]string {
 		}
 		for _, r := range rules {
 			if r.Target == policy.TargetPrefix && policy.Names(r.Prefix, d.Prefix) {
-				out = append(out, ruleLines(r, v6, verdict(r), "-d", r.Prefix.String())...)
+				out = append(out, iptables.RuleLines(r, v6, verdict(r), "-d", r.Prefix.String())...)
 			}
 		}
 		out = append(out, append(append([]string{"-d", d.Prefix.String()}, comment...), "-j", "REJECT"))
@@ -48,7 +49,7 @@ func defaultRules(pol *policy.Policy, self netip.Addr, v6 bool) [][]string {
 	}
 	for _, r := range rules {
 		if r.Target == policy.TargetPrefix && r.Prefix.IsSingleIP() && r.Prefix.Addr().Is6() == v6 {
-			out = append(out, ruleLines(r, v6, verdict(r), "-d", r.Prefix.String(), "-m", "addrtype", "--dst-type", "LOCAL")...)
+			out = append(out, iptables.RuleLines(r, v6, verdict(r), "-d", r.Prefix.String(), "-m", "addrtype", "--dst-type", "LOCAL")...)
 		}
 	}
 	return append(out, []string{"-m", "addrtype", "--dst-type", "LOCAL", "-m", "comment", "--comment", "lattice default deny: " + policy.ReasonHostAddress, "-j", "REJECT"})
