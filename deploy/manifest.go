@@ -46,12 +46,12 @@ type Manifests struct {
 // kinds maps apiVersion/kind to a constructor of its Go type. A kind not
 // here is an error: the tree uses these and nothing else.
 var kinds = map[string]func() any{
-	"v1/Namespace":                                   func() any { return &corev1.Namespace{} },
-	"v1/Service":                                     func() any { return &corev1.Service{} },
-	"v1/ConfigMap":                                   func() any { return &corev1.ConfigMap{} },
-	"apps/v1/Deployment":                             func() any { return &appsv1.Deployment{} },
-	"apps/v1/StatefulSet":                            func() any { return &appsv1.StatefulSet{} },
-	"policy/v1/PodDisruptionBudget":                  func() any { return &policyv1.PodDisruptionBudget{} },
+	"v1/Namespace":                  func() any { return &corev1.Namespace{} },
+	"v1/Service":                    func() any { return &corev1.Service{} },
+	"v1/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
+	"apps/v1/Deployment":            func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":           func() any { return &appsv1.StatefulSet{} },
+	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
 	"kustomize.config.k8s.io/v1beta1/Kustomization": func() any { return &Kustomization{} },
 }
 
@@ -157,7 +157,7 @@ func stripComments(b []byte) []byte {
 
 var (
 	lineRe  = regexp.MustCompile(`line (\d+)(?::(\d+))?`)
-	fieldRe = regexp.MustCompile(`(?:unknown field|key) "([^"]+)"`)
+	fieldRe = regexp.MustCompile(`(?:unknown field "|key "|Go struct field )([^" ]+)`)
 )
 
 // locate turns a decoding error into file:line:col. The YAML parser gives
