@@ -7,6 +7,9 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
 )
 
 // Lazy connections (ICEConfig.Lazy). Every peer is reachable at once
@@ -89,6 +92,7 @@ func (p *peer) goIdle(ctx context.Context, reason string) {
 	p.stopTimers()
 	p.failures = 0
 	p.idle = true
+	p.setKeepalive(false)
 	p.env.bind.SetDirect(p.path, netip.AddrPort{})
 	p.record(PathRelay, netip.AddrPort{}, reason)
 	p.setReport(func(r *ICEReport) { *r = ICEReport{State: "idle"} })
@@ -153,4 +157,31 @@ func (p *peer) onWake(ctx context.Context) {
 // the peer's side has gone idle: its silence is not a failed path.
 func (p *peer) quietPeer() bool {
 	return p.lazy() && p.quietFor() >= p.env.cfg.IdleTimeout
+}
+
+// setKeepalive turns a lazy peer's WireGuard keepalive on (its direct
+// path must keep its NAT mappings) or off (idle on the relay, whose own
+// connection is kept alive: nothing per peer is needed). Eager peers keep
+// theirs as addPeer set it.
+func (p *peer) setKeepalive(on bool) {
+	if p.lazy() && p.env.keepalive != nil && p.keepaliveOn != on {
+		p.keepaliveOn = on
+		p.env.keepalive(p.info.PublicKey, on)
+	}
+}
+
+// lazyPeer reports whether info's direct path waits for traffic.
+func (n *Node) lazyPeer(info control.Peer) bool {
+	return n.cfg.ICE.Lazy && !slices.Contains(n.cfg.ICE.AlwaysDirect, info.Name)
+}
+
+// setKeepalive sets WireGuard's persistent keepalive to pk on or off.
+func (n *Node) setKeepalive(pk key.Public, on bool) {
+	secs := 0
+	if on {
+		secs = persistentKeepalive
+	}
+	if err := n.dev.IpcSet(fmt.Sprintf("public_key=%s\nupdate_only=true\npersistent_keepalive_interval=%d\n", pk.Hex(), secs)); err != nil {
+		n.log.Debug("WireGuard keepalive", "peer", pk.ShortString(), "on", on, "err", err)
+	}
 }

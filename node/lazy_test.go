@@ -60,9 +60,13 @@ func TestLazyFirstPacket(t *testing.T) {
 		a := startNode(t, w.site(t, "full-cone"), "alpha", na, lazy)
 		b := startNode(t, w.site(t, "port-restricted-cone"), "beta", nb, lazy)
 		require.Eventually(t, func() bool { return len(a.Status()) == 1 && len(b.Status()) == 1 }, 10*time.Second, 10*time.Millisecond)
-		time.Sleep(30 * time.Second) // WireGuard keepalives and handshakes flow; no data
+		time.Sleep(30 * time.Second)
 		requireIdle(t, a)
 		requireIdle(t, b)
+		for _, n := range []*node.Node{a, b} {
+			st := n.Status()[0]
+			assert.Zero(t, st.TxRelay+st.TxDirect, "%s sent WireGuard packets to an idle peer", n.Identity().Name)
+		}
 
 		// The first datagram to an idle peer arrives.
 		pc, err := nb.net.st.ListenPacket(t.Context(), "udp", ":5353")
@@ -93,10 +97,18 @@ func TestLazyFirstPacket(t *testing.T) {
 		waitPath(t, a, node.PathDirect, 10*time.Second)
 		waitPath(t, b, node.PathDirect, 10*time.Second)
 
-		// Quiet for IdleTimeout: both idle again, nothing left running.
+		// Quiet for IdleTimeout: both idle again, nothing left running,
+		// nothing sent: no keepalives, so no handshakes either.
 		time.Sleep(lazyIdle + 15*time.Second)
 		requireIdle(t, a)
 		requireIdle(t, b)
+		before := []node.PeerStatus{a.Status()[0], b.Status()[0]}
+		time.Sleep(10 * time.Minute)
+		for i, n := range []*node.Node{a, b} {
+			st := n.Status()[0]
+			assert.Equal(t, before[i].TxRelay+before[i].TxDirect, st.TxRelay+st.TxDirect, "%s sent to an idle peer", n.Identity().Name)
+			assert.Len(t, st.History, len(before[i].History), "%s: %+v", n.Identity().Name, st.History)
+		}
 
 		// The first TCP connection to the idle peer connects at once: its
 		// SYN is not lost (a lost one costs a 1 s retransmission).

@@ -190,6 +190,7 @@ func (n *Node) start(ctx context.Context) error {
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
+		keepalive: n.setKeepalive,
 	}
 	return n.join(ctx, resp)
 }
@@ -328,7 +329,10 @@ func (n *Node) addPeer(info control.Peer) {
 	// keepalive on once that handshake has had time to land.
 	first := bytes.Compare(n.env.pub[:], info.PublicKey[:]) < 0
 	keepalive := persistentKeepalive
-	if !first {
+	lazy := n.lazyPeer(info)
+	if !first || lazy {
+		// A lazy peer's keepalive is on only while it is direct (see
+		// lazy.go): an idle one costs WireGuard nothing.
 		keepalive = 0
 	}
 	pub := info.PublicKey.Hex()
@@ -349,7 +353,7 @@ func (n *Node) addPeer(info control.Peer) {
 	for _, b := range n.early.take(info.NodeID, time.Now()) {
 		n.deliverSignal(p, b)
 	}
-	if !first {
+	if !first && !lazy {
 		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {
 			n.mu.Lock()
 			defer n.mu.Unlock()

@@ -50,6 +50,9 @@ type peerEnv struct {
 	directLost func()
 	// epoch, if set, is our registration's epoch, sealed into signals.
 	epoch func() uint64
+	// keepalive, if set, turns WireGuard's persistent keepalive to the
+	// peer on or off (lazy peers: on only while direct).
+	keepalive func(pk key.Public, on bool)
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
@@ -94,6 +97,7 @@ type peer struct {
 	idleTimer   *time.Timer
 	offerTimer  *time.Timer // see offerAgain
 	offers      int         // credentials sent in the current attempt
+	keepaliveOn bool        // a lazy peer's WireGuard keepalive (setKeepalive)
 	connected   uint64      // the last session whose attempt connected
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.
@@ -210,6 +214,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.connected = ev.session
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
+		p.setKeepalive(true)
 	case ev.state != nil:
 		if ev.session != p.session || p.idle {
 			return
