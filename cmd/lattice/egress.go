@@ -17,6 +17,7 @@ import (
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/egress"
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -51,6 +52,11 @@ func (f *egressFlags) check(cmd *cobra.Command, userspace bool) error {
 	}
 	if f.backend != egress.Auto && f.backend != egress.EBPF && f.backend != egress.IPTables {
 		return usagef("--egress-backend %q: want auto, ebpf or iptables", f.backend)
+	}
+	if f.backend == egress.EBPF {
+		if err := edition.Require("the eBPF egress backend (--egress-backend ebpf)"); err != nil {
+			return err
+		}
 	}
 	if _, err := os.Stat(f.policy); err != nil {
 		return usagef("--egress-policy: %v", err)

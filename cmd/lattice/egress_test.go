@@ -1,0 +1,43 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestUpEgressFlagErrors: egress flags that cannot work are usage errors,
+// before the node starts.
+func TestUpEgressFlagErrors(t *testing.T) {
+	tok := writeFile(t, "token", "cli-test-token-0123456789\n", 0o600)
+	pol := writeFile(t, "policy.yaml", "default: deny\n", 0o600)
+	base := []string{"up", "--control", "nats://127.0.0.1:1", "--token-file", tok, "--state-dir", "mem:"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"backend alone", []string{"--egress-backend", "iptables"}, "--egress-backend needs --egress-policy"},
+		{"fail closed alone", []string{"--egress-fail-closed"}, "--egress-fail-closed needs --egress-policy"},
+		{"audit alone", []string{"--audit-log", "a.jsonl"}, "--audit-log needs --egress-policy"},
+		{"userspace", []string{"--userspace", "--egress-policy", pol}, "--egress-policy filters the kernel's overlay interface; --userspace has none"},
+		{"backend", []string{"--egress-policy", pol, "--egress-backend", "nft"}, `--egress-backend "nft": want auto, ebpf or iptables`},
+		{"missing file", []string{"--egress-policy", "/no/such/policy.yaml"}, "--egress-policy: stat /no/such/policy.yaml: no such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			code := execute(t.Context(), append(base, tc.args...), &out, &errOut)
+			assert.Equal(t, exitUsage, code)
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+}
+
+// TestEgressClearNothing: clear on an interface without a filter says so.
+func TestEgressClearNothing(t *testing.T) {
+	var out, errOut strings.Builder
+	code := execute(t.Context(), []string{"egress", "clear", "--interface", "lnone0", "--pin-root", t.TempDir()}, &out, &errOut)
+	assert.Equal(t, exitOK, code, errOut.String())
+	assert.Contains(t, out.String(), "egress: no filter left on lnone0")
+}
