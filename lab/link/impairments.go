@@ -99,6 +99,8 @@ type shape struct {
 	fast bool
 	// delayed: Latency, Jitter, Reorder or Rate ask for the scheduler.
 	delayed bool
+	// random: Loss, Duplicate, Reorder or Jitter draw from a stream.
+	random bool
 
 	reorderDelay int64 // ns
 	queueBytes   int64
@@ -112,6 +114,7 @@ func newShape(im Impairments) *shape {
 		queueBytes:   int64(im.QueueBytes),
 	}
 	s.fast = !s.delayed && im.Loss == 0 && im.Duplicate == 0 && !im.Down
+	s.random = im.Loss > 0 || im.Duplicate > 0 || im.Reorder > 0 || im.Jitter > 0
 	if s.reorderDelay == 0 {
 		s.reorderDelay = int64(defaultReorderDelay)
 	}

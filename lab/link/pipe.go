@@ -23,6 +23,13 @@ type Config struct {
 	// (still deterministic).
 	Seed uint64
 
+	// Flow, if set, names the flow each packet belongs to (EthernetFlow
+	// reads Ethernet frames). Each flow then draws from its own stream,
+	// seeded from (Seed, flow), so a flow's losses, duplicates, reorders
+	// and jitter depend only on its own packets, not on how other traffic
+	// interleaves with it. If nil, the pipe is one flow with one stream.
+	Flow func(pkt []byte) uint64
+
 	// Deliver receives every packet that crosses the link, together with
 	// ownership of its buffer. The pipe calls it from one goroutine at a
 	// time, in delivery order: from Send's caller when the packet is not
@@ -79,10 +86,13 @@ type Pipe struct {
 	bytes     uint64
 
 	// mu guards the following fields and the queue. Lock order: dmu, then mu.
-	mu  sync.Mutex
-	rng rand.PCG
-	c   Stats // Sent (slow path only), Duplicated, Reordered, Dropped*
-	q   queue
+	mu    sync.Mutex
+	rng   rand.PCG // the stream when flow is nil
+	flow  func([]byte) uint64
+	seed  uint64
+	flows map[uint64]*rand.PCG // per-flow streams when flow is set (flow.go)
+	c     Stats                // Sent (slow path only), Duplicated, Reordered, Dropped*
+	q     queue
 
 	wake      chan struct{} // new earliest packet; capacity 1
 	quit      chan struct{} // closed by Close to stop run
@@ -116,6 +126,10 @@ func New(cfg Config) (*Pipe, error) {
 		quit:    make(chan struct{}),
 	}
 	p.rng.Seed(cfg.Seed, seedStream)
+	p.seed, p.flow = cfg.Seed, cfg.Flow
+	if p.flow != nil {
+		p.flows = map[uint64]*rand.PCG{}
+	}
 	p.q.init()
 	p.shape.Store(newShape(cfg.Impairments))
 	return p, nil
@@ -147,7 +161,8 @@ func (p *Pipe) Send(pkt []byte) {
 
 // sendSlow applies every impairment to pkt. Randomness is drawn in a fixed
 // order (loss, duplicate, then reorder and jitter) that depends only on the
-// impairments and the packet, never on timing, so a seed replays exactly.
+// impairments and the packet, never on timing, so a seed replays exactly;
+// with Config.Flow, from the packet's flow's stream.
 func (p *Pipe) sendSlow(s *shape, pkt []byte) {
 	direct := !s.delayed
 	if direct {
@@ -155,6 +170,10 @@ func (p *Pipe) sendSlow(s *shape, pkt []byte) {
 	}
 	p.mu.Lock()
 	p.c.Sent++
+	var r *rand.PCG
+	if s.random {
+		r = p.flowStream(pkt)
+	}
 	var drop *uint64
 	switch im := &s.im; {
 	case p.closed.Load():
@@ -163,12 +182,12 @@ func (p *Pipe) sendSlow(s *shape, pkt []byte) {
 		drop = &p.c.DroppedDown
 	case im.MTU > 0 && len(pkt) > im.MTU:
 		drop = &p.c.DroppedMTU
-	case im.Loss > 0 && p.chanceLocked(im.Loss):
+	case im.Loss > 0 && chance(r, im.Loss):
 		drop = &p.c.DroppedLoss
 	}
 	dup := false
 	if drop == nil {
-		dup = s.im.Duplicate > 0 && p.chanceLocked(s.im.Duplicate)
+		dup = s.im.Duplicate > 0 && chance(r, s.im.Duplicate)
 		if direct && p.pending.Load() == 0 {
 			if dup {
 				p.c.Duplicated++
@@ -181,7 +200,7 @@ func (p *Pipe) sendSlow(s *shape, pkt []byte) {
 			p.dmu.Unlock()
 			return
 		}
-		if !p.scheduleLocked(s, pkt, dup) {
+		if !p.scheduleLocked(s, r, pkt, dup) {
 			drop = &p.c.DroppedQueue
 		}
 	}
@@ -214,16 +233,6 @@ func clone(pkt []byte) []byte {
 	c := make([]byte, len(pkt))
 	copy(c, pkt)
 	return c
-}
-
-// chanceLocked reports true with probability prob. p.mu must be held.
-func (p *Pipe) chanceLocked(prob float64) bool {
-	return p.uniformLocked() < prob
-}
-
-// uniformLocked returns a uniform float64 in [0,1). p.mu must be held.
-func (p *Pipe) uniformLocked() float64 {
-	return float64(p.rng.Uint64()>>11) * 0x1p-53
 }
 
 // Set replaces the impairments. Packets sent after Set returns see the new

@@ -2,6 +2,7 @@ package link
 
 import (
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -106,15 +107,16 @@ func (q *queue) drain() [][]byte {
 	return out
 }
 
-// scheduleLocked queues pkt (and a copy of it if dup) for delayed delivery.
-// It reports false if pkt was tail-dropped; the caller counts and releases
-// it. p.mu must be held and the pipe open.
-func (p *Pipe) scheduleLocked(s *shape, pkt []byte, dup bool) bool {
+// scheduleLocked queues pkt (and a copy of it if dup) for delayed delivery,
+// drawing reorder and jitter from r (nil if s draws nothing). It reports
+// false if pkt was tail-dropped; the caller counts and releases it. p.mu
+// must be held and the pipe open.
+func (p *Pipe) scheduleLocked(s *shape, r *rand.PCG, pkt []byte, dup bool) bool {
 	im, q := &s.im, &p.q
-	held := im.Reorder > 0 && p.chanceLocked(im.Reorder)
+	held := im.Reorder > 0 && chance(r, im.Reorder)
 	delay := int64(im.Latency)
 	if im.Jitter > 0 {
-		delay += int64((2*p.uniformLocked() - 1) * float64(im.Jitter))
+		delay += int64((2*uniform(r) - 1) * float64(im.Jitter))
 		delay = max(delay, 0)
 	}
 
