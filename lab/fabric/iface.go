@@ -123,6 +123,7 @@ func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Inter
 		Name:        ifc.String() + " egress",
 		Impairments: cfg.Egress,
 		Seed:        f.seedFor(ifc.String() + "/egress"),
+		Flow:        link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
 		Deliver:     n.switchFrame,
 		Release:     n.releaseFrame,
 		Logger:      f.log,
@@ -134,6 +135,7 @@ func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Inter
 		Name:        ifc.String() + " ingress",
 		Impairments: cfg.Ingress,
 		Seed:        f.seedFor(ifc.String() + "/ingress"),
+		Flow:        link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
 		Deliver:     ifc.receive,
 		Release:     putFrame,
 		Logger:      f.log,
