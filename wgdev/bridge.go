@@ -142,16 +142,17 @@ func (b *Bridge) Name(local netip.AddrPort) (string, bool) {
 }
 
 // Remove closes the local socket of the peer named ep, if it has one.
+// It does not ask the Bind (whose ParseEndpoint may make the peer anew).
 func (b *Bridge) Remove(ep string) {
-	e, err := b.bind.ParseEndpoint(ep)
-	if err != nil {
-		return
-	}
 	b.mu.Lock()
-	p := b.byDst[string(e.DstToBytes())]
-	if p != nil {
-		delete(b.byDst, string(e.DstToBytes()))
-		delete(b.byLocal, p.local)
+	var p *proxy
+	for dst, q := range b.byDst {
+		if q.name == ep {
+			p = q
+			delete(b.byDst, dst)
+			delete(b.byLocal, q.local)
+			break
+		}
 	}
 	b.mu.Unlock()
 	if p != nil {
