@@ -27,7 +27,13 @@
 //     to the socket the request arrived on);
 //   - CHANGE-REQUEST's "change IP" and "change port" flags make the response
 //     leave from the socket with the other address and/or port (RFC 5780
-//     Table 1).
+//     Table 1);
+//   - in RFC 5780 mode RESPONSE-PORT sends the response to the request's
+//     source address at that port (section 7.5: a mapping-lifetime test's
+//     second socket);
+//   - a request with PADDING gets PADDING back, the response then as large
+//     as the request (section 6 asks for the MTU; the request bounds it,
+//     see size.go).
 //
 // Error responses:
 //
@@ -37,9 +43,11 @@
 //     and port is one of them: RFC 5780 section 6.1 says "the server MUST
 //     generate an error response of type 420" in that case, so a client
 //     learns the server cannot run the filtering tests instead of timing
-//     out. RESPONSE-PORT (RFC 5780) is not supported and gets the same
-//     answer. PADDING is understood; responses carry none.
-//   - 400 Bad Request for a CHANGE-REQUEST whose value is not 4 bytes.
+//     out. RESPONSE-PORT sent to a server without an alternate address
+//     and port gets the same answer.
+//   - 400 Bad Request for a CHANGE-REQUEST whose value is not 4 bytes, a
+//     RESPONSE-PORT that is not 4 bytes or names port 0, and RESPONSE-PORT
+//     together with PADDING (RFC 5780 section 6).
 //
 // The server understands (and, for this unauthenticated Binding usage,
 // ignores) the other comprehension-required attributes RFC 8489 defines,

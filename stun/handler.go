@@ -11,9 +11,10 @@ import (
 
 const (
 	// maxDatagram bounds the datagrams the server reads. A Binding request
-	// is a few dozen bytes; 1500 leaves room for any sane attribute set on
-	// an Ethernet-sized path while keeping the per-socket buffer small.
-	maxDatagram = 1500
+	// is a few dozen bytes; one with PADDING is meant to be fragmented
+	// (RFC 5780 section 7.6), so 8 KiB leaves room for several 1500-byte
+	// fragments while keeping the per-socket buffer small.
+	maxDatagram = 8192
 
 	headerSize = 20
 	// fingerprintLen is the FINGERPRINT attribute with its header.
@@ -54,6 +55,10 @@ type scratch struct {
 	req, resp stun.Message
 	unknown   stun.UnknownAttributes
 	ip        [16]byte
+	// padded: the request has PADDING; dst: where its answer goes (the
+	// source, or its address at RESPONSE-PORT). Set by handle.
+	padded bool
+	dst    netip.AddrPort
 }
 
 func newScratch() *scratch {
@@ -76,8 +81,9 @@ func (sc *scratch) netIP(a netip.Addr) net.IP {
 }
 
 // handle answers the datagram in, which arrived from src on socket at. When
-// ok, out is the response (valid until the next call with sc) and via the
-// socket to send it from; otherwise the datagram was dropped and counted.
+// ok, out is the response (valid until the next call with sc), via the
+// socket to send it from and sc.dst where to; otherwise the datagram was
+// dropped and counted.
 func (h *handler) handle(sc *scratch, in []byte, src netip.AddrPort, at sock) (out []byte, via sock, ok bool) {
 	h.stats.datagrams.Add(1)
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
@@ -112,6 +118,8 @@ func (h *handler) handle(sc *scratch, in []byte, src netip.AddrPort, at sock) (o
 	h.stats.requests.Add(1)
 
 	var change uint32
+	var respPort uint16
+	sc.padded, sc.dst = false, src
 	sc.unknown = sc.unknown[:0]
 	for _, a := range req.Attributes {
 		switch {
@@ -121,6 +129,15 @@ func (h *handler) handle(sc *scratch, in []byte, src netip.AddrPort, at sock) (o
 				return h.errorResponse(sc, stun.CodeBadRequest, at)
 			}
 			change = binary.BigEndian.Uint32(a.Value)
+		case a.Type == stun.AttrResponsePort && h.rfc5780:
+			// A port and two bytes of padding (RFC 5780 section 7.5).
+			if len(a.Value) != 4 || binary.BigEndian.Uint16(a.Value) == 0 {
+				h.stats.badRequest.Add(1)
+				return h.errorResponse(sc, stun.CodeBadRequest, at)
+			}
+			respPort = binary.BigEndian.Uint16(a.Value)
+		case a.Type == stun.AttrPadding:
+			sc.padded = true
 		case a.Type.Required() && !understood(a.Type):
 			sc.unknown = append(sc.unknown, a.Type)
 		}
@@ -128,6 +145,18 @@ func (h *handler) handle(sc *scratch, in []byte, src netip.AddrPort, at sock) (o
 	if len(sc.unknown) > 0 {
 		h.stats.unknownAttribute.Add(1)
 		return h.errorResponse(sc, stun.CodeUnknownAttribute, at)
+	}
+	if respPort != 0 && sc.padded && h.rfc5780 {
+		// RFC 5780 section 6: PADDING with RESPONSE-PORT is a 400.
+		h.stats.badRequest.Add(1)
+		return h.errorResponse(sc, stun.CodeBadRequest, at)
+	}
+	if respPort != 0 {
+		// The answer goes to the request's source address at this port:
+		// the second socket of a mapping-lifetime test (RFC 5780 section
+		// 4.6). The address never changes, so a forged request can aim it
+		// at no host the forged source address could not.
+		sc.dst = netip.AddrPortFrom(src.Addr(), respPort)
 	}
 
 	via = at
@@ -156,9 +185,9 @@ func (h *handler) drop(c *atomic.Uint64) ([]byte, sock, bool) {
 // understood reports whether the server knows a comprehension-required
 // attribute: those RFC 8489 defines. XOR-MAPPED-ADDRESS also stands for
 // its pre-RFC 5389 code 0x8020, which pion folds into it. PADDING (RFC
-// 5780 section 7.6) only makes room for a larger answer; responses carry
-// none. CHANGE-REQUEST is handled by the caller: it is understood only in
-// RFC 5780 mode.
+// 5780 section 7.6) makes room for a larger answer, which then carries
+// PADDING too. CHANGE-REQUEST and RESPONSE-PORT are handled by the
+// caller: they are understood only in RFC 5780 mode.
 func understood(t stun.AttrType) bool {
 	switch t {
 	case stun.AttrMappedAddress, stun.AttrUsername, stun.AttrMessageIntegrity,
@@ -243,6 +272,17 @@ func (h *handler) success(sc *scratch, src netip.AddrPort, at, via sock) error {
 		if err := h.software.AddTo(resp); err != nil {
 			return err
 		}
+	}
+	if sc.padded {
+		// RFC 5780 section 6 asks for PADDING of the outgoing MTU; the
+		// answer is padded to the request's size instead, which a client
+		// testing fragments makes MTU-sized or more, so it is never larger
+		// than what was sent (see size.go).
+		trailing := 0
+		if withFP {
+			trailing = fingerprintLen
+		}
+		pad(resp, trailing, len(req.Raw))
 	}
 	if withFP {
 		return stun.Fingerprint.AddTo(resp)

@@ -161,16 +161,34 @@ func TestHandlerErrors(t *testing.T) {
 		{
 			name:        "unknown comprehension-required",
 			rfc5780:     true,
-			setters:     []stun.Setter{rawAttr{0x7F01, []byte{1, 2, 3}}, stun.NewSoftware("x"), rawAttr{stun.AttrResponsePort, []byte{0, 80, 0, 0}}},
+			setters:     []stun.Setter{rawAttr{0x7F01, []byte{1, 2, 3}}, stun.NewSoftware("x"), rawAttr{0x7F02, []byte{0, 80, 0, 0}}},
+			wantCode:    420,
+			wantUnknown: []uint16{0x7F01, 0x7F02},
+		},
+		{
+			name:        "response-port without alternate",
+			setters:     []stun.Setter{rawAttr{0x7F01, []byte{1, 2, 3}}, rawAttr{stun.AttrResponsePort, []byte{0, 80, 0, 0}}},
 			wantCode:    420,
 			wantUnknown: []uint16{0x7F01, 0x0027},
 		},
 		{
-			name:        "response-port is not supported",
-			rfc5780:     true,
-			setters:     []stun.Setter{rawAttr{stun.AttrResponsePort, []byte{0, 80, 0, 0}}},
-			wantCode:    420,
-			wantUnknown: []uint16{0x0027},
+			// Every request here is padded: RFC 5780 section 6.
+			name:     "response-port with padding",
+			rfc5780:  true,
+			setters:  []stun.Setter{rawAttr{stun.AttrResponsePort, []byte{0, 80, 0, 0}}},
+			wantCode: 400,
+		},
+		{
+			name:     "short response-port",
+			rfc5780:  true,
+			setters:  []stun.Setter{rawAttr{stun.AttrResponsePort, []byte{0, 80}}},
+			wantCode: 400,
+		},
+		{
+			name:     "response-port zero",
+			rfc5780:  true,
+			setters:  []stun.Setter{rawAttr{stun.AttrResponsePort, []byte{0, 0, 0, 0}}},
+			wantCode: 400,
 		},
 		{
 			name:     "short change-request",

@@ -146,7 +146,7 @@ func send(t *testing.T, c net.PacketConn, dst netip.AddrPort, b []byte) {
 func receive(t *testing.T, c net.PacketConn) (*pion.Message, netip.AddrPort) {
 	t.Helper()
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(3*time.Second)))
-	buf := make([]byte, 2048)
+	buf := make([]byte, 9000) // room for padded answers
 	n, from, err := c.ReadFrom(buf)
 	require.NoError(t, err)
 	m := new(pion.Message)

@@ -372,7 +372,10 @@ func (s *Server) serve(at sock, c net.PacketConn) {
 		if !ok {
 			continue
 		}
-		if err := s.send(via, out, src, from); err != nil {
+		if sc.dst != src {
+			from = nil // RESPONSE-PORT: not where the request came from
+		}
+		if err := s.send(via, out, sc.dst, from); err != nil {
 			s.c.sendErrors.Add(1)
 		}
 	}

@@ -266,7 +266,7 @@ func TestGarbageDropped(t *testing.T) {
 		build(t, pion.BindingSuccess).Raw,
 		build(t, pion.NewType(pion.MethodAllocate, pion.ClassRequest)).Raw,
 		append(build(t, pion.BindingRequest).Raw, 0xDE, 0xAD, 0xBE, 0xEF),
-		build(t, pion.BindingRequest, attr{0xC000, make([]byte, 1600)}).Raw,
+		build(t, pion.BindingRequest, attr{0xC000, make([]byte, 8200)}).Raw,
 	}
 	for _, g := range garbage {
 		send(t, c, s.Addr(), g)
