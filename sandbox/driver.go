@@ -62,6 +62,12 @@ type DriverConfig struct {
 	// ICE tunes the node's path selection.
 	ICE node.ICEConfig
 
+	// Isolation is how pod mode runs its agent (Run). If empty,
+	// IsolationNamespace: Start then refuses, saying why and how to fix
+	// it, where unprivileged user namespaces are unavailable (checked at
+	// Start when Network is the host's, at Run otherwise).
+	Isolation Isolation
+
 	// SOCKS5 and HTTPProxy are the proxies' listen addresses ("" for
 	// none). Bind them to 127.0.0.1 unless the agent is elsewhere.
 	SOCKS5, HTTPProxy string
@@ -156,6 +162,7 @@ type Status struct {
 	SOCKS5    string            `json:"socks5,omitempty"`
 	HTTPProxy string            `json:"http_proxy,omitempty"`
 	Policy    string            `json:"policy"`
+	Isolation Isolation         `json:"isolation,omitempty"`
 	AuditLog  string            `json:"audit_log,omitempty"`
 	Forwards  []string          `json:"forwards,omitempty"`
 	Started   time.Time         `json:"started"`

@@ -118,8 +118,11 @@ func (e *egress) peerName(a netip.Addr) string {
 // decide asks the policy about one flow and audits the answer.
 func (e *egress) decide(network string, dst netip.AddrPort, r Resolution) error {
 	proto := policy.TCP
-	if network == "udp" {
+	switch network {
+	case "udp":
 		proto = policy.UDP
+	case "icmp":
+		proto = policy.ICMP
 	}
 	host := !r.Overlay && e.isHost != nil && e.isHost(dst.Addr().Unmap())
 	dec := e.policy().Decide(policy.Dest{Addr: dst.Addr(), Port: dst.Port(), Proto: proto, Overlay: r.Overlay, Peer: r.Peer, Host: host})

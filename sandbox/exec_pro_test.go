@@ -110,7 +110,9 @@ func TestDaemonPodExec(t *testing.T) {
 	state := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	dm, err := sandbox.StartDaemon(ctx, sandbox.ModePod, m.config(t, "agent", state))
+	cfg := m.config(t, "agent", state)
+	cfg.Isolation = sandbox.IsolationProxy
+	dm, err := sandbox.StartDaemon(ctx, sandbox.ModePod, cfg)
 	require.NoError(t, err)
 	defer dm.Close()
 	c := sandbox.NewClient(dm.Socket())

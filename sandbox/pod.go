@@ -12,6 +12,7 @@ import (
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/netstack"
+	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/policy"
 	"github.com/latticelab/lattice/proxy"
@@ -27,6 +28,8 @@ type PodDriver struct {
 	prov    *netstack.SandboxProvisioner
 	egress  *egress
 	watcher *policy.Watcher
+
+	spawnMu sync.Mutex // held while an agent's init is started
 
 	mu        sync.Mutex // guards the following fields
 	servers   []*proxy.Server
@@ -58,6 +61,11 @@ func NewPod(cfg DriverConfig) (*PodDriver, error) {
 			return nil, err
 		}
 	}
+	iso, err := ParseIsolation(string(cfg.Isolation))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	cfg.Isolation = iso
 	d := &PodDriver{base: newBase(cfg, ModePod)}
 	if cfg.ProxyCredentials != nil {
 		d.creds = *cfg.ProxyCredentials
@@ -85,6 +93,16 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := d.cfg
+	if cfg.Isolation == IsolationNamespace {
+		if cfg.Network == netx.OS {
+			if err := d.probeIsolation(ctx); err != nil {
+				return err
+			}
+		}
+		if err := hideFromAgent(); err != nil {
+			return err
+		}
+	}
 	creds, err := d.openState()
 	if err != nil {
 		return err
@@ -128,7 +146,7 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 		}
 	}
 	id := n.Identity()
-	if err := d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v, policy %s", id.Name, id.NodeID, id.Address, current().Source())}); err != nil {
+	if err := d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v, policy %s, isolation %s", id.Name, id.NodeID, id.Address, current().Source(), cfg.Isolation)}); err != nil {
 		return err
 	}
 	return nil
@@ -240,6 +258,7 @@ func (d *PodDriver) Status() Status {
 	st := d.status(ModePod)
 	d.mu.Lock()
 	st.SOCKS5, st.HTTPProxy = d.socks5, d.httpProxy
+	st.Isolation = d.cfg.Isolation
 	for _, f := range d.forwards {
 		st.Forwards = append(st.Forwards, f.spec.String())
 	}

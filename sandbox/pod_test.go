@@ -226,7 +226,9 @@ func TestParseForward(t *testing.T) {
 
 func TestRunPassesExitCodeAndProxy(t *testing.T) {
 	m := newMesh(t)
-	d := startPod(t, m.config(t, "agent", "mem:"))
+	cfg := m.config(t, "agent", "mem:")
+	cfg.Isolation = sandbox.IsolationProxy
+	d := startPod(t, cfg)
 	var out strings.Builder
 	code, err := d.Run(t.Context(), []string{"sh", "-c", `echo "$ALL_PROXY $LATTICE_ADDRESS"; exit 7`}, sandbox.Stdio{Stdout: &out})
 	require.NoError(t, err)

@@ -34,22 +34,33 @@ func (d *PodDriver) AgentEnv() []string {
 	if len(env) > 0 {
 		env = append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
 	}
-	return append(env,
-		"LATTICE_SANDBOX="+st.Name,
-		"LATTICE_NODE_ID="+st.NodeID,
-		"LATTICE_ADDRESS="+st.Address.Addr().String(),
-	)
+	return append(env, d.identityEnv()...)
 }
 
-// Run implements IsolationDriver: argv runs as a child process whose
-// network access is the sandbox's proxies (AgentEnv). When ctx ends the
-// agent gets SIGTERM, then SIGKILL after 5s.
+// identityEnv is the sandbox's identity for the agent's environment.
+func (d *PodDriver) identityEnv() []string {
+	st := d.Status()
+	return []string{
+		"LATTICE_SANDBOX=" + st.Name,
+		"LATTICE_NODE_ID=" + st.NodeID,
+		"LATTICE_ADDRESS=" + st.Address.Addr().String(),
+	}
+}
+
+// Run implements IsolationDriver. In namespace isolation argv runs in
+// namespaces of its own behind a TUN device (see IsolationNamespace), its
+// environment the host's plus the sandbox's identity; in proxy isolation
+// as a child process whose network access is the sandbox's proxies
+// (AgentEnv). When ctx ends the agent gets SIGTERM, then SIGKILL after 5s.
 func (d *PodDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, error) {
 	if len(argv) == 0 {
 		return -1, errors.New("sandbox: run: no command")
 	}
 	if d.Node() == nil {
 		return -1, errors.New("sandbox: run: not started")
+	}
+	if d.cfg.Isolation == IsolationNamespace {
+		return d.runIsolated(ctx, argv, stdio)
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {

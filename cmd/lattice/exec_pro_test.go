@@ -30,7 +30,7 @@ func TestSandboxExec(t *testing.T) {
 	w := webPeer(t)
 	state := t.TempDir()
 	out, errOut, stop := start(t, "sandbox", "start", "--name", "agent", "--server-url", w.NATSURL, "--token", meshtest.Token,
-		"--state-dir", state, "--listen-addr", "127.0.0.1", "--socks5", "127.0.0.1:0")
+		"--state-dir", state, "--listen-addr", "127.0.0.1", "--socks5", "127.0.0.1:0", "--isolation", "proxy")
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "control socket") }, 30*time.Second, 20*time.Millisecond, "%s%s", out, errOut)
 
 	exec := func(stdin string, args ...string) (string, string, int) {

@@ -47,6 +47,7 @@ Edition: ` + edition.Name() + `.`,
 // sandboxFlags are the flags start and run share.
 type sandboxFlags struct {
 	name, serverURL, token, tokenFile, mode, stateDir string
+	isolation                                         string
 	socks5, httpProxy, credsFile                      string
 	forwards                                          []string
 	egressPolicy, auditLog, relayTransport            string
@@ -63,6 +64,7 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	f.trust.add(cmd)
 	tokenFlags(cmd, &f.token, &f.tokenFile)
 	fl.StringVar(&f.mode, "mode", "pod", "isolation mode: pod or gvisor")
+	fl.StringVar(&f.isolation, "isolation", string(sandbox.IsolationNamespace), "pod mode: how the agent is kept apart: namespace (its own user, network, mount and PID namespaces behind a TUN device; no privileges needed) or proxy (the host's namespaces, proxy variables only)")
 	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: `+filepath.Join(defaultStateDir(), "sandbox", "NAME")+`; "mem:" for none)`)
 	if proxies {
 		fl.StringVar(&f.socks5, "socks5", "", "serve SOCKS5 on this address (PORT means 127.0.0.1:PORT)")
@@ -80,6 +82,7 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl.StringVar(&f.platform, "platform", "systrap", "gvisor mode: runsc platform, systrap or ptrace")
 	fl.StringVar(&f.iface, "interface", "wg0", "gvisor mode: the pod's WireGuard interface")
 	cli.FlagValues(cmd, "mode", string(sandbox.ModePod), string(sandbox.ModeGVisor))
+	cli.FlagValues(cmd, "isolation", string(sandbox.IsolationNamespace), string(sandbox.IsolationProxy))
 	cli.FlagValues(cmd, "relay-transport", relayTransports...)
 	cli.FlagValues(cmd, "platform", "systrap", "ptrace")
 	_ = cmd.MarkFlagDirname("state-dir")
@@ -94,6 +97,10 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	mode, err := sandbox.ParseMode(f.mode)
 	if err != nil {
 		return "", cfg, usagef("--mode: %v", err)
+	}
+	isolation, err := sandbox.ParseIsolation(f.isolation)
+	if err != nil {
+		return "", cfg, usagef("--isolation: %v", err)
 	}
 	if f.name == "" || f.serverURL == "" {
 		return "", cfg, usagef("--name and --control are required")
@@ -116,7 +123,7 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	cfg = sandbox.DriverConfig{
 		Name: f.name, ServerURL: serverURL, Token: token, StateDir: stateDir,
 		ListenPort: f.port, RelayTransport: f.relayTransport,
-		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog, AuditFailOpen: f.auditFailOpen,
+		EgressPolicy: f.egressPolicy, AuditLog: f.auditLog, AuditFailOpen: f.auditFailOpen, Isolation: isolation,
 		Runsc: f.runscBin, Platform: f.platform, Interface: f.iface,
 		SOCKS5: localAddr(f.socks5), HTTPProxy: localAddr(f.httpProxy),
 	}
@@ -255,6 +262,9 @@ $LATTICE_TOKEN or --token.`,
 		d := dm.Driver()
 		st := d.Status()
 		fmt.Fprintf(out, "sandbox: %s (%s) at %v, mode %s, policy %s\n", st.Name, st.NodeID, st.Address, st.Mode, st.Policy)
+		if st.Isolation != "" {
+			fmt.Fprintf(out, "sandbox: isolation %s: %s\n", st.Isolation, isolationNote(st.Isolation))
+		}
 		printProxies(out, d, cfg)
 		for _, fw := range st.Forwards {
 			fmt.Fprintf(out, "sandbox: forwarding overlay %s\n", fw)
@@ -271,6 +281,14 @@ $LATTICE_TOKEN or --token.`,
 		return nil
 	}
 	return cmd
+}
+
+// isolationNote says what an isolation means for agents run with exec.
+func isolationNote(i sandbox.Isolation) string {
+	if i == sandbox.IsolationProxy {
+		return "agents run with `sandbox exec` share the host's namespaces and get proxy variables"
+	}
+	return "agents run with `sandbox exec` get their own user, network, mount and PID namespaces; their only interface is a TUN device to this sandbox"
 }
 
 func printProxies(out io.Writer, d sandbox.IsolationDriver, cfg sandbox.DriverConfig) {
@@ -324,9 +342,18 @@ In gvisor mode (root in the pod) CMD runs as PID 1 in a runsc container with
 routes into wg0; WireGuard keys and CAP_NET_ADMIN stay outside. After it exits,
 wg0, its routes, the iptables rules and the container are gone.
 
-In pod mode CMD gets ALL_PROXY (socks5h://) and HTTP_PROXY / HTTPS_PROXY pointing
-at the sandbox's proxies on 127.0.0.1, with credentials made for this run, plus
-LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
+In pod mode (--isolation namespace, the default) CMD runs in user, network,
+mount and PID namespaces of its own, made without privileges. Its only network
+interface, lattice0, is a TUN device whose other end is the sandbox: it has the
+sandbox's overlay address, and every TCP connection, UDP flow and ping goes
+through the egress policy and the audit log; peers resolve by name through the
+sandbox's DNS. No proxy variables are needed. The state dir (credentials,
+audit log, control socket) is hidden, and the sandbox process cannot be signalled
+or traced. Where unprivileged user namespaces are unavailable, run refuses and
+says why. With --isolation proxy, CMD runs in the host's namespaces with
+ALL_PROXY (socks5h://) and HTTP_PROXY / HTTPS_PROXY pointing at the sandbox's
+proxies on 127.0.0.1, credentials made for this run. Either way it gets
+LATTICE_ADDRESS and LATTICE_NODE_ID.`,
 		Example: `  lattice sandbox run --name agent-1 --control tls://control:4222 --token-file token \
       -- curl -s http://web-1:8080/`,
 		Args: cobra.MinimumNArgs(1),
@@ -345,7 +372,7 @@ LATTICE_ADDRESS and LATTICE_NODE_ID. Peers are reachable by name.`,
 			return err
 		}
 		cfg.Logger = logger()
-		if mode == sandbox.ModePod {
+		if mode == sandbox.ModePod && cfg.Isolation == sandbox.IsolationProxy {
 			cfg.SOCKS5, cfg.HTTPProxy = "127.0.0.1:0", "127.0.0.1:0"
 			cfg.ProxyCredentials = nil // fresh ones for this run
 		}

@@ -1,0 +1,247 @@
+//go:build pro
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/meshtest"
+)
+
+// nsWorld is a mesh with a peer "web" (HTTP on 8080, UDP echo on 7) and a
+// pod sandbox daemon in namespace isolation, run as an unprivileged user.
+type nsWorld struct {
+	w      *meshtest.World
+	web    *meshtest.Peer
+	daemon *sandboxProc
+	state  string
+	tool   string // agenttool, runnable by the unprivileged user
+	bin    string
+	token  string
+}
+
+func newNSWorld(t *testing.T) *nsWorld {
+	t.Helper()
+	for _, p := range []string{"curl", "ping", "sh"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("needs %s (make deps installs it)", p)
+		}
+	}
+	w := meshtest.Start(t)
+	web := w.Peer(t, "web")
+	web.ServeHTTP(t, 8080, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from web, you are %s", r.RemoteAddr)
+	}))
+	pc, err := web.Stack.ListenPacket(t.Context(), "udp", ":7")
+	require.NoError(t, err)
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(append([]byte("echo "), buf[:n]...), from)
+		}
+	}()
+	bin, state, token := unprivilegedSetup(t)
+	tool := filepath.Join(filepath.Dir(bin), "agenttool")
+	build := exec.Command("go", "build", "-o", tool, "../../sandbox/testdata/agenttool")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building agenttool: %s", out)
+	return &nsWorld{w: w, web: web, state: state, tool: tool, bin: bin, token: token}
+}
+
+// start runs `lattice sandbox start` (namespace isolation, the default).
+func (n *nsWorld) start(t *testing.T) {
+	t.Helper()
+	n.daemon = startSandboxProc(t, n.bin, "sandbox", "start", "--name", "agent", "--server-url", n.w.NATSURL,
+		"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1")
+	n.daemon.wait(t, `(isolation namespace)`)
+	n.daemon.wait(t, `control socket (\S+)`)
+}
+
+// exec runs argv as the daemon's agent with `lattice sandbox exec`.
+func (n *nsWorld) exec(t *testing.T, argv ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e strings.Builder
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	code = executeIn(ctx, append([]string{"sandbox", "exec", "--state-dir", n.state, "--"}, argv...), strings.NewReader(""), &o, &e)
+	return o.String(), e.String(), code
+}
+
+// TestNamespaceAgentUsesTheOverlay: an agent in namespace isolation, run
+// by an unprivileged sandbox, has no proxy variables and needs none: curl
+// fetches from a peer by name, ping gets an answer, UDP is echoed, a
+// denied destination fails at once and is audited, and the exit code
+// comes back.
+func TestNamespaceAgentUsesTheOverlay(t *testing.T) {
+	n := newNSWorld(t)
+	n.start(t)
+	script := `env | grep -i '_proxy=' && echo "PROXY VARIABLES SET"
+curl -sS --max-time 20 --retry 10 --retry-all-errors --retry-delay 1 http://web:8080/; echo
+ping -c 1 -W 10 web >/dev/null && echo "ping ok"
+"$0" udp web:7 hello
+t0=$(date +%s%N); curl -sS --max-time 10 http://169.254.169.254/ 2>&1; echo "metadata after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+exit 7`
+	out, errOut, code := n.exec(t, "sh", "-c", script, n.tool)
+	t.Logf("agent stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Equal(t, 7, code, "the agent's exit code")
+	assert.NotContains(t, out, "PROXY VARIABLES SET")
+	addr := n.daemonAddr(t)
+	assert.Contains(t, out, "hello from web, you are "+addr+":", "curl by name, from the sandbox's overlay address")
+	assert.Contains(t, out, "ping ok")
+	assert.Contains(t, out, "udp reply: echo hello")
+	assert.Contains(t, out, "Failed to connect to 169.254.169.254", "the metadata address is refused with a reset")
+	var ms int
+	_, err := fmt.Sscanf(out[strings.Index(out, "metadata after"):], "metadata after %d ms", &ms)
+	require.NoError(t, err)
+	assert.Less(t, ms, 2000, "a denied destination fails at once")
+
+	events := readAudit(t, filepath.Join(n.state, "audit.jsonl"))
+	assert.Contains(t, events, `"decision":"deny"`)
+	assert.Contains(t, events, `"dst":"169.254.169.254:80"`)
+	assert.Contains(t, events, `"proto":"icmp"`, "the ping was decided and audited")
+	assert.Contains(t, events, `"proto":"udp"`)
+}
+
+// daemonAddr is the sandbox's overlay address from its start line.
+func (n *nsWorld) daemonAddr(t *testing.T) string {
+	p := netip.MustParsePrefix(n.daemon.wait(t, `\) at (\S+), mode pod`))
+	return p.Addr().String()
+}
+
+func readAudit(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestNamespaceAgentCannotEscape: each way around the sandbox fails for
+// the agent: the state dir's credentials and audit log are hidden (and
+// stay hidden when it tries to unmount what hides them) and read-only, the
+// host's loopback and its network are out of reach, it has no raw
+// sockets, it cannot signal or trace the sandbox or its init, and it
+// cannot reconfigure its interface.
+func TestNamespaceAgentCannotEscape(t *testing.T) {
+	n := newNSWorld(t)
+	var accepted atomic.Int32
+	listen := func(addr string) string {
+		ln, err := net.Listen("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	loopback := listen("127.0.0.1:0")
+	host := hostAddr(t)
+	_, port, _ := net.SplitHostPort(listen(net.JoinHostPort(host, "0")))
+	n.start(t)
+	out, errOut, code := n.exec(t, n.tool, "escape", n.state, fmt.Sprint(n.daemon.cmd.Process.Pid), loopback, net.JoinHostPort(host, port))
+	t.Logf("agent stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Equal(t, 0, code)
+	for _, c := range []string{"read credentials", "read audit log", "write state dir", "unmount state dir", "read credentials after unmount",
+		"host loopback", "host network", "raw socket", "signal sandbox", "ptrace sandbox", "sandbox /proc entry", "ptrace init", "device down"} {
+		assert.Contains(t, out, "ok "+c+":", "%s must fail", c)
+	}
+	assert.NotContains(t, out, "ESCAPED")
+	assert.NotContains(t, out, "SLOW")
+	assert.Zero(t, accepted.Load(), "no connection reached the host's listeners")
+	_, err := os.Stat(filepath.Join(n.state, "planted"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	assert.FileExists(t, filepath.Join(n.state, "credentials.json"), "the sandbox's own view is intact")
+}
+
+// hostAddr is one of the host's non-loopback IPv4 addresses.
+func hostAddr(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			return p.Addr().String()
+		}
+	}
+	t.Skip("needs a non-loopback IPv4 address on the host")
+	return ""
+}
+
+// TestNamespaceAgentLeavesNothing: the agent's processes (and with them
+// its namespaces and mounts) are gone after it exits, and after the
+// sandbox is killed with SIGKILL while it runs.
+func TestNamespaceAgentLeavesNothing(t *testing.T) {
+	n := newNSWorld(t)
+	marker := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	run := startSandboxProc(t, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
+		"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1", "--", "sh", "-c", "sleep "+marker+" & wait; exit 3")
+	require.Eventually(t, func() bool { return len(processesWith(marker)) > 0 }, 60*time.Second, 20*time.Millisecond, "the agent never ran:\n%s", &run.out)
+	before := processesWith(podInitName)
+	require.NoError(t, run.cmd.Process.Signal(syscall.SIGKILL))
+	_ = run.cmd.Wait()
+	assert.Eventually(t, func() bool { return len(processesWith(marker)) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"the agent outlived the sandbox: %v", processesWith(marker))
+	for _, pid := range before {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		assert.ErrorIs(t, err, os.ErrNotExist, "init %d outlived the sandbox", pid)
+	}
+
+	run = startSandboxProc(t, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
+		"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1", "--", "sh", "-c", "(sleep "+marker+" &) ; exit 3")
+	err := run.cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "output:\n%s", &run.out)
+	assert.Equal(t, 3, ee.ExitCode(), "sandbox run exits with the agent's code")
+	assert.Empty(t, processesWith(marker), "the agent's orphan died with its PID namespace")
+	leftovers, _ := filepath.Glob(filepath.Join(os.TempDir(), "lattice-resolv-*"))
+	assert.Empty(t, leftovers)
+}
+
+// podInitName is argv[0] of the agent's init.
+const podInitName = "lattice-pod-init"
+
+// processesWith lists the processes whose command line contains s.
+func processesWith(s string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

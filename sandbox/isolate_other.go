@@ -1,0 +1,18 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+)
+
+var errNoNamespaces = errors.New("sandbox: namespace isolation needs Linux; pass --isolation proxy")
+
+func hideFromAgent() error { return nil }
+
+func (d *PodDriver) probeIsolation(context.Context) error { return errNoNamespaces }
+
+func (d *PodDriver) runIsolated(context.Context, []string, Stdio) (int, error) {
+	return -1, errNoNamespaces
+}
