@@ -23,8 +23,8 @@ import (
 
 // egressFlags are `lattice up`'s egress policy flags.
 type egressFlags struct {
-	policy, backend, auditLog string
-	failClosed                bool
+	policy, backend, auditLog, pinRoot string
+	failClosed                         bool
 }
 
 func (f *egressFlags) add(cmd *cobra.Command) {
@@ -33,6 +33,7 @@ func (f *egressFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.backend, "egress-backend", egress.Auto, "egress enforcement: auto (eBPF in the Pro edition, else iptables), ebpf (Pro) or iptables")
 	fl.StringVar(&f.auditLog, "audit-log", "", "hash-chained audit log of egress decisions (default: audit.jsonl in --state-dir)")
 	fl.BoolVar(&f.failClosed, "egress-fail-closed", false, "keep the egress filter in the kernel if the node dies; 'lattice egress clear' removes it")
+	fl.StringVar(&f.pinRoot, "egress-pin-root", egress.DefaultPinRoot, "bpffs directory where --egress-fail-closed pins the eBPF filter (bpffs is mounted on /sys/fs/bpf if needed)")
 	cli.FlagValues(cmd, "egress-backend", egress.Backends...)
 	_ = cmd.MarkFlagFilename("egress-policy", "yaml", "yml")
 }
@@ -40,7 +41,7 @@ func (f *egressFlags) add(cmd *cobra.Command) {
 // check refuses flag combinations before the node starts.
 func (f *egressFlags) check(cmd *cobra.Command, userspace bool) error {
 	if f.policy == "" {
-		for _, name := range []string{"egress-backend", "audit-log", "egress-fail-closed"} {
+		for _, name := range []string{"egress-backend", "audit-log", "egress-fail-closed", "egress-pin-root"} {
 			if cmd.Flags().Changed(name) {
 				return usagef("--%s needs --egress-policy", name)
 			}
@@ -83,7 +84,7 @@ func (f *egressFlags) start(ctx context.Context, n *node.Node, ifname, stateDir 
 	}
 	r := &egressRun{stop: func() {}}
 	cfg := egress.Config{
-		Interface: ifname, Policy: f.policy, Backend: f.backend, FailClosed: f.failClosed,
+		Interface: ifname, Policy: f.policy, Backend: f.backend, FailClosed: f.failClosed, PinRoot: f.pinRoot,
 		Overlay: n.Address().Masked(), Peers: nodePeers(n), Logger: log,
 	}
 	if path != "" {
