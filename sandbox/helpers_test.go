@@ -26,7 +26,7 @@ type mesh struct {
 	web, vault *meshtest.Peer
 }
 
-func newMesh(t *testing.T) *mesh {
+func newMesh(t testing.TB) *mesh {
 	t.Helper()
 	w := meshtest.Start(t)
 	m := &mesh{World: w}
@@ -42,7 +42,7 @@ func newMesh(t *testing.T) *mesh {
 }
 
 // config is a pod sandbox on the mesh with both proxies on loopback.
-func (m *mesh) config(t *testing.T, name, stateDir string) sandbox.DriverConfig {
+func (m *mesh) config(t testing.TB, name, stateDir string) sandbox.DriverConfig {
 	return sandbox.DriverConfig{
 		Name: name, ServerURL: m.NATSURL, Token: meshtest.Token, StateDir: stateDir,
 		ListenAddr: meshtest.Loopback, SOCKS5: "127.0.0.1:0", HTTPProxy: "127.0.0.1:0",
@@ -52,7 +52,7 @@ func (m *mesh) config(t *testing.T, name, stateDir string) sandbox.DriverConfig 
 
 var creds = proxyCreds("agent", "correct-horse-battery-staple")
 
-func startPod(t *testing.T, cfg sandbox.DriverConfig) *sandbox.PodDriver {
+func startPod(t testing.TB, cfg sandbox.DriverConfig) *sandbox.PodDriver {
 	t.Helper()
 	d, err := sandbox.NewPod(cfg)
 	require.NoError(t, err)

@@ -83,11 +83,17 @@ func (d *PodDriver) startInit(ctx context.Context, argv, env []string, stdio Std
 	d.spawnMu.Lock()
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 	err = cmd.Start()
-	_ = hideFromAgent()
+	herr := hideFromAgent()
 	d.spawnMu.Unlock()
 	if err != nil {
 		conn.Close()
 		return nil, nil, namespacesUnavailable(err, readSysctl)
+	}
+	if herr != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		conn.Close()
+		return nil, nil, herr
 	}
 	return cmd, conn.(*net.UnixConn), nil
 }

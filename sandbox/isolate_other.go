@@ -9,8 +9,6 @@ import (
 
 var errNoNamespaces = errors.New("sandbox: namespace isolation needs Linux; pass --isolation proxy")
 
-func hideFromAgent() error { return nil }
-
 func (d *PodDriver) probeIsolation(context.Context) error { return errNoNamespaces }
 
 func (d *PodDriver) runIsolated(context.Context, []string, Stdio) (int, error) {

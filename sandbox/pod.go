@@ -93,13 +93,8 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := d.cfg
-	if cfg.Isolation == IsolationNamespace {
-		if cfg.Network == netx.OS {
-			if err := d.probeIsolation(ctx); err != nil {
-				return err
-			}
-		}
-		if err := hideFromAgent(); err != nil {
+	if cfg.Isolation == IsolationNamespace && cfg.Network == netx.OS {
+		if err := d.probeIsolation(ctx); err != nil {
 			return err
 		}
 	}
