@@ -87,7 +87,7 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 	if err != nil {
 		p.env.log.Warn("ICE agent", "peer", p.info.Name, "err", err)
 		p.failures++
-		p.scheduleRetry(ctx)
+		p.setWhy("could not start a direct attempt", p.scheduleRetry(ctx))
 		return
 	}
 	p.agent = agent
@@ -115,11 +115,12 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 		p.env.log.Debug("ICE attempt", "peer", p.info.Name, "err", err)
 		p.failures++
 		p.stopAgent()
-		p.scheduleRetry(ctx)
+		p.setWhy("could not start a direct attempt (signaling or gathering failed)", p.scheduleRetry(ctx))
 		return
 	}
 	p.offers = 0
 	p.offerAgain(ctx)
+	p.setWhy("negotiating a direct path", time.Time{})
 	p.env.log.Debug("ICE attempt", "peer", p.info.Name, "session", session, "why", why, "controlling", p.controlling)
 }
 

@@ -95,6 +95,7 @@ func (p *peer) goIdle(ctx context.Context, reason string) {
 	p.setKeepalive(false)
 	p.env.bind.SetDirect(p.path, netip.AddrPort{})
 	p.record(PathRelay, netip.AddrPort{}, reason)
+	p.setWhy(reason, time.Time{})
 	p.setReport(func(r *ICEReport) { *r = ICEReport{State: "idle"} })
 	decided := p.path.lastData.Load()
 	wake := func() {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,7 @@ func requireIdle(t *testing.T, n *node.Node) {
 	assert.Equal(t, "idle", st[0].ICE.State, "%s has an ICE agent", n.Identity().Name)
 	assert.Empty(t, st[0].ICE.LocalCandidates, "%s gathered candidates", n.Identity().Name)
 	assert.Contains(t, lastReason(n), "idle (lazy)")
+	assert.Regexp(t, `^idle \(lazy\).*direct path negotiated on (first|next) traffic$`, st[0].Why)
 }
 
 // TestLazyFirstPacket: two lazy nodes stay on the relay with no ICE agent
@@ -226,14 +228,20 @@ func lazyPair(t *testing.T, pa, pb string) {
 		requireIdle(t, b)
 		eventuallyEcho(t, na, b.Address().Addr(), 7, 10*time.Second, fmt.Sprintf("%s to %s, round %d", pa, pb, round))
 		if expectDirect(pa, pb) {
-			waitPath(t, a, node.PathDirect, 8*time.Second)
+			assert.Empty(t, waitPath(t, a, node.PathDirect, 8*time.Second).Why)
 			waitPath(t, b, node.PathDirect, 8*time.Second)
 			continue
 		}
+		// ICE gives up, and status says so in words, with the next
+		// attempt's countdown.
+		why := regexp.MustCompile(`^attempt timed out after 3s: .+, next in \d+s$`)
 		require.Eventually(t, func() bool {
 			s := a.Status()
-			return len(s) == 1 && s[0].ICE.Err != ""
+			return len(s) == 1 && s[0].ICE.Err != "" && why.MatchString(s[0].Why)
 		}, 10*time.Second, 50*time.Millisecond, "round %d: ICE never gave up: %+v", round, a.Status())
-		assert.Equal(t, node.PathRelay, a.Status()[0].Path)
+		st := a.Status()[0]
+		assert.Equal(t, node.PathRelay, st.Path)
+		assert.NotContains(t, st.Why, st.ICE.Err)
+		t.Logf("%s → %s: %s", pa, pb, st.Why)
 	}
 }

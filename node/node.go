@@ -190,7 +190,7 @@ func (n *Node) start(ctx context.Context) error {
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
-		keepalive: n.setKeepalive,
+		keepalive: n.setKeepalive, stun: resp.STUN,
 	}
 	return n.join(ctx, resp)
 }

@@ -50,6 +50,8 @@ type peerEnv struct {
 	directLost func()
 	// epoch, if set, is our registration's epoch, sealed into signals.
 	epoch func() uint64
+	// stun names control's STUN servers (for status's explanations).
+	stun []string
 	// keepalive, if set, turns WireGuard's persistent keepalive to the
 	// peer on or off (lazy peers: on only while direct).
 	keepalive func(pk key.Public, on bool)
@@ -103,10 +105,12 @@ type peer struct {
 	// set before run starts, stopped by close.
 	keepaliveTimer *time.Timer
 
-	mu      sync.Mutex // guards what Status reads
-	kind    PathKind
-	history []PathEvent
-	report  ICEReport
+	mu          sync.Mutex // guards what Status reads
+	why         string     // why relayed (why.go)
+	nextAttempt time.Time  // when the next direct attempt runs, if scheduled
+	kind        PathKind
+	history     []PathEvent
+	report      ICEReport
 }
 
 func newPeer(env *peerEnv, info control.Peer) *peer {
@@ -151,6 +155,7 @@ func (p *peer) run(ctx context.Context) {
 	defer p.stopAgent()
 	if p.env.cfg.RelayOnly {
 		p.record(PathRelay, netip.AddrPort{}, "direct paths disabled (RelayOnly)")
+		p.setWhy("direct paths are disabled on this node (relay only)", time.Time{})
 		<-ctx.Done()
 		return
 	}
@@ -207,7 +212,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		}
 		if ev.connected.err != nil {
 			p.setReport(func(r *ICEReport) { r.Err = ev.connected.err.Error() })
-			p.fail(ctx, "ICE attempt failed: "+ev.connected.err.Error())
+			p.fail(ctx, p.attemptFailedWhy())
 			return
 		}
 		p.failures = 0
@@ -227,7 +232,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 				return
 			}
 			if _, direct := p.path.Direct(); direct {
-				p.fail(ctx, "direct path silent (ICE "+ev.state.String()+")")
+				p.fail(ctx, fmt.Sprintf("direct path went silent (no answer for %s)", p.env.cfg.DeadAfter))
 				if p.env.directLost != nil {
 					p.env.directLost()
 				}
@@ -250,6 +255,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 			// it finds one.
 			p.env.bind.SetDirect(p.path, netip.AddrPort{})
 			p.record(PathRelay, netip.AddrPort{}, "direct path silent while the peer restarted ICE")
+			p.setWhy("direct path went silent while the peer restarted ICE; its new attempt runs", time.Time{})
 			if p.env.directLost != nil {
 				p.env.directLost()
 			}
@@ -295,14 +301,17 @@ func (p *peer) fail(ctx context.Context, reason string) {
 	}
 	p.stopAgent()
 	p.failures++
-	p.scheduleRetry(ctx)
+	p.setWhy(reason, p.scheduleRetry(ctx))
 }
 
 // scheduleRetry backs off exponentially with jitter between RetryMin and
 // RetryMax: attempts never stop, and never come faster than RetryMin.
-func (p *peer) scheduleRetry(ctx context.Context) {
+// It returns when the retry runs.
+func (p *peer) scheduleRetry(ctx context.Context) time.Time {
 	if p.retryTimer != nil {
-		return
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.nextAttempt
 	}
 	d := float64(p.env.cfg.RetryMin) * math.Pow(2, float64(min(p.failures-1, 10)))
 	d = min(d, float64(p.env.cfg.RetryMax))
@@ -312,6 +321,7 @@ func (p *peer) scheduleRetry(ctx context.Context) {
 			p.post(peerEvent{retry: true})
 		}
 	})
+	return p.env.now().Add(time.Duration(d))
 }
 
 // send seals and signals s under the current session.

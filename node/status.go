@@ -24,6 +24,10 @@ type PeerStatus struct {
 	TxDirect, TxRelay, RxDirect, RxRelay uint64
 	History                              []PathEvent
 	ICE                                  ICEReport
+	// Why says, in words, why a relayed peer is relayed ("idle (lazy):
+	// direct path negotiated on first traffic", "attempt timed out after
+	// 10s: …, next in 8s"); empty on a direct path.
+	Why string
 }
 
 // ICEReport says what the last ICE attempt with a peer saw: the answer
@@ -140,6 +144,7 @@ func (p *peer) status() PeerStatus {
 		Peer: p.info, Path: p.kind, History: append([]PathEvent(nil), p.history...), ICE: p.report,
 		TxDirect: p.path.TxDirect.Load(), TxRelay: p.path.TxRelay.Load(),
 		RxDirect: p.path.RxDirect.Load(), RxRelay: p.path.RxRelay.Load(),
+		Why: p.whyLocked(p.env.now()),
 	}
 	st.ICE.LocalCandidates = append([]string(nil), p.report.LocalCandidates...)
 	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)

@@ -22,7 +22,8 @@ import (
 //	 "rx_direct_bytes": 5000, "rx_relay_bytes": 678,
 //	 "history": [{"time": "…", "to": "relay", "addr": "", "reason": "…"}],
 //	 "ice": {"session": 1, "state": "connected", "local_candidates": […], "remote_candidates": […],
-//	         "self_candidates": […], "pairs": […], "error": ""}}
+//	         "self_candidates": […], "pairs": […], "error": ""},
+//	 "why": "attempt timed out after 10s: …, next in 8s"}
 //
 // state is "online" or "offline" (online as a word); path is "direct",
 // "relay" or "offline"; endpoint is empty when offline; last_handshake is
@@ -49,6 +50,7 @@ type peerStatusJSON struct {
 
 	History []PathEvent `json:"history"`
 	ICE     ICEReport   `json:"ice"`
+	Why     string      `json:"why,omitempty"`
 }
 
 // MarshalJSON implements json.Marshaler (the shape above).
@@ -59,7 +61,7 @@ func (s PeerStatus) MarshalJSON() ([]byte, error) {
 		RTTMillis: float64(s.RTT) / float64(time.Millisecond),
 		TxBytes:   s.TxDirect + s.TxRelay, RxBytes: s.RxDirect + s.RxRelay,
 		TxDirectBytes: s.TxDirect, TxRelayBytes: s.TxRelay, RxDirectBytes: s.RxDirect, RxRelayBytes: s.RxRelay,
-		History: s.History, ICE: s.ICE,
+		History: s.History, ICE: s.ICE, Why: s.Why,
 	}
 	if s.Online {
 		j.State = "online"
@@ -88,7 +90,7 @@ func (s *PeerStatus) UnmarshalJSON(b []byte) error {
 		Online: j.Online, Path: j.Path, Endpoint: j.Endpoint,
 		RTT:      time.Duration(math.Round(j.RTTMillis * float64(time.Millisecond))),
 		TxDirect: j.TxDirectBytes, TxRelay: j.TxRelayBytes, RxDirect: j.RxDirectBytes, RxRelay: j.RxRelayBytes,
-		History: j.History, ICE: j.ICE,
+		History: j.History, ICE: j.ICE, Why: j.Why,
 	}
 	if j.LastHandshake != nil {
 		s.LastHandshake = *j.LastHandshake

@@ -156,13 +156,13 @@ func printPeers(w io.Writer, peers []node.PeerStatus) {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s is relayed:\n", p.Peer.Name)
+		if p.Why != "" {
+			fmt.Fprintf(w, "  why: %s\n", p.Why)
+		}
 		if n := len(p.History); n > 0 {
 			fmt.Fprintf(w, "  last change: %s\n", p.History[n-1].Reason)
 		}
 		fmt.Fprintf(w, "  ICE: %s", orDash(p.ICE.State))
-		if p.ICE.Err != "" {
-			fmt.Fprintf(w, " (%s)", p.ICE.Err)
-		}
 		fmt.Fprintf(w, "\n  our candidates: %s\n  their candidates: %s\n", list(p.ICE.LocalCandidates), list(p.ICE.RemoteCandidates))
 		if len(p.ICE.SelfCandidates) > 0 {
 			fmt.Fprintf(w, "  not tried (our own address): %s\n", list(p.ICE.SelfCandidates))

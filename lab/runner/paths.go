@@ -75,6 +75,9 @@ func (l *Lab) settled(from, to string, st node.PeerStatus, want string) bool {
 	if st.ICE.Err != "" || l.plan.Node(from).ICE.RelayOnly || l.plan.Node(to).ICE.RelayOnly {
 		return true
 	}
+	if st.ICE.State == "idle" {
+		return true // lazy, and idle: relayed until traffic flows
+	}
 	for _, e := range st.History {
 		if e.To == node.PathDirect {
 			return true
@@ -128,8 +131,8 @@ func (l *Lab) WaitPath(ctx context.Context, from, to, want string) (node.PeerSta
 // whyNot explains a path that is not what was wanted.
 func whyNot(st node.PeerStatus, want string) string {
 	switch {
-	case want == "direct" && st.ICE.Err != "":
-		return fmt.Sprintf(" (ICE: %s; %d candidate pairs tried)", st.ICE.Err, len(st.ICE.Pairs))
+	case want == "direct" && st.Why != "":
+		return fmt.Sprintf(" (%s; %d candidate pairs tried)", st.Why, len(st.ICE.Pairs))
 	case want == "relay" && st.Path == node.PathRelay:
 		return " (ICE has not given up yet)"
 	}
