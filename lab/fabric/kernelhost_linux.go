@@ -176,11 +176,17 @@ func (k *KernelHost) setup() error {
 	}
 	k.tun = os.NewFile(uintptr(fd), "tun")
 	pfx := netip.PrefixFrom(k.ifc.addr, k.ifc.network.prefix.Bits())
-	for _, args := range [][]string{
+	cmds := [][]string{
 		{"-n", k.netns, "link", "set", "lo", "up"},
 		{"-n", k.netns, "addr", "add", pfx.String(), "dev", "eth0"},
-		{"-n", k.netns, "link", "set", "eth0", "mtu", fmt.Sprint(k.ifc.mtu), "up"},
-	} {
+	}
+	for _, a := range k.ifc.aliases {
+		// Aliases: a two-address RFC 5780 STUN server, or any program
+		// that binds a second address, runs in the namespace.
+		cmds = append(cmds, []string{"-n", k.netns, "addr", "add", netip.PrefixFrom(a, pfx.Bits()).String(), "dev", "eth0"})
+	}
+	cmds = append(cmds, []string{"-n", k.netns, "link", "set", "eth0", "mtu", fmt.Sprint(k.ifc.mtu), "up"})
+	for _, args := range cmds {
 		if err := ipCommand(args...); err != nil {
 			return err
 		}

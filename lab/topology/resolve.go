@@ -323,9 +323,6 @@ func (r *resolver) hosts() {
 			if len(h.Routes) > 0 {
 				r.errorf(path+".routes", "give it a gateway instead", "a netns host has a default route only")
 			}
-			if len(h.Aliases) > 0 || (len(h.Interfaces) == 1 && len(h.Interfaces[0].Aliases) > 0) {
-				r.errorf(path+".aliases", "", "a netns host has one address")
-			}
 		}
 		switch {
 		case h.Network != "" && len(h.Interfaces) > 0:
