@@ -99,7 +99,9 @@ func (w *world) startSandbox(ctx context.Context, t *testing.T, s sandboxSpec) *
 	t.Helper()
 	sb := &sandbox{}
 	files := map[string]string{"token": w.token + "\n"}
-	args := []string{"sandbox", "start", "--mode", "pod", "--name", s.name,
+	// --isolation proxy: the container's RuntimeDefault seccomp profile
+	// refuses the user namespaces of namespace isolation.
+	args := []string{"sandbox", "start", "--mode", "pod", "--isolation", "proxy", "--name", s.name,
 		"--server-url", w.controlURL, "--token-file", dataDir + "/token", "--state-dir", stateDir}
 	var ports []string
 	if s.socks {
