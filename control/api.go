@@ -31,6 +31,10 @@ import (
 const (
 	SubjectRegister = "lattice.v1.register"
 	subjectNodes    = "lattice.v1.node."
+	// SubjectPeerEvents carries every PeerEvent once, to every node that
+	// registered with SharedEvents: one change is one message, however
+	// many nodes there are. Nodes may only subscribe to it.
+	SubjectPeerEvents = "lattice.v1.peers"
 	// InboxPrefix is where a node's NATS replies arrive: the node sets its
 	// connection's inbox prefix to InboxPrefix + "." + its NATS user.
 	InboxPrefix = "_INBOX"
@@ -73,6 +77,10 @@ type RegisterRequest struct {
 	PublicKey key.Public `json:"public_key"`
 	Challenge *Challenge `json:"challenge,omitempty"`
 	Proof     []byte     `json:"proof,omitempty"`
+	// SharedEvents: the node takes peer events from SubjectPeerEvents
+	// (NATSCreds.Events), so control sends it none of its own. A node
+	// without it gets each event on its LeafPeers subject, as before.
+	SharedEvents bool `json:"shared_events,omitempty"`
 }
 
 // RegisterResponse is what a node gets back. An answer to a request
@@ -115,6 +123,14 @@ type NATSCreds struct {
 	Password string `json:"password"`
 	// Inbox is the inbox prefix the node must use for requests.
 	Inbox string `json:"inbox"`
+	// URLs are every NATS server of the cluster, URL among them; the node
+	// connects to any and reconnects to another when one goes away.
+	// Empty: URL alone.
+	URLs []string `json:"urls,omitempty"`
+	// Events is the subject of the shared peer events
+	// (SubjectPeerEvents), given to a node that asked for SharedEvents
+	// by a control that sends them. Empty: events come on LeafPeers only.
+	Events string `json:"events,omitempty"`
 }
 
 // Peer is another node, as a node sees it.
@@ -240,6 +256,8 @@ type Node struct {
 	ProofNonce []byte `json:"proof_nonce,omitempty"`
 	// Epoch is the registration's epoch (Peer.Epoch).
 	Epoch uint64 `json:"epoch,omitempty"`
+	// SharedEvents: the node reads SubjectPeerEvents (RegisterRequest).
+	SharedEvents bool `json:"shared_events,omitempty"`
 }
 
 func (n *Node) peer() Peer {

@@ -73,7 +73,8 @@ func register(ctx context.Context, j Join, send exchange) (*RegisterResponse, er
 		}
 		return &resp, nil
 	}
-	req := &RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public()}
+	// Connect reads the shared peer events when control offers them.
+	req := &RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public(), SharedEvents: true}
 	first, err := ask(req)
 	if err != nil {
 		return nil, err
@@ -122,8 +123,17 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 	if err != nil {
 		return nil, fmt.Errorf("register over NATS: %w", err)
 	}
-	resp.NATS.URL = ep.inherit(resp.NATS.URL)
+	inheritTrust(ep, &resp.NATS)
 	return resp, nil
+}
+
+// inheritTrust gives the advertised NATS URLs the trust registration was
+// made with (endpoint.inherit).
+func inheritTrust(ep *endpoint, c *NATSCreds) {
+	c.URL = ep.inherit(c.URL)
+	for i, u := range c.URLs {
+		c.URLs[i] = ep.inherit(u)
+	}
 }
 
 // RegisterOver registers on nc, a connection as a joining client.
@@ -152,7 +162,7 @@ func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, j Join) (
 	if err != nil {
 		return nil, fmt.Errorf("register over HTTP: %w", err)
 	}
-	resp.NATS.URL = ep.inherit(resp.NATS.URL)
+	inheritTrust(ep, &resp.NATS)
 	return resp, nil
 }
 
@@ -221,14 +231,24 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 			}
 		}))
 	}
-	nc, _, err := dialNATS(n, creds.URL, opts...)
+	urls := creds.URLs
+	if len(urls) == 0 {
+		urls = []string{creds.URL}
+	}
+	nc, _, err := dialServers(n, urls, true, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("node %s: connect to %s: %w", nodeID, creds.URL, err)
+		return nil, fmt.Errorf("node %s: connect to %s: %w", nodeID, strings.Join(urls, ","), err)
 	}
 	s.nc = nc
 	if _, err := nc.Subscribe(NodeSubject(nodeID, LeafPeers), s.peerMsg); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("node %s: subscribe to peer events: %w", nodeID, err)
+	}
+	if creds.Events != "" {
+		if _, err := nc.Subscribe(creds.Events, s.peerMsg); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("node %s: subscribe to shared peer events: %w", nodeID, err)
+		}
 	}
 	if _, err := nc.Subscribe(NodeSubject(nodeID, LeafSignalIn), s.signalMsg); err != nil {
 		nc.Close()
@@ -243,9 +263,12 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 	return s, nil
 }
 
+// peerMsg delivers a peer event, from the node's own subject or the
+// shared one; the shared one carries the node's own changes too, which
+// are no peer's.
 func (s *Session) peerMsg(m *nats.Msg) {
 	var ev PeerEvent
-	if json.Unmarshal(m.Data, &ev) != nil || s.onPeer == nil {
+	if json.Unmarshal(m.Data, &ev) != nil || s.onPeer == nil || ev.Peer.NodeID == s.id {
 		return
 	}
 	s.onPeer(ev)

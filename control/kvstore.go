@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -24,22 +25,68 @@ type KVStore struct {
 
 var _ Store = (*KVStore)(nil)
 
+// KVOptions configure OpenKVStore.
+type KVOptions struct {
+	// Bucket names the JetStream key-value bucket. Required.
+	Bucket string
+	// Replicas is the bucket's replica count. If zero, 3 when nc is
+	// connected to a NATS cluster, else 1. An existing bucket is updated
+	// to it.
+	Replicas int
+}
+
 // OpenKVStore opens (creating if needed) the bucket on nc's JetStream.
-func OpenKVStore(ctx context.Context, nc *nats.Conn, bucket string) (*KVStore, error) {
+func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, error) {
+	if o.Bucket == "" {
+		return nil, errors.New("registry bucket: no name")
+	}
+	if o.Replicas < 0 || o.Replicas > 5 {
+		return nil, fmt.Errorf("registry bucket %s: %d replicas: want 1 to 5 (JetStream's limit)", o.Bucket, o.Replicas)
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+		if nc.ConnectedClusterName() != "" {
+			o.Replicas = 3
+		}
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, fmt.Errorf("registry bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("registry bucket %s: %w", o.Bucket, err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      bucket,
+		Bucket:      o.Bucket,
 		Description: "Lattice control registry",
 		History:     1,
 		Storage:     jetstream.FileStorage,
+		Replicas:    o.Replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("registry bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("registry bucket %s (%d replicas): %w", o.Bucket, o.Replicas, err)
+	}
+	if o.Replicas > 1 {
+		if kv, err = readFromLeader(ctx, js, o.Bucket); err != nil {
+			return nil, fmt.Errorf("registry bucket %s (%d replicas): %w", o.Bucket, o.Replicas, err)
+		}
 	}
 	return &KVStore{kv: kv}, nil
+}
+
+// readFromLeader turns off direct gets on a replicated bucket, which a
+// follower may answer from behind the leader: a node's password read
+// just after its registration wrote it, or a claim read after its create,
+// must see that write. Reads then go to the stream leader.
+func readFromLeader(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("turn direct gets off: %w", err)
+		}
+	}
+	return js.KeyValue(ctx, bucket)
 }
 
 func addrKey(n *Node) string {
@@ -48,18 +95,8 @@ func addrKey(n *Node) string {
 func nameKey(n *Node) string { return "name." + n.Name }
 
 func (s *KVStore) Get(ctx context.Context, id string) (*Node, error) {
-	e, err := s.kv.Get(ctx, "node."+id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("registry get %s: %w", id, err)
-	}
-	var n Node
-	if err := json.Unmarshal(e.Value(), &n); err != nil {
-		return nil, fmt.Errorf("registry entry %s is corrupt: %w", id, err)
-	}
-	return &n, nil
+	n, _, err := s.get(ctx, id)
+	return n, err
 }
 
 func (s *KVStore) List(ctx context.Context) ([]*Node, error) {
@@ -86,8 +123,11 @@ func (s *KVStore) List(ctx context.Context) ([]*Node, error) {
 	return out, nil
 }
 
-// claim atomically creates key with value id; a key already holding id
-// (a retried create) counts as claimed.
+// claim atomically creates key with value id. A key already holding id
+// (a retried create, or a claim left by a create that failed half-way)
+// counts as claimed once it is rewritten at the revision read: a release
+// of the old claim racing this one then fails its compare and set rather
+// than freeing what is claimed again.
 func (s *KVStore) claim(ctx context.Context, key, id string) (bool, error) {
 	_, err := s.kv.Create(ctx, key, []byte(id))
 	if err == nil {
@@ -97,10 +137,22 @@ func (s *KVStore) claim(ctx context.Context, key, id string) (bool, error) {
 		return false, fmt.Errorf("registry claim %s: %w", key, err)
 	}
 	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, fmt.Errorf("registry claim %s: %w", key, ErrConflict)
+	}
 	if err != nil {
 		return false, fmt.Errorf("registry claim %s: %w", key, err)
 	}
-	return string(e.Value()) == id, nil
+	if string(e.Value()) != id {
+		return false, nil
+	}
+	if _, err := s.kv.Update(ctx, key, []byte(id), e.Revision()); err != nil {
+		if isWrongRevision(err) {
+			return false, fmt.Errorf("registry claim %s: %w", key, ErrConflict)
+		}
+		return false, fmt.Errorf("registry claim %s: %w", key, err)
+	}
+	return true, nil
 }
 
 func (s *KVStore) Create(ctx context.Context, n *Node) error {
@@ -112,52 +164,154 @@ func (s *KVStore) Create(ctx context.Context, n *Node) error {
 		return ErrAddressTaken
 	}
 	ok, err = s.claim(ctx, nameKey(n), n.ID)
-	if err == nil && !ok {
-		err = ErrNameTaken
-	}
-	if err == nil {
-		err = s.put(ctx, n)
-	}
-	if err != nil {
-		_ = s.kv.Purge(ctx, addrKey(n))
+	switch {
+	case err != nil:
+		s.release(ctx, addrKey(n), n.ID)
 		return err
+	case !ok:
+		s.release(ctx, addrKey(n), n.ID)
+		return ErrNameTaken
 	}
-	return nil
-}
-
-func (s *KVStore) put(ctx context.Context, n *Node) error {
 	b, err := json.Marshal(n)
-	if err != nil {
-		return fmt.Errorf("registry put %s: %w", n.ID, err)
+	if err == nil {
+		_, err = s.kv.Create(ctx, "node."+n.ID, b)
 	}
-	if _, err := s.kv.Put(ctx, "node."+n.ID, b); err != nil {
-		return fmt.Errorf("registry put %s: %w", n.ID, err)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		if e, gerr := s.kv.Get(ctx, "node."+n.ID); gerr == nil && bytes.Equal(e.Value(), b) {
+			return nil // our own write, retried by the client after a lost answer
+		}
+		// The same key registered meanwhile (on another instance): the
+		// claims, which hold the same ID, are that record's now.
+		return fmt.Errorf("registry create %s: %w", n.ID, ErrExists)
+	}
+	if err != nil {
+		s.release(ctx, nameKey(n), n.ID)
+		s.release(ctx, addrKey(n), n.ID)
+		return fmt.Errorf("registry create %s: %w", n.ID, err)
 	}
 	return nil
 }
 
+// release frees a claim key if id still holds it, at the revision read,
+// so a claim someone else made meanwhile is never freed.
+func (s *KVStore) release(ctx context.Context, key, id string) {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil || string(e.Value()) != id {
+		return
+	}
+	_ = s.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision()))
+}
+
+// get returns id's record and the revision it was read at.
+func (s *KVStore) get(ctx context.Context, id string) (*Node, uint64, error) {
+	e, err := s.kv.Get(ctx, "node."+id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("registry get %s: %w", id, err)
+	}
+	var n Node
+	if err := json.Unmarshal(e.Value(), &n); err != nil {
+		return nil, 0, fmt.Errorf("registry entry %s is corrupt: %w", id, err)
+	}
+	return &n, e.Revision(), nil
+}
+
+// Update replaces id's record if it is still the one read: a compare and
+// set on its revision, so a concurrent delete or re-creation (with
+// another address) in between fails it with ErrConflict instead of being
+// overwritten.
 func (s *KVStore) Update(ctx context.Context, n *Node) error {
-	old, err := s.Get(ctx, n.ID)
+	old, rev, err := s.get(ctx, n.ID)
 	if err != nil {
 		return err
 	}
 	if old.Address != n.Address || old.Name != n.Name {
 		return fmt.Errorf("control: update of %s changes its address or name", n.ID)
 	}
-	return s.put(ctx, n)
+	b, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("registry update %s: %w", n.ID, err)
+	}
+	if _, err := s.kv.Update(ctx, "node."+n.ID, b, rev); err != nil {
+		if isWrongRevision(err) {
+			return fmt.Errorf("registry update %s: %w", n.ID, ErrConflict)
+		}
+		return fmt.Errorf("registry update %s: %w", n.ID, err)
+	}
+	return nil
 }
 
+// isWrongRevision: a compare and set found another revision.
+// Replicated streams report it with another code than single ones.
+func isWrongRevision(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Delete removes id's record at the revision read, then frees its name
+// and address if they are still id's.
 func (s *KVStore) Delete(ctx context.Context, id string) error {
-	n, err := s.Get(ctx, id)
+	n, rev, err := s.get(ctx, id)
 	if err != nil {
 		return err
 	}
-	for _, k := range []string{"node." + id, nameKey(n), addrKey(n)} {
-		if err := s.kv.Purge(ctx, k); err != nil {
-			return fmt.Errorf("registry delete %s: %w", k, err)
+	if err := s.kv.Purge(ctx, "node."+id, jetstream.LastRevision(rev)); err != nil {
+		if isWrongRevision(err) {
+			return fmt.Errorf("registry delete %s: %w", id, ErrConflict)
 		}
+		return fmt.Errorf("registry delete %s: %w", id, err)
 	}
+	s.release(ctx, nameKey(n), id)
+	s.release(ctx, addrKey(n), id)
 	return nil
+}
+
+// Watch calls apply with every node in the bucket, then with every later
+// change (n nil: id was deleted) by any instance, in the bucket's order,
+// until ctx ends; ready runs once the nodes stored now were delivered.
+// It returns once the watch is set up; the updates arrive on a goroutine
+// that ends with ctx.
+func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), ready func()) (stopped <-chan struct{}, err error) {
+	w, err := s.kv.Watch(ctx, "node.>")
+	if err != nil {
+		return nil, fmt.Errorf("registry watch: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					ready()
+					continue
+				}
+				id := strings.TrimPrefix(e.Key(), "node.")
+				if e.Operation() != jetstream.KeyValuePut {
+					apply(id, nil, e.Revision())
+					continue
+				}
+				var n Node
+				if json.Unmarshal(e.Value(), &n) != nil || n.ID != id {
+					continue // corrupt: Get reports it to whoever asks
+				}
+				apply(id, &n, e.Revision())
+			}
+		}
+	}()
+	return done, nil
 }
 
 func (s *KVStore) Close() error { return nil }

@@ -107,12 +107,14 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	}
 }
 
-// nodePermissions confine a node to its own subjects and inbox.
+// nodePermissions confine a node to its own subjects and inbox, and let
+// it read the shared peer events (which carry nothing a peer list does
+// not).
 func nodePermissions(id string) *server.Permissions {
 	own := subjectNodes + id + ".>"
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{own}},
-		Subscribe: &server.SubjectPermission{Allow: []string{own, InboxPrefix + "." + id + ".>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{own, InboxPrefix + "." + id + ".>", SubjectPeerEvents}},
 	}
 }
 

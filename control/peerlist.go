@@ -1,7 +1,6 @@
 package control
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
@@ -36,30 +35,22 @@ func (s *Server) onPeerList(m *nats.Msg) {
 			return
 		}
 	}
-	all, err := s.cfg.Store.List(context.Background())
-	if err != nil {
-		s.reply(m, errorReply{asError(err)})
-		return
-	}
-	peers := []Peer{}
-	for _, n := range all { // List is in ID order
-		if n.ID != self && n.ID > req.After {
-			peers = append(peers, s.peerOf(n))
-		}
-	}
 	limit := s.maxReply()
 	if !paged {
 		// A request without a body, from a node that does not page, gets
 		// the whole list, or an error saying why not.
-		b, _ := json.Marshal(peers)
-		if len(b) > limit {
-			s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("%d peers do not fit one message; ask by page (PeerListRequest)", len(peers))}})
-			return
+		peers, _, more, err := s.view.page("", self, limit, s.offline)
+		switch {
+		case err != nil:
+			s.reply(m, errorReply{asError(err)})
+		case more:
+			s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("%d peers do not fit one message; ask by page (PeerListRequest)", s.view.len()-1)}})
+		default:
+			_ = s.respond(m, peers)
 		}
-		_ = s.respond(m, b)
 		return
 	}
-	b, err := encodePeerPage(peers, limit)
+	b, err := s.encodePeerPage(req.After, self, limit)
 	if err != nil {
 		s.reply(m, errorReply{asError(err)})
 		return
@@ -67,25 +58,20 @@ func (s *Server) onPeerList(m *nats.Msg) {
 	_ = s.respond(m, b)
 }
 
-// encodePeerPage encodes as many of peers as fit in limit bytes.
-func encodePeerPage(peers []Peer, limit int) ([]byte, error) {
-	size, fit := len(`{"peers":[],"more":true}`), len(peers)
-	for i, p := range peers {
-		pb, err := json.Marshal(p)
-		if err != nil {
-			return nil, fmt.Errorf("encode peer page: %w", err)
-		}
-		if size += len(pb) + 1; size > limit {
-			fit = i
-			break
-		}
-	}
-	if fit == 0 && len(peers) > 0 {
-		return nil, fmt.Errorf("peer %s alone is over the %d bytes a message may carry", peers[0].NodeID, limit)
-	}
-	b, err := json.Marshal(PeerPage{Peers: peers[:fit], More: fit < len(peers)})
+// encodePeerPage encodes the page of self's peers after the ID after that
+// fits in limit bytes, from the view.
+func (s *Server) encodePeerPage(after, self string, limit int) ([]byte, error) {
+	peers, n, more, err := s.view.page(after, self, limit-len(`{"peers":,"more":true}`), s.offline)
 	if err != nil {
 		return nil, fmt.Errorf("encode peer page: %w", err)
+	}
+	if n == 0 && more {
+		return nil, fmt.Errorf("the peer after %q alone is over the %d bytes a message may carry", truncate(after, 40), limit)
+	}
+	b := make([]byte, 0, len(peers)+len(`{"peers":,"more":true}`))
+	b = append(append(append(b, `{"peers":`...), peers...), `}`...)
+	if more {
+		b = append(b[:len(b)-1], `,"more":true}`...)
 	}
 	return b, nil
 }

@@ -85,12 +85,8 @@ func (s *Server) online(id string) bool {
 	return ok
 }
 
-// peerOf is n as other nodes see it, presence included.
-func (s *Server) peerOf(n *Node) Peer {
-	p := n.peer()
-	p.Offline = !s.online(n.ID)
-	return p
-}
+// offline reports whether id is not present.
+func (s *Server) offline(id string) bool { return !s.online(id) }
 
 func (s *Server) onPresence(m *nats.Msg) {
 	if !s.replyAllowed(m) {
@@ -119,37 +115,15 @@ func (s *Server) onPresence(m *nats.Msg) {
 }
 
 // announcePresence tells every other node that the nodes ids went online
-// or offline. The registry is listed once for all of them: when many
-// expire together (control restarted and they did not come back), one
-// listing per node would make it quadratic.
-func (s *Server) announcePresence(ctx context.Context, ids []string, t PeerEventType) {
-	if len(ids) == 0 {
-		return
-	}
-	all, err := s.cfg.Store.List(ctx)
-	if err != nil {
-		s.log.Warn("presence events", "nodes", len(ids), "err", err)
-		return
-	}
-	byID := make(map[string]*Node, len(all))
-	for _, n := range all {
-		byID[n.ID] = n
-	}
+// or offline: one event each (fanout.go).
+func (s *Server) announcePresence(_ context.Context, ids []string, t PeerEventType) {
 	for _, id := range ids {
-		n := byID[id]
+		n := s.view.get(id)
 		if n == nil {
 			continue // deregistered meanwhile
 		}
 		p := n.peer()
 		p.Offline = t == PeerOffline
-		ev, _ := json.Marshal(PeerEvent{Type: t, Peer: p})
-		for _, o := range all {
-			if o.ID == id {
-				continue
-			}
-			if err := s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev); err != nil {
-				s.log.Warn("presence event", "to", o.ID, "err", err)
-			}
-		}
+		s.publishEvent(PeerEvent{Type: t, Peer: p})
 	}
 }

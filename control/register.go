@@ -107,42 +107,38 @@ func (s *Server) admit(ctx context.Context, req *RegisterRequest) (tokenErr, err
 // send (if not nil) and then announces it. A non-nil refuseNew refuses to
 // create a node not registered yet (see admit).
 func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error, refuseNew error) (*RegisterResponse, error) {
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
 	id := nodeID(req.PublicKey)
+	mu := &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
+	mu.Lock()
+	defer mu.Unlock()
 	secret := randomSecret()
 	hash := sha256.Sum256([]byte(secret))
-	all, err := s.cfg.Store.List(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list peers: %w", err)
-	}
 	resp := &RegisterResponse{
 		NodeID: id,
 		Relays: s.cfg.Relays,
 		STUN:   s.cfg.STUN,
-		NATS:   NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id},
+		NATS:   s.credsFor(id, secret, req.SharedEvents),
 
 		PresenceTTLMillis: s.cfg.PresenceTTL.Milliseconds(),
 	}
+	var err error
 	if s.cfg.RelayToken != nil {
 		if resp.RelayToken, err = s.cfg.RelayToken(req.PublicKey, s.cfg.Now()); err != nil {
 			return nil, fmt.Errorf("issue relay token: %w", err)
 		}
 	}
-	n, prev, err := s.storeNode(ctx, req, id, hash[:], refuseNew)
+	n, prev, err := s.storeNodeRetry(ctx, req, id, hash[:], refuseNew)
 	if err != nil {
 		return nil, err
 	}
 	resp.Address, resp.Epoch = n.Address, n.Epoch
-	peers := make([]Peer, 0, len(all))
-	for _, o := range all {
-		if o.ID != id {
-			peers = append(peers, s.peerOf(o))
-		}
-	}
-	b, err := encodeRegistration(resp, peers, s.maxReply())
-	if err == nil && send != nil {
+	b, sent, err := s.encodeRegistration(resp, id, s.maxReply())
+	switch {
+	case err != nil:
+	case send != nil:
 		err = send(b)
+	default: // HTTP encodes resp itself
+		err = json.Unmarshal(b, resp)
 	}
 	if err != nil {
 		if uerr := s.undoStore(ctx, id, prev); uerr != nil {
@@ -156,44 +152,71 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 	if prev != nil {
 		event = PeerUpdated
 	}
-	ev, _ := json.Marshal(PeerEvent{Type: event, Peer: n.peer()})
-	for _, p := range peers {
-		if err := s.nc.Publish(NodeSubject(p.NodeID, LeafPeers), ev); err != nil {
-			s.log.Warn("peer event", "to", p.NodeID, "err", err)
-		}
-	}
-	s.log.Info("node registered", "id", id, "name", n.Name, "address", n.Address, "event", event, "peers_sent", len(resp.Peers), "more_peers", resp.MorePeers)
+	s.publishEvent(PeerEvent{Type: event, Peer: n.peer()})
+	s.log.Info("node registered", "id", id, "name", n.Name, "address", n.Address, "event", event, "peers_sent", sent, "more_peers", resp.MorePeers)
 	return resp, nil
 }
 
-// encodeRegistration encodes resp with as many of peers as fit in limit
-// bytes, in order; MorePeers says the rest must be fetched.
-func encodeRegistration(resp *RegisterResponse, peers []Peer, limit int) ([]byte, error) {
+// credsFor are id's NATS credentials: every server URL, and the shared
+// event subject when the node reads it.
+func (s *Server) credsFor(id, secret string, shared bool) NATSCreds {
+	c := NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id}
+	if urls := s.natsURLs(); len(urls) > 1 {
+		c.URLs = urls
+	}
+	if shared {
+		c.Events = SubjectPeerEvents
+	}
+	return c
+}
+
+// encodeRegistration encodes resp with the first page of id's peers that
+// fits in limit bytes, from the view; MorePeers says the rest must be
+// fetched (Session.Peers); sent is how many it carries. The peers, encoded
+// once in the view, are spliced into resp's encoding as they are: going
+// through json.Marshal again would re-validate every byte of them.
+// resp.Peers is left empty.
+func (s *Server) encodeRegistration(resp *RegisterResponse, id string, limit int) (b []byte, sent int, err error) {
 	resp.Peers, resp.MorePeers = []Peer{}, true
 	head, err := json.Marshal(resp)
 	if err != nil {
-		return nil, fmt.Errorf("encode registration: %w", err)
+		return nil, 0, fmt.Errorf("encode registration: %w", err)
 	}
-	size, fit := len(head), len(peers)
-	for i, p := range peers {
-		pb, err := json.Marshal(p)
-		if err != nil {
-			return nil, fmt.Errorf("encode registration: %w", err)
-		}
-		if size += len(pb) + 1; size > limit {
-			fit = i
-			break
-		}
-	}
-	resp.Peers, resp.MorePeers = peers[:fit], fit < len(peers)
-	b, err := json.Marshal(resp)
+	peers, sent, more, err := s.view.page("", id, limit-len(head), s.offline)
 	if err != nil {
-		return nil, fmt.Errorf("encode registration: %w", err)
+		return nil, 0, fmt.Errorf("encode registration: %w", err)
+	}
+	if !more {
+		resp.MorePeers = false
+		if head, err = json.Marshal(resp); err != nil {
+			return nil, 0, fmt.Errorf("encode registration: %w", err)
+		}
+	}
+	b, err = splicePeers(head, peers)
+	if err != nil {
+		return nil, 0, err
 	}
 	if len(b) > limit {
-		return nil, fmt.Errorf("registration answer is %d bytes, over the %d a NATS message may carry", len(b), limit)
+		return nil, 0, fmt.Errorf("registration answer is %d bytes, over the %d a NATS message may carry", len(b), limit)
 	}
-	return b, nil
+	return b, sent, nil
+}
+
+// peersField is how an empty peer list encodes. It occurs once in an
+// encoded RegisterResponse: inside a string, its quotes would be escaped.
+var peersField = []byte(`"peers":[]`)
+
+// splicePeers puts the encoded array peers in place of head's empty one.
+func splicePeers(head, peers []byte) ([]byte, error) {
+	i := bytes.Index(head, peersField)
+	if i < 0 {
+		return nil, errors.New("encode registration: no peer list in the answer")
+	}
+	at := i + len(peersField) - 2
+	out := make([]byte, 0, len(head)+len(peers))
+	out = append(out, head[:at]...)
+	out = append(out, peers...)
+	return append(out, head[at+2:]...), nil
 }
 
 // maxReply is the largest answer control sends: NATS refuses a message
@@ -203,6 +226,22 @@ func (s *Server) maxReply() int {
 		return int(mp)
 	}
 	return 64 << 10
+}
+
+// storeNodeRetry is storeNode, again when another instance changed the
+// record between the read and the write (the same key registering on two
+// instances at once), and records the result in the view.
+func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error) (n, prev *Node, err error) {
+	for range 5 {
+		n, prev, err = s.storeNode(ctx, req, id, hash, refuseNew)
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrExists) {
+			break
+		}
+	}
+	if err == nil {
+		s.view.put(n, 0)
+	}
+	return n, prev, err
 }
 
 // storeNode creates or updates id's record for req; prev is the record it
@@ -221,6 +260,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		}
 		n := *old
 		n.SecretHash, n.Registered, n.ProofNonce = hash, now, req.Challenge.Nonce
+		n.SharedEvents = req.SharedEvents
 		n.Epoch = nextEpoch(old.Epoch, now)
 		if err := s.cfg.Store.Update(ctx, &n); err != nil {
 			return nil, nil, fmt.Errorf("update %s: %w", id, err)
@@ -232,7 +272,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		return nil, nil, refuseNew
 	}
 	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce,
-		Epoch: nextEpoch(0, now)}
+		Epoch: nextEpoch(0, now), SharedEvents: req.SharedEvents}
 	for a := range preferredAddrs(req.PublicKey) {
 		n.Address = netip.PrefixFrom(a, Overlay.Bits())
 		err := s.cfg.Store.Create(ctx, n)
@@ -241,6 +281,8 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 			continue
 		case errors.Is(err, ErrNameTaken):
 			return nil, nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("name %q belongs to another node", req.Name)}
+		case errors.Is(err, ErrExists), errors.Is(err, ErrConflict):
+			return nil, nil, err
 		case err != nil:
 			return nil, nil, fmt.Errorf("store %s: %w", id, err)
 		}
@@ -260,7 +302,9 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 // undoStore puts id's record back as it was before storeNode.
 func (s *Server) undoStore(ctx context.Context, id string, prev *Node) error {
 	if prev == nil {
+		s.view.remove(id)
 		return s.cfg.Store.Delete(ctx, id)
 	}
+	s.view.put(prev, 0)
 	return s.cfg.Store.Update(ctx, prev)
 }

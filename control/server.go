@@ -5,12 +5,12 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +38,9 @@ type Config struct {
 	// embedded server needs a StoreDir for that).
 	Store    Store
 	KVBucket string
+	// KVReplicas is the KVBucket's replica count. If zero, 3 when
+	// control's NATS is a cluster, else 1.
+	KVReplicas int
 
 	// EmbeddedNATS starts a NATS server in-process. If nil, control
 	// connects to NATSURL as NATSUser/NATSPassword, and the NATS
@@ -89,7 +92,13 @@ type Server struct {
 	httpLn net.Listener
 	wg     sync.WaitGroup
 
-	regMu sync.Mutex // serializes registrations in this instance
+	// idLocks serialize registrations of one key in this instance (a
+	// node retrying while its first attempt is in flight); different keys
+	// register in parallel, on registerWorkers subscriptions.
+	idLocks [64]sync.Mutex
+
+	view      *view           // the registry, in memory (view.go)
+	watchDone <-chan struct{} // closed when the view's watch ended; nil: none
 	// challengeSecret derives registration challenges' keys (proof.go);
 	// shared through the Store by every instance that shares it.
 	challengeSecret []byte
@@ -128,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	case cfg.KVBucket != "" && cfg.EmbeddedNATS != nil && cfg.EmbeddedNATS.StoreDir == "":
 		return nil, errors.New("control: KVBucket with embedded NATS needs EmbeddedNATS.StoreDir for JetStream")
 	}
-	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), seen: map[string]time.Time{}, stop: func() {}}
+	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), seen: map[string]time.Time{}, stop: func() {}, view: newView()}
 	if err := s.tokens.validate(); err != nil {
 		return nil, err
 	}
@@ -137,18 +146,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.KVBucket != "" {
-		kv, err := OpenKVStore(ctx, s.nc, cfg.KVBucket)
+		kv, err := OpenKVStore(ctx, s.nc, KVOptions{Bucket: cfg.KVBucket, Replicas: cfg.KVReplicas})
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("control: %w", err)
 		}
 		s.cfg.Store = kv
 	}
-	nodes, err := s.cfg.Store.List(ctx)
-	if err != nil {
+	pctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if err := s.loadView(ctx, pctx); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("control: load registry: %w", err)
+		return nil, err
 	}
+	var err error
 	if s.challengeSecret, err = controlSecret(ctx, s.cfg.Store); err != nil {
 		s.Close()
 		return nil, err
@@ -157,17 +168,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// online for one PresenceTTL, in which their heartbeats resume: a
 	// restart of control must not take the whole mesh offline.
 	now := cfg.Now()
+	s.view.mu.Lock()
+	ids := slices.Clone(s.view.ids)
+	s.view.mu.Unlock()
 	s.presMu.Lock()
-	for _, n := range nodes {
-		s.seen[n.ID] = now
+	for _, id := range ids {
+		s.seen[id] = now
 	}
 	s.presMu.Unlock()
+	nodes := len(ids)
 	if err := s.subscribe(); err != nil {
 		s.Close()
 		return nil, err
 	}
-	pctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
 	s.wg.Go(func() { s.presenceLoop(pctx) })
 	if cfg.HTTPListen != "" {
 		if err := s.serveHTTP(ctx); err != nil {
@@ -175,7 +188,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	log.Info("control started", "nodes", len(nodes), "nats", s.natsURL())
+	log.Info("control started", "nodes", nodes, "nats", s.natsURL())
 	return s, nil
 }
 
@@ -207,20 +220,14 @@ func (s *Server) connectNATS(ctx context.Context) error {
 	// to loopback (or with insecure=1), tls:// with the system roots or a
 	// pinned fingerprint. Unlike control's own listener, a stock
 	// nats-server upgrades to TLS after its INFO, so no handshake first.
-	ep, err := parseEndpoint(s.cfg.NATSURL)
+	// NATSURL may list every server of a cluster.
+	opts = append(opts, nats.UserInfo(s.cfg.NATSUser, s.cfg.NATSPassword))
+	nc, ns, err := dialServers(s.cfg.Network, SplitURLs(s.cfg.NATSURL), false, opts...)
 	if err != nil {
-		return fmt.Errorf("control: NATS URL (control's NATS password would cross it): %w", err)
-	}
-	if ep.isHTTP() {
-		return fmt.Errorf("control: NATS URL %s: want tls:// or nats://", ep.plainURL())
-	}
-	opts = append(opts, nats.SetCustomDialer(Dialer(s.cfg.Network)), nats.UserInfo(s.cfg.NATSUser, s.cfg.NATSPassword))
-	if ep.isTLS() {
-		opts = append(opts, nats.Secure(ep.tlsConfig()))
-	}
-	nc, err := nats.Connect(ep.plainURL(), opts...)
-	if err != nil {
-		return fmt.Errorf("control: connect to NATS %s: %w", ep.plainURL(), err)
+		if ns == nil {
+			return fmt.Errorf("control: NATS URL (control's NATS password would cross it): %w", err)
+		}
+		return fmt.Errorf("control: connect to NATS %s: %w", strings.Join(ns.plain, ","), err)
 	}
 	s.nc = nc
 	return nil
@@ -240,14 +247,12 @@ func (s *Server) HTTPAddr() net.Addr {
 	return s.httpLn.Addr()
 }
 
+// natsURL is the first of natsURLs.
 func (s *Server) natsURL() string {
-	switch {
-	case s.cfg.AdvertiseNATS != "":
-		return s.cfg.AdvertiseNATS
-	case s.nats != nil:
-		return s.nats.URL()
+	if u := s.natsURLs(); len(u) > 0 {
+		return u[0]
 	}
-	return s.cfg.NATSURL
+	return ""
 }
 
 // secretHash is id's password hash from the registry, nil if id is not
@@ -267,6 +272,9 @@ func (s *Server) secretHash(id string) []byte {
 	return n.SecretHash
 }
 
+// registerWorkers is how many registrations one instance handles at once.
+const registerWorkers = 16
+
 func (s *Server) subscribe() error {
 	const queue = "lattice-control"
 	subs := []struct {
@@ -282,6 +290,14 @@ func (s *Server) subscribe() error {
 	for _, sub := range subs {
 		if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
 			return fmt.Errorf("control: subscribe %s: %w", sub.subject, err)
+		}
+	}
+	// nats.go runs one subscription's handler for one message at a time;
+	// more subscriptions in the queue group take registrations in
+	// parallel (the store's round trips dominate them).
+	for range registerWorkers - 1 {
+		if _, err := s.nc.QueueSubscribe(SubjectRegister, queue, s.onRegister); err != nil {
+			return fmt.Errorf("control: subscribe %s: %w", SubjectRegister, err)
 		}
 	}
 	// Every instance hears every heartbeat (no queue group), so all agree
@@ -348,14 +364,10 @@ func (s *Server) onDeregister(m *nats.Msg) {
 		s.reply(m, errorReply{asError(err)})
 		return
 	}
+	s.view.remove(id)
 	s.markOffline(id)
 	s.deregistered.Add(1)
-	ev, _ := json.Marshal(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
-	if all, err := s.cfg.Store.List(ctx); err == nil {
-		for _, o := range all {
-			_ = s.nc.Publish(NodeSubject(o.ID, LeafPeers), ev)
-		}
-	}
+	s.publishEvent(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
 	s.log.Info("node deregistered", "id", id, "name", n.Name)
 	s.reply(m, struct{}{})
 }
@@ -380,6 +392,9 @@ func (s *Server) Close() error {
 	}
 	s.stop()
 	s.wg.Wait()
+	if s.watchDone != nil {
+		<-s.watchDone
+	}
 	if s.nc != nil {
 		s.nc.Close()
 	}

@@ -25,7 +25,7 @@ func TestTwoControlsShareRegistry(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
-	kv, err := OpenKVStore(ctx, a.Conn(), "shared")
+	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
 	require.NoError(t, err)
 	b, err := New(t.Context(), Config{
 		Tokens: []JoinToken{{Value: testToken}}, Store: kv,

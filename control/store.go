@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,11 @@ var (
 	ErrNotFound     = errors.New("control: node not found")
 	ErrAddressTaken = errors.New("control: address taken")
 	ErrNameTaken    = errors.New("control: name taken")
+	// ErrExists: Create found the node's ID registered meanwhile.
+	ErrExists = errors.New("control: node registered meanwhile")
+	// ErrConflict: Update or Delete found the record changed since it
+	// was read (another instance wrote it); read it again.
+	ErrConflict = errors.New("control: node changed meanwhile")
 )
 
 // Store keeps the registry. Implementations are safe for concurrent use;
@@ -44,8 +50,12 @@ type Store interface {
 // node secrets. For one control instance.
 type FileStore struct {
 	path string
-	mu   sync.Mutex
+	mu   sync.Mutex // guards the following fields
 	byID map[string]*Node
+	// claims: address and name → the ID holding it, so Create checks
+	// without scanning.
+	byAddr map[netip.Prefix]string
+	byName map[string]string
 }
 
 var _ Store = (*FileStore)(nil)
@@ -54,7 +64,11 @@ var _ Store = (*FileStore)(nil)
 // and is gone when the process exits. For tests and labs whose registry is
 // large or need not outlive them (a FileStore rewrites and fsyncs its
 // whole file on every change).
-func NewMemStore() *FileStore { return &FileStore{byID: map[string]*Node{}} }
+func NewMemStore() *FileStore { return newFileStore("") }
+
+func newFileStore(path string) *FileStore {
+	return &FileStore{path: path, byID: map[string]*Node{}, byAddr: map[netip.Prefix]string{}, byName: map[string]string{}}
+}
 
 type fileState struct {
 	Version int     `json:"version"`
@@ -64,7 +78,7 @@ type fileState struct {
 // OpenFileStore opens or creates the store at path. A file that cannot be
 // parsed is an error naming it, and is left untouched.
 func OpenFileStore(path string) (*FileStore, error) {
-	s := &FileStore{path: path, byID: map[string]*Node{}}
+	s := newFileStore(path)
 	b, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -84,6 +98,7 @@ func OpenFileStore(path string) (*FileStore, error) {
 			return nil, fmt.Errorf("registry %s: a node without an id", path)
 		}
 		s.byID[n.ID] = n
+		s.byAddr[n.Address], s.byName[n.Name] = n.ID, n.ID
 	}
 	return s, nil
 }
@@ -113,16 +128,11 @@ func (s *FileStore) List(context.Context) ([]*Node, error) {
 func (s *FileStore) Create(_ context.Context, n *Node) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, o := range s.byID {
-		if o.ID == n.ID {
-			continue
-		}
-		if o.Address == n.Address {
-			return ErrAddressTaken
-		}
-		if o.Name == n.Name {
-			return ErrNameTaken
-		}
+	if id, ok := s.byAddr[n.Address]; ok && id != n.ID {
+		return ErrAddressTaken
+	}
+	if id, ok := s.byName[n.Name]; ok && id != n.ID {
+		return ErrNameTaken
 	}
 	return s.commitLocked(n.ID, n)
 }
@@ -155,21 +165,30 @@ func (s *FileStore) Close() error { return nil }
 // a write error the change is undone, so memory and disk agree.
 func (s *FileStore) commitLocked(id string, n *Node) error {
 	old, had := s.byID[id]
-	if n == nil {
-		delete(s.byID, id)
-	} else {
-		c := *n
-		s.byID[id] = &c
-	}
+	s.setLocked(id, n)
 	if err := s.writeLocked(); err != nil {
 		if had {
-			s.byID[id] = old
+			s.setLocked(id, old)
 		} else {
-			delete(s.byID, id)
+			s.setLocked(id, nil)
 		}
 		return err
 	}
 	return nil
+}
+
+// setLocked makes id's record n (nil: none), claims included.
+func (s *FileStore) setLocked(id string, n *Node) {
+	if o, ok := s.byID[id]; ok {
+		delete(s.byAddr, o.Address)
+		delete(s.byName, o.Name)
+		delete(s.byID, id)
+	}
+	if n != nil {
+		c := *n
+		s.byID[id] = &c
+		s.byAddr[c.Address], s.byName[c.Name] = id, id
+	}
 }
 
 func (s *FileStore) writeLocked() error {

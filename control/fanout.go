@@ -1,0 +1,87 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Peer events are deltas: one change is one PeerEvent of a few hundred
+// bytes, published once on SubjectPeerEvents, where NATS hands it to every
+// node that subscribed (every node that registered with SharedEvents).
+// Only nodes that did not ask for it (older clients) get a copy of their
+// own on LeafPeers, so a change costs control one publish plus one per
+// such node, not one per node.
+
+// publishEvent announces ev to every node but ev's own.
+func (s *Server) publishEvent(ev PeerEvent) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error("encode peer event", "err", err)
+		return
+	}
+	if err := s.nc.Publish(SubjectPeerEvents, b); err != nil {
+		s.log.Warn("peer event", "to", SubjectPeerEvents, "err", err)
+	}
+	for _, id := range s.view.legacyIDs() {
+		if id == ev.Peer.NodeID {
+			continue
+		}
+		if err := s.nc.Publish(NodeSubject(id, LeafPeers), b); err != nil {
+			s.log.Warn("peer event", "to", id, "err", err)
+		}
+	}
+}
+
+// watcher is a Store shared with other instances, whose changes this
+// instance follows (KVStore.Watch).
+type watcher interface {
+	Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), ready func()) (<-chan struct{}, error)
+}
+
+// loadView fills the view from the store and, for a shared store, keeps
+// it following the store until ctx ends (the watch's goroutine is
+// waited for in Close). It returns once the nodes stored now are in.
+func (s *Server) loadView(ctx, watchCtx context.Context) error {
+	w, ok := s.cfg.Store.(watcher)
+	if !ok {
+		nodes, err := s.cfg.Store.List(ctx)
+		if err != nil {
+			return fmt.Errorf("control: load registry: %w", err)
+		}
+		for _, n := range nodes {
+			s.view.put(n, 0)
+		}
+		return nil
+	}
+	ready := make(chan struct{})
+	var once bool
+	stopped, err := w.Watch(watchCtx, func(id string, n *Node, rev uint64) {
+		if n == nil {
+			s.view.remove(id)
+			return
+		}
+		s.view.put(n, rev)
+	}, func() {
+		if !once {
+			once = true
+			close(ready)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("control: load registry: %w", err)
+	}
+	s.watchDone = stopped
+	select {
+	case <-ready:
+		return nil
+	case <-stopped:
+		return errors.New("control: load registry: the watch ended before the registry was read")
+	case <-ctx.Done():
+		return fmt.Errorf("control: load registry: %w", ctx.Err())
+	case <-time.After(time.Minute):
+		return errors.New("control: load registry: not read within a minute")
+	}
+}
