@@ -81,7 +81,7 @@ func TestBrokenManifests(t *testing.T) {
 		wantErr              string
 	}{
 		{"unknown field", "base/control.yaml", "      enableServiceLinks: false", "      enableServiceLink: false",
-			`base/control.yaml:45:7: json: unknown field "enableServiceLink"`},
+			`base/control.yaml:47:7: json: unknown field "enableServiceLink"`},
 		{"duplicated field", "base/stun.yaml", "  replicas: 2\n", "  replicas: 2\n  replicas: 3\n", `base/stun.yaml:`},
 		{"wrong type", "base/nats.yaml", "  replicas: 3", "  replicas: three", `base/nats.yaml:45:3: json: cannot unmarshal string`},
 		{"bad YAML", "base/relay.yaml", "  type: LoadBalancer", "  type: [LoadBalancer", `base/relay.yaml:`},
@@ -110,7 +110,7 @@ func TestBrokenManifests(t *testing.T) {
 		{"two NATS servers", "base/nats.yaml", "  replicas: 3", "  replicas: 2", "StatefulSet nats: 2 replicas, want 3"},
 		{"one control replica", "base/control.yaml", "  replicas: 2", "  replicas: 1", "Deployment control: 1 replicas, want 2"},
 		{"a route missing", "base/nats-config.yaml", "        nats://nats-2.nats-headless:6222\n", "", "nats.conf has no route nats://nats-2.nats-headless:6222"},
-		{"control sees two servers", "base/control.yaml", ",tls://nats-2.nats-headless:4222?fingerprint=$(NATS_FINGERPRINT)", "", "--nats-url names 2 servers, want all 3"},
+		{"control sees one server", "base/control.yaml", "- tls://nats:4222?", "- tls://nats-0.nats-headless:4222?", "want the nats Service (tls://nats:4222) or all 3 servers"},
 		{"listens on a pod IP", "base/relay.yaml", "- 0.0.0.0:4443", "- 10.0.0.1:4443", "--listen 10.0.0.1:4443: serve on 0.0.0.0"},
 		{"listens off its ports", "base/stun.yaml", "0.0.0.0:3478", "0.0.0.0:3479", "--listen 0.0.0.0:3479 is not a declared port"},
 		{"a port nobody serves", "base/control.yaml", "- {name: https, containerPort: 8443, protocol: TCP}", "- {name: https, containerPort: 8443, protocol: TCP}\n            - {name: extra, containerPort: 9999, protocol: TCP}", "port 9999/TCP is declared but nothing listens there"},
