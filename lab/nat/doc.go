@@ -78,8 +78,10 @@
 //
 // # Not handled
 //
-// IPv4 fragments, IP protocols other than TCP, UDP and ICMP, and IPv6 are
-// dropped as unsupported; packets with inconsistent lengths as malformed.
+// IP protocols other than TCP, UDP and ICMP, and IPv6 are dropped as
+// unsupported; packets with inconsistent lengths as malformed. IPv4
+// fragments are translated (the first like a whole packet, the rest by IP
+// ID, see fragment.go), except those that arrive before their first.
 // Process never panics on any input.
 //
 // # Profiles

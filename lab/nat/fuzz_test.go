@@ -17,6 +17,9 @@ func FuzzProcess(f *testing.F) {
 	f.Add(icmpEcho(icmpEchoRequest, in.Addr(), out.Addr(), 7), false)
 	f.Add(icmpError(3, out.Addr(), public, udpPkt(ap("203.0.113.1:4000"), out)), true)
 	f.Add([]byte{0x45}, false)
+	frags := split(bigUDP(in, out, 2000), 1480)
+	f.Add(frags[0], false)
+	f.Add(frags[1], false)
 
 	f.Fuzz(func(t *testing.T, pkt []byte, inbound bool) {
 		for _, name := range ProfileNames() {

@@ -63,6 +63,7 @@ type Result struct {
 type Stats struct {
 	Translated  uint64 // packets forwarded after rewriting, hairpinned ones included
 	Hairpinned  uint64 // of Translated, packets turned back inside
+	Fragments   uint64 // of Translated, IPv4 fragments
 	NewMappings uint64
 	Expired     uint64 // mappings removed because their timeout passed
 	Reboots     uint64
@@ -74,7 +75,7 @@ type Stats struct {
 	DroppedPortsExhausted  uint64 // no free port in PortMin..PortMax
 	DroppedHairpinDisabled uint64
 	DroppedMalformed       uint64
-	DroppedUnsupported     uint64 // fragments, other protocols and ICMP types, IPv6
+	DroppedUnsupported     uint64 // other protocols and ICMP types, IPv6
 }
 
 // dropClass selects the Stats counter of a drop.
@@ -130,6 +131,7 @@ type NAT struct {
 	rng       *rand.Rand
 	lastSweep time.Time
 	stats     Stats
+	frags     map[fragKey]fragFlow // datagrams whose first fragment passed; see fragment.go
 }
 
 // New returns a NAT with no mappings, or the Config's validation error.
@@ -154,6 +156,7 @@ func (n *NAT) resetLocked() {
 		n.tables[i] = newTable()
 	}
 	n.count = 0
+	n.frags = nil
 }
 
 // Reboot drops every mapping, as a NAT that lost power would. Counters,
@@ -226,17 +229,27 @@ func (n *NAT) Process(now time.Time, pkt []byte, dir Direction) Result {
 	if class != dropNone {
 		return n.dropLocked(class, reason)
 	}
-	switch dir {
-	case FromInside:
-		if p.dst == n.cfg.Public {
-			return n.hairpinLocked(now, &p)
-		}
-		return n.outboundLocked(now, &p)
-	case FromOutside:
-		return n.inboundLocked(now, &p)
-	default:
+	if dir != FromInside && dir != FromOutside {
 		return n.dropLocked(dropUnsupported, fmt.Sprintf("unsupported: direction %d", int(dir)))
 	}
+	if p.laterFragment() {
+		return n.laterFragmentLocked(now, &p)
+	}
+	orig := fragKey{src: p.src, dst: p.dst, proto: p.b[9], id: p.fragID}
+	var res Result
+	switch {
+	case dir == FromInside && p.dst == n.cfg.Public:
+		res = n.hairpinLocked(now, &p)
+	case dir == FromInside:
+		res = n.outboundLocked(now, &p)
+	default:
+		res = n.inboundLocked(now, &p)
+	}
+	if p.more && res.Verdict != Drop {
+		n.rememberFragLocked(now, orig, &p)
+		n.stats.Fragments++
+	}
+	return res
 }
 
 func (n *NAT) dropLocked(class dropClass, reason string) Result {

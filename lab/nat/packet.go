@@ -49,7 +49,16 @@ type packet struct {
 	sport, dport uint16
 	tcpFlags     uint8
 	icmpType     uint8
+	// fragID, fragOff and more are the IPv4 fragment fields: an offset
+	// other than zero is a later fragment, which parse leaves without
+	// ports; more with offset zero is a first fragment.
+	fragID  uint16
+	fragOff int
+	more    bool
 }
+
+// laterFragment reports a fragment after the first.
+func (p *packet) laterFragment() bool { return p.fragOff != 0 }
 
 func (p *packet) srcEP() netip.AddrPort { return netip.AddrPortFrom(p.src, p.sport) }
 func (p *packet) dstEP() netip.AddrPort { return netip.AddrPortFrom(p.dst, p.dport) }
@@ -88,16 +97,28 @@ func (p *packet) parse(b []byte) (dropClass, string) {
 		return dropMalformed, fmt.Sprintf("malformed: truncated packet (ipv4 total length %d, %d bytes present)", total, len(b))
 	}
 	ip = ip[:total]
-	if ip.More() || ip.FragmentOffset() != 0 {
-		// Translating fragments needs reassembly or per-fragment-ID
-		// state (RFC 4787 REQ-14); the lab avoids fragmenting instead.
-		return dropUnsupported, fmt.Sprintf("unsupported: ipv4 fragment (offset %d, more fragments %t)", ip.FragmentOffset(), ip.More())
-	}
 	*p = packet{
-		b:   ip,
-		l4:  ihl,
-		src: netip.AddrFrom4([4]byte(ip.SourceAddressSlice())),
-		dst: netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())),
+		b:       ip,
+		l4:      ihl,
+		src:     netip.AddrFrom4([4]byte(ip.SourceAddressSlice())),
+		dst:     netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())),
+		fragID:  ip.ID(),
+		fragOff: int(ip.FragmentOffset()),
+		more:    ip.More(),
+	}
+	if p.fragOff != 0 {
+		// A later fragment: no transport header (see fragment.go).
+		switch ip.Protocol() {
+		case ipProtoTCP:
+			p.proto = TCP
+		case ipProtoUDP:
+			p.proto = UDP
+		case ipProtoICMP:
+			p.proto = ICMP
+		default:
+			return dropUnsupported, fmt.Sprintf("unsupported: ip protocol %d", ip.Protocol())
+		}
+		return dropNone, ""
 	}
 	l4 := ip[ihl:]
 	switch ip.Protocol() {
@@ -118,7 +139,9 @@ func (p *packet) parse(b []byte) (dropClass, string) {
 			return dropMalformed, fmt.Sprintf("malformed: truncated udp header (%d bytes)", len(l4))
 		}
 		uh := header.UDP(l4)
-		if n := int(uh.Length()); n < header.UDPMinimumSize || n > len(l4) {
+		// A first fragment holds only part of the datagram UDP's length
+		// counts.
+		if n := int(uh.Length()); n < header.UDPMinimumSize || (n > len(l4) && !p.more) {
 			return dropMalformed, fmt.Sprintf("malformed: udp length %d does not fit %d bytes", n, len(l4))
 		}
 		p.sport, p.dport = uh.SourcePort(), uh.DestinationPort()
