@@ -18,9 +18,10 @@
 # gVisor is committed or copied beyond the one patched file, and the build
 # uses the very gVisor version go.mod pins. See docs/VIRTUAL_TIME.md.
 #
-# The same overlay patches wireguard-go (no finalizers on bubble channels)
-# and nats.go (no pooled timers; a connection lock whose waits are durable),
-# each explained where it is patched below.
+# The same overlay patches wireguard-go (no finalizers on bubble channels;
+# durable locks), nats.go (no pooled timers; a connection lock whose waits
+# are durable; inbox names from crypto/rand) and nats-server (its first
+# PING's jitter from crypto/rand), each explained where it is patched below.
 #
 # It fails, naming what did not match, if a gVisor or Go upgrade moved what
 # it patches.
@@ -108,6 +109,18 @@ nvconn=$nvdir/nats.go
 	die "$nvconn has no Conn field 'mu sync.RWMutex' after Statistics: nats.go's connection lock changed"
 grep -q '^replace[[:space:]].*github.com/nats-io/nats.go' go.mod && die "go.mod already replaces github.com/nats-io/nats.go; the overlay would hide it"
 
+# nats-server delays its first PING to each client by up to 20% of the
+# interval, drawn from math/rand/v2's global generator, which the runtime
+# seeds and nothing can reseed: two runs of one seeded scenario sent that
+# PING at different instants. The overlay draws the delay from crypto/rand,
+# which a test seeds (testing/cryptotest.SetGlobalRandom).
+nsdir=$($GO list -m -f '{{.Dir}}' github.com/nats-io/nats-server/v2) || die "go list github.com/nats-io/nats-server/v2 failed"
+[ -n "$nsdir" ] || die "github.com/nats-io/nats-server/v2 is not downloaded"
+nssrc=$nsdir/server/client.go
+nsline='	addDelay := rand.Int64N(int64(d / 5))'
+[ "$(grep -cxF "$nsline" "$nssrc")" = 1 ] || die "$nssrc has no single line '$nsline': nats-server's first-PING jitter changed"
+grep -q '^replace[[:space:]].*github.com/nats-io/nats-server' go.mod && die "go.mod already replaces github.com/nats-io/nats-server/v2; the overlay would hide it"
+
 # The overlay is built whole in a fresh temp dir and renamed into place, so a
 # concurrent build sees either no overlay or a complete one, never a
 # half-written file or a go.mod from another checkout. Its name is keyed by
@@ -118,11 +131,11 @@ grep -q '^replace[[:space:]].*github.com/nats-io/nats.go' go.mod && die "go.mod 
 # built and renamed the same way.
 base=${TMPDIR:-/tmp}/lattice-vtime-$(id -u)
 mkdir -p "$base"
-key=$(printf '%s\n' "$gvdir" "$wgdir" "$nvdir" "$goroot" "$gover" "$plain" "$durable" | cat - "$self" | sha256sum | cut -c1-12)
+key=$(printf '%s\n' "$gvdir" "$wgdir" "$nvdir" "$nsdir" "$goroot" "$gover" "$plain" "$durable" | cat - "$self" | sha256sum | cut -c1-12)
 out=$base/$gvver-$gover-$key
 modkey=$(cat go.mod go.sum | sha256sum | cut -c1-12)
 mod=$out/mod-$modkey
-case "$gvdir$out" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $gvdir, $out" ;; esac
+case "$gvdir$nsdir$out" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backslash or space: $gvdir, $out" ;; esac
 
 # modfiles DIR: our go.mod, with the replaces that point at the overlay's
 # module symlinks, and go.sum, into DIR.
@@ -133,6 +146,7 @@ modfiles() {
 		printf 'replace gvisor.dev/gvisor => %s/gvisor\n' "$out"
 		printf 'replace golang.zx2c4.com/wireguard => %s/wireguard\n' "$out"
 		printf 'replace github.com/nats-io/nats.go => %s/nats.go\n' "$out"
+		printf 'replace github.com/nats-io/nats-server/v2 => %s/nats-server\n' "$out"
 	} >"$1/go.mod"
 	cp go.sum "$1/go.sum"
 }
@@ -158,6 +172,7 @@ put() { # put NAME: stdin becomes NAME in the overlay being built
 ln -s "$gvdir" "$tmp/gvisor"
 ln -s "$wgdir" "$tmp/wireguard"
 ln -s "$nvdir" "$tmp/nats.go"
+ln -s "$nsdir" "$tmp/nats-server"
 mkdir "$tmp/mod-$modkey"
 modfiles "$tmp/mod-$modkey"
 sed "s/^	$line\$/	WaitReasonSelect      uint8 = $durable \/\/ lattice vtime overlay: waitReasonSynctestSelect/" "$src" | put runtime_constants_go_impl.go
@@ -199,6 +214,31 @@ func vtimeNUID() string {
 		b[i] = digits[int(c)%len(digits)]
 	}
 	return string(b[:])
+}
+GO
+awk -v l="$nsline" '$0 == l { $0 = "\taddDelay := vtimeInt64N(int64(d / 5)) // lattice vtime overlay: from crypto/rand, which a test can seed" } { print }' "$nssrc" | put ns_client.go
+grep -q 'lattice vtime overlay' "$tmp/ns_client.go" || die "patching $nssrc failed"
+put ns_vtime_rand.go <<'GO'
+// Added by lattice's scripts/vtime-flags.sh (an -overlay for tests on
+// virtual time; not part of this module).
+
+package server
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+)
+
+// vtimeInt64N is rand.Int64N(n) drawn from crypto/rand, so that a test
+// that seeds crypto/rand sends its first PINGs at the same instants from
+// run to run. The modulo bias is immaterial for a jitter.
+func vtimeInt64N(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return int64(binary.LittleEndian.Uint64(b[:]) % uint64(n))
 }
 GO
 locks() { # locks PKG: the durable locks' Go file for package PKG
@@ -314,6 +354,8 @@ case "$wgdir$nvdir" in *'"'* | *'\'* | *' '*) die "a path holds a quote, backsla
 	printf '"%s":"%s",' "$out/nats.go/timer.go" "$out/timer.go"
 	printf '"%s":"%s",' "$out/nats.go/nats.go" "$out/nats_conn.go"
 	printf '"%s":"%s",' "$out/nats.go/lattice_vtime_nuid.go" "$out/nats_vtime_nuid.go"
+	printf '"%s":"%s",' "$out/nats-server/server/client.go" "$out/ns_client.go"
+	printf '"%s":"%s",' "$out/nats-server/server/lattice_vtime_rand.go" "$out/ns_vtime_rand.go"
 	printf '"%s":"%s"' "$out/nats.go/lattice_vtime_mutex.go" "$out/nats_vtime_mutex.go"
 	printf '}}\n'
 } | put overlay.json
