@@ -14,7 +14,6 @@ import (
 	"github.com/latticelab/lattice/egress/bpf"
 	"github.com/latticelab/lattice/egress/iptables"
 	"github.com/latticelab/lattice/internal/edition"
-	"github.com/latticelab/lattice/internal/netns"
 	"github.com/latticelab/lattice/policy"
 )
 
@@ -199,7 +198,7 @@ func (e *Enforcer) startBPF() (*bpf.Filter, error) {
 		return bpf.New(cfg)
 	}
 	var f *bpf.Filter
-	err := netns.Do(e.cfg.Netns, func() (err error) {
+	err := inNetns(e.cfg.Netns, func() (err error) {
 		f, err = bpf.New(cfg)
 		return err
 	})

@@ -7,7 +7,12 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/latticelab/lattice/internal/netns"
 )
+
+// inNetns runs fn in the network namespace at path.
+func inNetns(path string, fn func() error) error { return netns.Do(path, fn) }
 
 // DefaultPinRoot is where fail-closed filters are pinned.
 const DefaultPinRoot = "/sys/fs/bpf/lattice"

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/latticelab/lattice/internal/netns"
 	"github.com/latticelab/lattice/policy"
 )
 
@@ -216,17 +215,6 @@ func removeFamily(run RunFunc, tool, iface string) (found bool, _ error) {
 		}
 	}
 	return found, errors.Join(errs...)
-}
-
-// InNetns returns a RunFunc running the real tools in the network
-// namespace at path ("" for the process's).
-func InNetns(path string) RunFunc {
-	if path == "" {
-		return runTool
-	}
-	return func(tool string, args []string, stdin string) error {
-		return netns.Do(path, func() error { return runTool(tool, args, stdin) })
-	}
 }
 
 // runTool runs an iptables tool for real.
