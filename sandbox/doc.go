@@ -3,12 +3,15 @@
 // driver, the spec's "lattice sandbox":
 //
 //   - PodDriver (--mode pod): the overlay lives in an in-process gVisor
-//     netstack (package netstack). No root, no CAP_NET_ADMIN, no TUN
-//     device, no iptables. The agent reaches the overlay (and, when the
-//     policy allows, the host's network) only through the sandbox: its
-//     SOCKS5 and HTTP proxies (authenticated, on 127.0.0.1) or the Dial
-//     of the driver itself. Every egress decision, proxied connection and
-//     inbound forward is written to a hash-chained audit log.
+//     netstack (package netstack). No root, no CAP_NET_ADMIN, no
+//     iptables. The agent reaches the overlay (and, when the policy
+//     allows, the host's network) only through the sandbox: as an agent
+//     Run starts, from user, network, mount and PID namespaces of its own
+//     whose one interface leads to the sandbox's netstack.Gateway
+//     (IsolationNamespace, the default); or through its SOCKS5 and HTTP
+//     proxies (authenticated, on 127.0.0.1) or the Dial of the driver
+//     itself. Every egress decision, proxied connection and inbound
+//     forward is written to a hash-chained audit log.
 //   - gvisor mode (runsc over the pod's real wg0) is a separate driver.
 //
 // Where egress is enforced: inside the netstack (its Config.Egress hook
