@@ -19,7 +19,8 @@ import (
 )
 
 // PodDriver is pod mode: the node's overlay on an in-process netstack,
-// reached by the agent through authenticated proxies. It needs no
+// reached by the agent from namespaces of its own through a gateway
+// (IsolationNamespace) or through authenticated proxies. It needs no
 // privileges.
 type PodDriver struct {
 	base
