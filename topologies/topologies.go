@@ -9,7 +9,8 @@
 //	corporate.yaml       an office that lets out only DNS and web ports
 //	sandbox-pod.yaml     a pod-mode sandbox beside regular peers
 //	sandbox-gvisor.yaml  a gvisor-mode sandbox in a network namespace of its own (Pro, root, runsc)
-//	scale.yaml           100 nodes on one network
+//	scale.yaml           100 lazy nodes behind 10 home NATs
+//	scale-1000.yaml      1000 lazy nodes behind 100 home NATs
 package topologies
 
 import "embed"
