@@ -55,10 +55,13 @@ type detRun struct {
 // because they are not, and it logs how far they agree (see
 // docs/VIRTUAL_TIME.md, "Determinism"). Goroutines that are runnable at
 // the same bubble instant run in an order the Go runtime draws from its own
-// unseedable random source (select case order, timer and run-queue order),
-// even at GOMAXPROCS=1; nats-server randomizes its first PING by up to 20%
-// with math/rand/v2's runtime-seeded generator. Once one packet moves, each link's seeded
-// loss and jitter draws fall on other packets and the timings drift apart.
+// unseedable random source (select case order, map order, synctest's
+// shuffle of timers due at one instant) and from wall time (sysmon's
+// preemption, sync.Mutex starvation, the GC), even at GOMAXPROCS=1. The
+// overlay seeds what a test can reach (nats.go's inbox names, nats-server's
+// first-PING jitter, both from crypto/rand), and each flow draws its loss
+// and jitter from its own stream (lab/link Config.Flow), so a moved packet
+// no longer shifts every later draw on its link.
 func TestDeterministicRun(t *testing.T) {
 	if ok, why := vtime.Available(); !ok {
 		t.Skip(why)
