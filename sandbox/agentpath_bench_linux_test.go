@@ -86,7 +86,9 @@ func (s *sink) result() (int64, time.Duration) {
 //     TUN device, the gateway's gVisor stack, the overlay netstack,
 //     WireGuard;
 //   - socks5: the agent in the host's namespaces through the SOCKS5 proxy
-//     (loopback TCP, the proxy, the overlay netstack, WireGuard).
+//     (loopback TCP, the proxy, the overlay netstack, WireGuard);
+//   - dial: no agent, the sandbox's own Dial from this process: the
+//     ceiling both share (the node's WireGuard and its UDP socket).
 //
 // Run both in one invocation and compare their Gbit/s. The agent's start
 // is not timed: the receiving peer times from the first byte to the last.
@@ -115,6 +117,9 @@ func BenchmarkAgentPath(b *testing.B) {
 			return []string{tool, "send", dst, fmt.Sprint(n), socks.Status().SOCKS5, creds.Username, creds.Password}
 		}},
 	} {
+		if c.name == "socks5" {
+			b.Run("dial", func(b *testing.B) { benchDial(b, tun, dst, sk) })
+		}
 		b.Run(c.name, func(b *testing.B) {
 			n := int64(b.N) << 20
 			// A first run brings the path up (WireGuard's handshake).
@@ -128,6 +133,30 @@ func BenchmarkAgentPath(b *testing.B) {
 			b.ReportMetric(float64(n)*8/took.Seconds()/1e9, "Gbit/s")
 		})
 	}
+}
+
+func benchDial(b *testing.B, d *sandbox.PodDriver, dst string, sk *sink) {
+	send := func(n int64) {
+		c, err := d.Dial(b.Context(), "tcp", dst)
+		require.NoError(b, err)
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		for left := n; left > 0; left -= int64(len(buf)) {
+			_, err := c.Write(buf[:min(left, int64(len(buf)))])
+			require.NoError(b, err)
+		}
+		require.NoError(b, c.(interface{ CloseWrite() error }).CloseWrite())
+		_, _ = io.Copy(io.Discard, c)
+	}
+	n := int64(b.N) << 20
+	send(1 << 20)
+	send(n)
+	got, took := sk.result()
+	if got != n {
+		b.Fatalf("peer received %d of %d bytes", got, n)
+	}
+	b.SetBytes(1 << 20)
+	b.ReportMetric(float64(n)*8/took.Seconds()/1e9, "Gbit/s")
 }
 
 func agentSend(b *testing.B, d *sandbox.PodDriver, argv []string) {
