@@ -62,10 +62,10 @@ type Config struct {
 	// PeerInterval; if zero, 1s.
 	PeerInterval time.Duration
 	// Audit receives the kernel's decisions as "egress" events: every
-	// denied packet, and with ReportAllowed every allowed new connection
-	// (eBPF only). If nil, they are not audited.
+	// denied packet (iptables: through NFLOG), and with ReportAllowed
+	// every allowed new connection. If nil, they are not audited.
 	Audit audit.Sink
-	// ReportAllowed reports allowed new connections too (eBPF).
+	// ReportAllowed reports allowed new connections too.
 	ReportAllowed bool
 	// WatchInterval is the policy file's poll interval; if zero, 1s.
 	WatchInterval time.Duration
@@ -168,14 +168,16 @@ func (e *Enforcer) install() error {
 		}
 	}
 	if e.kernel == nil {
-		f, err := iptables.New(iptables.Config{Interface: e.cfg.Interface, Netns: e.cfg.Netns, Policy: e.applied, Peers: e.peers, Logger: e.log})
+		cfg := iptables.Config{Interface: e.cfg.Interface, Netns: e.cfg.Netns, Policy: e.applied, Peers: e.peers,
+			ReportAllowed: e.cfg.ReportAllowed, Logger: e.log}
+		if e.cfg.Audit != nil {
+			cfg.OnEvent = auditIPTables(e.cfg.Audit, e.cfg.Interface, e.log)
+		}
+		f, err := iptables.New(cfg)
 		if err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
 		e.kernel, e.backend = f, IPTables
-		if e.cfg.Audit != nil {
-			e.log.Warn("iptables egress backend: packets it rejects are not written to the audit log (the eBPF backend's are)")
-		}
 	}
 	e.clearOthers()
 	e.log.Info("egress policy enforced", "backend", e.backend, "policy", e.applied.String(), "fail_closed", e.cfg.FailClosed)
@@ -220,6 +222,28 @@ func (e *Enforcer) clearOthers() {
 			e.log.Warn("an earlier run's pinned eBPF filter not removed", "err", err)
 		} else if removed {
 			e.log.Info("removed the eBPF filter an earlier run pinned", "pin_root", e.cfg.PinRoot)
+		}
+	}
+}
+
+// auditIPTables writes the iptables backend's NFLOG events to sink as
+// the "egress" events bpf.Event.Audit makes.
+func auditIPTables(sink audit.Sink, iface string, log *slog.Logger) func(iptables.Event) {
+	return func(e iptables.Event) {
+		ev := audit.Event{
+			Kind: "egress", Decision: "deny", Proto: e.Proto.String(), Rule: e.Rule,
+			Src:    netip.AddrPortFrom(e.Src, e.SrcPort).String(),
+			Dst:    netip.AddrPortFrom(e.Dst, e.DstPort).String(),
+			Detail: "kernel filter (iptables), interface " + iface,
+		}
+		if e.Allow {
+			ev.Decision = "allow"
+		}
+		if e.Proto == policy.ProtoAny {
+			ev.Proto = "other"
+		}
+		if err := sink.Write(ev); err != nil {
+			log.Error("egress event not audited", "event", e.String(), "err", err)
 		}
 	}
 }

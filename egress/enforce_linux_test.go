@@ -92,13 +92,12 @@ func TestEnforce(t *testing.T) {
 			assert.False(t, canConnect(t, p, db), "db: overlay peer not named")
 			assert.False(t, canConnect(t, p, meta), "metadata, denied by default")
 			assert.True(t, canConnect(t, p, outside), "outside the overlay: allow any")
-			if backend == EBPF {
-				for dst, rule := range map[netip.AddrPort]string{db: "overlay peer not named", meta: "metadata", webOther: "overlay peer not named"} {
-					ev := sink.find(t, dst.String())
-					assert.Equal(t, "deny", ev.Decision, dst)
-					assert.Equal(t, rule, ev.Rule, dst)
-					assert.Equal(t, "tcp", ev.Proto)
-				}
+			for dst, rule := range map[netip.AddrPort]string{db: "overlay peer not named", meta: "metadata", webOther: "overlay peer not named"} {
+				ev := sink.find(t, dst.String())
+				assert.Equal(t, "deny", ev.Decision, dst)
+				assert.Equal(t, rule, ev.Rule, dst)
+				assert.Equal(t, "tcp", ev.Proto)
+				assert.Equal(t, netip.AddrPortFrom(p.addr(1), 0).Addr().String(), strings.Split(ev.Src, ":")[0])
 			}
 			require.NoError(t, e.Close())
 			assert.True(t, canConnect(t, p, db), "Close removes the filter")
@@ -244,6 +243,50 @@ func TestStartErrors(t *testing.T) {
 			_, err := Start(tc.cfg)
 			require.Error(t, err)
 			assert.True(t, strings.Contains(err.Error(), tc.wantErr), "%v, want %q", err, tc.wantErr)
+		})
+	}
+}
+
+// TestReportAllowed: with ReportAllowed, each allowed connection is one
+// "allow" event with its own source port, by either backend.
+func TestReportAllowed(t *testing.T) {
+	requireRoot(t)
+	p := newPair(t)
+	listen(t, p, 8080)
+	web := netip.AddrPortFrom(p.addr(2), 8080)
+	for _, backend := range backends() {
+		t.Run(backend, func(t *testing.T) {
+			sink := &memSink{}
+			start(t, p, Config{Policy: writePolicy(t, p, t.TempDir(), basePolicy), Backend: backend, Audit: sink, ReportAllowed: true})
+			for range 3 {
+				require.True(t, canConnect(t, p, web))
+			}
+			var srcs []string
+			require.Eventually(t, func() bool {
+				sink.mu.Lock()
+				defer sink.mu.Unlock()
+				srcs = srcs[:0]
+				for _, ev := range sink.evs {
+					if ev.Dst == web.String() && ev.Decision == "allow" {
+						assert.Contains(t, ev.Rule, "allow peer:web tcp ports 8080")
+						srcs = append(srcs, ev.Src)
+					}
+				}
+				return len(srcs) >= 3
+			}, 5*time.Second, 20*time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // no late duplicates
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			n := 0
+			seen := map[string]bool{}
+			for _, ev := range sink.evs {
+				if ev.Dst == web.String() && ev.Decision == "allow" {
+					n++
+					assert.False(t, seen[ev.Src], "one event per connection: %s twice", ev.Src)
+					seen[ev.Src] = true
+				}
+			}
+			assert.Equal(t, 3, n)
 		})
 	}
 }

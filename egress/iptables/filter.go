@@ -3,6 +3,7 @@ package iptables
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -37,6 +38,16 @@ type Config struct {
 	// Netns is the network namespace (a path such as /run/netns/pod) the
 	// interface is in. If empty, the process's.
 	Netns string
+	// OnEvent, if set, receives what the chains log through NFLOG: every
+	// packet they reject, and with ReportAllowed every allowed new
+	// connection, on one goroutine the Filter owns. It must not block
+	// for long: the kernel drops records a slow reader leaves.
+	OnEvent func(Event)
+	// ReportAllowed logs allowed new connections too (conntrack NEW).
+	ReportAllowed bool
+	// LogGroup is the NFLOG group, per network namespace. If zero, one
+	// from 20000 to 29999 chosen by the interface's name.
+	LogGroup uint16
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -50,9 +61,15 @@ type Filter struct {
 	log   *slog.Logger
 	fams  []family
 
+	nflog *nflogSocket // nil without OnEvent
+	done  chan struct{} // closed when the event goroutine ends
+
 	mu     sync.Mutex // guards the following fields
 	closed bool
 	last   map[bool]string // restore script in force, by family (v6)
+	gen    uint32
+	labels map[uint32][]string // by familyGen: each family's current and previous
+	loaded map[bool][2]uint32  // each family's current and previous familyGen
 }
 
 type family struct {
@@ -78,8 +95,13 @@ func New(cfg Config) (*Filter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Filter{cfg: cfg, chain: ChainName(cfg.Interface), run: cfg.Run, last: map[bool]string{},
-		log: log.With("component", "egress-iptables", "interface", cfg.Interface)}
+	f := &Filter{cfg: cfg, chain: ChainName(cfg.Interface), run: cfg.Run, last: map[bool]string{}, labels: map[uint32][]string{}, loaded: map[bool][2]uint32{},
+		done: make(chan struct{}), log: log.With("component", "egress-iptables", "interface", cfg.Interface)}
+	if f.cfg.LogGroup == 0 {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(cfg.Interface))
+		f.cfg.LogGroup = uint16(20000 + h.Sum32()%10000)
+	}
 	if f.run == nil {
 		f.run = InNetns(cfg.Netns)
 	}
@@ -100,7 +122,19 @@ func New(cfg Config) (*Filter, error) {
 			}
 		}
 	}
+	if cfg.OnEvent != nil {
+		// Bound before the first rule logs, so no record is missed.
+		s, err := openNFLOG(cfg.Netns, f.cfg.LogGroup)
+		if err != nil {
+			return nil, err
+		}
+		f.nflog = s
+		go f.readEvents()
+	} else {
+		close(f.done)
+	}
 	if err := f.Reload(cfg.Policy, cfg.Peers); err != nil {
+		f.stopEvents()
 		return nil, err
 	}
 	for _, fam := range f.fams {
@@ -111,6 +145,7 @@ func New(cfg Config) (*Filter, error) {
 			}
 			if err := f.ipt(fam.ipt, "-I", hook, "1", "-o", cfg.Interface, "-j", f.chain); err != nil {
 				f.remove()
+				f.stopEvents()
 				return nil, fmt.Errorf("iptables: hook %s: %w", hook, err)
 			}
 		}
@@ -137,17 +172,46 @@ func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 	if f.closed {
 		return ErrClosed
 	}
+	gen := f.gen + 1
+	changed := false
 	for _, fam := range f.fams {
-		script := RestoreScript(Render(p, Input{Chain: f.chain, Peers: lower, V6: fam.v6}))
-		if script == f.last[fam.v6] {
+		in := Input{Chain: f.chain, Peers: lower, V6: fam.v6}
+		if f.nflog != nil {
+			in.LogGroup, in.LogAllowed = f.cfg.LogGroup, f.cfg.ReportAllowed
+		}
+		// The script without its generation says whether anything changed.
+		key := RestoreScript(Render(p, in))
+		if key == f.last[fam.v6] {
 			continue
 		}
-		if err := f.run(fam.restore, []string{"--noflush", "-w", "5"}, script); err != nil {
+		in.Gen = familyGen(gen, fam.v6)
+		c := Render(p, in)
+		if err := f.run(fam.restore, []string{"--noflush", "-w", "5"}, RestoreScript(c)); err != nil {
 			return fmt.Errorf("iptables: load %s rules: %w", fam.ipt, err)
 		}
-		f.last[fam.v6] = script
+		f.last[fam.v6] = key
+		l := f.loaded[fam.v6]
+		if l[1] != 0 {
+			delete(f.labels, l[1])
+		}
+		f.loaded[fam.v6] = [2]uint32{in.Gen, l[0]}
+		f.labels[in.Gen] = c.Labels
+		changed = true
+	}
+	if changed {
+		f.gen = gen
 	}
 	return nil
+}
+
+// familyGen is the generation a family's log prefixes carry: each family
+// numbers its own labels, so IPv6's have the top bit set.
+func familyGen(gen uint32, v6 bool) uint32 {
+	gen &^= 1 << 31
+	if v6 {
+		gen |= 1 << 31
+	}
+	return gen
 }
 
 // Close unhooks and deletes the chains. It is idempotent.
@@ -158,7 +222,68 @@ func (f *Filter) Close() error {
 		return nil
 	}
 	f.closed = true
-	return f.remove()
+	err := f.remove()
+	f.mu.Unlock()
+	f.stopEvents()
+	f.mu.Lock()
+	return err
+}
+
+// stopEvents closes the NFLOG socket and waits for the event goroutine.
+func (f *Filter) stopEvents() {
+	if f.nflog != nil {
+		_ = f.nflog.close()
+	}
+	<-f.done
+}
+
+// readEvents turns NFLOG records into Events until the socket closes.
+func (f *Filter) readEvents() {
+	defer close(f.done)
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.nflog.read(buf)
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				f.log.Error("NFLOG socket", "err", err)
+			}
+			return
+		}
+		recs, err := parseMessages(buf[:n])
+		if err != nil {
+			f.log.Warn("undecodable NFLOG message", "err", err)
+		}
+		for _, rec := range recs {
+			e, err := f.event(rec)
+			if err != nil {
+				f.log.Warn("undecodable NFLOG record", "err", err)
+				continue
+			}
+			f.cfg.OnEvent(e)
+		}
+	}
+}
+
+// event names a record's rule.
+func (f *Filter) event(rec logRecord) (Event, error) {
+	gen, id, allow, err := parsePrefix(rec.prefix)
+	if err != nil {
+		return Event{}, err
+	}
+	e, err := parsePacket(rec.payload)
+	if err != nil {
+		return Event{}, err
+	}
+	e.Allow = allow
+	f.mu.Lock()
+	l := f.labels[gen]
+	f.mu.Unlock()
+	if id < len(l) {
+		e.Rule = l[id]
+	} else {
+		e.Rule = fmt.Sprintf("rule %d of table %d", id, gen&^(1<<31))
+	}
+	return e, nil
 }
 
 // remove deletes the hooks and chains of f's interface, whoever made them.

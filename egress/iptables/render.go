@@ -19,6 +19,12 @@ type Input struct {
 	Peers map[string][]netip.Addr
 	// V6 renders the IPv6 family (ip6tables); otherwise IPv4.
 	V6 bool
+	// LogGroup, if not zero, logs every packet a rule rejects to this
+	// NFLOG group, and with LogAllowed every allowed new connection
+	// (conntrack NEW), prefixed "lattice:Gen:ID:V" (see Chains.Labels).
+	LogGroup   uint16
+	LogAllowed bool
+	Gen        uint32
 }
 
 // Chains are one family's rules, chain by chain, in the order they are
@@ -26,6 +32,8 @@ type Input struct {
 type Chains struct {
 	Names []string
 	Rules map[string][][]string
+	// Labels are the rules' labels by the ID the log prefixes carry.
+	Labels []string
 }
 
 // Render translates p into one family's chains with Policy.Decide's
@@ -45,6 +53,14 @@ type Chains struct {
 // an allowed packet goes back to the hook that called Chain and on to the
 // host's own rules: the policy only ever takes away.
 func Render(p *policy.Policy, in Input) Chains {
+	c := render(p, in)
+	if in.LogGroup != 0 {
+		c.addLogging(in)
+	}
+	return c
+}
+
+func render(p *policy.Policy, in Input) Chains {
 	d, peers, rest := in.Chain+"-D", in.Chain+"-P", in.Chain+"-R"
 	c := Chains{Names: []string{in.Chain, d, peers, rest}, Rules: map[string][][]string{}}
 	icmp := "icmp"
@@ -99,6 +115,42 @@ func Render(p *policy.Policy, in Input) Chains {
 	}
 	c.Rules[rest] = rr
 	return c
+}
+
+// addLogging puts before each verdict rule that names its reason (a
+// comment) the same match jumping to NFLOG: REJECTs always, RETURNs of
+// new connections with LogAllowed.
+func (c *Chains) addLogging(in Input) {
+	ids := map[string]int{}
+	for _, name := range c.Names {
+		var out [][]string
+		for _, r := range c.Rules[name] {
+			n := len(r)
+			if n < 6 || r[n-2] != "-j" || r[n-6] != "-m" || r[n-5] != "comment" || (r[n-1] != "REJECT" && r[n-1] != "RETURN") {
+				out = append(out, r)
+				continue
+			}
+			allow := r[n-1] == "RETURN"
+			if allow && !in.LogAllowed {
+				out = append(out, r)
+				continue
+			}
+			label := r[n-3]
+			id, ok := ids[label]
+			if !ok {
+				id = len(c.Labels)
+				ids[label] = id
+				c.Labels = append(c.Labels, label)
+			}
+			log := slices.Clone(r[:n-6])
+			if allow {
+				log = append(log, "-m", "conntrack", "--ctstate", "NEW")
+			}
+			log = append(log, "-j", "NFLOG", "--nflog-group", fmt.Sprint(in.LogGroup), "--nflog-prefix", logPrefix(in.Gen, id, allow))
+			out = append(out, log, r)
+		}
+		c.Rules[name] = out
+	}
 }
 
 // decide renders Chain-D: the default-denied ranges, most specific first

@@ -100,6 +100,10 @@ func check(t *testing.T, p *policy.Policy, peers map[string][]netip.Addr) {
 		false: Render(p, Input{Chain: "LATTICE-x", Peers: peers}),
 		true:  Render(p, Input{Chain: "LATTICE-x", Peers: peers, V6: true}),
 	}
+	logged := map[bool]Chains{
+		false: Render(p, Input{Chain: "LATTICE-x", Peers: peers, LogGroup: 7, LogAllowed: true, Gen: 3}),
+		true:  Render(p, Input{Chain: "LATTICE-x", Peers: peers, V6: true, LogGroup: 7, LogAllowed: true, Gen: 3}),
+	}
 	ports := []uint16{1, 22, 53, 80, 443, 1000, 1003, 1117, 1024, 1025, 8000, 8080, 8100, 8101, 9000, 65535}
 	checked := 0
 	for _, a := range addrs {
@@ -119,6 +123,18 @@ func check(t *testing.T, p *policy.Policy, peers map[string][]netip.Addr) {
 				if allow != want.Allow || why != want.Rule {
 					t.Fatalf("%s %s port %d: chains say %v %q, Decide says %v %q", a, proto, port, allow, why, want.Allow, want.Rule)
 				}
+				// With logging: the same verdict, and the packet logged once
+				// with the verdict and the rule.
+				lc := logged[a.Is6()]
+				lastLog = ""
+				allow, why = eval(t, lc, "LATTICE-x", a, proto, port)
+				require.Equal(t, want.Allow, allow)
+				require.Equal(t, want.Rule, why)
+				gen, id, logAllow, err := parsePrefix(lastLog)
+				require.NoError(t, err, "%s %s port %d not logged", a, proto, port)
+				require.Equal(t, uint32(3), gen)
+				require.Equal(t, want.Allow, logAllow)
+				require.Equal(t, Comment(want.Rule), lc.Labels[id])
 				checked++
 			}
 		}
@@ -130,6 +146,9 @@ func check(t *testing.T, p *policy.Policy, peers map[string][]netip.Addr) {
 // iptables Render writes (-d, -p, multiport --dports, comment, -g, -j
 // RETURN/REJECT; conntrack and icmpv6-type never match a new echo
 // request or connection).
+// lastLog is the NFLOG prefix of the last logging rule eval passed.
+var lastLog string
+
 func eval(t *testing.T, c Chains, chain string, dst netip.Addr, proto policy.Proto, port uint16) (bool, string) {
 	t.Helper()
 	for hops := 0; hops < 8; hops++ {
@@ -153,7 +172,9 @@ func eval(t *testing.T, c Chains, chain string, dst netip.Addr, proto policy.Pro
 				case "-m":
 					switch m := arg(); m {
 					case "conntrack":
-						continue rules
+						if arg() != "--ctstate" || arg() != "NEW" {
+							continue rules // established replies
+						}
 					case "multiport", "comment":
 					default:
 						t.Fatalf("match %s", m)
@@ -170,6 +191,10 @@ func eval(t *testing.T, c Chains, chain string, dst netip.Addr, proto policy.Pro
 					target = arg()
 				case "-g":
 					jump = arg()
+				case "--nflog-group":
+					require.Equal(t, "7", arg())
+				case "--nflog-prefix":
+					comment = arg()
 				default:
 					t.Fatalf("argument %q in %v", r[i], r)
 				}
@@ -182,6 +207,10 @@ func eval(t *testing.T, c Chains, chain string, dst netip.Addr, proto policy.Pro
 				return true, comment
 			case target == "REJECT":
 				return false, comment
+			case target == "NFLOG":
+				require.Empty(t, lastLog, "logged twice: %v", r)
+				lastLog = comment
+				continue
 			}
 			t.Fatalf("rule without a verdict: %v", r)
 		}
