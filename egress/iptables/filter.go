@@ -61,7 +61,7 @@ type Filter struct {
 	log   *slog.Logger
 	fams  []family
 
-	nflog *nflogSocket // nil without OnEvent
+	nflog *nflogSocket  // nil without OnEvent
 	done  chan struct{} // closed when the event goroutine ends
 
 	mu     sync.Mutex // guards the following fields
