@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/latticelab/lattice/deploy"
+	"github.com/latticelab/lattice/relay"
+)
+
+// TestDeployManifests runs deploy/'s control plane and a pod-mode sandbox
+// under Docker, each container configured from its manifest (see
+// deploy_pod_test.go): three NATS servers forming a JetStream cluster
+// over TLS routes, the control replicas on it with the registry in a KV
+// bucket, and two sandboxes of the pod-mode StatefulSet with every
+// capability dropped, a read-only root, user nobody and no device. Each
+// passes its manifest's probes; one sandbox reaches the other over the
+// overlay on a direct path.
+//
+// Not run: the relay and STUN (their Services map port 443 and 3478 to
+// the pods, which Docker networks do not do; the sandboxes meet directly
+// on one network). The NATS servers take auth.conf empty: control has no
+// auth callout yet, so on an external NATS nothing confines a node to its
+// own subjects (issue 17 item 3; docs/OPERATIONS.md says so).
+func TestDeployManifests(t *testing.T) {
+	ctx, img := setup(t)
+	if host, err := publishedHost(t); err != nil || host != "127.0.0.1" {
+		t.Skipf("probes dial the containers' addresses, which a remote engine (%s, %v) does not route here", host, err)
+	}
+	m, err := deploy.Load(deploy.Files)
+	require.NoError(t, err)
+	nats := natsImage(ctx, t)
+	natsW, err := m.Workload("nats")
+	require.NoError(t, err)
+	natsC, err := natsW.Container("nats")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(ctx, testTimeout) // the NATS build had its own bound
+	t.Cleanup(cancel)
+
+	ca := newTestCA(t)
+	natsCert, natsKey, natsFP := ca.leaf(t, "nats-0.nats-headless", "nats-1.nats-headless", "nats-2.nats-headless", "nats", "nats.lattice.svc")
+	controlCert, controlKey, _ := ca.leaf(t, "control")
+	_, _, relayFP := ca.leaf(t, "relay.lattice.svc")
+	token := "e2e-join-" + randomHex(16)
+	env := &podEnv{
+		images: map[string]string{natsC.Image: nats, "lattice:dev": img, "lattice:dev-pro": img},
+		configMaps: map[string]map[string]string{
+			"nats-config":          m.Find("ConfigMap", "nats-config").Value.(*corev1.ConfigMap).Data,
+			"lattice-fingerprints": {"nats": natsFP, "relay": relayFP},
+		},
+		secrets: map[string]map[string]string{
+			"nats-auth":      {"auth.conf": "# no authorization: see TestDeployManifests\n"},
+			"nats-tls":       {"tls.crt": natsCert, "tls.key": natsKey, "ca.crt": ca.certPEM},
+			"control-tokens": {"tokens": token + "\n"},
+			"nats-control":   {"password": randomHex(16) + "\n"},
+			"relay-secret":   {"secret": randomHex(32) + "\n"},
+			"control-tls":    {"tls.crt": controlCert, "tls.key": controlKey},
+			"agent-token":    {"token": token + "\n"},
+			"agent-proxy":    {"credentials": "agent:" + randomHex(12) + "\n"},
+		},
+	}
+	nw := newNetwork(ctx, t)
+
+	// The servers start together (podManagementPolicy Parallel) and find
+	// each other by their headless names; none is healthy before the
+	// JetStream cluster has a leader.
+	servers := make([]*box, natsW.Replicas)
+	for i := range servers {
+		name := fmt.Sprintf("nats-%d", i)
+		servers[i] = env.startPod(ctx, t, nw, podSpec{w: natsW, container: "nats", name: name,
+			aliases: []string{name + ".nats-headless", "nats", "nats.lattice.svc"}})
+	}
+	for _, s := range servers {
+		env.waitReady(ctx, t, s, natsW, "nats")
+	}
+
+	controlW, err := m.Workload("control")
+	require.NoError(t, err)
+	for i := range controlW.Replicas {
+		c := env.runPod(ctx, t, nw, podSpec{w: controlW, container: "control", name: fmt.Sprintf("control-%d", i), aliases: []string{"control"}})
+		c.match(ctx, t, `control: registry in `)
+		assertManifestSettings(ctx, t, c, controlW, "control")
+	}
+
+	podW, err := m.Workload("agent")
+	require.NoError(t, err)
+	target := net.JoinHostPort(servers[0].ip(ctx, t, nw), "8222") // NATS' monitoring page: an HTTP server at hand
+	web := env.runPod(ctx, t, nw, podSpec{w: podW, container: "sandbox", name: "agent-1",
+		extraArgs: []string{"--forward", fmt.Sprintf("%d=%s", webPort, target)}})
+	agent := env.runPod(ctx, t, nw, podSpec{w: podW, container: "sandbox", name: "agent-0"})
+	for _, b := range []*box{agent, web} {
+		assertUnprivileged(ctx, t, b)
+		assertManifestSettings(ctx, t, b, podW, "sandbox")
+	}
+	addr := func(b *box) string {
+		m := b.match(ctx, t, `sandbox: `+b.name+` \(\S+\) at ([^/\s]+)`)
+		return m[1]
+	}
+	agentSB := &sandbox{box: agent, addr: addr(agent)}
+	webSB := &sandbox{box: web, addr: addr(web)}
+	assert.NotEqual(t, agentSB.addr, webSB.addr)
+
+	dst := net.JoinHostPort(webSB.addr, fmt.Sprint(webPort))
+	poll(ctx, t, "agent-0 dials agent-1's forward over the overlay", 60*time.Second, func(ctx context.Context) error {
+		code, out, err := agent.exec(ctx, "sandbox", "agent", "dial", "--state-dir", stateDir, dst)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit code %d: %s", code, out)
+		}
+		return err
+	})
+	st := waitPath(ctx, t, agentSB, "agent-1", "direct", 30*time.Second)
+	t.Logf("agent-0's view:\n%s", st)
+	// The forward is audited (the log is on the pod's tmpfs, which docker
+	// cp cannot read, so the check is lattice's own).
+	code, out, err := web.exec(ctx, "sandbox", "audit", "verify", stateDir+"/audit.jsonl")
+	require.NoError(t, err)
+	assert.Equal(t, 0, code, "audit verify in agent-1:\n%s", out)
+	assert.Contains(t, out, ": ok, ")
+
+	// Every probe of every pod passes now, liveness included.
+	for _, p := range []struct {
+		b   *box
+		w   deploy.Workload
+		ctr string
+	}{{servers[0], natsW, "nats"}, {agent, podW, "sandbox"}} {
+		c, err := p.w.Container(p.ctr)
+		require.NoError(t, err)
+		for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+			if pr != nil {
+				assert.NoError(t, p.b.probe(ctx, t, c, pr), "%s: %s probe", p.b.name, probeKind(pr))
+			}
+		}
+	}
+}
+
+// assertManifestSettings checks the engine's view of a container against
+// its manifest: user, capabilities, read-only root, no_new_privs, limits.
+func assertManifestSettings(ctx context.Context, t *testing.T, b *box, w deploy.Workload, ctr string) {
+	t.Helper()
+	c, err := w.Container(ctr)
+	require.NoError(t, err)
+	in, err := b.Inspect(ctx)
+	require.NoError(t, err)
+	want := &container.HostConfig{}
+	podHostConfig(w, c, want)
+	uid, gid, _ := podUser(w, c)
+	hc := in.HostConfig
+	assert.Equal(t, fmt.Sprintf("%d:%d", uid, gid), in.Config.User, "%s: user", b.name)
+	assert.ElementsMatch(t, want.CapDrop, hc.CapDrop, "%s: dropped", b.name)
+	assert.ElementsMatch(t, want.CapAdd, hc.CapAdd, "%s: added", b.name)
+	assert.Equal(t, want.ReadonlyRootfs, hc.ReadonlyRootfs, "%s: read-only root", b.name)
+	assert.Equal(t, slices.Contains(want.SecurityOpt, "no-new-privileges"), slices.Contains(hc.SecurityOpt, "no-new-privileges"), "%s", b.name)
+	assert.Equal(t, want.Memory, hc.Memory, "%s: memory limit", b.name)
+	assert.Equal(t, want.NanoCPUs, hc.NanoCPUs, "%s: CPU limit", b.name)
+	assert.NotZero(t, hc.Memory, "%s: a memory limit", b.name)
+}
+
+// TestDeployGVisorMatchesE2E: the gvisor-mode manifest grants exactly
+// what TestSandboxGVisorContainer runs gvisor mode with: the same
+// capabilities, no seccomp filter, not privileged, root.
+func TestDeployGVisorMatchesE2E(t *testing.T) {
+	m, err := deploy.Load(deploy.Files)
+	require.NoError(t, err)
+	w, err := m.Workload("agent-gvisor")
+	require.NoError(t, err)
+	c, err := w.Container("sandbox")
+	require.NoError(t, err)
+	hc := &container.HostConfig{}
+	podHostConfig(w, c, hc)
+	assert.ElementsMatch(t, gvisorCapNames(), hc.CapAdd)
+	assert.Equal(t, []string{"ALL"}, hc.CapDrop)
+	assert.Contains(t, hc.SecurityOpt, "seccomp=unconfined")
+	assert.False(t, hc.Privileged)
+	uid, gid, _ := podUser(w, c)
+	assert.Equal(t, [2]int64{0, 0}, [2]int64{uid, gid}, "root in the pod")
+	var mounts []string
+	for _, vm := range c.VolumeMounts {
+		mounts = append(mounts, vm.MountPath)
+	}
+	assert.Subset(t, mounts, []string{hostCgroups, "/tmp", "/run"}, "the cgroup tree and runsc's tmpfs directories")
+}
+
+// testCA issues the certificates a cluster's operator would (cert-manager
+// or by hand): one CA, leaves for servers and clients.
+type testCA struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM string
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lattice e2e CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return &testCA{cert: cert, key: key, certPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
+}
+
+// leaf returns a certificate for names (server and client use, as NATS
+// routes need both), its key, and its fingerprint as lattice pins it.
+func (ca *testCA) leaf(t *testing.T, names ...string) (certPEM, keyPEM, fingerprint string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})), relay.CertFingerprint(der)
+}
