@@ -69,6 +69,12 @@ func (e *endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 func (e *endpoint) deliver(batch [][]byte) {
 	dp := e.dispatcher.Load()
 	for _, f := range batch {
+		if whole, frag := e.udp.reasm.add(f, e.udp.h.f.clock.Now()); frag {
+			if whole == nil {
+				continue // held until the datagram is complete
+			}
+			f = whole
+		}
 		if e.udp.deliver(f) {
 			continue // the socket owns the frame now
 		}

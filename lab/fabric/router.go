@@ -64,7 +64,9 @@ type RouterStats struct {
 	TTL        uint64 // TTL expired
 	NoRoute    uint64 // no route to the destination
 	NoNeighbor uint64 // next hop not present on the egress network
-	TooBig     uint64 // larger than the egress MTU
+	TooBig     uint64 // larger than the egress MTU, DF set (answered "fragmentation needed") or not fragmentable
+	Fragmented uint64 // packets larger than the egress MTU split into fragments
+	ICMPSent   uint64 // ICMP errors the router sent (fragmentation needed)
 	NAT        uint64 // dropped by the NAT: filtering, no mapping, table full, hairpin off
 	Firewall   uint64 // dropped by a firewall rule
 	Other      uint64 // unsupported protocols and packets for the router it ignores
@@ -72,6 +74,7 @@ type RouterStats struct {
 
 type routerCounters struct {
 	forwarded, local, malformed, ttl, noRoute, noNeighbor, tooBig, nat, firewall, other atomic.Uint64
+	fragmented, icmpSent                                                                atomic.Uint64
 }
 
 // AddRouter adds a router and starts forwarding.
@@ -178,6 +181,7 @@ func (r *Router) Stats() RouterStats {
 		Forwarded: c.forwarded.Load(), Local: c.local.Load(), Malformed: c.malformed.Load(),
 		TTL: c.ttl.Load(), NoRoute: c.noRoute.Load(), NoNeighbor: c.noNeighbor.Load(),
 		TooBig: c.tooBig.Load(), NAT: c.nat.Load(), Firewall: c.firewall.Load(), Other: c.other.Load(),
+		Fragmented: c.fragmented.Load(), ICMPSent: c.icmpSent.Load(),
 	}
 }
 
@@ -246,6 +250,18 @@ func (r *Router) input(in *Interface, f []byte) {
 		return
 	}
 	out := rt.ifc
+	if len(p) > out.mtu {
+		r.tooBig(in, out, rt, f, p) // before the NAT: an ICMP error goes to the real sender
+		return
+	}
+	r.forward(in, out, rt, f, p)
+}
+
+// forward runs p (in frame f, which it owns) through the NAT or firewall
+// of the way out, if any, and sends it.
+func (r *Router) forward(in, out *Interface, rt *routeEntry, f, p []byte) {
+	c := &r.stats
+	now := r.f.clock.Now()
 	var note string
 	if out == r.uplink && in != r.uplink {
 		if r.nat != nil {

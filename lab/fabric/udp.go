@@ -30,7 +30,9 @@ import (
 // Semantics follow Linux where a program could tell the difference: weak
 // host model (any local address is accepted on any interface), ephemeral
 // ports from 32768-60999, a datagram larger than the interface MTU fails
-// with EMSGSIZE (the fabric does not fragment), a full receive queue drops,
+// with EMSGSIZE (a host does not fragment what it sends; routers fragment
+// for smaller links, and a host reassembles what arrives in fragments, see
+// reassembly.go), a full receive queue drops,
 // a read with a small buffer truncates, WriteTo on a connected socket fails
 // as it does in package net.
 
@@ -60,6 +62,8 @@ type udpStack struct {
 
 	// Counters, for tests and the lab report.
 	badChecksum, queueFull, noNeighbor atomic.Uint64
+
+	reasm reassembler // UDP datagrams arriving in fragments; see reassembly.go
 }
 
 func newUDPStack(h *Host, rnd *seededRand) *udpStack {

@@ -1,0 +1,115 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/latticelab/lattice/internal/inet"
+)
+
+// Routers and IPv4 packets larger than the next link's MTU (RFC 791,
+// RFC 1191): with DF clear the router fragments the packet, each fragment
+// then crossing the NAT on its own (lab/nat translates them); with DF set
+// it drops the packet and answers ICMP "fragmentation needed" (type 3
+// code 4) with the next hop's MTU, which the sender's path MTU discovery
+// uses. A link impairment's mtu drops silently instead: a PMTU black hole.
+
+// tooBig handles a packet p (in frame f, which it owns) bigger than out's
+// MTU, on its way from in along rt.
+func (r *Router) tooBig(in, out *Interface, rt *routeEntry, f, p []byte) {
+	c := &r.stats
+	ip := header.IPv4(p)
+	if ip.Flags()&header.IPv4FlagDontFragment != 0 {
+		r.fragNeeded(in, p, out.mtu)
+		r.drop(in, f, &c.tooBig, fmt.Sprintf("%d-byte packet with DF exceeds %s MTU %d: answered fragmentation needed", len(p), out, out.mtu))
+		return
+	}
+	frags, err := fragmentIPv4(f[:ethHeaderLen], p, out.mtu)
+	if err != nil {
+		r.drop(in, f, &c.tooBig, fmt.Sprintf("%d-byte packet exceeds %s MTU %d: %v", len(p), out, out.mtu, err))
+		return
+	}
+	putFrame(f)
+	c.fragmented.Add(1)
+	for _, ff := range frags {
+		r.forward(in, out, rt, ff, ff[ethHeaderLen:])
+	}
+}
+
+// fragmentIPv4 splits p into frames (eth header copied from eth) of IPv4
+// fragments of at most mtu bytes each. A packet that is itself a fragment
+// is split further, its offset and more-fragments flag carried on.
+func fragmentIPv4(eth, p []byte, mtu int) ([][]byte, error) {
+	ip := header.IPv4(p)
+	ihl := int(ip.HeaderLength())
+	if ihl != header.IPv4MinimumSize {
+		// Options would need copying by their copied bit (RFC 791).
+		return nil, fmt.Errorf("cannot fragment a header with options (%d bytes)", ihl)
+	}
+	step := (mtu - ihl) &^ 7
+	if step <= 0 {
+		return nil, fmt.Errorf("MTU %d leaves no room for data", mtu)
+	}
+	payload := p[ihl:]
+	base := int(ip.FragmentOffset())
+	lastMore := ip.More()
+	var out [][]byte
+	for off := 0; off < len(payload); off += step {
+		end := min(off+step, len(payload))
+		fr := getFrame(ethHeaderLen + ihl + end - off)
+		copy(fr, eth)
+		h := header.IPv4(fr[ethHeaderLen:])
+		copy(h, p[:ihl])
+		copy(h[ihl:], payload[off:end])
+		h.SetTotalLength(uint16(ihl + end - off))
+		var flags uint8
+		if end < len(payload) || lastMore {
+			flags = header.IPv4FlagMoreFragments
+		}
+		h.SetFlagsFragmentOffset(flags, uint16(base+off))
+		inet.SetIPv4Checksum(h)
+		out = append(out, fr)
+	}
+	return out, nil
+}
+
+// fragNeeded answers p's sender with ICMP "fragmentation needed and DF
+// set" naming mtu, from the router's address on in (RFC 1191 section 4).
+func (r *Router) fragNeeded(in *Interface, p []byte, mtu int) {
+	orig := header.IPv4(p)
+	if orig.Protocol() == protoICMP && len(p) > int(orig.HeaderLength()) && !isEchoICMP(p[orig.HeaderLength()]) {
+		return // never an ICMP error about an ICMP error (RFC 1122 3.2.2)
+	}
+	src := netip.AddrFrom4([4]byte(orig.SourceAddressSlice()))
+	rt := r.routes.lookup(src)
+	if rt == nil {
+		return
+	}
+	quote := p[:min(len(p), int(orig.HeaderLength())+8)]
+	n := header.IPv4MinimumSize + header.ICMPv4MinimumSize + len(quote)
+	fr := getFrame(ethHeaderLen + n)
+	ip := header.IPv4(fr[ethHeaderLen:])
+	ip.Encode(&header.IPv4Fields{
+		TotalLength: uint16(n), TTL: defaultTTL + 1, // output decrements it
+		Protocol: protoICMP, SrcAddr: tcpip.AddrFrom4(in.addr.As4()), DstAddr: tcpip.AddrFrom4(src.As4()),
+	})
+	inet.SetIPv4Checksum(ip)
+	icmp := header.ICMPv4(ip[header.IPv4MinimumSize:])
+	clear(icmp[:header.ICMPv4MinimumSize])
+	icmp.SetType(header.ICMPv4DstUnreachable)
+	icmp.SetCode(header.ICMPv4FragmentationNeeded)
+	binary.BigEndian.PutUint16(icmp[6:8], uint16(mtu)) // next-hop MTU
+	copy(icmp[header.ICMPv4MinimumSize:], quote)
+	icmp.SetChecksum(inet.Checksum(icmp))
+	r.stats.icmpSent.Add(1)
+	r.output(in, rt.ifc, rt, fr, ip, "icmp: fragmentation needed, mtu "+fmt.Sprint(mtu))
+}
+
+// isEchoICMP reports whether an ICMP type is a query, not an error.
+func isEchoICMP(typ byte) bool {
+	return typ == byte(header.ICMPv4Echo) || typ == byte(header.ICMPv4EchoReply)
+}
