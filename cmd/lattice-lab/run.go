@@ -28,6 +28,7 @@ type runOptions struct {
 	stateDir   string
 	clock      string
 	verbose    bool
+	logFormat  *string // --log-format: text or json
 	out        io.Writer
 }
 
@@ -104,7 +105,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 			if opts.verbose {
 				level = slog.LevelDebug
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			log := cli.NewLogger(cmd.ErrOrStderr(), *opts.logFormat, level)
 			file := "builtin:quickstart"
 			switch {
 			case len(args) == 1:
@@ -127,6 +128,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 	fl.StringVar(&opts.stateDir, "state", "", "keep node identities and control's registry in `DIR` (default: a temporary directory)")
 	fl.StringVar(&opts.clock, "clock", opts.clock, "the clock to run the scenario on: auto or real (the wall clock); virtual is go test's only, see above")
 	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs of every component on stderr")
+	opts.logFormat = cli.LogFormatFlag(cmd)
 	return cmd
 }
 

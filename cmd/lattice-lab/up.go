@@ -24,9 +24,10 @@ import (
 
 // upOptions are the up command's flags.
 type upOptions struct {
-	stateDir string
-	daemon   bool
-	verbose  bool
+	stateDir  string
+	daemon    bool
+	verbose   bool
+	logFormat *string // --log-format: text or json
 }
 
 // upMessage is what the lab's background process tells up on its ready
@@ -81,6 +82,7 @@ the background process was killed.`,
 	fl := cmd.Flags()
 	addStateFlag(cmd, &opts.stateDir)
 	fl.BoolVarP(&opts.verbose, "verbose", "v", false, "debug logs of every component in DIR/lab.log")
+	opts.logFormat = cli.LogFormatFlag(cmd)
 	fl.BoolVar(&opts.daemon, "daemon", false, "run the lab in this process (what up starts in the background)")
 	_ = fl.MarkHidden("daemon")
 	return cmd
@@ -171,6 +173,7 @@ func upStart(ctx context.Context, file, dir string, opts upOptions, out io.Write
 	if opts.verbose {
 		args = append(args, "-v")
 	}
+	args = append(args, "--log-format", *opts.logFormat)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = logf, logf, []*os.File{pw}
 	// Its own session: no terminal's hangup or Ctrl-C reaches it, and
@@ -256,7 +259,7 @@ func upDaemon(ctx context.Context, file, dir string, opts upOptions) error {
 	if opts.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := cli.NewLogger(os.Stderr, *opts.logFormat, level)
 	fail := func(err error) error {
 		send(upMessage{Error: err.Error()})
 		return err

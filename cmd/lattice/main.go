@@ -62,17 +62,9 @@ stops cleanly on Ctrl-C or SIGTERM.`,
 	return root
 }
 
-// logFlags adds -v and returns a function building the logger.
-func logFlags(cmd *cobra.Command) func() *slog.Logger {
-	verbose := cmd.Flags().BoolP("verbose", "v", false, "debug logs")
-	return func() *slog.Logger {
-		level := slog.LevelInfo
-		if *verbose {
-			level = slog.LevelDebug
-		}
-		return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-	}
-}
+// logFlags adds -v and --log-format and returns a function building the
+// logger (internal/cli.LogFlags, shared with lattice-lab).
+func logFlags(cmd *cobra.Command) func() *slog.Logger { return cli.LogFlags(cmd) }
 
 // readSecretFile reads a secret, refusing files others can read.
 func readSecretFile(path string) ([]byte, error) {
