@@ -171,7 +171,7 @@ func (e *Enforcer) install() error {
 		cfg := iptables.Config{Interface: e.cfg.Interface, Netns: e.cfg.Netns, Policy: e.applied, Peers: e.peers,
 			ReportAllowed: e.cfg.ReportAllowed, Logger: e.log}
 		if e.cfg.Audit != nil {
-			cfg.OnEvent = auditIPTables(e.cfg.Audit, e.cfg.Interface, e.log)
+			cfg.OnEvent = iptables.AuditTo(e.cfg.Audit, e.cfg.Interface, e.log)
 		}
 		f, err := iptables.New(cfg)
 		if err != nil {
@@ -222,28 +222,6 @@ func (e *Enforcer) clearOthers() {
 			e.log.Warn("an earlier run's pinned eBPF filter not removed", "err", err)
 		} else if removed {
 			e.log.Info("removed the eBPF filter an earlier run pinned", "pin_root", e.cfg.PinRoot)
-		}
-	}
-}
-
-// auditIPTables writes the iptables backend's NFLOG events to sink as
-// the "egress" events bpf.Event.Audit makes.
-func auditIPTables(sink audit.Sink, iface string, log *slog.Logger) func(iptables.Event) {
-	return func(e iptables.Event) {
-		ev := audit.Event{
-			Kind: "egress", Decision: "deny", Proto: e.Proto.String(), Rule: e.Rule,
-			Src:    netip.AddrPortFrom(e.Src, e.SrcPort).String(),
-			Dst:    netip.AddrPortFrom(e.Dst, e.DstPort).String(),
-			Detail: "kernel filter (iptables), interface " + iface,
-		}
-		if e.Allow {
-			ev.Decision = "allow"
-		}
-		if e.Proto == policy.ProtoAny {
-			ev.Proto = "other"
-		}
-		if err := sink.Write(ev); err != nil {
-			log.Error("egress event not audited", "event", e.String(), "err", err)
 		}
 	}
 }

@@ -20,13 +20,15 @@ import (
 	"github.com/latticelab/lattice/policy"
 )
 
-// kernelEgress enforces an egress policy with the pod's iptables, for
-// gvisor mode, where the agent's sockets are the pod kernel's. Its chain
-// LATTICE-EGRESS judges what leaves through wg0 (the overlay): replies on
-// established flows pass, then the policy's rules that can match overlay
-// peers, in order, then REJECT. Metadata addresses are rejected on every
-// interface unless the policy allows them. Peer names are resolved to
-// addresses and the chain rebuilt when the peers change.
+// kernelEgress enforces an egress policy in the pod's kernel, for gvisor
+// mode, where the agent's sockets are the pod kernel's. What leaves
+// through wg0 (the overlay) is judged by Decide's semantics: in the Pro
+// edition, where the kernel runs it, by the eBPF filter (egress/bpf) on
+// wg0's egress, else by egress/iptables' chains LATTICE-wg0* (hooked on
+// OUTPUT and FORWARD -o wg0). Either way every new connection, allowed
+// or denied, is one line of the audit log (the ring buffer, or NFLOG).
+// Peer names are resolved to addresses and the filter reloaded when the
+// peers change.
 //
 // The default-denied ranges (policy.DefaultDenied: loopback, unspecified,
 // link-local, metadata, their NAT64 and 6to4 forms) and the pod's own
@@ -36,12 +38,8 @@ import (
 // Other rules about destinations outside the overlay are not enforced
 // here: the node's own traffic (NATS, relay, STUN, WireGuard) shares the
 // pod's other interfaces, so they belong to the pod's network policy.
-//
-// In the Pro edition, where the kernel runs it, the eBPF filter on wg0
-// (egress/bpf) takes LATTICE-EGRESS's place: the same decisions, and every
-// new connection, allowed or denied, reported through its ring buffer
-// into the audit log, one line per connection. LATTICE-DEFAULTS stays:
-// loopback and the pod's own addresses never leave by wg0.
+// LATTICE-DEFAULTS stays beside either: loopback and the pod's own
+// addresses never leave by wg0.
 type kernelEgress struct {
 	iface string
 	pol   *policy.Policy
@@ -51,25 +49,33 @@ type kernelEgress struct {
 	v6    bool       // the pod has IPv6, so ip6tables gets the defaults too
 	// run runs an iptables tool with args and stdin; tests replace it.
 	run func(tool string, args []string, stdin string) error
-	// audit receives the eBPF filter's per-connection events; nil means
-	// iptables only (tests).
+	// audit receives the overlay filter's per-connection events; nil
+	// audits nothing.
 	audit audit.Sink
-	bpf   *bpf.Filter // the overlay's filter, when the kernel runs it
+	// iptablesOnly skips the eBPF filter, which is otherwise used where
+	// the kernel runs it.
+	iptablesOnly bool
+	overlayF     overlayFilter // wg0's filter, once installed
 
-	mu        sync.Mutex // guards last and lastPeers
-	last      []string   // the chain's rules as last installed
+	mu        sync.Mutex // guards lastPeers
 	lastPeers map[string][]netip.Addr
 	stop      chan struct{}
 	done      chan struct{}
 	overlay   netip.Prefix
 
-	hooked, hooked6, defaults, defaults6, following bool
+	hooked6, defaults, defaults6, following bool
 }
 
-const (
-	egressChain   = "LATTICE-EGRESS"
-	defaultsChain = "LATTICE-DEFAULTS"
-)
+const defaultsChain = "LATTICE-DEFAULTS"
+
+// overlayFilter is wg0's filter: egress/bpf's or egress/iptables'.
+type overlayFilter interface {
+	// Reload replaces the policy and the peers at once; on error the old
+	// rules stay.
+	Reload(p *policy.Policy, peers map[string][]netip.Addr) error
+	// Close removes the filter.
+	Close() error
+}
 
 func (k *kernelEgress) ipt(tool string, args ...string) error {
 	return k.run(tool, append([]string{"-w", "5"}, args...), "")
@@ -132,30 +138,35 @@ func (k *kernelEgress) install() error {
 }
 
 // installOverlay puts the overlay's filter on wg0: eBPF where the kernel
-// runs it, else the chain LATTICE-EGRESS.
+// runs it, else iptables, and says which.
 func (k *kernelEgress) installOverlay() error {
-	if k.audit != nil {
-		f, err := bpf.New(bpf.Config{Interface: k.iface, Policy: k.pol.WithOverlay(k.overlay), Peers: k.peerMap(), ReportAllowed: true,
-			OnEvent: bpf.AuditTo(k.audit, k.log), Logger: k.log})
+	pol, peers := k.pol.WithOverlay(k.overlay), k.peerMap()
+	if !k.iptablesOnly {
+		cfg := bpf.Config{Interface: k.iface, Policy: pol, Peers: peers, ReportAllowed: true, Logger: k.log}
+		if k.audit != nil {
+			cfg.OnEvent = bpf.AuditTo(k.audit, k.log)
+		}
+		f, err := bpf.New(cfg)
 		switch {
 		case err == nil:
-			k.bpf = f
+			k.overlayF, k.lastPeers = f, peers
 			k.log.Info("gvisor mode: egress on wg0 by the eBPF filter; every connection is audited")
 			return nil
 		case errors.Is(err, bpf.ErrUnavailable) || errors.Is(err, edition.ErrProFeature):
-			k.log.Warn("gvisor mode: eBPF egress filter unavailable; enforcing with iptables, without a per-connection audit", "err", err)
+			k.log.Warn("gvisor mode: eBPF egress filter unavailable; enforcing with iptables, connections audited through NFLOG", "err", err)
 		default:
 			return err
 		}
 	}
-	_ = k.ipt("iptables", "-N", egressChain) // exists after a crash: flushed below
-	if err := k.refresh(); err != nil {
+	cfg := iptables.Config{Interface: k.iface, Policy: pol, Peers: peers, IPv6: &k.v6, Run: k.run, ReportAllowed: true, Logger: k.log}
+	if k.audit != nil {
+		cfg.OnEvent = iptables.AuditTo(k.audit, k.iface, k.log)
+	}
+	f, err := iptables.New(cfg)
+	if err != nil {
 		return err
 	}
-	if err := k.ipt("iptables", "-I", "OUTPUT", "-o", k.iface, "-j", egressChain); err != nil {
-		return err
-	}
-	k.hooked = true
+	k.overlayF, k.lastPeers = f, peers
 	return nil
 }
 
@@ -187,69 +198,21 @@ func (k *kernelEgress) follow() {
 	}
 }
 
-// rules renders the chain for the current peers.
-func (k *kernelEgress) rules() [][]string {
-	peers := k.peers()
-	overlayDst := func(r policy.RuleView) []string {
-		switch r.Target {
-		case policy.TargetPrefix:
-			if r.NamesOverlay {
-				return []string{r.Prefix.String()}
-			}
-		case policy.TargetAllPeers:
-			return []string{k.overlay.String()}
-		case policy.TargetPeer:
-			var out []string
-			for _, p := range peers {
-				if strings.EqualFold(p.name, r.Peer) && p.addr.Is4() {
-					out = append(out, netip.PrefixFrom(p.addr, 32).String())
-				}
-			}
-			return out
-		}
-		return nil
-	}
-	out := [][]string{{"-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"}}
-	for _, r := range k.pol.Rules() {
-		target := "REJECT"
-		if r.Allow {
-			target = "ACCEPT"
-		}
-		for _, dst := range overlayDst(r) {
-			out = append(out, iptables.RuleLines(r, false, target, "-d", dst)...)
-		}
-	}
-	return append(out, []string{"-m", "comment", "--comment", "overlay peer not named", "-j", "REJECT"})
-}
-
+// refresh reloads wg0's filter if the peers changed.
 func (k *kernelEgress) refresh() error {
-	if k.bpf != nil {
-		peers := k.peerMap()
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if maps.EqualFunc(peers, k.lastPeers, slices.Equal) {
-			return nil
-		}
-		if err := k.bpf.Reload(k.pol.WithOverlay(k.overlay), peers); err != nil {
-			return err
-		}
-		k.lastPeers = peers
+	if k.overlayF == nil {
 		return nil
 	}
-	rules := k.rules()
-	flat := make([]string, len(rules))
-	for i, r := range rules {
-		flat[i] = strings.Join(r, " ")
-	}
+	peers := k.peerMap()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if slices.Equal(flat, k.last) {
+	if maps.EqualFunc(peers, k.lastPeers, slices.Equal) {
 		return nil
 	}
-	if err := k.restore("iptables-restore", egressChain, rules); err != nil {
+	if err := k.overlayF.Reload(k.pol.WithOverlay(k.overlay), peers); err != nil {
 		return err
 	}
-	k.last = flat
+	k.lastPeers = peers
 	return nil
 }
 
@@ -283,18 +246,13 @@ func (k *kernelEgress) remove() {
 	if k.following {
 		<-k.done
 	}
-	if k.bpf != nil {
-		if err := k.bpf.Close(); err != nil {
-			k.log.Warn("eBPF egress filter not removed", "err", err)
+	if k.overlayF != nil {
+		if err := k.overlayF.Close(); err != nil {
+			k.log.Warn("egress filter on wg0 not removed", "err", err)
 		}
-	}
-	if k.hooked {
-		_ = k.ipt("iptables", "-D", "OUTPUT", "-o", k.iface, "-j", egressChain)
 	}
 	if k.hooked6 {
 		_ = k.ipt("ip6tables", "-D", "OUTPUT", "-o", k.iface, "-j", "REJECT", "-m", "comment", "--comment", "lattice overlay is ipv4")
 	}
-	_ = k.ipt("iptables", "-F", egressChain)
-	_ = k.ipt("iptables", "-X", egressChain)
 	k.removeDefaults()
 }
