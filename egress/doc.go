@@ -14,9 +14,9 @@
 // policy allow are never dropped. A file that does not parse, or that the
 // kernel table cannot hold, is logged and the policy in force stays.
 //
-// With the eBPF backend, every denied packet (and with ReportAllowed every
-// allowed new connection) goes through the program's ring buffer into the
-// hash-chained audit log as an "egress" event.
+// Every denied packet (and with ReportAllowed every allowed new
+// connection) goes into the hash-chained audit log as an "egress" event:
+// through the eBPF program's ring buffer, or through NFLOG from iptables.
 //
 // # Fail closed
 //

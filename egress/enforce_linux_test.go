@@ -72,7 +72,7 @@ func start(t *testing.T, p pair, cfg Config) *Enforcer {
 // interface: a peer named by the policy on its port, not on another; an
 // overlay peer it does not name; the metadata address though "allow: any"
 // is there; a destination outside the overlay by "allow: any". Denials
-// are audited (eBPF). Close removes the filter.
+// are audited. Close removes the filter.
 func TestEnforce(t *testing.T) {
 	requireRoot(t)
 	p := newPair(t)

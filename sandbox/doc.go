@@ -18,8 +18,10 @@
 // refuses a denied Dial or datagram at once, before a packet leaves) for
 // overlay destinations, and in the driver's dialer for destinations
 // outside the overlay, which it reaches through the host network. Both
-// ask the same policy. In gvisor mode the pod's iptables and ip6tables
-// enforce it (iptables.go, iptables_defaults.go).
+// ask the same policy. In gvisor mode the pod's kernel enforces it: the
+// eBPF filter on wg0 (Pro, where BPF is available) or egress/iptables'
+// chains, with iptables and ip6tables defaults on every interface
+// (iptables.go, iptables_defaults.go); each connection is audited.
 //
 // Whatever the policy, the ranges of policy.DefaultDenied (loopback,
 // unspecified, link-local, cloud metadata, their NAT64 and 6to4 forms)

@@ -60,7 +60,7 @@ default; a node with another --state-dir is shown by 'lattice status
 overlay interface: with an eBPF program in the Pro edition (iptables where BPF
 is unavailable, which the log says), with iptables in the community edition.
 The file is reloaded when it changes and on SIGHUP; a bad edit keeps the policy
-in force. Denied packets go to the hash-chained --audit-log (eBPF).
+in force. Denied packets go to the hash-chained --audit-log.
 --egress-fail-closed keeps the filter in the kernel if the node dies; 'lattice
 egress clear' removes it.`,
 		Example: `  # A node on a server, joining with a token from control (TLS, certificate

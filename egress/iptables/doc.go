@@ -11,4 +11,11 @@
 // node leaves its chains in place (the policy keeps holding: fail
 // closed); the next New on the interface replaces them without a gap, and
 // Remove deletes them.
+//
+// With Config.OnEvent, every rule that rejects (and with ReportAllowed
+// every allowed conntrack-NEW packet) is preceded by an NFLOG rule whose
+// prefix, "lattice:GEN:ID:V", names the table generation, the rule and
+// the verdict; the Filter reads the group over netlink and hands each
+// packet's addresses, ports and rule to OnEvent (AuditTo writes them to
+// the audit log).
 package iptables
