@@ -7,10 +7,12 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/latticelab/lattice/deploy"
@@ -98,6 +101,8 @@ func TestDeployManifests(t *testing.T) {
 		assertManifestSettings(ctx, t, c, controlW, "control")
 	}
 
+	assertRegistryReplicas(ctx, t, servers[0], nw, int(natsW.Replicas))
+
 	podW, err := m.Workload("agent")
 	require.NoError(t, err)
 	target := net.JoinHostPort(servers[0].ip(ctx, t, nw), "8222") // NATS' monitoring page: an HTTP server at hand
@@ -147,6 +152,43 @@ func TestDeployManifests(t *testing.T) {
 			}
 		}
 	}
+}
+
+// assertRegistryReplicas checks, on a NATS server's monitoring page, that
+// the registry's stream (the KV bucket "lattice") has one replica on every
+// server, so it survives losing one.
+func assertRegistryReplicas(ctx context.Context, t *testing.T, nats *box, nw *testcontainers.DockerNetwork, want int) {
+	t.Helper()
+	url := "http://" + net.JoinHostPort(nats.ip(ctx, t, nw), "8222") + "/jsz?streams=true&config=true"
+	var jsz struct {
+		AccountDetails []struct {
+			StreamDetail []struct {
+				Name   string `json:"name"`
+				Config struct {
+					Replicas int `json:"num_replicas"`
+				} `json:"config"`
+				Cluster struct {
+					Replicas []struct{ Name string } `json:"replicas"`
+				} `json:"cluster"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&jsz))
+	for _, a := range jsz.AccountDetails {
+		for _, st := range a.StreamDetail {
+			if st.Name == "KV_lattice" {
+				assert.Equal(t, want, st.Config.Replicas, "the registry's replicas")
+				assert.Len(t, st.Cluster.Replicas, want-1, "followers besides the leader")
+				return
+			}
+		}
+	}
+	assert.Fail(t, "no stream KV_lattice on "+nats.name, "%+v", jsz)
 }
 
 // assertManifestSettings checks the engine's view of a container against
