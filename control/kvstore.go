@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,7 +54,7 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 	if err != nil {
 		return nil, fmt.Errorf("registry bucket %s: %w", o.Bucket, err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := createBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      o.Bucket,
 		Description: "Lattice control registry",
 		History:     1,
@@ -63,28 +64,61 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 	if err != nil {
 		return nil, fmt.Errorf("registry bucket %s (%d replicas): %w", o.Bucket, o.Replicas, err)
 	}
-	if o.Replicas > 1 {
-		if kv, err = readFromLeader(ctx, js, o.Bucket); err != nil {
-			return nil, fmt.Errorf("registry bucket %s (%d replicas): %w", o.Bucket, o.Replicas, err)
-		}
-	}
 	return &KVStore{kv: kv}, nil
 }
 
-// readFromLeader turns off direct gets on a replicated bucket, which a
-// follower may answer from behind the leader: a node's password read
-// just after its registration wrote it, or a claim read after its create,
-// must see that write. Reads then go to the stream leader.
-func readFromLeader(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+// createBucket binds to the bucket, creating it if there is none, trying
+// again every few seconds until ctx ends: a cluster still electing its
+// JetStream leader (its servers starting together) leaves requests
+// unanswered. An existing bucket's configuration is left to
+// readFromLeader: updating it here would turn direct gets back on under
+// instances that turned them off.
+func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		kv, err := js.KeyValue(actx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(actx, cfg)
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = js.KeyValue(actx, cfg.Bucket)
+			}
+		}
+		if err == nil {
+			kv, err = tuneBucket(actx, js, cfg.Bucket, cfg.Replicas)
+		}
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return kv, err
+		}
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled) &&
+			!errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// tuneBucket gives an existing bucket the replica count asked for and,
+// when replicated, turns off direct gets, which a follower may answer
+// from behind the leader: a node's password read just after its
+// registration wrote it, or a claim read after its create, must see that
+// write. Reads then go to the stream leader.
+func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.KeyValue, error) {
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return nil, err
 	}
-	if cfg := st.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("turn direct gets off: %w", err)
-		}
+	cfg := st.CachedInfo().Config
+	if cfg.Replicas == replicas && cfg.AllowDirect == (replicas == 1) {
+		return js.KeyValue(ctx, bucket)
+	}
+	cfg.Replicas, cfg.AllowDirect = replicas, replicas == 1
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("set %d replicas: %w", replicas, err)
 	}
 	return js.KeyValue(ctx, bucket)
 }

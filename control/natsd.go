@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +65,67 @@ type EmbeddedNATSConfig struct {
 	// if both are nil, plaintext.
 	TLS    *tls.Config
 	Logger *slog.Logger
+	// ServerName names this server; in a cluster each needs its own (for
+	// JetStream). If empty, "lattice-control".
+	ServerName string
+	// Cluster makes this server one of a NATS cluster (for a few control
+	// replicas without a NATS of their own). If nil, it stands alone.
+	Cluster *NATSCluster
+}
+
+// NATSCluster is the embedded server's part in a NATS cluster.
+type NATSCluster struct {
+	// Name of the cluster. If empty, "lattice".
+	Name string
+	// Listen is the route address, host:port. Required.
+	Listen string
+	// Routes are the other servers' route URLs, nats-route://HOST:PORT
+	// (this server's own may be among them).
+	Routes []string
+	// Secret is the password every server of the cluster presents on its
+	// routes (user RouteUser). Required unless Listen is on loopback:
+	// routes carry every message, node passwords in registration answers
+	// included.
+	Secret string
+}
+
+// RouteUser is the user NATS cluster routes authenticate as.
+const RouteUser = "lattice-route"
+
+// clusterOptions configures opts for c.
+func clusterOptions(opts *server.Options, c *NATSCluster) error {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("cluster listen %q: %w", c.Listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("cluster listen %q: bad port", c.Listen)
+	}
+	if c.Secret == "" && !IsLoopbackHost(host) {
+		return fmt.Errorf("cluster listen %s is not loopback: routes need a shared secret", c.Listen)
+	}
+	name := c.Name
+	if name == "" {
+		name = "lattice"
+	}
+	// NoAdvertise: nodes get the client URLs from control, with their
+	// trust settings; servers' own gossip is not to be dialed.
+	opts.Cluster = server.ClusterOpts{Name: name, Host: host, Port: p, NoAdvertise: true, Username: RouteUser, Password: c.Secret}
+	if c.Secret == "" {
+		opts.Cluster.Username = ""
+	}
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" || (u.Scheme != "nats-route" && u.Scheme != "nats") {
+			return fmt.Errorf("cluster route %q: want nats-route://HOST:PORT", r)
+		}
+		if c.Secret != "" {
+			u.User = url.UserPassword(RouteUser, c.Secret)
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	return nil
 }
 
 // authenticator decides who may connect and with which permissions.
@@ -143,8 +206,12 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	name := cfg.ServerName
+	if name == "" {
+		name = "lattice-control"
+	}
 	opts := &server.Options{
-		ServerName:                 "lattice-control",
+		ServerName:                 name,
 		DontListen:                 true,
 		NoSigs:                     true,
 		NoLog:                      true,
@@ -154,6 +221,15 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 	if cfg.StoreDir != "" {
 		opts.JetStream = true
 		opts.StoreDir = cfg.StoreDir
+	}
+	if cfg.Cluster != nil {
+		if err := clusterOptions(opts, cfg.Cluster); err != nil {
+			return nil, fmt.Errorf("embedded NATS: %w", err)
+		}
+		// nats-server starts routing only after its own client listener:
+		// give it one on a loopback port of its choosing (same
+		// authenticator), besides the listener nodes use.
+		opts.DontListen, opts.Host, opts.Port = false, "127.0.0.1", -1
 	}
 	var tc *tls.Config
 	if cfg.TLS != nil {

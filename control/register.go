@@ -273,7 +273,11 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 	}
 	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce,
 		Epoch: nextEpoch(0, now), SharedEvents: req.SharedEvents}
-	for a := range preferredAddrs(req.PublicKey) {
+	addrs := preferredAddrs
+	if s.cfg.addrsFor != nil {
+		addrs = s.cfg.addrsFor
+	}
+	for a := range addrs(req.PublicKey) {
 		n.Address = netip.PrefixFrom(a, Overlay.Bits())
 		err := s.cfg.Store.Create(ctx, n)
 		switch {

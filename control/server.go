@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,10 @@ type Config struct {
 	// PresenceTTL is how long a node stays online without a heartbeat
 	// (see presence.go). If zero, DefaultPresenceTTL (15s).
 	PresenceTTL time.Duration
+
+	// addrsFor replaces preferredAddrs in tests that make every key
+	// contend for the same addresses.
+	addrsFor func(key.Public) func(yield func(netip.Addr) bool)
 }
 
 // Stats counts what a Server did.

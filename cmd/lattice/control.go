@@ -26,6 +26,14 @@ type controlFlags struct {
 	relaySecretFile                                                    string
 	relayTokenTTL                                                      time.Duration
 	tls                                                                controlTLSFlags
+	kvReplicas                                                         int
+	cluster                                                            clusterFlags
+	metrics                                                            metricsFlags
+}
+
+// clusterFlags make the embedded NATS one server of a cluster.
+type clusterFlags struct {
+	listen, routes, name, serverName, secretFile string
 }
 
 func newControlCmd() *cobra.Command {
@@ -51,6 +59,13 @@ The registry is a JSON file (--store file:PATH; by default registry.json in
 several control instances share one registry; with --embedded-nats the
 bucket's data lives in STATE-DIR/jetstream. control prints where its registry
 is when it starts.
+
+Replicas: several control instances share one registry in --store kv:BUCKET
+(--kv-replicas copies of it, 3 by default on a NATS cluster). They use an
+external NATS cluster (--nats-url with every server, comma-separated) or
+form one from their embedded servers (--nats-cluster HOST:PORT, --nats-routes,
+--nats-cluster-secret-file). --advertise-nats then lists every server's client
+URL, comma-separated: nodes connect to any and move to another.
 
 --state-dir defaults to /var/lib/lattice/control for root and to
 lattice/control under the user's config directory ($XDG_CONFIG_HOME, else
@@ -99,7 +114,14 @@ allows it elsewhere, and nodes then need --insecure too.`,
 	f.StringArrayVar(&fl.stuns, "stun", nil, "STUN server for nodes, ADDR (repeatable)")
 	f.StringVar(&fl.relaySecretFile, "relay-secret-file", "", "secret shared with the relays, to issue relay tokens (required with --relay)")
 	f.DurationVar(&fl.relayTokenTTL, "relay-token-ttl", 24*time.Hour, "how long a relay token is valid")
+	f.IntVar(&fl.kvReplicas, "kv-replicas", 0, "replicas of the kv: registry bucket (default: 3 on a NATS cluster, else 1)")
+	f.StringVar(&fl.cluster.listen, "nats-cluster", "", "embedded NATS: route address HOST:PORT to form a cluster with other control replicas")
+	f.StringVar(&fl.cluster.routes, "nats-routes", "", "embedded NATS: the cluster's route URLs, nats-route://HOST:PORT,... (this server's own may be listed)")
+	f.StringVar(&fl.cluster.name, "nats-cluster-name", "lattice", "embedded NATS: cluster name")
+	f.StringVar(&fl.cluster.serverName, "nats-server-name", "", "embedded NATS: this server's name, unique in the cluster (default: the hostname)")
+	f.StringVar(&fl.cluster.secretFile, "nats-cluster-secret-file", "", "embedded NATS: file holding the routes' shared password (required off loopback)")
 	fl.tls.add(cmd)
+	fl.metrics.add(cmd)
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runControl(cmd, fl, logger) }
 	return cmd
@@ -108,6 +130,9 @@ allows it elsewhere, and nodes then need --insecure too.`,
 func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger) error {
 	if fl.tokenFile == "" {
 		return usagef("--token-file is required: nodes need a join token")
+	}
+	if err := fl.metrics.check(); err != nil {
+		return err
 	}
 	tokens, err := readTokens(fl.tokenFile)
 	if err != nil {
@@ -170,8 +195,12 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	default:
 		return usagef("--store %q: want file:PATH or kv:BUCKET", store)
 	}
+	cfg.KVReplicas = fl.kvReplicas
 	if fl.embedded {
 		cfg.EmbeddedNATS = &control.EmbeddedNATSConfig{Network: netx.OS, Listen: fl.natsListen, Logger: cfg.Logger}
+		if err := fl.cluster.apply(cfg.EmbeddedNATS); err != nil {
+			return err
+		}
 		if cfg.KVBucket != "" {
 			cfg.EmbeddedNATS.StoreDir = filepath.Join(fl.stateDir, "jetstream")
 			if err := os.MkdirAll(cfg.EmbeddedNATS.StoreDir, 0o700); err != nil {
@@ -180,6 +209,9 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 			where += " (data in " + cfg.EmbeddedNATS.StoreDir + ")"
 		}
 	} else {
+		if fl.cluster.listen != "" || fl.cluster.routes != "" {
+			return usagef("--nats-cluster and --nats-routes are for --embedded-nats; an external NATS forms its own cluster")
+		}
 		cfg.NATSURL, cfg.NATSUser = fl.natsURL, fl.natsUser
 		if fl.natsPassFile != "" {
 			b, err := readSecretFile(fl.natsPassFile)
@@ -219,6 +251,11 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 		fmt.Fprintf(out, "control: HTTP registration on %s/v1/register\n", u)
 	}
 	ct.report(out, natsURL, srv.HTTPURL())
+	stopMetrics, err := fl.metrics.start(cmd.Context(), out, "control", cfg.Logger, controlCollector{srv.Stats})
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	<-cmd.Context().Done()
 	st := srv.Stats()
 	fmt.Fprintf(out, "control: stopped (%d registered, %d refused)\n", st.Registered, st.Refused)
@@ -268,4 +305,35 @@ func readTokens(path string) ([]control.JoinToken, error) {
 		return nil, fmt.Errorf("%s: no tokens", path)
 	}
 	return out, nil
+}
+
+// apply makes e one server of the cluster the flags describe, if any.
+func (c clusterFlags) apply(e *control.EmbeddedNATSConfig) error {
+	if c.listen == "" {
+		if c.routes != "" {
+			return usagef("--nats-routes needs --nats-cluster (this server's route address)")
+		}
+		return nil
+	}
+	cl := &control.NATSCluster{Name: c.name, Listen: c.listen, Routes: control.SplitURLs(c.routes)}
+	if c.secretFile != "" {
+		b, err := readSecretFile(c.secretFile)
+		if err != nil {
+			return err
+		}
+		cl.Secret = strings.TrimSpace(string(b))
+		if len(cl.Secret) < 16 {
+			return fmt.Errorf("cluster secret in %s is %d bytes; use at least 16", c.secretFile, len(cl.Secret))
+		}
+	}
+	e.Cluster = cl
+	e.ServerName = c.serverName
+	if e.ServerName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--nats-server-name not given and no hostname: %w", err)
+		}
+		e.ServerName = h
+	}
+	return nil
 }

@@ -1,0 +1,165 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
+	"github.com/latticelab/lattice/netx"
+)
+
+// sameAddrs makes every key try the same few addresses in the same order,
+// so concurrent registrations contend for each one.
+func sameAddrs(key.Public) func(yield func(netip.Addr) bool) {
+	return func(yield func(netip.Addr) bool) {
+		base := Overlay.Addr().As4()
+		for i := range 250 {
+			a := base
+			a[3] = byte(i + 1)
+			if !yield(netip.AddrFrom4(a)) {
+				return
+			}
+		}
+	}
+}
+
+// TestReplicasNeverShareAnAddress: two control replicas on a 3-server
+// NATS cluster share one 3-replica KV registry; registrations arrive on
+// every server at once, each replica takes some (one queue group), and
+// every key contends for the same addresses. Every registration succeeds,
+// and the registry (read afresh) holds each address once, claimed by the
+// node that has it.
+func TestReplicasNeverShareAnAddress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := startNATSCluster(t, 3)
+	replica := func(urls string) *Server {
+		s, err := New(ctx, Config{Tokens: []JoinToken{{Value: testToken}}, NATSURL: urls, KVBucket: "registry", addrsFor: sameAddrs})
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a := replica(c.url(0) + "," + c.url(1))
+	b := replica(c.url(2) + "," + c.url(0))
+	const nodes = 60
+	var wg sync.WaitGroup
+	errs := make(chan error, nodes)
+	for i := range nodes {
+		wg.Go(func() {
+			j := Join{Token: testToken, Name: fmt.Sprintf("node-%02d", i), Key: key.NewPrivate()}
+			var err error
+			for range 3 { // a client may retry (a timeout on a loaded machine)
+				if _, err = RegisterNATS(ctx, netx.OS, c.url(i%3), j); err == nil {
+					return
+				}
+			}
+			errs <- fmt.Errorf("node %d: %w", i, err)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Positive(t, a.Stats().Registered, "replica a registered some")
+	assert.Positive(t, b.Stats().Registered, "replica b registered some")
+
+	fresh, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "registry"})
+	require.NoError(t, err)
+	all, err := fresh.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, all, nodes)
+	byAddr := map[netip.Prefix]string{}
+	for _, n := range all {
+		if o, dup := byAddr[n.Address]; dup {
+			t.Errorf("address %v given to %s and %s", n.Address, o, n.ID)
+		}
+		byAddr[n.Address] = n.ID
+		e, err := fresh.kv.Get(ctx, addrKey(n))
+		require.NoError(t, err)
+		assert.Equal(t, n.ID, string(e.Value()), "the claim of %v is its holder's", n.Address)
+	}
+	keys, err := fresh.kv.ListKeys(ctx)
+	require.NoError(t, err)
+	claims := 0
+	for k := range keys.Keys() {
+		if strings.HasPrefix(k, "addr.") {
+			claims++
+		}
+	}
+	assert.Equal(t, nodes, claims, "no address claimed without a node")
+	info, err := fresh.kv.Status(ctx)
+	require.NoError(t, err)
+	st, ok := info.(*jetstream.KeyValueBucketStatus)
+	require.True(t, ok)
+	assert.Equal(t, 3, st.StreamInfo().Config.Replicas, "3 replicas on a cluster by default")
+	assert.False(t, st.StreamInfo().Config.AllowDirect, "reads go to the leader")
+}
+
+// TestEmbeddedNATSCluster: three control instances whose embedded NATS
+// servers form one cluster (no NATS of their own) share a 3-replica KV
+// registry. A node registered on one is told every server's URL, and
+// its session is accepted on another server after the first is gone.
+func TestEmbeddedNATSCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 3
+	var clientAddrs, routes []string
+	for range n {
+		clientAddrs = append(clientAddrs, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", freePort(t)))
+	}
+	var advertise []string
+	for _, a := range clientAddrs {
+		advertise = append(advertise, "nats://"+a)
+	}
+	srvs := make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			srvs[i], errs[i] = New(ctx, Config{
+				Tokens: []JoinToken{{Value: testToken}}, KVBucket: "registry", AdvertiseNATS: strings.Join(advertise, ","),
+				EmbeddedNATS: &EmbeddedNATSConfig{
+					Listen: clientAddrs[i], StoreDir: t.TempDir(), ServerName: fmt.Sprintf("control-%d", i),
+					Cluster: &NATSCluster{Listen: strings.TrimPrefix(routes[i], "nats-route://"), Routes: routes, Secret: "route-secret-0123456789"},
+				},
+			})
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		require.NoError(t, errs[i], "control %d", i)
+		t.Cleanup(func() { srvs[i].Close() })
+	}
+	r, err := RegisterNATS(ctx, netx.OS, advertise[0], Join{Token: testToken, Name: "roamer", Key: key.NewPrivate()})
+	require.NoError(t, err)
+	assert.Equal(t, advertise, stripQuery(r.NATS.URLs), "every server's URL")
+	require.NoError(t, srvs[0].Close())
+	s, err := Connect(ctx, netx.OS, r.NodeID, r.NATS, Handlers{})
+	require.NoError(t, err, "the session connects to a server still up, which knows the node")
+	defer s.Close()
+	require.NoError(t, s.Presence(ctx, true))
+	kv, err := OpenKVStore(ctx, srvs[1].Conn(), KVOptions{Bucket: "registry"})
+	require.NoError(t, err)
+	info, err := kv.kv.Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, info.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
+}
+
+func stripQuery(urls []string) []string {
+	var out []string
+	for _, u := range urls {
+		out = append(out, strings.SplitN(u, "?", 2)[0])
+	}
+	return out
+}
