@@ -272,7 +272,7 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 	keepalive := min(time.Second, cfg.DeadAfter/4)
 	opts := []ice.AgentOption{
 		ice.WithNet(pn),
-		ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(n.udpMux),
+		ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(newSharedSrflx(n.udpMux)),
 		ice.WithUrls(urls),
 		ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
 		ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),

@@ -70,6 +70,7 @@ type labWorld struct {
 	server *fabric.Host
 	ctrl   *control.Server
 	relay  *relay.Server
+	stun   *stun.Server
 
 	secret    []byte
 	tls       *tls.Config
@@ -90,7 +91,7 @@ func newLabWorld(t testing.TB, opts ...func(*control.Config)) *labWorld {
 	require.NoError(t, st.Start(t.Context()))
 	t.Cleanup(func() { st.Close() })
 	w := &labWorld{lw: lw, f: f, server: server, secret: []byte("lab-relay-secret-0123456789abcdef"),
-		tls: meshtest.SelfSignedTLS(t), storePath: filepath.Join(t.TempDir(), "registry.json"), ctrlOpts: opts}
+		tls: meshtest.SelfSignedTLS(t), storePath: filepath.Join(t.TempDir(), "registry.json"), ctrlOpts: opts, stun: st}
 	w.startRelay(t)
 	w.startControl(t)
 	t.Cleanup(func() {

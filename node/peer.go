@@ -207,8 +207,8 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 	case ev.signal != nil:
 		p.onSignal(ctx, ev.signal)
 	case ev.connected != nil:
-		if ev.session != p.session {
-			return // a stale attempt
+		if ev.session != p.session || p.idle {
+			return // a stale attempt, or one goIdle cancelled
 		}
 		if ev.connected.err != nil {
 			p.setReport(func(r *ICEReport) { r.Err = ev.connected.err.Error() })

@@ -1,0 +1,69 @@
+package node
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/pion/ice/v4"
+	"github.com/pion/stun/v4"
+)
+
+// sharedSrflx gives every peer's ICE agent the node's one server-reflexive
+// discovery per STUN server (issue 22.3). pion's UniversalUDPMux keeps a
+// mapped address for 25 s once it has one, but agents that gather while
+// the first Binding request is still out each send their own: a node
+// whose peers start attempts together (joining a mesh, a network change)
+// sent one per agent. Here concurrent gatherings for one server wait on
+// the request already out; later ones take the mux's cached answer, which
+// a network change outlives by at most that TTL.
+type sharedSrflx struct {
+	*ice.UniversalUDPMuxDefault
+
+	mu       sync.Mutex
+	inflight map[string]*srflxCall
+}
+
+type srflxCall struct {
+	done chan struct{}
+	addr *stun.XORMappedAddress
+	err  error
+}
+
+func newSharedSrflx(m *ice.UniversalUDPMuxDefault) *sharedSrflx {
+	return &sharedSrflx{UniversalUDPMuxDefault: m, inflight: map[string]*srflxCall{}}
+}
+
+// GetXORMappedAddr implements ice.UniversalUDPMux.
+func (s *sharedSrflx) GetXORMappedAddr(server net.Addr, deadline time.Duration) (*stun.XORMappedAddress, error) {
+	return s.GetXORMappedAddrContext(context.Background(), server, deadline)
+}
+
+// GetXORMappedAddrContext is what pion's gathering calls when the mux has
+// it: the mapped address from server, from the request already out if
+// there is one.
+func (s *sharedSrflx) GetXORMappedAddrContext(ctx context.Context, server net.Addr, deadline time.Duration) (*stun.XORMappedAddress, error) {
+	key := server.String()
+	s.mu.Lock()
+	if c := s.inflight[key]; c != nil {
+		s.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.addr, c.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	c := &srflxCall{done: make(chan struct{})}
+	s.inflight[key] = c
+	s.mu.Unlock()
+	// Not ctx: the others wait on this request, so the first agent's
+	// cancellation must not end it; deadline bounds it.
+	c.addr, c.err = s.UniversalUDPMuxDefault.GetXORMappedAddrContext(context.Background(), server, deadline)
+	s.mu.Lock()
+	delete(s.inflight, key)
+	s.mu.Unlock()
+	close(c.done)
+	return c.addr, c.err
+}
