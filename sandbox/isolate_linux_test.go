@@ -37,4 +37,12 @@ ls /proc | grep -c '^[0-9]'`
 	assert.Contains(t, o, "ping ok", "vault, through the relay, answers")
 	// init, sh and ls: the PID namespace holds the agent's processes only.
 	assert.True(t, strings.HasSuffix(strings.TrimSpace(o), "\n3") || strings.HasSuffix(strings.TrimSpace(o), "\n4"), "processes in the agent's /proc: %q", o)
+
+	out.Reset()
+	code, err = d.Run(t.Context(), []string{"sh", "-c", "cat; exit 9"}, sandbox.Stdio{Stdin: strings.NewReader("piped"), Stdout: &out})
+	require.NoError(t, err)
+	assert.Equal(t, 9, code, "the agent's exit code")
+	assert.Equal(t, "piped", out.String(), "stdin reaches the agent")
+	_, err = d.Run(t.Context(), []string{"/no/such/agent"}, sandbox.Stdio{})
+	assert.ErrorContains(t, err, "/no/such/agent")
 }
