@@ -2,15 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/netx"
@@ -18,7 +13,8 @@ import (
 )
 
 func newRelayCmd() *cobra.Command {
-	var listen, secretFile, certFile, keyFile, metrics string
+	var listen, secretFile, certFile, keyFile string
+	var metricsF metricsFlags
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Run an LRP relay (QUIC datagrams and TLS over TCP on one port)",
@@ -48,7 +44,7 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 	f.StringVar(&secretFile, "secret-file", "", "relay token secret shared with control (required)")
 	f.StringVar(&certFile, "cert", "", "TLS certificate (PEM); self-signed if empty")
 	f.StringVar(&keyFile, "key", "", "TLS key (PEM)")
-	f.StringVar(&metrics, "metrics-listen", "", "serve Prometheus /metrics here (off if empty)")
+	metricsF.add(cmd)
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if secretFile == "" {
@@ -57,14 +53,18 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 		if (certFile == "") != (keyFile == "") {
 			return usagef("--cert and --key go together")
 		}
+		if err := metricsF.check(); err != nil {
+			return err
+		}
 		secret, err := readSecretFile(secretFile)
 		if err != nil {
 			return err
 		}
-		reg := prometheus.NewRegistry()
+		log := logger()
+		reg := metricsF.registry()
 		srv, err := relay.NewServer(relay.ServerConfig{
 			Network: netx.OS, Addr: listen, CertFile: certFile, KeyFile: keyFile,
-			Secret: bytes.TrimSpace(secret), Logger: logger(), Registerer: reg,
+			Secret: bytes.TrimSpace(secret), Logger: log, Registerer: reg,
 		})
 		if err != nil {
 			return bindError(listen, err)
@@ -75,26 +75,11 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 		if certFile == "" {
 			fmt.Fprintf(out, "relay: self-signed certificate, fingerprint %s\n", srv.Fingerprint())
 		}
-		if metrics != "" {
-			ln, err := netx.OS.Listen(cmd.Context(), "tcp", metrics)
-			if err != nil {
-				return fmt.Errorf("metrics listener: %w", err)
-			}
-			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-			errc := make(chan error, 1)
-			go func() { errc <- hs.Serve(ln) }()
-			defer func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = hs.Shutdown(ctx)
-				if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "relay: metrics server: %v\n", err)
-				}
-			}()
-			fmt.Fprintf(out, "relay: metrics on http://%s/metrics\n", ln.Addr())
+		stopMetrics, err := metricsF.serve(cmd.Context(), reg, out, "relay", log)
+		if err != nil {
+			return err
 		}
+		defer stopMetrics()
 		<-cmd.Context().Done()
 		fmt.Fprintln(out, "relay: stopped")
 		return nil

@@ -31,6 +31,7 @@ func newUpCmd() *cobra.Command {
 	var trust nodeTrustFlags
 	var egressF egressFlags
 	var lazyF lazyFlags
+	var metricsF metricsFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a Lattice node: register, reach every peer, upgrade to direct paths",
@@ -98,6 +99,8 @@ egress clear' removes it.`,
 	cli.FlagValues(cmd, "relay-transport", relayTransports...)
 	egressF.add(cmd)
 	lazyF.add(cmd)
+	metricsF.add(cmd)
+	metricsF.addPeer(cmd)
 	_ = cmd.MarkFlagDirname("state-dir")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -105,6 +108,9 @@ egress clear' removes it.`,
 			return usagef("--control is required: the URL of 'lattice control'")
 		}
 		if err := egressF.check(cmd, userspace); err != nil {
+			return err
+		}
+		if err := metricsF.check(); err != nil {
 			return err
 		}
 		ctrlURL, err := trust.apply(controlURL)
@@ -152,6 +158,11 @@ egress clear' removes it.`,
 		defer n.Close()
 		id := n.Identity()
 		fmt.Fprintf(cmd.OutOrStdout(), "up: %s (%s) at %v\n", id.Name, id.NodeID, id.Address)
+		stopMetrics, err := metricsF.start(cmd.Context(), cmd.OutOrStdout(), "up", log, newNodeCollector(n, metricsF.perPeer, metricsF.peerLimit))
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		eg, err := egressF.start(cmd.Context(), n, ifname, stateDir, cmd.OutOrStdout(), log)
 		if err != nil {
 			return err

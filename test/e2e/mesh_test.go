@@ -54,7 +54,7 @@ func newWorld(ctx context.Context, t *testing.T, img string, nets ...*testcontai
 		name: "relay", nets: nets, alias: "relay", volume: newVolume(ctx, t, "relay"),
 		files: map[string]string{"relay.secret": secret},
 		args: []string{"relay", "--listen", "0.0.0.0:4443", "--secret-file", dataDir + "/relay.secret",
-			"--metrics-listen", "0.0.0.0:9090"},
+			"--metrics-listen", "0.0.0.0:9090", "--metrics-allow-remote"},
 		ready: `relay: metrics on`,
 	})
 	fingerprint := w.relay.match(ctx, t, `relay: self-signed certificate, fingerprint (\S+)`)[1]

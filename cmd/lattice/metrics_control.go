@@ -1,0 +1,37 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// controlCollector exports control's own counters (control.Stats).
+type controlCollector struct{ stats func() control.Stats }
+
+var _ prometheus.Collector = controlCollector{}
+
+var (
+	descControlRegistrations = prometheus.NewDesc("lattice_control_registrations_total",
+		"Registrations by result: registered, refused (bad token or request), deregistered.", []string{"result"}, nil)
+	descControlSignals = prometheus.NewDesc("lattice_control_signals_total",
+		"Signaling messages between peers, relayed or dropped.", []string{"result"}, nil)
+	descControlBadReplies = prometheus.NewDesc("lattice_control_bad_reply_subjects_total",
+		"Requests refused for a reply subject outside the requester's inbox.", nil, nil)
+)
+
+func (controlCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descControlRegistrations
+	ch <- descControlSignals
+	ch <- descControlBadReplies
+}
+
+func (c controlCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Registered), "registered")
+	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Refused), "refused")
+	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Deregistered), "deregistered")
+	ch <- prometheus.MustNewConstMetric(descControlSignals, prometheus.CounterValue, float64(st.SignalsRelayed), "relayed")
+	ch <- prometheus.MustNewConstMetric(descControlSignals, prometheus.CounterValue, float64(st.SignalsDropped), "dropped")
+	ch <- prometheus.MustNewConstMetric(descControlBadReplies, prometheus.CounterValue, float64(st.BadReplies))
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
+	"github.com/latticelab/lattice/meshtest"
+	"github.com/latticelab/lattice/node"
+)
+
+// counterValue reads one series of a collector.
+func counterValue(t *testing.T, c prometheus.Collector, name string, labels map[string]string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if want, ok := labels[lp.GetName()]; ok && want != lp.GetValue() {
+					continue next
+				}
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no %s%v", name, labels)
+	return 0
+}
+
+// countSeries counts c's series, only those named names if given.
+func countSeries(c prometheus.Collector, names ...string) int {
+	ch := make(chan prometheus.Metric)
+	go func() { c.Collect(ch); close(ch) }()
+	n := 0
+	for m := range ch {
+		if len(names) == 0 || strings.Contains(m.Desc().String(), `"`+names[0]+`"`) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNodeMetricsCountTransfer: N bytes fetched over the overlay show up,
+// at least N, on the path they took, on the sender's tx and the
+// receiver's rx, and not on the other path; the peer gauge and the
+// path-switch counter agree.
+func TestNodeMetricsCountTransfer(t *testing.T) {
+	const n = 256 << 10
+	for _, tc := range []struct {
+		path      node.PathKind
+		other     string
+		relayOnly bool
+	}{
+		{path: node.PathRelay, other: "direct", relayOnly: true},
+		{path: node.PathDirect, other: "relay"},
+	} {
+		t.Run(string(tc.path), func(t *testing.T) {
+			w := meshtest.Start(t)
+			edit := func(c *node.Config) {
+				c.ICE.RelayOnly = tc.relayOnly
+				c.ICE.Candidates = func(a netip.Addr) bool { return a.IsLoopback() }
+			}
+			a, b := w.Peer(t, "a", edit), w.Peer(t, "b", edit)
+			payload := bytes.Repeat([]byte("x"), n)
+			a.ServeHTTP(t, 80, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write(payload) }))
+			meshtest.WaitPath(t, b.Node, "a", tc.path, 20*time.Second)
+			meshtest.WaitPath(t, a.Node, "b", tc.path, 20*time.Second)
+			ca, cb := newNodeCollector(a.Node, false, 0), newNodeCollector(b.Node, false, 0)
+			before := counterValue(t, ca, "lattice_node_bytes_total", map[string]string{"path": string(tc.path), "direction": "tx"})
+
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return b.Stack.Dial(ctx, network, addr)
+			}}}
+			t.Cleanup(hc.CloseIdleConnections)
+			resp, err := hc.Get(fmt.Sprintf("http://%s/", a.Addr()))
+			require.NoError(t, err)
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Len(t, got, n)
+
+			tx := counterValue(t, ca, "lattice_node_bytes_total", map[string]string{"path": string(tc.path), "direction": "tx"})
+			rx := counterValue(t, cb, "lattice_node_bytes_total", map[string]string{"path": string(tc.path), "direction": "rx"})
+			assert.GreaterOrEqual(t, tx-before, float64(n), "sender's %s tx", tc.path)
+			assert.GreaterOrEqual(t, rx, float64(n), "receiver's %s rx", tc.path)
+			assert.Less(t, counterValue(t, cb, "lattice_node_bytes_total", map[string]string{"path": tc.other, "direction": "rx"}), float64(n/4),
+				"the bulk did not travel on %s", tc.other)
+			assert.Equal(t, 1.0, counterValue(t, cb, "lattice_node_peers", map[string]string{"path": string(tc.path)}))
+			assert.GreaterOrEqual(t, counterValue(t, cb, "lattice_node_path_switches_total", map[string]string{"to": string(tc.path)}), 1.0)
+			if tc.path == node.PathDirect {
+				assert.GreaterOrEqual(t, counterValue(t, cb, "lattice_node_ice_attempts_total", nil), 1.0)
+			}
+		})
+	}
+}
+
+// fakeStatus is a statusSource whose snapshot a test sets.
+type fakeStatus struct{ sts []node.PeerStatus }
+
+func (f *fakeStatus) Status() []node.PeerStatus { return f.sts }
+
+func fakePeer(i int, path node.PathKind, tx uint64) node.PeerStatus {
+	var k key.Public
+	k[0], k[1] = byte(i), byte(i>>8)
+	st := node.PeerStatus{Peer: control.Peer{Name: fmt.Sprintf("peer-%04d", i), PublicKey: k}, Online: true, Path: path}
+	if path == node.PathDirect {
+		st.TxDirect = tx
+	} else {
+		st.TxRelay = tx
+	}
+	return st
+}
+
+// TestNodeMetricsCardinality: 1000 peers give the same per-path series as
+// two; --metrics-per-peer adds series for at most the limit and says how
+// many it left out; a peer that leaves keeps its bytes in the totals.
+func TestNodeMetricsCardinality(t *testing.T) {
+	src := &fakeStatus{}
+	for i := range 1000 {
+		src.sts = append(src.sts, fakePeer(i, []node.PathKind{node.PathDirect, node.PathRelay}[i%2], 10))
+	}
+	agg := newNodeCollector(src, false, 0)
+	two := newNodeCollector(&fakeStatus{sts: src.sts[:2]}, false, 0)
+	assert.Equal(t, countSeries(two), countSeries(agg), "series must not grow with peers")
+	assert.Equal(t, 5000.0, counterValue(t, agg, "lattice_node_bytes_total", map[string]string{"path": "direct", "direction": "tx"}))
+	assert.Equal(t, 500.0, counterValue(t, agg, "lattice_node_peers", map[string]string{"path": "relay"}))
+
+	per := newNodeCollector(src, true, 100)
+	assert.Equal(t, 100, countSeries(per, "lattice_node_peer_path"))
+	assert.Equal(t, 900.0, counterValue(t, per, "lattice_node_peer_series_omitted", nil))
+	assert.Equal(t, 0, countSeries(agg, "lattice_node_peer_path"))
+
+	src.sts = src.sts[2:] // peer-0000 (direct) and peer-0001 (relay) leave
+	assert.Equal(t, 5000.0, counterValue(t, agg, "lattice_node_bytes_total", map[string]string{"path": "direct", "direction": "tx"}),
+		"a departed peer's bytes stay counted")
+	assert.Equal(t, 499.0, counterValue(t, agg, "lattice_node_peers", map[string]string{"path": "relay"}))
+}
+
+func TestSwitchReason(t *testing.T) {
+	for _, tc := range []struct {
+		to     node.PathKind
+		reason string
+		want   string
+	}{
+		{node.PathDirect, "ICE nominated a pair", "ice_nominated"},
+		{node.PathRelay, "peer registered: relay until a direct path is found", "peer_registered"},
+		{node.PathRelay, "idle (lazy): direct path negotiated on first traffic", "idle"},
+		{node.PathRelay, "direct paths disabled (RelayOnly)", "relay_only"},
+		{node.PathRelay, "attempt timed out after 10s: no srflx", "ice_timeout"},
+		{node.PathRelay, "direct path went silent (no answer for 5s)", "direct_silent"},
+		{node.PathOffline, "control: the peer is not running", "peer_offline"},
+		{node.PathRelay, "something new", "other"},
+	} {
+		assert.Equal(t, tc.want, switchReason(node.PathEvent{To: tc.to, Reason: tc.reason}), tc.reason)
+	}
+	assert.False(t, strings.Contains(switchReason(node.PathEvent{Reason: strings.Repeat("y", 1000)}), "y"))
+}
