@@ -222,8 +222,8 @@ func TestSetWhileFlowing(t *testing.T) {
 			require.Equal(t, uint32(i), d.seq, "delivery %d out of order", i)
 			want := sent[i] // before the change: at once
 			switch {
-			case i >= 200: // behind the last delayed packet
-				want = sent[199].Add(latency)
+			case i >= 200: // behind the last delayed packet, a nanosecond apart
+				want = sent[199].Add(latency + time.Duration(i-199)*spacing)
 			case i >= 100:
 				want = sent[i].Add(latency)
 			}
