@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/latticelab/lattice/policy"
 )
@@ -61,8 +62,9 @@ type Filter struct {
 	log   *slog.Logger
 	fams  []family
 
-	nflog *nflogSocket  // nil without OnEvent
-	done  chan struct{} // closed when the event goroutine ends
+	nflog   *nflogSocket  // nil without OnEvent
+	done    chan struct{} // closed when the event goroutine ends
+	closing atomic.Bool   // the socket is being closed: read errors are expected
 
 	mu     sync.Mutex // guards the following fields
 	closed bool
@@ -232,6 +234,7 @@ func (f *Filter) Close() error {
 // stopEvents closes the NFLOG socket and waits for the event goroutine.
 func (f *Filter) stopEvents() {
 	if f.nflog != nil {
+		f.closing.Store(true)
 		_ = f.nflog.close()
 	}
 	<-f.done
@@ -244,7 +247,7 @@ func (f *Filter) readEvents() {
 	for {
 		n, err := f.nflog.read(buf)
 		if err != nil {
-			if !errors.Is(err, os.ErrClosed) {
+			if !f.closing.Load() {
 				f.log.Error("NFLOG socket", "err", err)
 			}
 			return

@@ -46,10 +46,14 @@ func openNFLOG(ns string, group uint16) (*nflogSocket, error) {
 	mode := make([]byte, 6)
 	binary.BigEndian.PutUint32(mode, maxLoggedBytes)
 	mode[4] = 2 // NFULNL_COPY_PACKET
+	// One record per datagram, at once: the kernel otherwise batches up
+	// to 100 for up to a second, and a record still queued when the
+	// process stops is lost.
+	qthresh := binary.BigEndian.AppendUint32(nil, 1)
 	for i, attr := range []struct {
 		typ uint16
 		val []byte
-	}{{1, bind}, {2, mode}} {
+	}{{1, bind}, {2, mode}, {5, qthresh}} {
 		if err := s.config(group, uint32(i+1), attr.typ, attr.val); err != nil {
 			s.close()
 			return nil, err
