@@ -68,8 +68,10 @@ func (e *endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 // deliver hands a batch of received frames to the stack.
 func (e *endpoint) deliver(batch [][]byte) {
 	dp := e.dispatcher.Load()
+	now := e.udp.h.f.clock.Now()
 	for _, f := range batch {
-		if whole, frag := e.udp.reasm.add(f, e.udp.h.f.clock.Now()); frag {
+		e.udp.pmtu.note(f, now)
+		if whole, frag := e.udp.reasm.add(f, now); frag {
 			if whole == nil {
 				continue // held until the datagram is complete
 			}

@@ -64,6 +64,7 @@ type udpStack struct {
 	badChecksum, queueFull, noNeighbor atomic.Uint64
 
 	reasm reassembler // UDP datagrams arriving in fragments; see reassembly.go
+	pmtu  pmtuCache   // path MTUs from ICMP fragmentation needed; see pmtu.go
 }
 
 func newUDPStack(h *Host, rnd *seededRand) *udpStack {
@@ -261,6 +262,10 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 	f := getFrame(ethHeaderLen + ipv4HeaderLen + udpHeaderLen + len(payload))
 	writeEth(f, nb.mac, ifc.mac, etherTypeIPv4)
 	u.build(f, src, dst, payload)
+	if pmtu := u.pmtu.get(da, u.h.f.clock.Now()); pmtu > 0 && len(f)-ethHeaderLen > pmtu {
+		sendFragmented(ifc, f, pmtu)
+		return nil
+	}
 	ifc.transmit(f)
 	return nil
 }
@@ -275,7 +280,7 @@ func (u *udpStack) build(f []byte, src, dst netip.AddrPort, payload []byte) {
 	ip[0], ip[1] = header.IPv4Version<<4|ipv4HeaderLen/4, 0
 	ip.SetTotalLength(uint16(total))
 	ip.SetID(uint16(u.ipID.Add(1)))
-	ip.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0) // the fabric never fragments
+	ip.SetFlagsFragmentOffset(header.IPv4FlagDontFragment, 0) // path MTU discovery: see pmtu.go
 	ip.SetTTL(defaultTTL)
 	ip[9] = protoUDP // header.IPv4 has no protocol setter
 	s4, d4 := src.Addr().As4(), dst.Addr().As4()

@@ -14,8 +14,9 @@ import (
 // first fragment, and the change touches only words it covers); the NAT
 // remembers the translation by the fragment's (source, destination,
 // protocol, IP ID), and the later fragments, which carry no ports, get the
-// same addresses. A fragment that arrives before its first one is
-// dropped: the NAT holds no packets (Process translates in place).
+// same addresses. A fragment that arrives before its first one, or after
+// the last, is dropped: the NAT holds no packets (Process translates in
+// place).
 
 // fragTimeout is how long a datagram's later fragments are translated
 // after its first: the reassembly timeout of Linux (30s); RFC 791 suggests
@@ -23,8 +24,9 @@ import (
 const fragTimeout = 30 * time.Second
 
 // maxFragFlows bounds the remembered datagrams, so a flood of first
-// fragments cannot grow the NAT without limit.
-const maxFragFlows = 4096
+// fragments cannot grow the NAT without limit. A datagram is forgotten
+// when its last fragment passes, so only those in flight count.
+const maxFragFlows = 16384
 
 // fragKey names one datagram as the NAT sees it arrive.
 type fragKey struct {
@@ -81,6 +83,11 @@ func (n *NAT) laterFragmentLocked(now time.Time, p *packet) Result {
 	copy(b[16:20], t[:])
 	d.Fix(b, ipv4ChecksumOff)
 	p.src, p.dst = f.src, f.dst
+	if !p.more {
+		// The last fragment: a copy of it, or a fragment after it that
+		// arrives late (reordered), finds nothing, and is dropped.
+		delete(n.frags, k)
+	}
 	n.stats.Translated++
 	n.stats.Fragments++
 	return Result{}

@@ -117,6 +117,18 @@ func TestFragmentsTranslated(t *testing.T) {
 	assert.Equal(t, Forward, n.Process(now.Add(fragTimeout-time.Second), late[1], FromInside).Verdict)
 	assert.Equal(t, Drop, n.Process(now.Add(fragTimeout), late[2], FromInside).Verdict)
 
+	// The last fragment ends the datagram: a copy of it finds nothing, and
+	// the NAT remembers no datagram once they are through.
+	dup := split(bigUDP(in, remote, 3000), 1480)
+	for _, f := range dup {
+		require.Equal(t, Forward, n.Process(now, f, FromInside).Verdict)
+	}
+	assert.Equal(t, Drop, n.Process(now, append([]byte(nil), dup[2]...), FromInside).Verdict)
+	n.mu.Lock()
+	left := len(n.frags)
+	n.mu.Unlock()
+	assert.Zero(t, left, "no datagram is remembered once its last fragment passed (or it expired)")
+
 	// A reboot forgets them too.
 	again := split(bigUDP(in, remote, 3000), 1480)
 	require.Equal(t, Forward, n.Process(now, again[0], FromInside).Verdict)

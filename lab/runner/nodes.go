@@ -301,7 +301,7 @@ func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.N
 	nd, err := node.Start(ctx, node.Config{
 		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
 		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
-		ListenPort:  int(pn.ListenPort), Provisioner: prov,
+		ListenPort:  int(pn.ListenPort), Provisioner: prov, MTU: pn.MTU,
 		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), Logger: l.log, // the node adds node=NAME
 	})
 	if err != nil {

@@ -151,6 +151,9 @@ func (r *resolver) nodes() {
 			transport = "tcp"
 		}
 		sb := r.sandbox(path, n.Sandbox)
+		if sb != nil && n.MTU != 0 {
+			r.errorf(path+".mtu", "leave mtu out: a sandbox's overlay has its driver's MTU", "mtu is for regular nodes, not sandboxes")
+		}
 		gvisor := sb != nil && sb.Mode == "gvisor"
 		if gvisor {
 			r.gvisorPlacement(path, n)
@@ -182,7 +185,7 @@ func (r *resolver) nodes() {
 			pn := &pendingNode{path: path, PlanNode: PlanNode{
 				Name: name, Group: n.Name, Host: n.Host, Sandbox: sb,
 				Start: n.Start == nil || *n.Start, ListenPort: orPort(n.ListenPort, DefaultNodePort),
-				RelayTransport: transport, ICE: ice,
+				RelayTransport: transport, ICE: ice, MTU: n.MTU,
 			}}
 			if n.Host == "" {
 				pn.Host = name

@@ -97,6 +97,7 @@ type PlanNode struct {
 	Sandbox        *Sandbox
 	Start          bool
 	ListenPort     uint16
+	MTU            int // the overlay's; zero: the node's default
 	RelayTransport string
 	ICE            ICESettings
 	// NATs are the NAT routers between the node and the top of its

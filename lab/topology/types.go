@@ -214,6 +214,7 @@ type Node struct {
 	ListenPort     uint16   `yaml:"listen_port" min:"1" doc:"The node's UDP port (ICE and WireGuard). If zero, 51820."`
 	RelayTransport string   `yaml:"relay_transport" enum:"tcp|quic|race" doc:"How the node reaches relays. If omitted, the default's."`
 	ICE            *ICE     `yaml:"ice" doc:"ICE tuning for this node, over the defaults."`
+	MTU            int      `yaml:"mtu" min:"576" max:"9000" doc:"The overlay interface's MTU (not for sandboxes). If zero, 1420: a 1500-byte path less WireGuard's 80 bytes. On a path with a smaller MTU and no working PMTU discovery, 80 less than that (1200 across 1280)."`
 }
 
 // Sandbox is a node's sandbox options.

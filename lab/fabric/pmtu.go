@@ -1,0 +1,103 @@
+package fabric
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+// A host's UDP sockets keep path MTUs as Linux does for a socket in its
+// default mode (IP_PMTUDISC_WANT): an ICMP "fragmentation needed" from a
+// router lowers the path MTU to its destination for pmtuExpiry, and a
+// later datagram larger than that leaves in fragments, DF clear, instead
+// of being lost again. The datagram that drew the ICMP is lost, as on
+// Linux; TCP's ICMP goes on to gVisor, which does its own.
+
+// pmtuExpiry is Linux's net.ipv4.route.mtu_expires.
+const pmtuExpiry = 10 * time.Minute
+
+type pmtuEntry struct {
+	mtu     int
+	expires time.Time
+}
+
+// pmtuCache is one host's learnt path MTUs.
+type pmtuCache struct {
+	mu sync.Mutex // guards m
+	m  map[netip.Addr]pmtuEntry
+}
+
+// note reads frame f and, if it is an ICMP fragmentation needed about a
+// packet this host sent, records the path MTU it names. It never takes f.
+func (c *pmtuCache) note(f []byte, now time.Time) {
+	if len(f) < ethHeaderLen+ipv4HeaderLen+header.ICMPv4MinimumSize+ipv4HeaderLen || binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {
+		return
+	}
+	ip := header.IPv4(f[ethHeaderLen:])
+	ihl := int(ip.HeaderLength())
+	if ip.Protocol() != protoICMP || ihl < ipv4HeaderLen || len(ip) < ihl+header.ICMPv4MinimumSize+ipv4HeaderLen || ip.FragmentOffset() != 0 {
+		return
+	}
+	icmp := header.ICMPv4(ip[ihl:])
+	if icmp.Type() != header.ICMPv4DstUnreachable || icmp.Code() != header.ICMPv4FragmentationNeeded {
+		return
+	}
+	mtu := int(binary.BigEndian.Uint16(icmp[6:8]))
+	if mtu < 576 { // RFC 1191 section 5: an old router names none; and no path is smaller
+		return
+	}
+	inner := header.IPv4(icmp[header.ICMPv4MinimumSize:])
+	dst := netip.AddrFrom4([4]byte(inner.DestinationAddressSlice()))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[netip.Addr]pmtuEntry{}
+	}
+	if e, ok := c.m[dst]; ok && now.Before(e.expires) && e.mtu <= mtu {
+		return
+	}
+	if len(c.m) >= 4096 {
+		for a, e := range c.m {
+			if !now.Before(e.expires) {
+				delete(c.m, a)
+			}
+		}
+		if len(c.m) >= 4096 {
+			return
+		}
+	}
+	c.m[dst] = pmtuEntry{mtu: mtu, expires: now.Add(pmtuExpiry)}
+}
+
+// get returns the path MTU learnt for dst, or 0.
+func (c *pmtuCache) get(dst netip.Addr, now time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[dst]
+	if !ok {
+		return 0
+	}
+	if !now.Before(e.expires) {
+		delete(c.m, dst)
+		return 0
+	}
+	return e.mtu
+}
+
+// sendFragmented transmits the datagram in frame f (built, DF set) on ifc
+// in fragments of at most mtu bytes, DF clear. It owns f.
+func sendFragmented(ifc *Interface, f []byte, mtu int) {
+	p := header.IPv4(f[ethHeaderLen:])
+	p.SetFlagsFragmentOffset(0, 0)
+	frags, err := fragmentIPv4(f[:ethHeaderLen], p, mtu)
+	putFrame(f)
+	if err != nil {
+		return // a 20-byte header always fragments; mtu >= 576
+	}
+	for _, fr := range frags {
+		ifc.transmit(fr)
+	}
+}
