@@ -142,32 +142,44 @@ const (
 // Check implements server.Authentication.
 func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	o := c.GetOpts()
-	switch {
-	case o.Username == controlUser:
+	if o.Username == controlUser {
 		if subtle.ConstantTimeCompare([]byte(o.Password), []byte(a.controlPass)) != 1 {
 			return false
 		}
 		c.RegisterUser(&server.User{Username: controlUser}) // every permission
 		return true
-	case strings.HasPrefix(o.Username, joinPrefix):
-		id := strings.TrimPrefix(o.Username, joinPrefix)
-		if !validInboxID(id) || len(o.Password) > MaxTokenBytes {
-			return false
-		}
-		c.RegisterUser(&server.User{Username: o.Username, Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{SubjectRegister}},
-			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix + "." + o.Username + ".>"}},
-		}})
-		return true
-	default:
-		hash := a.secrets(o.Username)
-		sum := sha256.Sum256([]byte(o.Password))
-		if hash == nil || subtle.ConstantTimeCompare(hash, sum[:]) != 1 {
-			return false
-		}
-		c.RegisterUser(&server.User{Username: o.Username, Permissions: nodePermissions(o.Username)})
-		return true
 	}
+	perms := a.decide(o.Username, o.Password)
+	if perms == nil {
+		return false
+	}
+	c.RegisterUser(&server.User{Username: o.Username, Permissions: perms})
+	return true
+}
+
+// decide returns the permissions of a joining client or a registered
+// node logging in as user with pass, nil to refuse it. It serves the
+// embedded server (Check) and an external one (the auth callout).
+func (a *authenticator) decide(user, pass string) *server.Permissions {
+	if strings.HasPrefix(user, joinPrefix) {
+		id := strings.TrimPrefix(user, joinPrefix)
+		if !validInboxID(id) || len(pass) > MaxTokenBytes {
+			return nil
+		}
+		return &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{SubjectRegister}},
+			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix + "." + user + ".>"}},
+		}
+	}
+	if user == controlUser || user == "" {
+		return nil
+	}
+	hash := a.secrets(user)
+	sum := sha256.Sum256([]byte(pass))
+	if hash == nil || subtle.ConstantTimeCompare(hash, sum[:]) != 1 {
+		return nil
+	}
+	return nodePermissions(user)
 }
 
 // nodePermissions confine a node to its own subjects and inbox, and let

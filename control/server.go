@@ -50,6 +50,10 @@ type Config struct {
 	NATSURL      string
 	NATSUser     string
 	NATSPassword string
+	// AuthCallout makes control the external NATS's auth callout, which
+	// enforces every node's permissions there (callout.go). If nil, the
+	// NATS operator must.
+	AuthCallout *AuthCallout
 	// AdvertiseNATS is the NATS URL given to nodes. If empty, the
 	// embedded server's URL or NATSURL.
 	AdvertiseNATS string
@@ -91,11 +95,13 @@ type Server struct {
 	log    *slog.Logger
 	tokens tokenSet
 
-	nats   *EmbeddedNATS
-	nc     *nats.Conn
-	http   *http.Server
-	httpLn net.Listener
-	wg     sync.WaitGroup
+	nats    *EmbeddedNATS
+	auth    *authenticator // who may log in, with which permissions
+	callout *callout       // nil: not serving an auth callout
+	nc      *nats.Conn
+	http    *http.Server
+	httpLn  net.Listener
+	wg      sync.WaitGroup
 
 	// idLocks serialize registrations of one key in this instance (a
 	// node retrying while its first attempt is in flight); different keys
@@ -141,10 +147,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("control: both Store and KVBucket set; choose one")
 	case cfg.KVBucket != "" && cfg.EmbeddedNATS != nil && cfg.EmbeddedNATS.StoreDir == "":
 		return nil, errors.New("control: KVBucket with embedded NATS needs EmbeddedNATS.StoreDir for JetStream")
+	case cfg.AuthCallout != nil && cfg.EmbeddedNATS != nil:
+		return nil, errors.New("control: AuthCallout is for an external NATS; the embedded one checks logins itself")
 	}
 	s := &Server{cfg: cfg, log: log, tokens: tokenSet(cfg.Tokens), seen: map[string]time.Time{}, stop: func() {}, view: newView()}
 	if err := s.tokens.validate(); err != nil {
 		return nil, err
+	}
+	s.auth = &authenticator{secrets: s.secretHash}
+	if cfg.AuthCallout != nil {
+		co, err := newCallout(cfg.AuthCallout)
+		if err != nil {
+			return nil, err
+		}
+		s.callout = co
 	}
 	if err := s.connectNATS(ctx); err != nil {
 		s.Close()
@@ -186,6 +202,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	if s.callout != nil {
+		if err := s.serveCallout(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	s.wg.Go(func() { s.presenceLoop(pctx) })
 	if cfg.HTTPListen != "" {
 		if err := s.serveHTTP(ctx); err != nil {
@@ -201,11 +223,8 @@ func (s *Server) connectNATS(ctx context.Context) error {
 	opts := []nats.Option{nats.Name("lattice-control"), nats.MaxReconnects(-1)}
 	if s.cfg.EmbeddedNATS != nil {
 		pass := randomSecret()
-		auth := &authenticator{
-			controlPass: pass,
-			secrets:     s.secretHash,
-		}
-		e, err := startEmbeddedNATS(ctx, s.embeddedNATSConfig(), auth)
+		s.auth.controlPass = pass
+		e, err := startEmbeddedNATS(ctx, s.embeddedNATSConfig(), s.auth)
 		if err != nil {
 			return err
 		}

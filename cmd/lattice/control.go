@@ -29,6 +29,7 @@ type controlFlags struct {
 	kvReplicas                                                         int
 	cluster                                                            clusterFlags
 	metrics                                                            metricsFlags
+	calloutSeedFile                                                    string
 }
 
 // clusterFlags make the embedded NATS one server of a cluster.
@@ -66,6 +67,11 @@ external NATS cluster (--nats-url with every server, comma-separated) or
 form one from their embedded servers (--nats-cluster HOST:PORT, --nats-routes,
 --nats-cluster-secret-file). --advertise-nats then lists every server's client
 URL, comma-separated: nodes connect to any and move to another.
+
+External NATS: node permissions are enforced there by control serving the
+server's auth callout (--auth-callout-seed-file, an account nkey seed; the
+server's authorization { auth_callout { issuer: <its public key>, auth_users:
+[<--nats-user>] } } block names it), or else by the NATS operator.
 
 --state-dir defaults to /var/lib/lattice/control for root and to
 lattice/control under the user's config directory ($XDG_CONFIG_HOME, else
@@ -120,6 +126,7 @@ allows it elsewhere, and nodes then need --insecure too.`,
 	f.StringVar(&fl.cluster.name, "nats-cluster-name", "lattice", "embedded NATS: cluster name")
 	f.StringVar(&fl.cluster.serverName, "nats-server-name", "", "embedded NATS: this server's name, unique in the cluster (default: the hostname)")
 	f.StringVar(&fl.cluster.secretFile, "nats-cluster-secret-file", "", "embedded NATS: file holding the routes' shared password (required off loopback)")
+	f.StringVar(&fl.calloutSeedFile, "auth-callout-seed-file", "", "external NATS: serve its auth_callout, signing each login's permissions with this account nkey seed (SA...)")
 	fl.tls.add(cmd)
 	fl.metrics.add(cmd)
 	logger := logFlags(cmd)
@@ -196,6 +203,9 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 		return usagef("--store %q: want file:PATH or kv:BUCKET", store)
 	}
 	cfg.KVReplicas = fl.kvReplicas
+	if fl.calloutSeedFile != "" && fl.embedded {
+		return usagef("--auth-callout-seed-file is for --nats-url; the embedded NATS checks logins itself")
+	}
 	if fl.embedded {
 		cfg.EmbeddedNATS = &control.EmbeddedNATSConfig{Network: netx.OS, Listen: fl.natsListen, Logger: cfg.Logger}
 		if err := fl.cluster.apply(cfg.EmbeddedNATS); err != nil {
@@ -213,6 +223,13 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 			return usagef("--nats-cluster and --nats-routes are for --embedded-nats; an external NATS forms its own cluster")
 		}
 		cfg.NATSURL, cfg.NATSUser = fl.natsURL, fl.natsUser
+		if fl.calloutSeedFile != "" {
+			seed, err := readSecretFile(fl.calloutSeedFile)
+			if err != nil {
+				return err
+			}
+			cfg.AuthCallout = &control.AuthCallout{IssuerSeed: bytes.TrimSpace(seed)}
+		}
 		if fl.natsPassFile != "" {
 			b, err := readSecretFile(fl.natsPassFile)
 			if err != nil {
