@@ -21,6 +21,7 @@ func TestMetricsListenRefusesRemote(t *testing.T) {
 		{"relay", "--secret-file", secret},
 		{"control", "--embedded-nats", "--token-file", secret, "--state-dir", dir},
 		{"up", "--control", "nats://127.0.0.1:1", "--token", "t", "--state-dir", "mem:", "--userspace"},
+		{"sandbox", "start", "--control", "nats://127.0.0.1:1", "--token", "t", "--state-dir", "mem:", "--name", "a"},
 	} {
 		for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:9090"} {
 			t.Run(args[0]+"/"+addr, func(t *testing.T) {

@@ -199,6 +199,7 @@ func stateCredentials(stateDir string) (proxy.Credentials, error) {
 
 func newSandboxStartCmd() *cobra.Command {
 	var f sandboxFlags
+	var metricsF metricsFlags
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Start a sandbox and keep it up until interrupted",
@@ -237,10 +238,15 @@ $LATTICE_TOKEN or --token.`,
       --socks5 1080 --egress-policy policy.yaml --forward 8080=127.0.0.1:3000`,
 	}
 	f.add(cmd, true)
+	metricsF.add(cmd)
+	metricsF.addPeer(cmd)
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		mode, cfg, err := f.config(cmd)
 		if err != nil {
+			return err
+		}
+		if err := metricsF.check(); err != nil {
 			return err
 		}
 		cfg.Logger = logger()
@@ -275,6 +281,11 @@ $LATTICE_TOKEN or --token.`,
 		if sock := dm.Socket(); sock != "" {
 			fmt.Fprintf(out, "sandbox: control socket %s\n", sock)
 		}
+		stopMetrics, err := metricsF.start(cmd.Context(), out, "sandbox", cfg.Logger, sandboxCollectors(d, &metricsF)...)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		reloadOnHUP(cmd.Context(), d)
 		<-cmd.Context().Done()
 		fmt.Fprintln(out, "sandbox: stopped")
