@@ -71,6 +71,7 @@ func (e *endpoint) deliver(batch [][]byte) {
 	now := e.udp.h.f.clock.Now()
 	for _, f := range batch {
 		e.udp.pmtu.note(f, now)
+		e.udp.noteICMPError(f)
 		if whole, frag := e.udp.reasm.add(f, now); frag {
 			if whole == nil {
 				continue // held until the datagram is complete

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -99,5 +100,62 @@ func sendFragmented(ifc *Interface, f []byte, mtu int) {
 	}
 	for _, fr := range frags {
 		ifc.transmit(fr)
+	}
+}
+
+// icmpErrno is what an ICMP destination unreachable means to a connected
+// UDP socket, as Linux maps it (icmp_err_convert), or 0 for codes it
+// passes over.
+func icmpErrno(code header.ICMPv4Code) syscall.Errno {
+	switch code {
+	case header.ICMPv4NetUnreachable:
+		return syscall.ENETUNREACH
+	case header.ICMPv4HostUnreachable, header.ICMPv4HostProhibited, header.ICMPv4AdminProhibited:
+		return syscall.EHOSTUNREACH
+	case header.ICMPv4PortUnreachable:
+		return syscall.ECONNREFUSED
+	case header.ICMPv4FragmentationNeeded:
+		return syscall.EMSGSIZE
+	}
+	return 0
+}
+
+// noteICMPError hands an ICMP destination unreachable about a datagram a
+// connected socket here sent to that socket, whose next read or write
+// returns it (ECONNREFUSED for a closed port), as on Linux. Unconnected
+// sockets hear nothing, also as on Linux without IP_RECVERR. It never
+// takes f.
+func (u *udpStack) noteICMPError(f []byte) {
+	if len(f) < ethHeaderLen+ipv4HeaderLen+header.ICMPv4MinimumSize+ipv4HeaderLen+udpHeaderLen || binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {
+		return
+	}
+	ip := header.IPv4(f[ethHeaderLen:])
+	ihl := int(ip.HeaderLength())
+	if ip.Protocol() != protoICMP || ihl != ipv4HeaderLen || ip.FragmentOffset() != 0 || ip.More() {
+		return
+	}
+	icmp := header.ICMPv4(ip[ihl:])
+	if icmp.Type() != header.ICMPv4DstUnreachable {
+		return
+	}
+	errno := icmpErrno(icmp.Code())
+	inner := header.IPv4(icmp[header.ICMPv4MinimumSize:])
+	iihl := int(inner.HeaderLength())
+	if errno == 0 || inner.Protocol() != protoUDP || iihl < ipv4HeaderLen || len(inner) < iihl+udpHeaderLen {
+		return
+	}
+	udp := header.UDP(inner[iihl:])
+	local := netip.AddrPortFrom(netip.AddrFrom4([4]byte(inner.SourceAddressSlice())), udp.SourcePort())
+	remote := netip.AddrPortFrom(netip.AddrFrom4([4]byte(inner.DestinationAddressSlice())), udp.DestinationPort())
+	u.mu.RLock()
+	var c *udpConn
+	for _, s := range u.ports[local.Port()] {
+		if s.remote == remote {
+			c = s
+		}
+	}
+	u.mu.RUnlock()
+	if c != nil {
+		c.setError(errno)
 	}
 }

@@ -31,6 +31,7 @@ type udpConn struct {
 	bytes  int
 	limit  int
 	closed bool
+	soErr  error // a pending ICMP error (connected sockets), returned once by the next read or write
 
 	notify chan struct{} // signalled when a datagram is queued
 	done   chan struct{} // closed by Close
@@ -78,12 +79,38 @@ func (c *udpConn) opError(op string, addr net.Addr, err error) error {
 	return &net.OpError{Op: op, Net: "udp", Source: net.UDPAddrFromAddrPort(c.local), Addr: addr, Err: err}
 }
 
+// setError records an ICMP error for the next read or write and wakes a
+// reader.
+func (c *udpConn) setError(err error) {
+	c.mu.Lock()
+	c.soErr = err
+	c.mu.Unlock()
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// takeError returns and clears the pending ICMP error.
+func (c *udpConn) takeError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.soErr
+	c.soErr = nil
+	return err
+}
+
 func (c *udpConn) read(b []byte) (int, netip.AddrPort, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return 0, netip.AddrPort{}, net.ErrClosed
+		}
+		if err := c.soErr; err != nil {
+			c.soErr = nil
+			c.mu.Unlock()
+			return 0, netip.AddrPort{}, err
 		}
 		if d, ok := c.popLocked(); ok {
 			c.mu.Unlock()
@@ -126,6 +153,9 @@ func (c *udpConn) write(b []byte, to netip.AddrPort) error {
 	case <-c.wd.Expired():
 		return os.ErrDeadlineExceeded
 	default:
+	}
+	if err := c.takeError(); err != nil {
+		return err
 	}
 	return c.u.send(c.local, to, b)
 }
