@@ -152,6 +152,9 @@ func checkReplicas(m *Manifests) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	if got := FlagValue(c.Args, "--kv-replicas"); got != strconv.Itoa(int(nats.Replicas)) {
+		errs = append(errs, fmt.Errorf("%s: --kv-replicas %q, want %d: the registry on every NATS server", control.Where(), got, nats.Replicas))
+	}
 	// Through the client Service, or naming every server.
 	urls := strings.Split(FlagValue(c.Args, "--nats-url"), ",")
 	if len(urls) != int(nats.Replicas) && (len(urls) != 1 || !strings.HasPrefix(urls[0], "tls://nats:4222")) {

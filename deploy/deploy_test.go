@@ -110,6 +110,7 @@ func TestBrokenManifests(t *testing.T) {
 		{"two NATS servers", "base/nats.yaml", "  replicas: 3", "  replicas: 2", "StatefulSet nats: 2 replicas, want 3"},
 		{"one control replica", "base/control.yaml", "  replicas: 2", "  replicas: 1", "Deployment control: 1 replicas, want 2"},
 		{"a route missing", "base/nats-config.yaml", "        nats://nats-2.nats-headless:6222\n", "", "nats.conf has no route nats://nats-2.nats-headless:6222"},
+		{"registry on one server", "base/control.yaml", "- --kv-replicas\n            - \"3\"", "- --kv-replicas\n            - \"1\"", `--kv-replicas "1", want 3`},
 		{"control sees one server", "base/control.yaml", "- tls://nats:4222?", "- tls://nats-0.nats-headless:4222?", "want the nats Service (tls://nats:4222) or all 3 servers"},
 		{"listens on a pod IP", "base/relay.yaml", "- 0.0.0.0:4443", "- 10.0.0.1:4443", "--listen 10.0.0.1:4443: serve on 0.0.0.0"},
 		{"listens off its ports", "base/stun.yaml", "0.0.0.0:3478", "0.0.0.0:3479", "--listen 0.0.0.0:3479 is not a declared port"},
