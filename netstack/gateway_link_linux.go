@@ -237,6 +237,30 @@ func echoReply(req []byte) []byte {
 	return out
 }
 
+// udpProhibited is an ICMP "communication administratively prohibited"
+// (RFC 1812 section 5.2.7.1) from a refused UDP flow's destination to the
+// agent, quoting the flow's IPv4 and UDP headers, so that the agent's
+// connected socket fails with EHOSTUNREACH instead of waiting.
+func udpProhibited(id stack.TransportEndpointID) []byte {
+	const quoted = header.IPv4MinimumSize + header.UDPMinimumSize
+	out := make([]byte, header.IPv4MinimumSize+header.ICMPv4MinimumSize+quoted)
+	q := out[header.IPv4MinimumSize+header.ICMPv4MinimumSize:]
+	orig := header.IPv4(q)
+	orig.Encode(&header.IPv4Fields{TotalLength: quoted, TTL: 64, Protocol: uint8(header.UDPProtocolNumber),
+		SrcAddr: id.RemoteAddress, DstAddr: id.LocalAddress})
+	orig.SetChecksum(^orig.CalculateChecksum())
+	header.UDP(q[header.IPv4MinimumSize:]).Encode(&header.UDPFields{SrcPort: id.RemotePort, DstPort: id.LocalPort, Length: header.UDPMinimumSize})
+	ip := header.IPv4(out)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(out)), TTL: 64, Protocol: uint8(header.ICMPv4ProtocolNumber),
+		SrcAddr: id.LocalAddress, DstAddr: id.RemoteAddress})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	icmp := header.ICMPv4(out[header.IPv4MinimumSize:])
+	icmp.SetType(header.ICMPv4DstUnreachable)
+	icmp.SetCode(header.ICMPv4AdminProhibited)
+	icmp.SetChecksum(^checksum.Checksum(icmp, 0))
+	return out
+}
+
 // inbound is the link's filter.
 func (g *Gateway) inbound(b []byte) bool {
 	switch classify(b, g.cfg.Agent) {

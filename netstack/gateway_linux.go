@@ -286,23 +286,25 @@ func (g *Gateway) udp(r *udp.ForwarderRequest) bool {
 		return true
 	}
 	id := r.ID()
-	dst := netip.AddrPortFrom(addrFromTCPIP(id.LocalAddress), id.LocalPort)
 	in := gonet.NewUDPConn(&wq, ep)
 	go func() {
 		defer g.wg.Done()
-		g.relayUDP(in, dst)
+		g.relayUDP(in, id)
 	}()
 	return true
 }
 
-func (g *Gateway) relayUDP(in *gonet.UDPConn, dst netip.AddrPort) {
+func (g *Gateway) relayUDP(in *gonet.UDPConn, id stack.TransportEndpointID) {
 	defer in.Close()
+	dst := netip.AddrPortFrom(addrFromTCPIP(id.LocalAddress), id.LocalPort)
 	ctx, cancel := context.WithTimeout(g.ctx, gatewayDialTimeout)
 	out, err := g.cfg.Dial(ctx, "udp", dst.String())
 	cancel()
 	if err != nil {
 		g.stats.refused.Add(1)
 		g.log.Debug("udp refused", "dst", dst, "err", err)
+		// As a firewall that rejects: the agent's socket learns at once.
+		_ = g.link.writev([][]byte{udpProhibited(id)})
 		return
 	}
 	defer out.Close()

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/latticelab/lattice/netx/gvnet"
 )
@@ -131,4 +132,21 @@ func FuzzGatewayClassify(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestUDPProhibited(t *testing.T) {
+	id := stack.TransportEndpointID{LocalAddress: gvnet.ToTCPIP(gwPeer), LocalPort: 53, RemoteAddress: gvnet.ToTCPIP(gwAgent), RemotePort: 40000}
+	b := udpProhibited(id)
+	ip := header.IPv4(b)
+	require.True(t, ip.IsValid(len(b)))
+	assert.True(t, ip.IsChecksumValid())
+	assert.Equal(t, gwPeer, addrFromTCPIP(ip.SourceAddress()))
+	assert.Equal(t, gwAgent, addrFromTCPIP(ip.DestinationAddress()))
+	icmp := header.ICMPv4(ip.Payload())
+	assert.Equal(t, header.ICMPv4DstUnreachable, icmp.Type())
+	assert.Equal(t, header.ICMPv4AdminProhibited, icmp.Code())
+	assert.Equal(t, uint16(0xffff), checksum.Checksum(icmp, 0), "ICMP checksum")
+	quoted := header.IPv4(icmp.Payload())
+	assert.Equal(t, gwAgent, addrFromTCPIP(quoted.SourceAddress()), "the quoted packet is the agent's")
+	assert.Equal(t, uint16(53), header.UDP(quoted.Payload()).DestinationPort())
 }

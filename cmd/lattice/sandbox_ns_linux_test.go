@@ -100,6 +100,7 @@ curl -sS --max-time 20 --retry 10 --retry-all-errors --retry-delay 1 http://web:
 ping -c 1 -W 10 web >/dev/null && echo "ping ok"
 "$0" udp web:7 hello
 t0=$(date +%s%N); curl -sS --max-time 10 http://169.254.169.254/ 2>&1; echo "metadata after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+t0=$(date +%s%N); "$0" udp 169.254.169.254:53 x 2>&1; echo "metadata udp after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 exit 7`
 	out, errOut, code := n.exec(t, "sh", "-c", script, n.tool)
 	t.Logf("agent stdout:\n%s\nstderr:\n%s", out, errOut)
@@ -114,10 +115,15 @@ exit 7`
 	_, err := fmt.Sscanf(out[strings.Index(out, "metadata after"):], "metadata after %d ms", &ms)
 	require.NoError(t, err)
 	assert.Less(t, ms, 2000, "a denied destination fails at once")
+	assert.Contains(t, out, "udp refused: read udp", "a denied UDP flow is answered with an ICMP error")
+	_, err = fmt.Sscanf(out[strings.Index(out, "metadata udp after"):], "metadata udp after %d ms", &ms)
+	require.NoError(t, err)
+	assert.Less(t, ms, 2000, "a denied UDP flow fails at once")
 
 	events := readAudit(t, filepath.Join(n.state, "audit.jsonl"))
 	assert.Contains(t, events, `"decision":"deny"`)
 	assert.Contains(t, events, `"dst":"169.254.169.254:80"`)
+	assert.Contains(t, events, `"dst":"169.254.169.254:53"`)
 	assert.Contains(t, events, `"proto":"icmp"`, "the ping was decided and audited")
 	assert.Contains(t, events, `"proto":"udp"`)
 }

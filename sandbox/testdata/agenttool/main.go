@@ -137,6 +137,10 @@ func udp(addr, msg string) error {
 			fmt.Printf("udp reply: %s\n", buf[:n])
 			return nil
 		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return fmt.Errorf("udp refused: %w", err) // an ICMP error came back
+		}
 	}
 	return errors.New("udp: no reply")
 }
