@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/relay"
+	"github.com/latticelab/lattice/stun"
+)
+
+// netcheckReport is `lattice netcheck --json`'s shape.
+type netcheckReport struct {
+	STUN   stun.Report   `json:"stun"`
+	NAT    string        `json:"nat_type"`
+	Relays []relayReport `json:"relays"`
+}
+
+// relayReport is one relay's handshake times; an error leaves its
+// transport's figure out.
+type relayReport struct {
+	Addr      string   `json:"addr"`
+	QUICMs    *float64 `json:"quic_ms"`
+	TCPMs     *float64 `json:"tcp_ms"`
+	QUICError string   `json:"quic_error,omitempty"`
+	TCPError  string   `json:"tcp_error,omitempty"`
+}
+
+func newNetcheckCmd() *cobra.Command {
+	var stuns, relays []string
+	var asJSON bool
+	var opt stun.Options
+	cmd := &cobra.Command{
+		Use:   "netcheck",
+		Short: "Report this host's NAT, public address and relay latency (no node needed)",
+		Long: `netcheck asks STUN servers how this host's NAT behaves: the public address and
+whether the port is kept, whether the NAT hairpins (peers behind the same NAT
+reach each other at their public addresses), its mapping and filtering in
+RFC 4787 terms (from RFC 5780 tests against the first server with two
+addresses, 'lattice stun --alternate'), or that UDP is blocked. It then times
+a QUIC and a TCP+TLS handshake with each relay (no token needed; pin a
+self-signed relay with ADDR,FINGERPRINT as control's --relay takes it).
+
+The mapping decides whether ICE finds direct paths: endpoint-independent
+mapping ("cone") lets peers punch through; address- or port-dependent
+mapping ("symmetric") on both sides leaves the relay. netcheck needs no
+running node and no control; give it the servers control is configured with
+(lattice control --stun and --relay).`,
+		Example: `  lattice netcheck --stun stun.example.net:3478 --relay relay.example.net:443
+  lattice netcheck --stun 203.0.113.10:3478 --relay 203.0.113.20:443,3f2a… --json`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&stuns, "stun", nil, "STUN server HOST:PORT (repeatable; at least one)")
+	f.StringArrayVar(&relays, "relay", nil, "relay HOST:PORT or HOST:PORT,FINGERPRINT (repeatable)")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.DurationVar(&opt.Wait, "wait", 500*time.Millisecond, "how long to wait for each STUN answer before sending again")
+	f.IntVar(&opt.Tries, "tries", 3, "how many times each STUN request is sent")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if len(stuns) == 0 {
+			return usagef("give at least one --stun HOST:PORT")
+		}
+		if opt.Wait <= 0 || opt.Tries <= 0 {
+			return usagef("--wait and --tries must be positive")
+		}
+		servers, err := resolveSTUN(cmd.Context(), stuns)
+		if err != nil {
+			return err
+		}
+		rep, err := runNetcheck(cmd.Context(), servers, relays, opt)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		}
+		printNetcheck(cmd.OutOrStdout(), rep)
+		return nil
+	}
+	return cmd
+}
+
+// resolveSTUN turns HOST:PORT arguments into addresses.
+func resolveSTUN(ctx context.Context, args []string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, a := range args {
+		if ap, err := netip.ParseAddrPort(a); err == nil {
+			out = append(out, ap)
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, usagef("--stun %q: %v", a, err)
+		}
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil || len(ips) == 0 {
+			return nil, fmt.Errorf("--stun %q: resolve %s: %w", a, host, err)
+		}
+		ap, err := netip.ParseAddrPort(net.JoinHostPort(ips[0].Unmap().String(), port))
+		if err != nil {
+			return nil, usagef("--stun %q: %v", a, err)
+		}
+		out = append(out, ap)
+	}
+	return out, nil
+}
+
+func runNetcheck(ctx context.Context, servers []netip.AddrPort, relays []string, opt stun.Options) (netcheckReport, error) {
+	var rep netcheckReport
+	var err error
+	if rep.STUN, err = stun.Netcheck(ctx, netx.OS, servers, opt); err != nil {
+		return rep, err
+	}
+	rep.NAT = natType(rep.STUN)
+	rep.Relays = []relayReport{}
+	for _, r := range relays {
+		addr, fp, _ := strings.Cut(r, ",")
+		rr := relayReport{Addr: addr}
+		res, err := relay.Probe(ctx, relay.ProbeConfig{Network: netx.OS, Server: addr, Fingerprint: fp})
+		if err != nil {
+			return rep, usagef("--relay %q: %v", r, err)
+		}
+		for _, p := range res {
+			ms, msg := float64(p.Latency)/float64(time.Millisecond), ""
+			if p.Err != nil {
+				msg = p.Err.Error()
+			}
+			if p.Transport == "quic" {
+				rr.QUICError = msg
+				if msg == "" {
+					rr.QUICMs = &ms
+				}
+			} else {
+				rr.TCPError = msg
+				if msg == "" {
+					rr.TCPMs = &ms
+				}
+			}
+		}
+		rep.Relays = append(rep.Relays, rr)
+	}
+	return rep, nil
+}
+
+// natType names the NAT in the classic words operators search for.
+func natType(r stun.Report) string {
+	switch {
+	case !r.UDP:
+		return "udp-blocked"
+	case !r.NATed:
+		return "none"
+	case r.Mapping == nil:
+		if r.MappingVaries {
+			return "symmetric"
+		}
+		return "unknown"
+	case *r.Mapping != stun.EndpointIndependent:
+		return "symmetric"
+	case *r.Filtering == stun.EndpointIndependent:
+		return "full-cone"
+	case *r.Filtering == stun.AddressDependent:
+		return "restricted-cone"
+	}
+	return "port-restricted-cone"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func printNetcheck(w io.Writer, rep netcheckReport) {
+	s := rep.STUN
+	fmt.Fprintf(w, "UDP:            %s\n", yesNo(s.UDP))
+	if s.UDP {
+		fmt.Fprintf(w, "Public address: %v\n", s.Public)
+		fmt.Fprintf(w, "NAT:            %s\n", rep.NAT)
+		fmt.Fprintf(w, "Port preserved: %s\n", yesNo(s.PortPreserved))
+		if s.NATed {
+			fmt.Fprintf(w, "Hairpin:        %s\n", yesNo(s.Hairpin))
+		}
+		if s.Mapping != nil {
+			fmt.Fprintf(w, "Mapping:        %s\nFiltering:      %s (RFC 5780 via %v)\n", s.Mapping, s.Filtering, s.BehaviorServer)
+		} else {
+			fmt.Fprintf(w, "Mapping:        unknown (%s)\n", s.BehaviorError)
+		}
+	}
+	for _, sr := range s.Servers {
+		if sr.Err != "" {
+			fmt.Fprintf(w, "STUN %v: %s\n", sr.Addr, sr.Err)
+			continue
+		}
+		fmt.Fprintf(w, "STUN %v: %v in %v\n", sr.Addr, sr.Mapped, sr.RTT.Round(10*time.Microsecond))
+	}
+	for _, r := range rep.Relays {
+		fmt.Fprintf(w, "Relay %s: quic %s, tcp %s\n", r.Addr, latency(r.QUICMs, r.QUICError), latency(r.TCPMs, r.TCPError))
+	}
+}
+
+func latency(ms *float64, err string) string {
+	if ms == nil {
+		return "failed (" + err + ")"
+	}
+	return fmt.Sprintf("%.1fms", *ms)
+}

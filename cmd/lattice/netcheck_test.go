@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/meshtest"
+	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/relay"
+	"github.com/latticelab/lattice/stun"
+)
+
+// TestNetcheckCommand: against an RFC 5780 STUN server and a relay on
+// loopback, netcheck reports no NAT, endpoint-independent behaviour and
+// both relay transports' handshake times, as JSON and as text; a dead
+// STUN server reads as UDP blocked.
+func TestNetcheckCommand(t *testing.T) {
+	srv, err := stun.NewServer(stun.Config{Network: netx.OS,
+		Primary: netip.MustParseAddrPort("127.0.0.1:0"), Alternate: netip.MustParseAddrPort("127.0.0.2:0")})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { srv.Close() })
+	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0",
+		Secret: []byte("netcheck-test-secret-0123456789abcdef"), TLS: meshtest.SelfSignedTLS(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { rs.Close() })
+	args := []string{"netcheck", "--stun", srv.Addr().String(), "--relay", rs.Addr().String() + "," + rs.Fingerprint(), "--wait", "200ms", "--tries", "2"}
+
+	var out, errb bytes.Buffer
+	require.Equal(t, exitOK, execute(context.Background(), append(args, "--json"), &out, &errb), errb.String())
+	var rep netcheckReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	assert.True(t, rep.STUN.UDP)
+	assert.False(t, rep.STUN.NATed)
+	assert.Equal(t, "none", rep.NAT)
+	assert.Equal(t, srv.Addr(), rep.STUN.BehaviorServer)
+	require.NotNil(t, rep.STUN.Mapping, out.String())
+	assert.Equal(t, stun.EndpointIndependent, *rep.STUN.Mapping)
+	require.Len(t, rep.Relays, 1)
+	require.NotNil(t, rep.Relays[0].QUICMs, rep.Relays[0].QUICError)
+	require.NotNil(t, rep.Relays[0].TCPMs, rep.Relays[0].TCPError)
+	assert.Positive(t, *rep.Relays[0].QUICMs)
+
+	out.Reset()
+	require.Equal(t, exitOK, execute(context.Background(), args, &out, &errb), errb.String())
+	for _, want := range []string{"UDP:            yes", "NAT:            none", "Mapping:        endpoint-independent", "Relay " + rs.Addr().String() + ": quic "} {
+		assert.Contains(t, out.String(), want)
+	}
+
+	out.Reset()
+	dead := []string{"netcheck", "--stun", "127.0.0.1:9", "--wait", "100ms", "--tries", "1", "--json"}
+	require.Equal(t, exitOK, execute(context.Background(), dead, &out, &errb), errb.String())
+	rep = netcheckReport{}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	assert.False(t, rep.STUN.UDP)
+	assert.Equal(t, "udp-blocked", rep.NAT)
+
+	errb.Reset()
+	assert.Equal(t, exitUsage, execute(context.Background(), []string{"netcheck"}, &out, &errb))
+	assert.Contains(t, errb.String(), "give at least one --stun")
+}
+
+func TestNATType(t *testing.T) {
+	b := func(v stun.Behavior) *stun.Behavior { return &v }
+	ei, ad, apd := stun.EndpointIndependent, stun.AddressDependent, stun.AddressAndPortDependent
+	for _, tc := range []struct {
+		rep  stun.Report
+		want string
+	}{
+		{stun.Report{}, "udp-blocked"},
+		{stun.Report{UDP: true}, "none"},
+		{stun.Report{UDP: true, NATed: true, Mapping: b(ei), Filtering: b(ei)}, "full-cone"},
+		{stun.Report{UDP: true, NATed: true, Mapping: b(ei), Filtering: b(ad)}, "restricted-cone"},
+		{stun.Report{UDP: true, NATed: true, Mapping: b(ei), Filtering: b(apd)}, "port-restricted-cone"},
+		{stun.Report{UDP: true, NATed: true, Mapping: b(apd), Filtering: b(apd)}, "symmetric"},
+		{stun.Report{UDP: true, NATed: true, MappingVaries: true}, "symmetric"},
+		{stun.Report{UDP: true, NATed: true}, "unknown"},
+	} {
+		assert.Equal(t, tc.want, natType(tc.rep))
+	}
+}
