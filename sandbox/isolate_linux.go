@@ -152,10 +152,7 @@ func (d *PodDriver) probeIsolation(ctx context.Context) error {
 		tun.Close()
 	}
 	if err := cmd.Wait(); herr == nil && err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 125 {
-			herr = fmt.Errorf("sandbox: agent init probe: %w", err)
-		}
+		herr = fmt.Errorf("sandbox: agent init probe: %w", err)
 	}
 	if herr != nil {
 		return fmt.Errorf("%w (or pass --isolation proxy)", herr)

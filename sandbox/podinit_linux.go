@@ -65,8 +65,11 @@ func podInit(argv []string) int {
 	if err == nil {
 		link, err = setupAgentNamespaces(cfg)
 	}
-	if err := sendInitReply(sock, link, err); err != nil || cfg.Probe {
+	if err := sendInitReply(sock, link, err); err != nil {
 		return 125
+	}
+	if cfg.Probe {
+		return 0
 	}
 	_ = link.file.Close()
 	_ = sock.Close()
