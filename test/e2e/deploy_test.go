@@ -138,6 +138,26 @@ func TestDeployManifests(t *testing.T) {
 	assert.Equal(t, 0, code, "audit verify in agent-1:\n%s", out)
 	assert.Contains(t, out, ": ok, ")
 
+	// The restricted pod cannot isolate its agent in namespaces of its own
+	// (RuntimeDefault refuses unshare(CLONE_NEWUSER)): without the
+	// manifest's --isolation proxy the sandbox refuses to start, saying so.
+	ns := env.startPod(ctx, t, nw, podSpec{w: podW, container: "sandbox", name: "agent-2",
+		extraArgs: []string{"--isolation", "namespace"}})
+	poll(ctx, t, "agent-2 with --isolation namespace exits", startTimeout, func(ctx context.Context) error {
+		st, err := ns.State(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Running {
+			return fmt.Errorf("still running: %s", ns.output())
+		}
+		assert.NotEqual(t, 0, st.ExitCode, "agent-2's exit code")
+		return nil
+	})
+	assert.Contains(t, ns.output(), "CLONE_NEWUSER", "the refusal names the cause")
+	assert.Contains(t, ns.output(), "--isolation proxy", "and the way out")
+	t.Logf("agent-2 with --isolation namespace under the restricted settings:\n%s", ns.output())
+
 	// Every probe of every pod passes now, liveness included.
 	for _, p := range []struct {
 		b   *box
