@@ -151,6 +151,7 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 	if drop {
 		return
 	}
+	p.restoreWG() // before WireGuard sees a trimmed peer's packet
 	bp := muxPool.Get().(*[]byte)
 	n := copy(*bp, pkt)
 	select {
@@ -184,7 +185,7 @@ func (b *Bind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
 
 func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 	from := make([]netip.AddrPort, conn.IdealBatchSize)
-	var stale []*Path
+	var stale, trimmed []*Path
 	return func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 		for {
 			n, err := b.mux.ReadWireGuard(stop, bufs, sizes, from[:min(len(bufs), len(from))])
@@ -193,7 +194,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			}
 			out := 0
 			now := time.Now().UnixNano()
-			stale = stale[:0]
+			stale, trimmed = stale[:0], trimmed[:0]
 			b.mu.RLock()
 			for i := range n {
 				pkt := bufs[i][:sizes[i]]
@@ -217,6 +218,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 				}
 				p.RxDirect.Add(uint64(sizes[i]))
 				b.noteReceived(p, pkt)
+				if p.restore.Load() != nil {
+					trimmed = append(trimmed, p)
+				}
 				if out != i {
 					// wireguard-go reads its own arrays by index, so the
 					// packet must move, not the slice header.
@@ -228,6 +232,12 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			b.mu.RUnlock()
 			for _, p := range stale {
 				p.stale(now)
+			}
+			// Trimmed peers go back into WireGuard before it reads
+			// their packets (restoreWG takes WireGuard's locks, which
+			// must not nest in b.mu: adding a peer parses its endpoint).
+			for _, p := range trimmed {
+				p.restoreWG()
 			}
 			if out > 0 {
 				return out, nil

@@ -1,6 +1,10 @@
 package node
 
-import "github.com/latticelab/lattice/control"
+import (
+	"strings"
+
+	"github.com/latticelab/lattice/control"
+)
 
 // AddPeerForTest adds a peer as control's announcement of it would
 // (BenchmarkIdlePeers: peers without nodes behind them).
@@ -11,4 +15,13 @@ func (n *Node) PeerCount() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return len(n.peers)
+}
+
+// WireGuardPeers is how many peers WireGuard's configuration holds.
+func (n *Node) WireGuardPeers() int {
+	conf, err := n.dev.IpcGet()
+	if err != nil {
+		return -1
+	}
+	return strings.Count(conf, "public_key=")
 }

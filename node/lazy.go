@@ -93,6 +93,9 @@ func (p *peer) goIdle(ctx context.Context, reason string) {
 	p.failures = 0
 	p.idle = true
 	p.setKeepalive(false)
+	if p.env.trim != nil {
+		p.env.trim(p)
+	}
 	p.env.bind.SetDirect(p.path, netip.AddrPort{})
 	p.record(PathRelay, netip.AddrPort{}, reason)
 	p.setWhy(reason, time.Time{})

@@ -68,6 +68,7 @@ func TestLazyFirstPacket(t *testing.T) {
 		for _, n := range []*node.Node{a, b} {
 			st := n.Status()[0]
 			assert.Zero(t, st.TxRelay+st.TxDirect, "%s sent WireGuard packets to an idle peer", n.Identity().Name)
+			assert.Zero(t, n.WireGuardPeers(), "%s: an idle peer is in WireGuard's configuration", n.Identity().Name)
 		}
 
 		// The first datagram to an idle peer arrives.
@@ -98,12 +99,16 @@ func TestLazyFirstPacket(t *testing.T) {
 		// It woke both sides: they go direct.
 		waitPath(t, a, node.PathDirect, 10*time.Second)
 		waitPath(t, b, node.PathDirect, 10*time.Second)
+		assert.Equal(t, 1, a.WireGuardPeers())
+		assert.Equal(t, 1, b.WireGuardPeers())
 
 		// Quiet for IdleTimeout: both idle again, nothing left running,
 		// nothing sent: no keepalives, so no handshakes either.
 		time.Sleep(lazyIdle + 15*time.Second)
 		requireIdle(t, a)
 		requireIdle(t, b)
+		assert.Zero(t, a.WireGuardPeers(), "trimmed again once idle")
+		assert.Zero(t, b.WireGuardPeers(), "trimmed again once idle")
 		before := []node.PeerStatus{a.Status()[0], b.Status()[0]}
 		time.Sleep(10 * time.Minute)
 		for i, n := range []*node.Node{a, b} {

@@ -190,7 +190,7 @@ func (n *Node) start(ctx context.Context) error {
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
-		keepalive: n.setKeepalive, stun: resp.STUN,
+		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG,
 	}
 	return n.join(ctx, resp)
 }
@@ -319,6 +319,11 @@ func (n *Node) addPeer(info control.Peer) {
 			return
 		}
 		old.close()
+		if n.lazyPeer(info) && n.canTrim() {
+			// The new peer starts trimmed: the old one must not stay.
+			n.forgetTrim(old)
+			_ = n.dev.IpcSet("public_key=" + old.info.PublicKey.Hex() + "\nremove=true\n")
+		}
 	}
 	// Setting a persistent keepalive makes WireGuard open a handshake at
 	// once. Both sides add each other within moments, and two initiations
@@ -336,13 +341,18 @@ func (n *Node) addPeer(info control.Peer) {
 		keepalive = 0
 	}
 	pub := info.PublicKey.Hex()
-	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=%d\n",
-		pub, EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32), keepalive)
-	if err := n.dev.IpcSet(cfg); err != nil {
-		n.log.Warn("add WireGuard peer", "peer", info.Name, "err", err)
-		return
+	// A lazy peer starts idle, out of WireGuard's configuration (trim.go).
+	trim := lazy && n.canTrim()
+	if !trim {
+		if err := n.dev.IpcSet(wgPeerConfig(info, keepalive)); err != nil {
+			n.log.Warn("add WireGuard peer", "peer", info.Name, "err", err)
+			return
+		}
 	}
 	p := newPeer(n.env, info)
+	if trim {
+		n.markTrimmed(p)
+	}
 	if back != nil {
 		p.path.TxDirect.Add(back.txDirect)
 		p.path.TxRelay.Add(back.txRelay)
@@ -398,6 +408,7 @@ func (n *Node) removePeer(info control.Peer) {
 		return
 	}
 	p.close()
+	n.forgetTrim(p)
 	_ = n.dev.IpcSet("public_key=" + info.PublicKey.Hex() + "\nremove=true\n")
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)

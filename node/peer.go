@@ -55,6 +55,8 @@ type peerEnv struct {
 	// keepalive, if set, turns WireGuard's persistent keepalive to the
 	// peer on or off (lazy peers: on only while direct).
 	keepalive func(pk key.Public, on bool)
+	// trim, if set, takes an idle lazy peer out of WireGuard (trim.go).
+	trim func(p *peer)
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
@@ -100,6 +102,7 @@ type peer struct {
 	offerTimer  *time.Timer // see offerAgain
 	offers      int         // credentials sent in the current attempt
 	keepaliveOn bool        // a lazy peer's WireGuard keepalive (setKeepalive)
+	wg          wgState     // in WireGuard's configuration or trimmed (trim.go)
 	connected   uint64      // the last session whose attempt connected
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.

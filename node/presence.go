@@ -74,6 +74,7 @@ func (n *Node) peerOffline(info control.Peer) {
 		p.mu.Unlock()
 		txDirect, txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
 		rxDirect, rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
+		n.forgetTrim(p)
 		_ = n.dev.IpcSet("public_key=" + p.info.PublicKey.Hex() + "\nremove=true\n")
 		n.bind.RemovePeer(p.info.PublicKey)
 	}

@@ -24,6 +24,7 @@ type unreachableTUN struct {
 	tun.Device
 
 	offline atomic.Pointer[map[netip.Addr]struct{}] // copy on write
+	trimmed atomic.Pointer[map[netip.Addr]*Path]    // idle peers out of WireGuard (trim.go); copy on write
 
 	replies   chan []byte // to writeLoop: the stack may not be entered from Read
 	stop      chan struct{}
@@ -70,6 +71,7 @@ func (u *unreachableTUN) setOffline(addr netip.Addr, offline bool) {
 // left out of the batch (size 0, which WireGuard skips).
 func (u *unreachableTUN) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	n, err := u.Device.Read(bufs, sizes, offset)
+	u.restoreTrimmed(bufs, sizes, offset, n)
 	set := u.offline.Load()
 	if set == nil || len(*set) == 0 {
 		return n, err

@@ -1,0 +1,157 @@
+package node
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/latticelab/lattice/control"
+)
+
+// WireGuard state only for active peers (issue 22.2). wireguard-go keeps
+// about 45 KiB per peer (its queues and two goroutines per peer), whether
+// the peer is used or not, so a mesh of N lazy nodes still held N² of it:
+// 1000 nodes would need about 45 GB. A lazy peer that is idle is taken out
+// of wireguard-go's configuration (trimmed) and put back, synchronously,
+// by the first packet either way, before wireguard-go sees it:
+//   - a packet from the TUN device to the peer's overlay address
+//     (unreachableTUN.Read), which wireguard-go would otherwise drop for
+//     want of a peer with that allowed IP;
+//   - a packet from the peer, through the relay or the direct socket (the
+//     Bind), which it would drop as from an unknown key.
+// The handshake that follows runs over the relay, as for any idle peer.
+// Only a node running wireguard-go on our TUN wrapper trims (Config.Device
+// devices keep every peer).
+
+// wgState is a peer's place in wireguard-go's configuration.
+type wgState struct {
+	mu      sync.Mutex
+	trimmed bool
+}
+
+// wgRestore is a Path's hook: set while the peer is trimmed, taken and
+// called by the first packet from it.
+type wgRestore struct {
+	restore atomic.Pointer[func()]
+}
+
+// restoreWG puts a trimmed peer back before one of its packets goes on;
+// it is a no-op for a peer in the configuration.
+func (p *Path) restoreWG() {
+	if f := p.restore.Load(); f != nil && p.restore.CompareAndSwap(f, nil) {
+		(*f)()
+	}
+}
+
+// canTrim reports whether this node trims idle peers.
+func (n *Node) canTrim() bool { return n.tun != nil && n.cfg.Device == nil }
+
+// wgPeerConfig is the UAPI text that adds (or updates) info as a peer.
+func wgPeerConfig(info control.Peer, keepalive int) string {
+	return fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=%d\n",
+		info.PublicKey.Hex(), EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32), keepalive)
+}
+
+// trimWG takes an idle lazy peer out of WireGuard's configuration and arms
+// the hooks that put it back.
+func (n *Node) trimWG(p *peer) {
+	if !n.canTrim() {
+		return
+	}
+	p.wg.mu.Lock()
+	defer p.wg.mu.Unlock()
+	if p.wg.trimmed {
+		return
+	}
+	p.wg.trimmed = true
+	restore := func() { n.restoreWG(p) }
+	p.path.restore.Store(&restore)
+	n.tun.setTrimmed(p.info.Address.Addr(), p.path)
+	if err := n.dev.IpcSet("public_key=" + p.info.PublicKey.Hex() + "\nremove=true\n"); err != nil {
+		n.log.Debug("trim WireGuard peer", "peer", p.info.Name, "err", err)
+	}
+}
+
+// restoreWG puts a trimmed peer back into WireGuard's configuration.
+func (n *Node) restoreWG(p *peer) {
+	p.wg.mu.Lock()
+	defer p.wg.mu.Unlock()
+	if !p.wg.trimmed {
+		return
+	}
+	p.wg.trimmed = false
+	p.path.restore.Store(nil)
+	n.tun.setTrimmed(p.info.Address.Addr(), nil)
+	if err := n.dev.IpcSet(wgPeerConfig(p.info, 0)); err != nil {
+		n.log.Warn("restore WireGuard peer", "peer", p.info.Name, "err", err)
+	}
+}
+
+// forgetTrim drops a removed peer's hooks (it is not in WireGuard's
+// configuration any more either way).
+func (n *Node) forgetTrim(p *peer) {
+	p.wg.mu.Lock()
+	defer p.wg.mu.Unlock()
+	p.wg.trimmed = false
+	p.path.restore.Store(nil)
+	if n.tun != nil {
+		n.tun.setTrimmed(p.info.Address.Addr(), nil)
+	}
+}
+
+// markTrimmed records that a peer addPeer did not configure is out of
+// WireGuard's configuration, with the hooks that put it in.
+func (n *Node) markTrimmed(p *peer) {
+	p.wg.mu.Lock()
+	defer p.wg.mu.Unlock()
+	if p.wg.trimmed {
+		return
+	}
+	p.wg.trimmed = true
+	restore := func() { n.restoreWG(p) }
+	p.path.restore.Store(&restore)
+	n.tun.setTrimmed(p.info.Address.Addr(), p.path)
+}
+
+// setTrimmed marks addr as a trimmed peer's (path), or not (nil).
+func (u *unreachableTUN) setTrimmed(addr netip.Addr, path *Path) {
+	if u == nil {
+		return
+	}
+	for {
+		old := u.trimmed.Load()
+		next := map[netip.Addr]*Path{}
+		if old != nil {
+			for a, p := range *old {
+				next[a] = p
+			}
+		}
+		if path != nil {
+			next[addr] = path
+		} else {
+			delete(next, addr)
+		}
+		if u.trimmed.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// restoreTrimmed puts back the trimmed peers the packets in bufs go to.
+func (u *unreachableTUN) restoreTrimmed(bufs [][]byte, sizes []int, offset, n int) {
+	set := u.trimmed.Load()
+	if set == nil || len(*set) == 0 {
+		return
+	}
+	for i := range n {
+		pkt := bufs[i][offset : offset+sizes[i]]
+		if len(pkt) < 20 || pkt[0]>>4 != 4 {
+			continue
+		}
+		dst, _ := netip.AddrFromSlice(pkt[16:20])
+		if p := (*set)[dst]; p != nil {
+			p.restoreWG()
+		}
+	}
+}
