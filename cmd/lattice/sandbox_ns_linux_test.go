@@ -251,3 +251,46 @@ func processesWith(s string) []int {
 	}
 	return pids
 }
+
+// TestNamespaceIsolationRefused: where user namespaces cannot be made (here
+// user.max_user_namespaces=0 in a user namespace of the test's own), `sandbox
+// start` refuses, naming the sysctl, the fix and --isolation proxy; with
+// --isolation proxy it starts and says so.
+func TestNamespaceIsolationRefused(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	w := webPeer(t)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	run := func(extra ...string) (string, error) {
+		args := append([]string{"-Ur", "sh", "-c", `echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"`, "sh", self,
+			"sandbox", "start", "--name", "agent", "--server-url", w.NATSURL, "--token", meshtest.Token,
+			"--state-dir", "mem:", "--listen-addr", "127.0.0.1"}, extra...)
+		cmd := exec.Command(unshare, args...)
+		cmd.Env = append(os.Environ(), execMainEnv+"=1")
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		require.NoError(t, cmd.Start())
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(out.String(), "sandbox: isolation") && time.Now().Before(deadline) {
+			select {
+			case err := <-done:
+				return out.String(), err
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		return out.String(), <-done
+	}
+	out, err := run()
+	require.Error(t, err, "start must refuse:\n%s", out)
+	assert.Contains(t, out, "unprivileged user namespaces are disabled (user.max_user_namespaces=0): set it above 0")
+	assert.Contains(t, out, "or pass --isolation proxy")
+
+	out, _ = run("--isolation", "proxy")
+	assert.Contains(t, out, "sandbox: isolation proxy:", "start says which isolation is in force")
+}
