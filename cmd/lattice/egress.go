@@ -10,9 +10,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/egress"
@@ -25,6 +29,7 @@ import (
 type egressFlags struct {
 	policy, backend, auditLog, pinRoot string
 	failClosed                         bool
+	auditPath                          string // the log in use: --audit-log or the state dir's
 }
 
 func (f *egressFlags) add(cmd *cobra.Command) {
@@ -39,7 +44,7 @@ func (f *egressFlags) add(cmd *cobra.Command) {
 }
 
 // check refuses flag combinations before the node starts.
-func (f *egressFlags) check(cmd *cobra.Command, userspace bool) error {
+func (f *egressFlags) check(cmd *cobra.Command, userspace bool, stateDir string) error {
 	if f.policy == "" {
 		for _, name := range []string{"egress-backend", "audit-log", "egress-fail-closed", "egress-pin-root"} {
 			if cmd.Flags().Changed(name) {
@@ -62,35 +67,101 @@ func (f *egressFlags) check(cmd *cobra.Command, userspace bool) error {
 	if _, err := os.Stat(f.policy); err != nil {
 		return usagef("--egress-policy: %v", err)
 	}
+	f.auditPath = f.auditLog
+	if f.auditPath == "" && stateDir != "mem:" {
+		f.auditPath = filepath.Join(stateDir, "audit.jsonl")
+	}
 	return nil
 }
 
 // egressRun is a running egress policy: the enforcer, its audit log and
 // the SIGHUP handler.
 type egressRun struct {
+	f      *egressFlags
+	ifname string
+	log    *slog.Logger
+	node   atomic.Pointer[node.Node] // for the peers, once Start returned
+
 	enf   *egress.Enforcer
 	audit *audit.FileWriter
 	stop  func()
 }
 
-// start enforces the policy on ifname for node n; nil without a policy.
-func (f *egressFlags) start(ctx context.Context, n *node.Node, ifname, stateDir string, out io.Writer, log *slog.Logger) (*egressRun, error) {
+// wrap makes cfg's interface come up with the policy already enforced:
+// the filter goes on as soon as the interface exists, before WireGuard
+// has a peer, so nothing leaves unfiltered. nil without a policy.
+func (f *egressFlags) wrap(cfg *node.Config, ifname string, log *slog.Logger) *egressRun {
 	if f.policy == "" {
-		return nil, nil
+		return nil
 	}
-	path := f.auditLog
-	if path == "" && stateDir != "mem:" {
-		path = filepath.Join(stateDir, "audit.jsonl")
+	r := &egressRun{f: f, ifname: ifname, log: log, stop: func() {}}
+	switch {
+	case cfg.Device != nil:
+		cfg.Device = &egressDevice{DeviceOpener: cfg.Device, r: r}
+	case cfg.Provisioner != nil:
+		cfg.Provisioner = &egressProvisioner{Provisioner: cfg.Provisioner, r: r}
 	}
-	r := &egressRun{stop: func() {}}
+	return r
+}
+
+// egressProvisioner installs the filter once the interface is up.
+type egressProvisioner struct {
+	node.Provisioner
+	r *egressRun
+}
+
+func (p *egressProvisioner) Up(ctx context.Context, addr netip.Prefix, mtu int) (tun.Device, error) {
+	dev, err := p.Provisioner.Up(ctx, addr, mtu)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.r.install(addr); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return dev, nil
+}
+
+// ServeDevice passes the inner provisioner's ability on (wg(8)'s UAPI
+// socket).
+func (p *egressProvisioner) ServeDevice(dev *device.Device, bind *node.Bind) (io.Closer, error) {
+	if ds, ok := p.Provisioner.(node.DeviceServer); ok {
+		return ds.ServeDevice(dev, bind)
+	}
+	return io.NopCloser(nil), nil
+}
+
+// egressDevice installs the filter once kernel WireGuard's interface exists.
+type egressDevice struct {
+	node.DeviceOpener
+	r *egressRun
+}
+
+func (d *egressDevice) OpenDevice(ctx context.Context, addr netip.Prefix, mtu int, bind conn.Bind) (node.Device, error) {
+	dev, err := d.DeviceOpener.OpenDevice(ctx, addr, mtu, bind)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.r.install(addr); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return dev, nil
+}
+
+// install starts the enforcer for the overlay prefix addr is in.
+func (r *egressRun) install(addr netip.Prefix) error {
+	if r.enf != nil {
+		return nil
+	}
 	cfg := egress.Config{
-		Interface: ifname, Policy: f.policy, Backend: f.backend, FailClosed: f.failClosed, PinRoot: f.pinRoot,
-		Overlay: n.Address().Masked(), Peers: nodePeers(n), Logger: log,
+		Interface: r.ifname, Policy: r.f.policy, Backend: r.f.backend, FailClosed: r.f.failClosed, PinRoot: r.f.pinRoot,
+		Overlay: addr.Masked(), Peers: r.peers, Logger: r.log,
 	}
-	if path != "" {
-		w, err := audit.Open(path)
+	if r.f.auditPath != "" {
+		w, err := audit.Open(r.f.auditPath)
 		if err != nil {
-			return nil, fmt.Errorf("egress audit log: %w", err)
+			return fmt.Errorf("egress audit log: %w", err)
 		}
 		r.audit, cfg.Audit = w, w
 	}
@@ -98,22 +169,39 @@ func (f *egressFlags) start(ctx context.Context, n *node.Node, ifname, stateDir 
 	if err != nil {
 		if r.audit != nil {
 			_ = r.audit.Close()
+			r.audit = nil
 		}
-		return nil, err
+		return err
 	}
 	r.enf = enf
+	return nil
+}
+
+// started reports the running node: its peers from now on, the audit
+// log's start line and the SIGHUP handler.
+func (r *egressRun) started(ctx context.Context, n *node.Node, out io.Writer) error {
+	if r == nil {
+		return nil
+	}
+	if r.enf == nil {
+		return errors.New("egress: the interface came up without the egress filter")
+	}
+	r.node.Store(n)
+	if err := r.enf.RefreshPeers(); err != nil {
+		return err
+	}
 	if r.audit != nil {
 		id := n.Identity()
-		_ = r.audit.Write(audit.Event{Kind: "start", Detail: fmt.Sprintf("node %s (%s) on %s, egress %s, policy %s", id.Name, id.NodeID, ifname, enf.Backend(), enf.Policy().Source())})
+		_ = r.audit.Write(audit.Event{Kind: "start", Detail: fmt.Sprintf("node %s (%s) on %s, egress %s, policy %s", id.Name, id.NodeID, r.ifname, r.enf.Backend(), r.enf.Policy().Source())})
 	}
-	fmt.Fprintf(out, "up: egress policy %s enforced on %s with %s\n", enf.Policy().Source(), ifname, enf.Backend())
-	r.stop = reloadEgressOnHUP(ctx, enf)
-	return r, nil
+	fmt.Fprintf(out, "up: egress policy %s enforced on %s with %s\n", r.enf.Policy().Source(), r.ifname, r.enf.Backend())
+	r.stop = reloadEgressOnHUP(ctx, r.enf)
+	return nil
 }
 
 // close removes the filter and closes the audit log.
 func (r *egressRun) close() error {
-	if r == nil {
+	if r == nil || r.enf == nil {
 		return nil
 	}
 	r.stop()
@@ -124,17 +212,20 @@ func (r *egressRun) close() error {
 	return errors.Join(errs...)
 }
 
-// nodePeers gives the enforcer the node's peers by name.
-func nodePeers(n *node.Node) func() map[string][]netip.Addr {
-	return func() map[string][]netip.Addr {
-		out := map[string][]netip.Addr{}
-		for _, p := range n.Peers() {
-			if p.Name != "" && p.Address.IsValid() {
-				out[p.Name] = append(out[p.Name], p.Address.Addr())
-			}
-		}
+// peers gives the enforcer the node's peers by name (none until the node
+// is running: WireGuard has none either).
+func (r *egressRun) peers() map[string][]netip.Addr {
+	out := map[string][]netip.Addr{}
+	n := r.node.Load()
+	if n == nil {
 		return out
 	}
+	for _, p := range n.Peers() {
+		if p.Name != "" && p.Address.IsValid() {
+			out[p.Name] = append(out[p.Name], p.Address.Addr())
+		}
+	}
+	return out
 }
 
 // reloadEgressOnHUP re-reads the policy on SIGHUP until ctx ends or the

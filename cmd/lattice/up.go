@@ -107,7 +107,7 @@ egress clear' removes it.`,
 		if controlURL == "" {
 			return usagef("--control is required: the URL of 'lattice control'")
 		}
-		if err := egressF.check(cmd, userspace); err != nil {
+		if err := egressF.check(cmd, userspace, stateDir); err != nil {
 			return err
 		}
 		if err := metricsF.check(); err != nil {
@@ -151,6 +151,8 @@ egress clear' removes it.`,
 		if err := wg.apply(cmd.Context(), &cfg, log); err != nil {
 			return err
 		}
+		eg := egressF.wrap(&cfg, ifname, log)
+		defer func() { _ = eg.close() }() // after n.Close: the filter outlasts the interface's traffic
 		n, err := node.Start(cmd.Context(), cfg)
 		if err != nil {
 			return err
@@ -163,11 +165,9 @@ egress clear' removes it.`,
 			return err
 		}
 		defer stopMetrics()
-		eg, err := egressF.start(cmd.Context(), n, ifname, stateDir, cmd.OutOrStdout(), log)
-		if err != nil {
+		if err := eg.started(cmd.Context(), n, cmd.OutOrStdout()); err != nil {
 			return err
 		}
-		defer func() { _ = eg.close() }()
 		if socket != "" {
 			stop, err := serveStatus(socket, n)
 			if err != nil {
