@@ -69,7 +69,7 @@ func TestParseStep(t *testing.T) {
 		{name: "heal what is", step: "heal_direct: {between: [alice, bob]}",
 			st: LiveState{Running: []string{"alice", "bob"}, Holes: [][2]string{{"bob", "alice"}}}, want: "heal_direct"},
 		{name: "moved already", step: "move: {node: alice, to: cafe}",
-			st: LiveState{Running: []string{"alice", "bob"}, Location: map[string]string{"alice": "cafe"}},
+			st:      LiveState{Running: []string{"alice", "bob"}, Location: map[string]string{"alice": "cafe"}},
 			wantErr: "1 problem:\ndo:1:25: move.to: node alice is on cafe already"},
 		{name: "exec on an in-process host", step: "exec: {host: server, argv: [true]}", st: up,
 			wantErr: "1 problem:\ndo:1:14: exec.host: host server is in-process (a gVisor stack), not a kernel host; set kind: netns on host server to run real programs in it"},
@@ -114,7 +114,7 @@ func TestExecRun(t *testing.T) {
 			res: ExecResult{ExitCode: 1}, wantErr: `false: exit status 1, want 0 (stdout "", stderr "")`},
 		{name: "want failure", step: Exec{Host: "box", Argv: []string{"false"}, ExitCode: 1}, res: ExecResult{ExitCode: 1}},
 		{name: "output", step: Exec{Host: "box", Argv: []string{"ping"}, StdoutContains: "1 received", StderrContains: "x"},
-			res: ExecResult{Stdout: "0 received", Stderr: "y"},
+			res:     ExecResult{Stdout: "0 received", Stderr: "y"},
 			wantErr: `ping: stdout does not contain "1 received"; stderr does not contain "x" (stdout "0 received", stderr "y")`},
 	}
 	for _, tt := range tests {
