@@ -37,7 +37,7 @@ func LatticeImage(c *corev1.Container) bool {
 // (for the kustomizations). It returns every violation, each naming its
 // object.
 func Check(fsys fs.FS, m *Manifests) error {
-	errs := []error{checkKustomizations(fsys, m), checkReplicas(m)}
+	errs := []error{checkKustomizations(fsys, m), checkReplicas(m), checkCallout(m)}
 	for _, w := range m.Workloads() {
 		level, err := m.podSecurity(w)
 		errs = append(errs, err)

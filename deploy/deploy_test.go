@@ -81,7 +81,7 @@ func TestBrokenManifests(t *testing.T) {
 		wantErr              string
 	}{
 		{"unknown field", "base/control.yaml", "      enableServiceLinks: false", "      enableServiceLink: false",
-			`base/control.yaml:47:7: json: unknown field "enableServiceLink"`},
+			`base/control.yaml:49:7: json: unknown field "enableServiceLink"`},
 		{"duplicated field", "base/stun.yaml", "  replicas: 2\n", "  replicas: 2\n  replicas: 3\n", `base/stun.yaml:`},
 		{"wrong type", "base/nats.yaml", "  replicas: 3", "  replicas: three", `base/nats.yaml:45:3: json: cannot unmarshal string`},
 		{"bad YAML", "base/relay.yaml", "  type: LoadBalancer", "  type: [LoadBalancer", `base/relay.yaml:`},
@@ -118,6 +118,15 @@ func TestBrokenManifests(t *testing.T) {
 		{"service protocol", "base/relay.yaml", "targetPort: relay-udp, protocol: UDP", "targetPort: relay-udp, protocol: SCTP", "port quic: relay has no SCTP port relay-udp"},
 		{"service selects nothing", "base/nats.yaml", "  name: nats\n  labels: {app.kubernetes.io/name: nats}\nspec:\n  selector: {app.kubernetes.io/name: nats}", "  name: nats\n  labels: {app.kubernetes.io/name: nats}\nspec:\n  selector: {app.kubernetes.io/name: natz}", "Service nats: selects no workload"},
 		{"secret readable by group", "base/control.yaml", "secretName: control-tokens, defaultMode: 0400", "secretName: control-tokens, defaultMode: 0440", "secret volume tokens: defaultMode is not 0400"},
+		{"no authorization", "base/nats-config.yaml", "    authorization {", "    authorisation {", "nats.conf has no authorization block"},
+		{"no auth callout", "base/nats-config.yaml", "      auth_callout {", "      callout {", "authorization has no auth_callout"},
+		{"issuer in the tree", "base/nats-config.yaml", "issuer: $AUTH_CALLOUT_ISSUER", "issuer: ABCDEFGH", "auth_callout issuer ABCDEFGH: want $VAR"},
+		{"issuer not in the environment", "base/nats.yaml", "- name: AUTH_CALLOUT_ISSUER", "- name: CALLOUT_ISSUER", "AUTH_CALLOUT_ISSUER is not in the nats container's environment"},
+		{"issuer not from a ConfigMap", "base/nats.yaml", "configMapKeyRef: {name: nats-callout, key: issuer}", "fieldRef: {fieldPath: metadata.name}", "AUTH_CALLOUT_ISSUER does not come from a ConfigMap key"},
+		{"control not in auth_users", "base/nats-config.yaml", "auth_users: [ control ]", "auth_users: [ admin ]", "auth_users [admin] lack control's NATS user control"},
+		{"control serves no callout", "base/control.yaml", "            - --auth-callout-seed-file\n            - /etc/lattice/callout/seed\n", "", "control has no --auth-callout-seed-file"},
+		{"callout seed not a Secret", "base/control.yaml", "- /etc/lattice/callout/seed", "- /var/lib/lattice/control/seed", "--auth-callout-seed-file /var/lib/lattice/control/seed is not in a Secret volume"},
+		{"callout seed readable by group", "base/control.yaml", "secretName: nats-callout-seed, defaultMode: 0400", "secretName: nats-callout-seed, defaultMode: 0440", "secret volume callout: defaultMode is not 0400"},
 		{"secret owned by root", "base/relay.yaml", "secretName: relay-tls, defaultMode: 0400, defaultUser: 65534", "secretName: relay-tls, defaultMode: 0400", "secret volume tls: defaultUser 0, want the pod's user 65534"},
 	}
 	for _, tt := range tests {
