@@ -53,13 +53,14 @@ func newRootCmd() *cobra.Command {
   lattice relay     the LRP relay, for peers no direct path reaches
   lattice stun      a STUN server (RFC 8489, RFC 5780 with two addresses)
   lattice netcheck  this host's NAT type, public address, relay latency
+  lattice ping      a peer over the overlay: direct or relay, round trip
   lattice version   version, commit, edition and Go toolchain
 
 Every service listens on 127.0.0.1 unless told otherwise, logs to stderr and
 stops cleanly on Ctrl-C or SIGTERM.`,
 	}
 	cli.Configure(root)
-	root.AddCommand(newUpCmd(), newStatusCmd(), newSandboxCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd(), newEgressCmd(), newNetcheckCmd(), cli.NewVersionCmd())
+	root.AddCommand(newUpCmd(), newStatusCmd(), newSandboxCmd(), newControlCmd(), newRelayCmd(), newSTUNCmd(), newEgressCmd(), newNetcheckCmd(), newPingCmd(), cli.NewVersionCmd())
 	return root
 }
 
