@@ -90,8 +90,7 @@ func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		if err == nil || ctx.Err() != nil {
 			return kv, err
 		}
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled) &&
-			!errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
+		if !retryable(err) {
 			return nil, err
 		}
 		select {
@@ -100,6 +99,17 @@ func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// retryable: JetStream is not there yet (no leader, a cluster still
+// forming: 503 answers, or none).
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout)
 }
 
 // tuneBucket gives an existing bucket the replica count asked for and,
