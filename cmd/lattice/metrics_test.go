@@ -3,12 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/key"
+	"github.com/latticelab/lattice/netx"
 )
 
 // TestMetricsListenRefusesRemote: every daemon refuses a non-loopback
@@ -32,5 +42,35 @@ func TestMetricsListenRefusesRemote(t *testing.T) {
 				assert.Contains(t, errb.String(), "--metrics-allow-remote")
 			})
 		}
+	}
+}
+
+// TestControlMetrics: lattice control's /metrics counts a registration
+// and a refused one, beside the Go runtime's metrics, in JSON logs.
+func TestControlMetrics(t *testing.T) {
+	tokens := writeFile(t, "tokens", "metrics-test-token-0123456789\n", 0o600)
+	cout, cerr, cstop := start(t, "control", "--embedded-nats", "--nats-listen", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
+		"--token-file", tokens, "--state-dir", t.TempDir(), "--metrics-listen", "127.0.0.1:0", "--log-format", "json")
+	httpRE := regexp.MustCompile(`HTTP registration on (http://[0-9.:]+)/v1/register`)
+	metricsRE := regexp.MustCompile(`control: metrics on (http://[0-9.:]+/metrics)`)
+	require.Eventually(t, func() bool { return metricsRE.MatchString(cout.String()) }, 10*time.Second, 10*time.Millisecond, "%s%s", cout, cerr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	base := httpRE.FindStringSubmatch(cout.String())[1]
+	_, err := control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "metrics-test-token-0123456789", Name: "m1", Key: key.NewPrivate()})
+	require.NoError(t, err)
+	_, err = control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "wrong-token-0123456789", Name: "m2", Key: key.NewPrivate()})
+	require.Error(t, err)
+
+	resp, err := http.Get(metricsRE.FindStringSubmatch(cout.String())[1])
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`lattice_control_registrations_total{result="registered"} 1`, `lattice_control_registrations_total{result="refused"} 1`, "go_goroutines "} {
+		assert.Contains(t, string(body), want)
+	}
+	assert.Equal(t, exitOK, cstop())
+	for _, line := range strings.Split(strings.TrimSpace(cerr.String()), "\n") {
+		assert.True(t, json.Valid([]byte(line)), "not a JSON log line: %q", line)
 	}
 }
