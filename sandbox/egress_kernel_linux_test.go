@@ -101,7 +101,9 @@ func TestKernelOverlayAudit(t *testing.T) {
 			var logs strings.Builder
 			var logMu sync.Mutex
 			k := newKernelEgress("wg0", netip.MustParsePrefix("100.64.0.7/10"), mustPolicy(t, "default: deny\nrules:\n  - allow: peer:web\n    ports: [8080]\n"),
-				func() []nodePeer { return []nodePeer{{"web", netip.MustParseAddr("100.64.0.2")}, {"db", netip.MustParseAddr("100.64.0.3")}} },
+				func() []nodePeer {
+					return []nodePeer{{"web", netip.MustParseAddr("100.64.0.2")}, {"db", netip.MustParseAddr("100.64.0.3")}}
+				},
 				slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) }), nil)))
 			k.v6 = true
 			k.iptablesOnly = iptablesOnly
@@ -117,7 +119,9 @@ func TestKernelOverlayAudit(t *testing.T) {
 				assert.NoError(t, dial("100.64.0.2:8080"), "web, by name")
 			}
 			assert.Error(t, dial("100.64.0.3:8080"), "db, not named")
-			require.Eventually(t, func() bool { return len(sink.egress("100.64.0.2:8080")) >= 2 && len(sink.egress("100.64.0.3:8080")) >= 1 },
+			require.Eventually(t, func() bool {
+				return len(sink.egress("100.64.0.2:8080")) >= 2 && len(sink.egress("100.64.0.3:8080")) >= 1
+			},
 				5*time.Second, 20*time.Millisecond, "audit lines")
 			time.Sleep(100 * time.Millisecond)
 			allowed := sink.egress("100.64.0.2:8080")
