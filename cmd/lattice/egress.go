@@ -128,8 +128,12 @@ func (p *egressProvisioner) ServeDevice(dev *device.Device, bind *node.Bind) (io
 	if ds, ok := p.Provisioner.(node.DeviceServer); ok {
 		return ds.ServeDevice(dev, bind)
 	}
-	return io.NopCloser(nil), nil
+	return nopCloser{}, nil
 }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
 
 // egressDevice installs the filter once kernel WireGuard's interface exists.
 type egressDevice struct {
