@@ -26,9 +26,10 @@ type sharedSrflx struct {
 }
 
 type srflxCall struct {
-	done chan struct{}
-	addr *stun.XORMappedAddress
-	err  error
+	done      chan struct{}
+	addr      *stun.XORMappedAddress
+	err       error
+	abandoned bool // its caller's ctx ended it, not the server
 }
 
 func newSharedSrflx(m *ice.UniversalUDPMuxDefault) *sharedSrflx {
@@ -42,15 +43,23 @@ func (s *sharedSrflx) GetXORMappedAddr(server net.Addr, deadline time.Duration) 
 
 // GetXORMappedAddrContext is what pion's gathering calls when the mux has
 // it: the mapped address from server, from the request already out if
-// there is one.
+// there is one. Every caller keeps to its own ctx (an agent's Close waits
+// for its gathering): a request whose caller gave up ends, and those that
+// waited on it send their own.
 func (s *sharedSrflx) GetXORMappedAddrContext(ctx context.Context, server net.Addr, deadline time.Duration) (*stun.XORMappedAddress, error) {
 	key := server.String()
-	s.mu.Lock()
-	if c := s.inflight[key]; c != nil {
+	for {
+		s.mu.Lock()
+		c := s.inflight[key]
+		if c == nil {
+			break // with s.mu held: we send the request
+		}
 		s.mu.Unlock()
 		select {
 		case <-c.done:
-			return c.addr, c.err
+			if !c.abandoned {
+				return c.addr, c.err
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -58,9 +67,8 @@ func (s *sharedSrflx) GetXORMappedAddrContext(ctx context.Context, server net.Ad
 	c := &srflxCall{done: make(chan struct{})}
 	s.inflight[key] = c
 	s.mu.Unlock()
-	// Not ctx: the others wait on this request, so the first agent's
-	// cancellation must not end it; deadline bounds it.
-	c.addr, c.err = s.UniversalUDPMuxDefault.GetXORMappedAddrContext(context.Background(), server, deadline)
+	c.addr, c.err = s.UniversalUDPMuxDefault.GetXORMappedAddrContext(ctx, server, deadline)
+	c.abandoned = ctx.Err() != nil
 	s.mu.Lock()
 	delete(s.inflight, key)
 	s.mu.Unlock()
