@@ -36,11 +36,16 @@ import (
 // passes its manifest's probes; one sandbox reaches the other over the
 // overlay on a direct path.
 //
+// The servers know one user, control; every other login goes to their
+// auth callout, which control serves with an account nkey made here
+// (deploy_callout_test.go): the sandboxes register and work through it,
+// and a node logging in with its own credentials is refused every
+// subscription and publication on a sandbox's subjects, and a login as
+// that sandbox, which control logs.
+//
 // Not run: the relay and STUN (their Services map port 443 and 3478 to
 // the pods, which Docker networks do not do; the sandboxes meet directly
-// on one network). The NATS servers take auth.conf empty: control has no
-// auth callout yet, so on an external NATS nothing confines a node to its
-// own subjects (issue 17 item 3; docs/OPERATIONS.md says so).
+// on one network).
 func TestDeployManifests(t *testing.T) {
 	ctx, img := setup(t)
 	if host, err := publishedHost(t); err != nil || host != "127.0.0.1" {
@@ -61,21 +66,28 @@ func TestDeployManifests(t *testing.T) {
 	controlCert, controlKey, _ := ca.leaf(t, "control")
 	_, _, relayFP := ca.leaf(t, "relay.lattice.svc")
 	token := "e2e-join-" + randomHex(16)
+	controlW, err := m.Workload("control")
+	require.NoError(t, err)
+	controlC, err := controlW.Container("control")
+	require.NoError(t, err)
+	callout := newCalloutSecrets(t, deploy.FlagValue(controlC.Args, "--nats-user"))
 	env := &podEnv{
 		images: map[string]string{natsC.Image: nats, "lattice:dev": img, "lattice:dev-pro": img},
 		configMaps: map[string]map[string]string{
 			"nats-config":          m.Find("ConfigMap", "nats-config").Value.(*corev1.ConfigMap).Data,
 			"lattice-fingerprints": {"nats": natsFP, "relay": relayFP},
+			"nats-callout":         {"issuer": callout.issuer},
 		},
 		secrets: map[string]map[string]string{
-			"nats-auth":      {"auth.conf": "# no authorization: see TestDeployManifests\n"},
-			"nats-tls":       {"tls.crt": natsCert, "tls.key": natsKey, "ca.crt": ca.certPEM},
-			"control-tokens": {"tokens": token + "\n"},
-			"nats-control":   {"password": randomHex(16) + "\n"},
-			"relay-secret":   {"secret": randomHex(32) + "\n"},
-			"control-tls":    {"tls.crt": controlCert, "tls.key": controlKey},
-			"agent-token":    {"token": token + "\n"},
-			"agent-proxy":    {"credentials": "agent:" + randomHex(12) + "\n"},
+			"nats-auth":         {"auth.conf": callout.authConf},
+			"nats-callout-seed": {"seed": callout.seed + "\n"},
+			"nats-tls":          {"tls.crt": natsCert, "tls.key": natsKey, "ca.crt": ca.certPEM},
+			"control-tokens":    {"tokens": token + "\n"},
+			"nats-control":      {"password": callout.password + "\n"},
+			"relay-secret":      {"secret": randomHex(32) + "\n"},
+			"control-tls":       {"tls.crt": controlCert, "tls.key": controlKey},
+			"agent-token":       {"token": token + "\n"},
+			"agent-proxy":       {"credentials": "agent:" + randomHex(12) + "\n"},
 		},
 	}
 	nw := newNetwork(ctx, t)
@@ -93,12 +105,12 @@ func TestDeployManifests(t *testing.T) {
 		env.waitReady(ctx, t, s, natsW, "nats")
 	}
 
-	controlW, err := m.Workload("control")
-	require.NoError(t, err)
+	controls := make([]*box, controlW.Replicas)
 	for i := range controlW.Replicas {
 		c := env.runPod(ctx, t, nw, podSpec{w: controlW, container: "control", name: fmt.Sprintf("control-%d", i), aliases: []string{"control"}})
 		c.match(ctx, t, `control: registry in `)
 		assertManifestSettings(ctx, t, c, controlW, "control")
+		controls[i] = c
 	}
 
 	assertRegistryReplicas(ctx, t, servers[0], nw, int(natsW.Replicas))
@@ -137,6 +149,12 @@ func TestDeployManifests(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, code, "audit verify in agent-1:\n%s", out)
 	assert.Contains(t, out, ": ok, ")
+
+	// Confinement: a node registered through the last server (each server
+	// asks the callout, whichever replica's connection it reaches) tries
+	// agent-1's subjects.
+	webID := web.match(ctx, t, `sandbox: agent-1 \((\S+)\) at `)[1]
+	assertConfined(ctx, t, net.JoinHostPort(servers[len(servers)-1].ip(ctx, t, nw), "4222"), natsFP, token, webID, controls)
 
 	// The restricted pod cannot isolate its agent in namespaces of its own
 	// (RuntimeDefault refuses unshare(CLONE_NEWUSER)): without the
