@@ -22,7 +22,11 @@ type sandboxCounters interface {
 // sandboxCollector exports a sandbox's egress decisions and audit errors.
 type sandboxCollector struct{ c sandboxCounters }
 
-var _ prometheus.Collector = sandboxCollector{}
+var (
+	_ prometheus.Collector = sandboxCollector{}
+	_ sandboxCounters      = (*sandbox.PodDriver)(nil)
+	_ sandboxCounters      = (*sandbox.RunscDriver)(nil)
+)
 
 var (
 	descSandboxEgress = prometheus.NewDesc("lattice_sandbox_egress_decisions_total",
