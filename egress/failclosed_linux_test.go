@@ -3,16 +3,20 @@ package egress
 import (
 	"bufio"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/internal/edition"
 )
 
 // The child process: Start an Enforcer and wait to be killed.
@@ -23,9 +27,13 @@ func runChildIfAsked() (int, bool) {
 		return 0, false
 	}
 	web := netip.MustParseAddr(os.Getenv(childEnv + "_WEB"))
-	_, err := Start(Config{
+	ns := os.Getenv(childEnv)
+	if ns == "here" {
+		ns = "" // started in the namespace already
+	}
+	e, err := Start(Config{
 		Peers:     func() map[string][]netip.Addr { return map[string][]netip.Addr{"web": {web}} },
-		Interface: "vc", Netns: os.Getenv(childEnv), Policy: os.Getenv(childEnv + "_POLICY"),
+		Interface: "vc", Netns: ns, Policy: os.Getenv(childEnv + "_POLICY"), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		Backend: os.Getenv(childEnv + "_BACKEND"), FailClosed: os.Getenv(childEnv+"_FAILCLOSED") != "",
 		PinRoot: os.Getenv(childEnv + "_PIN"), Overlay: netip.MustParsePrefix(os.Getenv(childEnv + "_OVERLAY")),
 	})
@@ -33,7 +41,7 @@ func runChildIfAsked() (int, bool) {
 		fmt.Println("error:", err)
 		return 1, true
 	}
-	fmt.Println("started")
+	fmt.Println("started", e.Backend())
 	select {}
 }
 
@@ -52,7 +60,7 @@ func startChild(t *testing.T, p pair, backend, policy, pin string, failClosed bo
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	require.NoError(t, err, "child: %q", line)
-	require.Equal(t, "started\n", line)
+	require.True(t, strings.HasPrefix(line, "started "), "child: %q", line)
 	return cmd
 }
 
@@ -118,4 +126,37 @@ func backendsHave(b string) bool {
 		}
 	}
 	return false
+}
+
+// TestFallbackToIPTables: where the kernel refuses BPF (here: root
+// without CAP_BPF, CAP_SYS_ADMIN and CAP_PERFMON, dropped from the
+// bounding set), Auto enforces the policy with iptables and the log says
+// why.
+func TestFallbackToIPTables(t *testing.T) {
+	requireRoot(t)
+	if !edition.Pro() {
+		t.Skip("in the community edition Auto is iptables without trying eBPF (TestEnforce)")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux) to drop the BPF capabilities")
+	}
+	p := newPair(t)
+	listen(t, p, 8080)
+	pol := writePolicy(t, p, t.TempDir(), basePolicy)
+	ns := p.client[strings.LastIndexByte(p.client, '/')+1:]
+	cmd := exec.Command("ip", "netns", "exec", ns, "setpriv", "--bounding-set", "-bpf,-sys_admin,-perfmon", "--", os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"=here", childEnv+"_POLICY="+pol, childEnv+"_BACKEND="+Auto,
+		childEnv+"_PIN=", childEnv+"_OVERLAY="+p.overlay().String(), childEnv+"_WEB="+p.addr(2).String())
+	var stderr logBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // its chains go with the namespace
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "child: %q %s", line, stderr.String())
+	assert.Equal(t, "started iptables\n", line)
+	assert.Contains(t, stderr.String(), "eBPF egress filter unavailable here; enforcing the policy with iptables")
+	assert.True(t, canConnect(t, p, netip.AddrPortFrom(p.addr(2), 8080)), "web")
+	assert.False(t, canConnect(t, p, netip.AddrPortFrom(p.addr(3), 8080)), "db")
 }
