@@ -21,7 +21,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
-	"github.com/latticelab/lattice/proxy"
+	"github.com/latticelab/lattice/internal/splice"
 )
 
 // GatewayMTU is the agent's TUN MTU when GatewayConfig.MTU is zero. The
@@ -268,7 +268,7 @@ func (g *Gateway) tcp(r *tcp.ForwarderRequest) {
 		return
 	}
 	defer g.track(out, false)
-	proxy.Splice(in, out)
+	splice.Splice(in, out)
 }
 
 // udp handles the first datagram of a flow. gVisor calls it on its
