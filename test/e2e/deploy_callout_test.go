@@ -65,7 +65,8 @@ func pinnedTLS(fp string) *tls.Config {
 // credentials, is refused (a permissions violation, by the server) every
 // subscription and publication on victim's subjects and receives nothing
 // of them; logging in as victim with its own password is refused, and a
-// control replica logs the refusal with the user it claimed.
+// control replica logs the refusal with the user it claimed and the
+// server that asked.
 func assertConfined(ctx context.Context, t *testing.T, natsAddr, fingerprint, token, victim string, controls []*box) {
 	t.Helper()
 	url := "tls://" + natsAddr + "?fingerprint=" + fingerprint
@@ -76,7 +77,7 @@ func assertConfined(ctx context.Context, t *testing.T, natsAddr, fingerprint, to
 	var mu sync.Mutex
 	var violations []string
 	nc, err := nats.Connect("tls://"+natsAddr, nats.Secure(pinnedTLS(fingerprint)),
-		nats.UserInfo(reg.NATS.User, reg.NATS.Password), nats.CustomInboxPrefix(reg.NATS.Inbox), nats.NoReconnect(),
+		nats.UserInfo(reg.NATS.User, reg.NATS.Password), nats.CustomInboxPrefix(reg.NATS.Inbox), nats.NoReconnect(), nats.IgnoreDiscoveredServers(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -84,6 +85,7 @@ func assertConfined(ctx context.Context, t *testing.T, natsAddr, fingerprint, to
 		}))
 	require.NoError(t, err, "the intruder logs in with its own credentials")
 	defer nc.Close()
+	server := nc.ConnectedServerName() // the refused login below goes to it too
 	got := make(chan *nats.Msg, 16)
 	subs := []string{control.NodeSubject(victim, control.LeafPeers), control.NodeSubject(victim, control.LeafSignalIn),
 		"lattice.v1.>", control.InboxPrefix + "." + victim + ".>"}
@@ -115,17 +117,17 @@ func assertConfined(ctx context.Context, t *testing.T, natsAddr, fingerprint, to
 		t.Errorf("the intruder read %s", m.Subject)
 	case <-time.After(time.Second):
 	}
-	t.Logf("the intruder (on %s) and its attempts on %s's subjects: %v", nc.ConnectedServerName(), victim, seen())
+	t.Logf("the intruder (on %s) and its attempts on %s's subjects: %v", server, victim, seen())
 
 	// Logging in as the victim, with the intruder's password.
 	_, err = nats.Connect("tls://"+natsAddr, nats.Secure(pinnedTLS(fingerprint)),
-		nats.UserInfo(victim, reg.NATS.Password), nats.NoReconnect(), nats.Timeout(10*time.Second))
+		nats.UserInfo(victim, reg.NATS.Password), nats.NoReconnect(), nats.IgnoreDiscoveredServers(), nats.Timeout(10*time.Second))
 	require.Error(t, err, "a login as %s with another node's password", victim)
 	assert.Contains(t, strings.ToLower(err.Error()), "authorization")
 	poll(ctx, t, "a control replica logs the refused login", 10*time.Second, func(context.Context) error {
 		for _, c := range controls {
 			for _, line := range strings.Split(c.output(), "\n") {
-				if strings.Contains(line, "NATS login refused") && strings.Contains(line, "user="+victim) {
+				if strings.Contains(line, "NATS login refused") && strings.Contains(line, "user="+victim) && strings.Contains(line, "server="+server) {
 					t.Logf("%s: %s", c.name, line)
 					return nil
 				}
