@@ -9,6 +9,7 @@ import (
 
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/relay"
 )
 
 // nodeCollector exports a node's paths from its status snapshot, the one
@@ -45,6 +46,13 @@ type statusSource interface {
 // muxSource is optionally implemented by a statusSource (*node.Node).
 type muxSource interface {
 	MuxStats() node.MuxStats
+}
+
+// relaySource is optionally implemented by a statusSource: the node's
+// relay client's counters. *node.Node does not have it yet; the metrics
+// appear once it does.
+type relaySource interface {
+	RelayStats() relay.ClientStats
 }
 
 const defaultPeerLimit = 100
@@ -89,6 +97,12 @@ var (
 		"Datagrams received on the shared UDP socket, by kind.", []string{"kind"}, nil)
 	descNodeMuxDrops = prometheus.NewDesc("lattice_node_socket_drops_total",
 		"Datagrams dropped on the shared UDP socket because their queue was full, by kind.", []string{"kind"}, nil)
+	descNodeRelayConnects = prometheus.NewDesc("lattice_node_relay_connects_total",
+		"Connections to the relay, the first and every reconnect.", nil, nil)
+	descNodeRelayDrops = prometheus.NewDesc("lattice_node_relay_recv_drops_total",
+		"Packets from the relay dropped because the node fell behind.", nil, nil)
+	descNodeRelayRenewals = prometheus.NewDesc("lattice_node_relay_token_renewals_total",
+		"Relay token renewals by result (ok, failed).", []string{"result"}, nil)
 	descPeerBytes = prometheus.NewDesc("lattice_node_peer_bytes_total",
 		"Per peer (--metrics-per-peer): bytes by path and direction.", []string{"peer", "path", "direction"}, nil)
 	descPeerPath = prometheus.NewDesc("lattice_node_peer_path",
@@ -117,6 +131,7 @@ func newNodeCollector(src statusSource, perPeer bool, peerLimit int) *nodeCollec
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodePeers, descNodeBytes, descNodeSwitches, descNodeHandshake,
 		descNodeNoHandshake, descNodeICEAttempts, descNodeICEOutcomes, descNodeICEState, descNodeMux, descNodeMuxDrops,
+		descNodeRelayConnects, descNodeRelayDrops, descNodeRelayRenewals,
 		descPeerBytes, descPeerPath, descPeerHandshake, descPeerRTT, descPeerOmitted} {
 		ch <- d
 	}
@@ -179,6 +194,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.STUNDropped), "stun")
 		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.WireGuardDroped), "wireguard")
+	}
+	if r, ok := c.src.(relaySource); ok {
+		rs := r.RelayStats()
+		ch <- prometheus.MustNewConstMetric(descNodeRelayConnects, prometheus.CounterValue, float64(rs.Connects))
+		ch <- prometheus.MustNewConstMetric(descNodeRelayDrops, prometheus.CounterValue, float64(rs.RecvDropped))
+		ch <- prometheus.MustNewConstMetric(descNodeRelayRenewals, prometheus.CounterValue, float64(rs.TokenRenewals), "ok")
+		ch <- prometheus.MustNewConstMetric(descNodeRelayRenewals, prometheus.CounterValue, float64(rs.TokenRenewalFailures), "failed")
 	}
 	if c.perPeer {
 		c.collectPeers(ch, sts, now)

@@ -20,6 +20,7 @@ import (
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/relay"
 )
 
 // counterValue reads one series of a collector.
@@ -177,4 +178,20 @@ func TestSwitchReason(t *testing.T) {
 		assert.Equal(t, tc.want, switchReason(node.PathEvent{To: tc.to, Reason: tc.reason}), tc.reason)
 	}
 	assert.False(t, strings.Contains(switchReason(node.PathEvent{Reason: strings.Repeat("y", 1000)}), "y"))
+}
+
+// relayedStatus is a statusSource with relay client counters.
+type relayedStatus struct{ *fakeStatus }
+
+func (relayedStatus) RelayStats() relay.ClientStats {
+	return relay.ClientStats{Connects: 3, RecvDropped: 1, TokenRenewals: 4, TokenRenewalFailures: 2}
+}
+
+// TestNodeMetricsRelayClient: a source with relay counters exports them;
+// one without exports none.
+func TestNodeMetricsRelayClient(t *testing.T) {
+	c := newNodeCollector(relayedStatus{&fakeStatus{}}, false, 0)
+	assert.Equal(t, 3.0, counterValue(t, c, "lattice_node_relay_connects_total", nil))
+	assert.Equal(t, 2.0, counterValue(t, c, "lattice_node_relay_token_renewals_total", map[string]string{"result": "failed"}))
+	assert.Equal(t, 0, countSeries(newNodeCollector(&fakeStatus{}, false, 0), "lattice_node_relay_connects_total"))
 }
