@@ -25,8 +25,9 @@ const initFD = 3
 
 // initConfig is what the sandbox tells its init.
 type initConfig struct {
-	// Probe: make the TUN device, answer and exit, to show that
-	// namespace isolation works here.
+	// Probe: make the link and the mounts, answer and exit, to show
+	// that namespace isolation works here (a masked /proc, as container
+	// runtimes leave it, refuses the PID namespace's /proc).
 	Probe bool `json:"probe,omitempty"`
 	// Address is the agent's (the node's) overlay address and prefix.
 	Address string `json:"address"`
@@ -116,7 +117,7 @@ func sendInitReply(sock *os.File, link agentLink, setupErr error) error {
 // PID namespace.
 func setupAgentNamespaces(cfg initConfig) (agentLink, error) {
 	link, err := setupAgentNetwork(cfg)
-	if err != nil || cfg.Probe {
+	if err != nil {
 		return link, err
 	}
 	if err := setupAgentMounts(cfg); err != nil {
@@ -151,7 +152,7 @@ func setupAgentMounts(cfg initConfig) error {
 	// not in it. The agent's nested user namespace needs it too (its
 	// uid_map is written through /proc).
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mounting /proc for the agent's PID namespace: %w", err)
+		return fmt.Errorf("mounting /proc for the agent's PID namespace: %w (a container runtime that masks parts of /proc refuses it: Docker's --security-opt systempaths=unconfined, Kubernetes' procMount: Unmasked)", err)
 	}
 	return nil
 }

@@ -265,26 +265,7 @@ func TestNamespaceIsolationRefused(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	run := func(extra ...string) (string, error) {
-		args := append([]string{"-Ur", "sh", "-c", `echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"`, "sh", self,
-			"sandbox", "start", "--name", "agent", "--server-url", w.NATSURL, "--token", meshtest.Token,
-			"--state-dir", "mem:", "--listen-addr", "127.0.0.1"}, extra...)
-		cmd := exec.Command(unshare, args...)
-		cmd.Env = append(os.Environ(), execMainEnv+"=1")
-		var out syncBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		require.NoError(t, cmd.Start())
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		deadline := time.Now().Add(60 * time.Second)
-		for !strings.Contains(out.String(), "sandbox: isolation") && time.Now().Before(deadline) {
-			select {
-			case err := <-done:
-				return out.String(), err
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		return out.String(), <-done
+		return sandboxStartIn(t, unshare, `echo 0 > /proc/sys/user/max_user_namespaces`, self, w.NATSURL, extra...)
 	}
 	out, err := run()
 	require.Error(t, err, "start must refuse:\n%s", out)
@@ -293,4 +274,40 @@ func TestNamespaceIsolationRefused(t *testing.T) {
 
 	out, _ = run("--isolation", "proxy")
 	assert.Contains(t, out, "sandbox: isolation proxy:", "start says which isolation is in force")
+
+	// A runtime's masked /proc, as Docker leaves it: the PID namespace
+	// gets no /proc of its own, and start says so.
+	if st, err := os.Stat("/proc/irq"); err == nil && st.IsDir() {
+		out, err = sandboxStartIn(t, unshare, `mount -t tmpfs tmpfs /proc/irq`, self, w.NATSURL)
+		require.Error(t, err, "start must refuse:\n%s", out)
+		assert.Contains(t, out, "mounting /proc for the agent's PID namespace")
+		assert.Contains(t, out, "procMount: Unmasked")
+	}
+}
+
+// sandboxStartIn runs `lattice sandbox start` in a user and mount namespace of
+// its own after setup (a shell command), until it exits or says which
+// isolation is in force, then stops it.
+func sandboxStartIn(t *testing.T, unshare, setup, self, natsURL string, extra ...string) (string, error) {
+	t.Helper()
+	args := append([]string{"-Urm", "sh", "-c", setup + ` && exec "$@"`, "sh", self,
+		"sandbox", "start", "--name", "agent", "--server-url", natsURL, "--token", meshtest.Token,
+		"--state-dir", "mem:", "--listen-addr", "127.0.0.1"}, extra...)
+	cmd := exec.Command(unshare, args...)
+	cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "sandbox: isolation") && time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			return out.String(), err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	return out.String(), <-done
 }
