@@ -195,3 +195,27 @@ func TestNodeMetricsRelayClient(t *testing.T) {
 	assert.Equal(t, 2.0, counterValue(t, c, "lattice_node_relay_token_renewals_total", map[string]string{"result": "failed"}))
 	assert.Equal(t, 0, countSeries(newNodeCollector(&fakeStatus{}, false, 0), "lattice_node_relay_connects_total"))
 }
+
+// BenchmarkNodeCollect1000Peers: one scrape of a node with 1000 peers
+// (status snapshot given), aggregated and with per-peer series capped at
+// 100.
+func BenchmarkNodeCollect1000Peers(b *testing.B) {
+	src := &fakeStatus{}
+	for i := range 1000 {
+		st := fakePeer(i, []node.PathKind{node.PathDirect, node.PathRelay}[i%2], 10)
+		st.History = []node.PathEvent{{Time: time.Unix(int64(i), 0), To: st.Path, Reason: "ICE nominated a pair"}}
+		st.LastHandshake = time.Now()
+		src.sts = append(src.sts, st)
+	}
+	for _, perPeer := range []bool{false, true} {
+		b.Run(fmt.Sprintf("per-peer=%v", perPeer), func(b *testing.B) {
+			c := newNodeCollector(src, perPeer, 100)
+			series := 0
+			for b.Loop() {
+				series = countSeries(c)
+			}
+			b.ReportMetric(float64(series), "series")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/scrape")
+		})
+	}
+}
