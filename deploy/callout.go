@@ -18,8 +18,8 @@ import (
 // authorization block with auth_callout, whose issuer comes from the nats
 // container's environment (a ConfigMap key, the public key) and whose
 // auth_users hold control's NATS user; control runs with
-// --auth-callout-seed-file in a Secret volume, and with the password of
-// that user. Whether the ConfigMap's key is the seed's public key cannot
+// --auth-callout-seed-file in a Secret volume no other workload mounts,
+// and with the password of that user. Whether the ConfigMap's key is the seed's public key cannot
 // be seen here (neither is in the tree); test/e2e's TestDeployManifests
 // fills both from one seed and shows nodes confined.
 
@@ -88,6 +88,25 @@ func checkCallout(m *Manifests) error {
 		errs = append(errs, fmt.Errorf("%s: control has no --auth-callout-seed-file: nobody answers the NATS servers' auth callout", control.Where()))
 	} else if v := secretVolumeOf(control, ctr, seed); v == "" {
 		errs = append(errs, fmt.Errorf("%s: --auth-callout-seed-file %s is not in a Secret volume", control.Where(), seed))
+	} else {
+		errs = append(errs, onlyControlHolds(m, control, v))
+	}
+	return errors.Join(errs...)
+}
+
+// onlyControlHolds: no other workload mounts the seed's Secret, which
+// signs any permission for anyone on the NATS cluster.
+func onlyControlHolds(m *Manifests, control Workload, secret string) error {
+	var errs []error
+	for _, w := range m.Workloads() {
+		if w.File == control.File && w.Name == control.Name {
+			continue
+		}
+		for _, v := range w.Pod.Spec.Volumes {
+			if v.Secret != nil && v.Secret.SecretName == secret {
+				errs = append(errs, fmt.Errorf("%s: volume %s is Secret %s, control's auth callout seed: only control may hold it", w.Where(), v.Name, secret))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -127,6 +127,7 @@ func TestBrokenManifests(t *testing.T) {
 		{"control serves no callout", "base/control.yaml", "            - --auth-callout-seed-file\n            - /etc/lattice/callout/seed\n", "", "control has no --auth-callout-seed-file"},
 		{"callout seed not a Secret", "base/control.yaml", "- /etc/lattice/callout/seed", "- /var/lib/lattice/control/seed", "--auth-callout-seed-file /var/lib/lattice/control/seed is not in a Secret volume"},
 		{"callout seed readable by group", "base/control.yaml", "secretName: nats-callout-seed, defaultMode: 0400", "secretName: nats-callout-seed, defaultMode: 0440", "secret volume callout: defaultMode is not 0400"},
+		{"callout seed on the NATS servers", "base/nats.yaml", "secretName: nats-auth,", "secretName: nats-callout-seed,", "volume auth is Secret nats-callout-seed, control's auth callout seed: only control may hold it"},
 		{"secret owned by root", "base/relay.yaml", "secretName: relay-tls, defaultMode: 0400, defaultUser: 65534", "secretName: relay-tls, defaultMode: 0400", "secret volume tls: defaultUser 0, want the pod's user 65534"},
 	}
 	for _, tt := range tests {
