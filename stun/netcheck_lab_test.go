@@ -90,3 +90,31 @@ func TestNetcheckBadInput(t *testing.T) {
 	_, err := stun.Netcheck(ctxT(t, 5*time.Second), nil, []netip.AddrPort{labPrimary}, stun.Options{})
 	assert.ErrorContains(t, err, "nil Network")
 }
+
+// TestNetcheckTwoServers: asking two server endpoints from one socket
+// shows a destination-dependent mapping by itself (MappingVaries), and
+// an endpoint-independent one does not.
+func TestNetcheckTwoServers(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		varies  bool
+	}{
+		{"port-restricted-cone", false},
+		{"symmetric", true},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := nat.Profile(tc.profile)
+			require.NoError(t, err)
+			w := newLab(t, &cfg)
+			rep, err := stun.Netcheck(ctxT(t, 20*time.Second), w.client, []netip.AddrPort{labPrimary, labAlternate}, labOptions)
+			require.NoError(t, err)
+			require.Len(t, rep.Servers, 2)
+			for _, sr := range rep.Servers {
+				assert.Empty(t, sr.Err)
+				assert.Equal(t, labWAN, sr.Mapped.Addr())
+			}
+			assert.Equal(t, tc.varies, rep.MappingVaries, "%+v", rep.Servers)
+		})
+	}
+}
