@@ -22,13 +22,14 @@ import (
 
 // kernelEgress enforces an egress policy in the pod's kernel, for gvisor
 // mode, where the agent's sockets are the pod kernel's. What leaves
-// through wg0 (the overlay) is judged by Decide's semantics: in the Pro
-// edition, where the kernel runs it, by the eBPF filter (egress/bpf) on
-// wg0's egress, else by egress/iptables' chains LATTICE-wg0* (hooked on
-// OUTPUT and FORWARD -o wg0). Either way every new connection, allowed
-// or denied, is one line of the audit log (the ring buffer, or NFLOG).
-// Peer names are resolved to addresses and the filter reloaded when the
-// peers change.
+// through wg0 (the overlay) is judged by Decide's semantics, by
+// egress/iptables' chains LATTICE-wg0* (hooked on OUTPUT and FORWARD -o
+// wg0; their REJECT refuses a denied connect at once) and, in the Pro
+// edition where the kernel runs it, the eBPF filter (egress/bpf) on wg0's
+// egress behind them. Every new connection is one line of the audit log:
+// denied ones through NFLOG, allowed ones through the eBPF ring buffer
+// (NFLOG too without it). Peer names are resolved to addresses and the
+// filters reloaded when the peers change.
 //
 // The default-denied ranges (policy.DefaultDenied: loopback, unspecified,
 // link-local, metadata, their NAT64 and 6to4 forms) and the pod's own
@@ -137,10 +138,15 @@ func (k *kernelEgress) install() error {
 	return nil
 }
 
-// installOverlay puts the overlay's filter on wg0: eBPF where the kernel
-// runs it, else iptables, and says which.
+// installOverlay puts the overlay's filters on wg0: egress/iptables'
+// chains, whose REJECT refuses a denied connect at once (a TCX drop would
+// leave the agent waiting for its timeout) and whose NFLOG audits it,
+// and, where the kernel runs it, the eBPF filter behind them (TCX egress
+// comes after netfilter's OUTPUT), which reports each allowed connection
+// through its ring buffer; without it the chains report those too.
 func (k *kernelEgress) installOverlay() error {
 	pol, peers := k.pol.WithOverlay(k.overlay), k.peerMap()
+	var filters layered
 	if !k.iptablesOnly {
 		cfg := bpf.Config{Interface: k.iface, Policy: pol, Peers: peers, ReportAllowed: true, Logger: k.log}
 		if k.audit != nil {
@@ -149,25 +155,47 @@ func (k *kernelEgress) installOverlay() error {
 		f, err := bpf.New(cfg)
 		switch {
 		case err == nil:
-			k.overlayF, k.lastPeers = f, peers
-			k.log.Info("gvisor mode: egress on wg0 by the eBPF filter; every connection is audited")
-			return nil
+			filters = append(filters, f)
 		case errors.Is(err, bpf.ErrUnavailable) || errors.Is(err, edition.ErrProFeature):
 			k.log.Warn("gvisor mode: eBPF egress filter unavailable; enforcing with iptables, connections audited through NFLOG", "err", err)
 		default:
 			return err
 		}
 	}
-	cfg := iptables.Config{Interface: k.iface, Policy: pol, Peers: peers, IPv6: &k.v6, Run: k.run, ReportAllowed: true, Logger: k.log}
+	cfg := iptables.Config{Interface: k.iface, Policy: pol, Peers: peers, IPv6: &k.v6, Run: k.run, ReportAllowed: len(filters) == 0, Logger: k.log}
 	if k.audit != nil {
 		cfg.OnEvent = iptables.AuditTo(k.audit, k.iface, k.log)
 	}
 	f, err := iptables.New(cfg)
 	if err != nil {
+		_ = filters.Close()
 		return err
 	}
-	k.overlayF, k.lastPeers = f, peers
+	if len(filters) > 0 {
+		k.log.Info("gvisor mode: egress on wg0 by the eBPF filter behind iptables' REJECT; every connection is audited")
+	}
+	k.overlayF, k.lastPeers = append(filters, f), peers
 	return nil
+}
+
+// layered is several filters on one interface, reloaded and closed
+// together.
+type layered []overlayFilter
+
+func (l layered) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
+	var errs []error
+	for _, f := range l {
+		errs = append(errs, f.Reload(p, peers))
+	}
+	return errors.Join(errs...)
+}
+
+func (l layered) Close() error {
+	var errs []error
+	for _, f := range l {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // peerMap is the peers by name, for the eBPF filter.
