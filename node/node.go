@@ -360,9 +360,6 @@ func (n *Node) addPeer(info control.Peer) {
 		p.path.RxRelay.Add(back.rxRelay)
 	}
 	n.peers[info.NodeID] = p
-	for _, b := range n.early.take(info.NodeID, time.Now()) {
-		n.deliverSignal(p, b)
-	}
 	if !first && !lazy {
 		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {
 			n.mu.Lock()
@@ -384,6 +381,11 @@ func (n *Node) addPeer(info control.Peer) {
 				t.Reset(0)
 			}
 		})
+	}
+	// Last: the stale handler above must be in place before anything
+	// (opening these costs an X25519 each) delays it.
+	for _, b := range n.early.take(info.NodeID, time.Now()) {
+		n.deliverSignal(p, b)
 	}
 }
 
