@@ -102,14 +102,16 @@ func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 }
 
 // retryable: JetStream is not there yet (no leader, a cluster still
-// forming: 503 answers, or none).
+// forming: 503 answers, or none), or a bucket another instance just
+// created is not known yet to the server asked.
 func retryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.Code == 503 {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout)
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
 }
 
 // tuneBucket gives an existing bucket the replica count asked for and,
@@ -378,7 +380,20 @@ func (s *KVStore) ControlSecret(ctx context.Context) ([]byte, error) {
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, fmt.Errorf("registry create %s: %w", controlSecretKey, err)
 	}
-	e, err := s.kv.Get(ctx, controlSecretKey)
+	// On a cluster forming, the key another instance just created may
+	// not be readable at once from here: ask again for a few seconds.
+	var e jetstream.KeyValueEntry
+	for try := 0; ; try++ {
+		e, err = s.kv.Get(ctx, controlSecretKey)
+		if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) || try == 50 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("registry get %s: %w", controlSecretKey, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("registry get %s: %w", controlSecretKey, err)
 	}
