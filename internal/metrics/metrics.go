@@ -1,7 +1,8 @@
 // Package metrics serves Prometheus /metrics for Lattice's daemons: the
 // registry every daemon starts from (Go runtime and process metrics) and
 // an HTTP server that refuses to listen beyond loopback unless asked.
-// The daemons' own collectors live beside the state they read (relay/,
+// The node's collector is here (node.go, shared by cmd/lattice and the
+// lab); the other daemons' collectors live beside the state they read (relay/,
 // cmd/lattice); the names are in docs/METRICS.md.
 package metrics
 

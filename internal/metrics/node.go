@@ -1,0 +1,322 @@
+package metrics
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/latticelab/lattice/key"
+	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/relay"
+)
+
+// NodeCollector exports a node's paths from its status snapshot, the one
+// `lattice status` shows, at scrape time: the node counts nothing extra
+// for it. Series are per path, not per peer, so 1000 peers cost the same
+// dozen series as two; per-peer series are opt-in and capped
+// (docs/METRICS.md). It lives here, not in cmd/lattice, so the lab
+// scrapes the very collector `lattice up` serves.
+//
+// Path switches and ICE attempts are read from each peer's history and
+// last ICE report, so they are sampled: a peer that switches more than
+// the history holds (32 events) between scrapes, or an ICE attempt that
+// starts and ends between two scrapes, is undercounted.
+type NodeCollector struct {
+	src       StatusSource
+	perPeer   bool
+	peerLimit int
+	now       func() time.Time
+
+	mu    sync.Mutex // guards the following fields
+	peers map[key.Public]*peerSeen
+	// retired holds the byte counts of peers gone from the status, so the
+	// per-path totals never go down.
+	retired  [numPaths][2]uint64
+	switches map[[2]string]uint64 // {to, reason}
+	attempts uint64
+	outcomes map[string]uint64
+}
+
+// StatusSource is what the collector reads: a node, or a sandbox's node.
+type StatusSource interface {
+	Status() []node.PeerStatus
+}
+
+// muxSource is optionally implemented by a StatusSource (*node.Node).
+type muxSource interface {
+	MuxStats() node.MuxStats
+}
+
+// relaySource is optionally implemented by a StatusSource: the node's
+// relay client's counters. *node.Node does not have it yet; the metrics
+// appear once it does.
+type relaySource interface {
+	RelayStats() relay.ClientStats
+}
+
+// DefaultPeerLimit is --metrics-peer-limit's default.
+const DefaultPeerLimit = 100
+
+// peerSeen is what the collector remembers of a peer between scrapes.
+type peerSeen struct {
+	bytes      [numPaths][2]uint64
+	lastSwitch time.Time
+	session    uint64
+	outcome    bool // the current session's outcome is counted
+}
+
+const (
+	pathDirect = iota
+	pathRelay
+	numPaths
+)
+
+var (
+	pathNames = [numPaths]string{string(node.PathDirect), string(node.PathRelay)}
+	dirNames  = [2]string{"tx", "rx"}
+)
+
+var (
+	descNodePeers = prometheus.NewDesc("lattice_node_peers",
+		"Peers by current path (direct, relay, offline).", []string{"path"}, nil)
+	descNodeBytes = prometheus.NewDesc("lattice_node_bytes_total",
+		"WireGuard bytes sent (tx) and received (rx) on each path, summed over peers.", []string{"path", "direction"}, nil)
+	descNodeSwitches = prometheus.NewDesc("lattice_node_path_switches_total",
+		"Path switches by new path and reason (sampled from each peer's history).", []string{"to", "reason"}, nil)
+	descNodeHandshake = prometheus.NewDesc("lattice_node_handshake_age_seconds",
+		"Age of each online peer's last WireGuard handshake, as a histogram over peers.", nil, nil)
+	descNodeNoHandshake = prometheus.NewDesc("lattice_node_peers_without_handshake",
+		"Online peers with no completed WireGuard handshake.", nil, nil)
+	descNodeICEAttempts = prometheus.NewDesc("lattice_node_ice_attempts_total",
+		"ICE attempts (sessions) seen, sampled at scrape time.", nil, nil)
+	descNodeICEOutcomes = prometheus.NewDesc("lattice_node_ice_outcomes_total",
+		"ICE attempts that ended connected or failed, sampled at scrape time.", []string{"outcome"}, nil)
+	descNodeICEState = prometheus.NewDesc("lattice_node_ice_state",
+		"Peers by the state of their last ICE attempt.", []string{"state"}, nil)
+	descNodeMux = prometheus.NewDesc("lattice_node_socket_datagrams_total",
+		"Datagrams received on the shared UDP socket, by kind.", []string{"kind"}, nil)
+	descNodeMuxDrops = prometheus.NewDesc("lattice_node_socket_drops_total",
+		"Datagrams dropped on the shared UDP socket because their queue was full, by kind.", []string{"kind"}, nil)
+	descNodeRelayConnects = prometheus.NewDesc("lattice_node_relay_connects_total",
+		"Connections to the relay, the first and every reconnect.", nil, nil)
+	descNodeRelayDrops = prometheus.NewDesc("lattice_node_relay_recv_drops_total",
+		"Packets from the relay dropped because the node fell behind.", nil, nil)
+	descNodeRelayRenewals = prometheus.NewDesc("lattice_node_relay_token_renewals_total",
+		"Relay token renewals by result (ok, failed).", []string{"result"}, nil)
+	descPeerBytes = prometheus.NewDesc("lattice_node_peer_bytes_total",
+		"Per peer (--metrics-per-peer): bytes by path and direction.", []string{"peer", "path", "direction"}, nil)
+	descPeerPath = prometheus.NewDesc("lattice_node_peer_path",
+		"Per peer (--metrics-per-peer): 1 for the peer's current path.", []string{"peer", "path"}, nil)
+	descPeerHandshake = prometheus.NewDesc("lattice_node_peer_handshake_age_seconds",
+		"Per peer (--metrics-per-peer): age of the last WireGuard handshake.", []string{"peer"}, nil)
+	descPeerRTT = prometheus.NewDesc("lattice_node_peer_rtt_seconds",
+		"Per peer (--metrics-per-peer): the direct path's round trip as ICE measures it.", []string{"peer"}, nil)
+	descPeerOmitted = prometheus.NewDesc("lattice_node_peer_series_omitted",
+		"Peers left out of the per-peer series by --metrics-peer-limit.", nil, nil)
+)
+
+// handshakeBuckets bracket WireGuard's timers: a rekey every 120s, a
+// session rejected after 180s without one.
+var handshakeBuckets = []float64{5, 30, 60, 120, 180, 300, 900, 3600}
+
+var _ prometheus.Collector = (*NodeCollector)(nil)
+
+// NewNodeCollector reads src at every scrape; with perPeer, the first
+// peerLimit peers also get series of their own. The lab gathers the same
+// collector in process (lab/runner's assert_metric step).
+func NewNodeCollector(src StatusSource, perPeer bool, peerLimit int) *NodeCollector {
+	return &NodeCollector{
+		src: src, perPeer: perPeer, peerLimit: peerLimit, now: time.Now,
+		peers: map[key.Public]*peerSeen{}, switches: map[[2]string]uint64{}, outcomes: map[string]uint64{},
+	}
+}
+
+func (c *NodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNodePeers, descNodeBytes, descNodeSwitches, descNodeHandshake,
+		descNodeNoHandshake, descNodeICEAttempts, descNodeICEOutcomes, descNodeICEState, descNodeMux, descNodeMuxDrops,
+		descNodeRelayConnects, descNodeRelayDrops, descNodeRelayRenewals,
+		descPeerBytes, descPeerPath, descPeerHandshake, descPeerRTT, descPeerOmitted} {
+		ch <- d
+	}
+}
+
+func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
+	sts := c.src.Status()
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.observeLocked(sts)
+	paths := map[string]float64{string(node.PathDirect): 0, string(node.PathRelay): 0, string(node.PathOffline): 0}
+	iceStates := map[string]float64{}
+	var ages []float64
+	noHandshake := 0
+	bytes := c.retired
+	for _, st := range sts {
+		paths[string(st.Path)]++
+		for p := range numPaths {
+			for d := range 2 {
+				bytes[p][d] += peerBytes(st)[p][d]
+			}
+		}
+		if !st.Online {
+			continue
+		}
+		if st.ICE.State != "" {
+			iceStates[st.ICE.State]++
+		}
+		if st.LastHandshake.IsZero() {
+			noHandshake++
+		} else {
+			ages = append(ages, now.Sub(st.LastHandshake).Seconds())
+		}
+	}
+	for p, v := range paths {
+		ch <- prometheus.MustNewConstMetric(descNodePeers, prometheus.GaugeValue, v, p)
+	}
+	for p := range numPaths {
+		for d := range 2 {
+			ch <- prometheus.MustNewConstMetric(descNodeBytes, prometheus.CounterValue, float64(bytes[p][d]), pathNames[p], dirNames[d])
+		}
+	}
+	for k, v := range c.switches {
+		ch <- prometheus.MustNewConstMetric(descNodeSwitches, prometheus.CounterValue, float64(v), k[0], k[1])
+	}
+	ch <- handshakeHistogram(ages)
+	ch <- prometheus.MustNewConstMetric(descNodeNoHandshake, prometheus.GaugeValue, float64(noHandshake))
+	ch <- prometheus.MustNewConstMetric(descNodeICEAttempts, prometheus.CounterValue, float64(c.attempts))
+	for _, o := range []string{"connected", "failed"} {
+		ch <- prometheus.MustNewConstMetric(descNodeICEOutcomes, prometheus.CounterValue, float64(c.outcomes[o]), o)
+	}
+	for s, v := range iceStates {
+		ch <- prometheus.MustNewConstMetric(descNodeICEState, prometheus.GaugeValue, v, s)
+	}
+	if m, ok := c.src.(muxSource); ok {
+		ms := m.MuxStats()
+		for kind, v := range map[string]uint64{"stun": ms.STUN, "wireguard": ms.WireGuard, "other": ms.Other} {
+			ch <- prometheus.MustNewConstMetric(descNodeMux, prometheus.CounterValue, float64(v), kind)
+		}
+		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.STUNDropped), "stun")
+		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.WireGuardDroped), "wireguard")
+	}
+	if r, ok := c.src.(relaySource); ok {
+		rs := r.RelayStats()
+		ch <- prometheus.MustNewConstMetric(descNodeRelayConnects, prometheus.CounterValue, float64(rs.Connects))
+		ch <- prometheus.MustNewConstMetric(descNodeRelayDrops, prometheus.CounterValue, float64(rs.RecvDropped))
+		ch <- prometheus.MustNewConstMetric(descNodeRelayRenewals, prometheus.CounterValue, float64(rs.TokenRenewals), "ok")
+		ch <- prometheus.MustNewConstMetric(descNodeRelayRenewals, prometheus.CounterValue, float64(rs.TokenRenewalFailures), "failed")
+	}
+	if c.perPeer {
+		c.collectPeers(ch, sts, now)
+	}
+}
+
+// collectPeers exports the first peerLimit peers (by name: Status sorts
+// them) with their own series.
+func (c *NodeCollector) collectPeers(ch chan<- prometheus.Metric, sts []node.PeerStatus, now time.Time) {
+	omitted := max(0, len(sts)-c.peerLimit)
+	ch <- prometheus.MustNewConstMetric(descPeerOmitted, prometheus.GaugeValue, float64(omitted))
+	for _, st := range sts[:len(sts)-omitted] {
+		name := st.Peer.Name
+		b := peerBytes(st)
+		for p := range numPaths {
+			for d := range 2 {
+				ch <- prometheus.MustNewConstMetric(descPeerBytes, prometheus.CounterValue, float64(b[p][d]), name, pathNames[p], dirNames[d])
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descPeerPath, prometheus.GaugeValue, 1, name, string(st.Path))
+		if !st.LastHandshake.IsZero() {
+			ch <- prometheus.MustNewConstMetric(descPeerHandshake, prometheus.GaugeValue, now.Sub(st.LastHandshake).Seconds(), name)
+		}
+		if st.RTT > 0 {
+			ch <- prometheus.MustNewConstMetric(descPeerRTT, prometheus.GaugeValue, st.RTT.Seconds(), name)
+		}
+	}
+}
+
+// observeLocked folds a snapshot into the sampled counters: new history
+// events, new ICE sessions and their outcomes, peers gone.
+func (c *NodeCollector) observeLocked(sts []node.PeerStatus) {
+	seen := make(map[key.Public]bool, len(sts))
+	for _, st := range sts {
+		k := st.Peer.PublicKey
+		seen[k] = true
+		ps := c.peers[k]
+		if ps == nil {
+			ps = &peerSeen{}
+			c.peers[k] = ps
+		}
+		ps.bytes = peerBytes(st)
+		for _, ev := range st.History {
+			if ev.Time.After(ps.lastSwitch) {
+				c.switches[[2]string{string(ev.To), SwitchReason(ev)}]++
+				ps.lastSwitch = ev.Time
+			}
+		}
+		if s := st.ICE.Session; s != 0 && s != ps.session {
+			c.attempts++
+			ps.session, ps.outcome = s, false
+		}
+		if st.ICE.Session != 0 && !ps.outcome {
+			switch st.ICE.State {
+			case "connected", "completed":
+				c.outcomes["connected"]++
+				ps.outcome = true
+			case "failed":
+				c.outcomes["failed"]++
+				ps.outcome = true
+			}
+		}
+	}
+	for k, ps := range c.peers {
+		if !seen[k] {
+			for p := range numPaths {
+				for d := range 2 {
+					c.retired[p][d] += ps.bytes[p][d]
+				}
+			}
+			delete(c.peers, k)
+		}
+	}
+}
+
+func peerBytes(st node.PeerStatus) [numPaths][2]uint64 {
+	return [numPaths][2]uint64{{st.TxDirect, st.RxDirect}, {st.TxRelay, st.RxRelay}}
+}
+
+// SwitchReason maps a PathEvent's free-text reason to a bounded label.
+func SwitchReason(ev node.PathEvent) string {
+	r := ev.Reason
+	switch {
+	case ev.To == node.PathDirect:
+		return "ice_nominated"
+	case ev.To == node.PathOffline:
+		return "peer_offline"
+	case strings.HasPrefix(r, "peer registered"):
+		return "peer_registered"
+	case strings.HasPrefix(r, "idle"):
+		return "idle"
+	case strings.Contains(r, "RelayOnly"):
+		return "relay_only"
+	case strings.HasPrefix(r, "attempt timed out"):
+		return "ice_timeout"
+	case strings.Contains(r, "silent"):
+		return "direct_silent"
+	}
+	return "other"
+}
+
+func handshakeHistogram(ages []float64) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(handshakeBuckets))
+	var sum float64
+	for _, a := range ages {
+		sum += a
+		for _, b := range handshakeBuckets {
+			if a <= b {
+				buckets[b]++
+			}
+		}
+	}
+	return prometheus.MustNewConstHistogram(descNodeHandshake, uint64(len(ages)), sum, buckets)
+}
