@@ -313,10 +313,10 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 
 func (b *Bind) send(p *Path, bufs [][]byte) error {
 	if a, ok := p.Direct(); ok {
+		if err := b.mux.WriteBatch(bufs, a); err != nil {
+			return err
+		}
 		for _, buf := range bufs {
-			if err := b.mux.WriteTo(buf, a); err != nil {
-				return err
-			}
 			p.TxDirect.Add(uint64(len(buf)))
 		}
 		return nil

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	netipv4 "golang.org/x/net/ipv4"
+
 	"github.com/latticelab/lattice/internal/deadline"
 )
 
@@ -112,13 +114,14 @@ var muxPool = sync.Pool{New: func() any { b := make([]byte, muxBufSize); return 
 // WireGuard to the Bind; everything else is counted and dropped. Both
 // sides send through the same socket.
 type Mux struct {
-	pc   net.PacketConn
-	log  *slog.Logger
-	stun *muxConn
-	wg   chan datagram
-	done chan struct{}
-	once sync.Once
-	loop sync.WaitGroup
+	pc    net.PacketConn
+	batch *udpBatch // nil where pc is not a real UDP socket
+	log   *slog.Logger
+	stun  *muxConn
+	wg    chan datagram
+	done  chan struct{}
+	once  sync.Once
+	loop  sync.WaitGroup
 
 	stunN, wgN, other, stunDrop, wgDrop atomic.Uint64
 }
@@ -128,11 +131,29 @@ func NewMux(pc net.PacketConn, log *slog.Logger) *Mux {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Mux{pc: pc, log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
+	m := &Mux{pc: pc, batch: newUDPBatch(pc), log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
 	m.stun = &muxConn{m: m, in: make(chan datagram, muxSTUNQueue)}
 	m.loop.Add(1)
-	go m.readLoop()
+	if m.batch != nil {
+		go m.readBatchLoop()
+	} else {
+		go m.readLoop()
+	}
 	return m
+}
+
+// readError says whether the read loop ends on err.
+func (m *Mux) readError(err error) bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+	}
+	if errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	m.log.Debug("mux read", "err", err)
+	return false
 }
 
 func (m *Mux) readLoop() {
@@ -142,39 +163,74 @@ func (m *Mux) readLoop() {
 		n, addr, err := m.pc.ReadFrom(*bp)
 		if err != nil {
 			muxPool.Put(bp)
-			select {
-			case <-m.done:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
+			if m.readError(err) {
 				return
 			}
-			m.log.Debug("mux read", "err", err)
 			continue
 		}
-		d := datagram{buf: bp, n: n, from: addrPortOf(addr)}
-		switch Classify((*bp)[:n]) {
-		case KindSTUN:
-			m.stunN.Add(1)
-			select {
-			case m.stun.in <- d:
-			default:
-				m.stunDrop.Add(1)
-				muxPool.Put(bp)
-			}
-		case KindWireGuard:
-			m.wgN.Add(1)
-			select {
-			case m.wg <- d:
-			default:
-				m.wgDrop.Add(1)
-				muxPool.Put(bp)
-			}
-		default:
-			m.other.Add(1)
+		m.route(datagram{buf: bp, n: n, from: addrPortOf(addr)})
+	}
+}
+
+// readBatchLoop is readLoop on a real UDP socket: up to recvBatch
+// datagrams per recvmmsg, each into its own pool buffer, which route
+// takes over.
+func (m *Mux) readBatchLoop() {
+	defer m.loop.Done()
+	msgs := make([]netipv4.Message, recvBatch)
+	bps := make([]*[]byte, recvBatch)
+	for i := range msgs {
+		bps[i] = muxPool.Get().(*[]byte)
+		msgs[i].Buffers = [][]byte{*bps[i]}
+	}
+	defer func() {
+		for _, bp := range bps {
 			muxPool.Put(bp)
 		}
+	}()
+	for {
+		n, err := m.batch.pc.ReadBatch(msgs, 0)
+		if err != nil {
+			if m.readError(err) {
+				return
+			}
+			continue
+		}
+		for i := range n {
+			if msgs[i].Addr == nil {
+				m.other.Add(1)
+				continue
+			}
+			m.route(datagram{buf: bps[i], n: msgs[i].N, from: addrPortOf(msgs[i].Addr)})
+			bps[i] = muxPool.Get().(*[]byte)
+			msgs[i].Buffers[0] = *bps[i]
+		}
+	}
+}
+
+// route hands d to ICE or WireGuard by its kind, or drops it; it owns d's
+// buffer.
+func (m *Mux) route(d datagram) {
+	switch Classify((*d.buf)[:d.n]) {
+	case KindSTUN:
+		m.stunN.Add(1)
+		select {
+		case m.stun.in <- d:
+		default:
+			m.stunDrop.Add(1)
+			muxPool.Put(d.buf)
+		}
+	case KindWireGuard:
+		m.wgN.Add(1)
+		select {
+		case m.wg <- d:
+		default:
+			m.wgDrop.Add(1)
+			muxPool.Put(d.buf)
+		}
+	default:
+		m.other.Add(1)
+		muxPool.Put(d.buf)
 	}
 }
 
@@ -224,6 +280,22 @@ func (m *Mux) ReadWireGuard(cancel <-chan struct{}, bufs [][]byte, sizes []int, 
 func (m *Mux) WriteTo(b []byte, addr netip.AddrPort) error {
 	_, err := m.pc.WriteTo(b, net.UDPAddrFromAddrPort(addr))
 	return err
+}
+
+// WriteBatch sends bufs, in order, to addr through the shared socket: in
+// one or a few system calls on a real UDP socket (see udpBatch), one
+// datagram per call elsewhere.
+func (m *Mux) WriteBatch(bufs [][]byte, addr netip.AddrPort) error {
+	if m.batch != nil {
+		return m.batch.write(bufs, addr)
+	}
+	ua := net.UDPAddrFromAddrPort(addr)
+	for _, b := range bufs {
+		if _, err := m.pc.WriteTo(b, ua); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LocalAddr is the shared socket's address.

@@ -1,0 +1,52 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// gsoSupported says whether the kernel knows UDP_SEGMENT on this socket
+// (Linux 4.18 and later), the way wireguard-go's StdNetBind asks.
+func gsoSupported(uc *net.UDPConn) bool {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		_, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT)
+	}); err != nil {
+		return false
+	}
+	return serr == nil
+}
+
+// gsoControl writes into b (grown if short) the control message telling
+// the kernel to split a datagram into segments of size bytes.
+func gsoControl(b []byte, size int) []byte {
+	space := unix.CmsgSpace(2)
+	if cap(b) < space {
+		b = make([]byte, space)
+	}
+	b = b[:space]
+	clear(b)
+	// The header's layout (its length field's width) is the platform's:
+	// write it through the kernel's struct as x/sys defines it.
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0])) //nolint:gosec // cmsg header, sized by CmsgSpace
+	h.Level = unix.IPPROTO_UDP
+	h.Type = unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(size)) //nolint:gosec // size ≤ muxBufSize
+	return b
+}
+
+// shouldDisableGSO: EIO is what a send with UDP_SEGMENT returns where the
+// device cannot checksum in hardware (wireguard-go turns GSO off on it
+// too); EINVAL, a kernel with tighter limits than gsoMaxSegments.
+func shouldDisableGSO(err error) bool {
+	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL)
+}
