@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	var (
 		out, baseline, only, pair, scale string
+		cpuProfile                       string
 		tolerance                        float64
 		size                             strictyaml.Size = 64 << 20
 		runs                             int
@@ -79,8 +81,15 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 				}
 				topos.Scale = sf.Plan
 			}
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
 			rep, err := bench.Run(cmd.Context(), topos, bench.Options{Only: names, Bytes: int64(size), Runs: runs,
 				Progress: func(s string) { fmt.Fprintln(w, s) }})
+			if perr := stopProfile(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return err
 			}
@@ -134,7 +143,31 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 	fl.StringVar(&scale, "scale", "builtin:scale", "topology for scale")
 	fl.Var(sizeFlag{&size}, "bytes", "data path transfer `SIZE` (e.g. 64MiB)")
 	fl.IntVar(&runs, "runs", 5, "connect repetitions")
+	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmarks (go tool pprof) to `FILE`")
 	return cmd
+}
+
+// startCPUProfile profiles the process into path until stop is called; with
+// an empty path it does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile %s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
 
 // sizeFlag parses a size flag the way lab files write sizes.

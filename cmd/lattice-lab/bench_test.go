@@ -11,8 +11,13 @@ import (
 
 func TestBench(t *testing.T) {
 	dir := t.TempDir()
-	code, out, stderr := run(t, "bench", "--only", "datapath", "--bytes", "1MiB", "--out", dir)
+	prof := filepath.Join(dir, "cpu.pprof")
+	code, out, stderr := run(t, "bench", "--only", "datapath", "--bytes", "1MiB", "--out", dir, "--cpuprofile", prof)
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	p, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Greater(t, len(p), 2)
+	assert.Equal(t, []byte{0x1f, 0x8b}, p[:2], "a pprof profile is gzipped")
 	assert.Regexp(t, `(?m)^  datapath_direct +[0-9.]+ Mbit/s$`, out)
 	assert.Regexp(t, `(?m)^  datapath_relay +[0-9.]+ Mbit/s$`, out)
 	for _, f := range []string{"bench.json", "bench.svg"} {
@@ -24,6 +29,11 @@ func TestBench(t *testing.T) {
 		"--baseline", filepath.Join(dir, "bench.json"), "--tolerance", "0.95")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "✓ no regressions")
+
+	code, _, stderr = run(t, "bench", "--only", "datapath", "--bytes", "1MiB", "--out", t.TempDir(),
+		"--cpuprofile", filepath.Join(dir, "missing", "cpu.pprof"))
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "cpu profile: open "+filepath.Join(dir, "missing", "cpu.pprof"))
 
 	code, _, stderr = run(t, "bench", "--only", "latency")
 	assert.Equal(t, 2, code)
