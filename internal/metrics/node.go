@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -79,41 +80,41 @@ var (
 )
 
 var (
-	descNodePeers = prometheus.NewDesc("lattice_node_peers",
+	descNodePeers = nodeDesc("lattice_node_peers",
 		"Peers by current path (direct, relay, offline).", []string{"path"}, nil)
-	descNodeBytes = prometheus.NewDesc("lattice_node_bytes_total",
+	descNodeBytes = nodeDesc("lattice_node_bytes_total",
 		"WireGuard bytes sent (tx) and received (rx) on each path, summed over peers.", []string{"path", "direction"}, nil)
-	descNodeSwitches = prometheus.NewDesc("lattice_node_path_switches_total",
+	descNodeSwitches = nodeDesc("lattice_node_path_switches_total",
 		"Path switches by new path and reason (sampled from each peer's history).", []string{"to", "reason"}, nil)
-	descNodeHandshake = prometheus.NewDesc("lattice_node_handshake_age_seconds",
+	descNodeHandshake = nodeDesc("lattice_node_handshake_age_seconds",
 		"Age of each online peer's last WireGuard handshake, as a histogram over peers.", nil, nil)
-	descNodeNoHandshake = prometheus.NewDesc("lattice_node_peers_without_handshake",
+	descNodeNoHandshake = nodeDesc("lattice_node_peers_without_handshake",
 		"Online peers with no completed WireGuard handshake.", nil, nil)
-	descNodeICEAttempts = prometheus.NewDesc("lattice_node_ice_attempts_total",
+	descNodeICEAttempts = nodeDesc("lattice_node_ice_attempts_total",
 		"ICE attempts (sessions) seen, sampled at scrape time.", nil, nil)
-	descNodeICEOutcomes = prometheus.NewDesc("lattice_node_ice_outcomes_total",
+	descNodeICEOutcomes = nodeDesc("lattice_node_ice_outcomes_total",
 		"ICE attempts that ended connected or failed, sampled at scrape time.", []string{"outcome"}, nil)
-	descNodeICEState = prometheus.NewDesc("lattice_node_ice_state",
+	descNodeICEState = nodeDesc("lattice_node_ice_state",
 		"Peers by the state of their last ICE attempt.", []string{"state"}, nil)
-	descNodeMux = prometheus.NewDesc("lattice_node_socket_datagrams_total",
+	descNodeMux = nodeDesc("lattice_node_socket_datagrams_total",
 		"Datagrams received on the shared UDP socket, by kind.", []string{"kind"}, nil)
-	descNodeMuxDrops = prometheus.NewDesc("lattice_node_socket_drops_total",
+	descNodeMuxDrops = nodeDesc("lattice_node_socket_drops_total",
 		"Datagrams dropped on the shared UDP socket because their queue was full, by kind.", []string{"kind"}, nil)
-	descNodeRelayConnects = prometheus.NewDesc("lattice_node_relay_connects_total",
+	descNodeRelayConnects = nodeDesc("lattice_node_relay_connects_total",
 		"Connections to the relay, the first and every reconnect.", nil, nil)
-	descNodeRelayDrops = prometheus.NewDesc("lattice_node_relay_recv_drops_total",
+	descNodeRelayDrops = nodeDesc("lattice_node_relay_recv_drops_total",
 		"Packets from the relay dropped because the node fell behind.", nil, nil)
-	descNodeRelayRenewals = prometheus.NewDesc("lattice_node_relay_token_renewals_total",
+	descNodeRelayRenewals = nodeDesc("lattice_node_relay_token_renewals_total",
 		"Relay token renewals by result (ok, failed).", []string{"result"}, nil)
-	descPeerBytes = prometheus.NewDesc("lattice_node_peer_bytes_total",
+	descPeerBytes = nodeDesc("lattice_node_peer_bytes_total",
 		"Per peer (--metrics-per-peer): bytes by path and direction.", []string{"peer", "path", "direction"}, nil)
-	descPeerPath = prometheus.NewDesc("lattice_node_peer_path",
+	descPeerPath = nodeDesc("lattice_node_peer_path",
 		"Per peer (--metrics-per-peer): 1 for the peer's current path.", []string{"peer", "path"}, nil)
-	descPeerHandshake = prometheus.NewDesc("lattice_node_peer_handshake_age_seconds",
+	descPeerHandshake = nodeDesc("lattice_node_peer_handshake_age_seconds",
 		"Per peer (--metrics-per-peer): age of the last WireGuard handshake.", []string{"peer"}, nil)
-	descPeerRTT = prometheus.NewDesc("lattice_node_peer_rtt_seconds",
+	descPeerRTT = nodeDesc("lattice_node_peer_rtt_seconds",
 		"Per peer (--metrics-per-peer): the direct path's round trip as ICE measures it.", []string{"peer"}, nil)
-	descPeerOmitted = prometheus.NewDesc("lattice_node_peer_series_omitted",
+	descPeerOmitted = nodeDesc("lattice_node_peer_series_omitted",
 		"Peers left out of the per-peer series by --metrics-peer-limit.", nil, nil)
 )
 
@@ -122,6 +123,25 @@ var (
 var handshakeBuckets = []float64{5, 30, 60, 120, 180, 300, 900, 3600}
 
 var _ prometheus.Collector = (*NodeCollector)(nil)
+
+// nodeLabels is every node metric's name and variable labels, as
+// nodeDesc records them.
+var nodeLabels = map[string][]string{}
+
+func nodeDesc(name, help string, labels []string, constLabels prometheus.Labels) *prometheus.Desc {
+	nodeLabels[name] = labels
+	return prometheus.NewDesc(name, help, labels, constLabels)
+}
+
+// NodeMetrics returns the name of every metric NodeCollector can export
+// and its labels, for a checker of metric names (the lab's assert_metric).
+func NodeMetrics() map[string][]string {
+	out := make(map[string][]string, len(nodeLabels))
+	for k, v := range nodeLabels {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
 
 // NewNodeCollector reads src at every scrape; with perPeer, the first
 // peerLimit peers also get series of their own. The lab gathers the same

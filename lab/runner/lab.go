@@ -68,6 +68,7 @@ type Lab struct {
 	closed   bool
 
 	shared serviceShared
+	scrape labScrape // the nodes' metrics collectors (metrics.go)
 }
 
 type capture struct {

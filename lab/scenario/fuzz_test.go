@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 		"topology: t.yaml\nnodes: [a]\nsteps: [{blackhole_direct: {between: [a, b]}}, {heal_direct: {between: [b, a]}}]\n",
 		"topology: t.yaml\nsteps: [{stream: {from: a, to: b, bytes: 1MiB, rate: 1Mbit, resume: true, through: [{restart: {node: b}}, {sleep: 1s}]}}]\n",
 		"topology: t.yaml\nsteps: [{stop: {node: a}}, {start_refused: {node: a, error: expired}}]\n",
+		"topology: t.yaml\nsteps: [{assert_metric: {node: a, metric: lattice_node_bytes_total, labels: {path: direct, direction: tx}, op: \">=\", value: 1MiB, within: 1s}}]\n",
 		"topology: {networks: {}}\nsteps: []\n", "", "steps: {}",
 	} {
 		f.Add([]byte(s))

@@ -168,7 +168,7 @@ s.yaml:19:26: steps[1].socks5_fetch.node: node bob is not a pod sandbox; give th
 s.yaml:20:59: steps[2].egress.expect: unknown value "maybe"; one of: allowed, denied
 s.yaml:21:34: steps[3].forward.port: sandbox agent forwards no port 8080; add it to the sandbox's forwards
 s.yaml:22:23: steps[4].agent_run.node: node agent is not a gvisor sandbox; give the node sandbox: gvisor in the topology
-s.yaml:23:5: steps[5]: want one action key, got none; one of: wait_path, assert_path, ping, fetch, tcp_idle, wait_presence, transfer, stream, time_to_direct, full_mesh, start, stop, restart, start_refused, move, link_down, link_up, impair, block_udp, unblock_udp, nat_reboot, advance_clock, blackhole_direct, heal_direct, sleep, join, assert_nat_mapping, discover_nat, socks5_fetch, egress, forward, agent_run, exec, repeat, steady
+s.yaml:23:5: steps[5]: want one action key, got none; one of: wait_path, assert_path, ping, fetch, tcp_idle, wait_presence, transfer, stream, time_to_direct, full_mesh, assert_metric, start, stop, restart, start_refused, move, link_down, link_up, impair, block_udp, unblock_udp, nat_reboot, advance_clock, blackhole_direct, heal_direct, sleep, join, assert_nat_mapping, discover_nat, socks5_fetch, egress, forward, agent_run, exec, repeat, steady
 s.yaml:24:5: steps[6]: one action per entry, got wait_path and ping; split it into 2 entries
 s.yaml:24:23: steps[6].wait_path.from: no node "a"; nodes: alice, bob, carol, agent, peer-1, peer-2
 s.yaml:24:30: steps[6].wait_path.to: no node "b"; nodes: alice, bob, carol, agent, peer-1, peer-2`,

@@ -46,6 +46,7 @@ type Env interface {
 	TimelineEnv
 	SandboxEnv
 	ExecEnv
+	MetricEnv
 }
 
 // actionField is a field of Step that holds an action.

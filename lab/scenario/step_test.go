@@ -28,6 +28,7 @@ func TestDescribe(t *testing.T) {
     background: bulk
   - time_to_direct: {from: alice, to: bob}
   - full_mesh: {}
+  - assert_metric: {node: alice, metric: lattice_node_peers, labels: {path: direct}, op: ">=", value: 1}
   - start: {node: carol}
   - stop: {service: relay}
   - restart: {service: control}
@@ -64,6 +65,7 @@ func TestDescribe(t *testing.T) {
 		{"transfer", "transfer 1MiB alice → bob"},
 		{"time_to_direct", "time to direct alice → bob"},
 		{"full_mesh", "full mesh"},
+		{"assert_metric", `alice's lattice_node_peers{path="direct"} >= 1`},
 		{"start", "start node carol"},
 		{"stop", "stop service relay"},
 		{"restart", "restart service control"},

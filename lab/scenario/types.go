@@ -74,6 +74,7 @@ type Step struct {
 	Stream       *Stream       `yaml:"stream" oneof:"action" doc:"Stream bytes over TCP through the overlay while a block of steps (a fault) runs; check every frame's SHA-256 and the whole stream's, and report bytes lost, duplicated and corrupted, reconnects and the longest stall."`
 	TimeToDirect *TimeToDirect `yaml:"time_to_direct" oneof:"action" doc:"Measure how long after both nodes were up the pair went direct."`
 	FullMesh     *FullMesh     `yaml:"full_mesh" oneof:"action" doc:"Wait until every pair of running nodes has a path (each knows the other and WireGuard completed a handshake); print the table."`
+	AssertMetric *AssertMetric `yaml:"assert_metric" oneof:"action" doc:"Scrape a node's metrics (the collector lattice up serves on /metrics, gathered in process) and compare one metric with a value."`
 
 	Start   *Start        `yaml:"start" oneof:"action" doc:"Start a node or service."`
 	Stop    *Stop         `yaml:"stop" oneof:"action" doc:"Stop a node or service (a node keeps its identity for a later start)."`
