@@ -194,12 +194,14 @@ func indent(s, prefix string) string {
 	return b.String()
 }
 
+// pathDetail says where a peer's traffic goes and, for the relay, why in
+// the node's words (PeerStatus.Why), never a library's error string.
 func pathDetail(st node.PeerStatus) string {
 	if st.Path == node.PathDirect {
 		return "direct to " + st.Endpoint
 	}
-	if st.ICE.Err != "" {
-		return "relay (ICE: " + st.ICE.Err + ")"
+	if st.Why != "" {
+		return "relay (" + st.Why + ")"
 	}
 	if n := len(st.History); n > 0 {
 		return "relay (" + st.History[n-1].Reason + ")"
