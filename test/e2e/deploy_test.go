@@ -51,66 +51,10 @@ func TestDeployManifests(t *testing.T) {
 	if host, err := publishedHost(t); err != nil || host != "127.0.0.1" {
 		t.Skipf("probes dial the containers' addresses, which a remote engine (%s, %v) does not route here", host, err)
 	}
-	m, err := deploy.Load(deploy.Files)
-	require.NoError(t, err)
-	nats := natsImage(ctx, t)
-	natsW, err := m.Workload("nats")
-	require.NoError(t, err)
-	natsC, err := natsW.Container("nats")
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(ctx, testTimeout) // the NATS build had its own bound
-	t.Cleanup(cancel)
-
-	ca := newTestCA(t)
-	natsCert, natsKey, natsFP := ca.leaf(t, "nats-0.nats-headless", "nats-1.nats-headless", "nats-2.nats-headless", "nats", "nats.lattice.svc")
-	controlCert, controlKey, _ := ca.leaf(t, "control")
-	_, _, relayFP := ca.leaf(t, "relay.lattice.svc")
-	token := "e2e-join-" + randomHex(16)
-	controlW, err := m.Workload("control")
-	require.NoError(t, err)
-	controlC, err := controlW.Container("control")
-	require.NoError(t, err)
-	callout := newCalloutSecrets(t, deploy.FlagValue(controlC.Args, "--nats-user"))
-	env := &podEnv{
-		images: map[string]string{natsC.Image: nats, "lattice:dev": img, "lattice:dev-pro": img},
-		configMaps: map[string]map[string]string{
-			"nats-config":          m.Find("ConfigMap", "nats-config").Value.(*corev1.ConfigMap).Data,
-			"lattice-fingerprints": {"nats": natsFP, "relay": relayFP},
-			"nats-callout":         {"issuer": callout.issuer},
-		},
-		secrets: map[string]map[string]string{
-			"nats-auth":         {"auth.conf": callout.authConf},
-			"nats-callout-seed": {"seed": callout.seed + "\n"},
-			"nats-tls":          {"tls.crt": natsCert, "tls.key": natsKey, "ca.crt": ca.certPEM},
-			"control-tokens":    {"tokens": token + "\n"},
-			"nats-control":      {"password": callout.password + "\n"},
-			"relay-secret":      {"secret": randomHex(32) + "\n"},
-			"control-tls":       {"tls.crt": controlCert, "tls.key": controlKey},
-			"agent-token":       {"token": token + "\n"},
-			"agent-proxy":       {"credentials": "agent:" + randomHex(12) + "\n"},
-		},
-	}
-	nw := newNetwork(ctx, t)
-
-	// The servers start together (podManagementPolicy Parallel) and find
-	// each other by their headless names; none is healthy before the
-	// JetStream cluster has a leader.
-	servers := make([]*box, natsW.Replicas)
-	for i := range servers {
-		name := fmt.Sprintf("nats-%d", i)
-		servers[i] = env.startPod(ctx, t, nw, podSpec{w: natsW, container: "nats", name: name,
-			aliases: []string{name + ".nats-headless", "nats", "nats.lattice.svc"}})
-	}
-	for _, s := range servers {
-		env.waitReady(ctx, t, s, natsW, "nats")
-	}
-
-	controls := make([]*box, controlW.Replicas)
-	for i := range controlW.Replicas {
-		c := env.runPod(ctx, t, nw, podSpec{w: controlW, container: "control", name: fmt.Sprintf("control-%d", i), aliases: []string{"control"}})
-		c.match(ctx, t, `control: registry in `)
-		assertManifestSettings(ctx, t, c, controlW, "control")
-		controls[i] = c
+	ctx, p := startControlPlane(ctx, t, img, testTimeout)
+	m, nw, env, natsW, servers, controls, natsFP, token := p.m, p.nw, p.env, p.natsW, p.servers, p.controls, p.natsFP, p.token
+	for _, c := range controls {
+		assertManifestSettings(ctx, t, c, p.controlW, "control")
 	}
 
 	assertRegistryReplicas(ctx, t, servers[0], nw, int(natsW.Replicas))
