@@ -11,11 +11,17 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
-// BatchSize is the batch TUNAdapter asks wireguard-go for (its
-// conn.IdealBatchSize): how many buffers wireguard-go hands to one Read and
-// at most how many packets it writes in one Write. Read returns fewer; see
-// readLimit.
-const BatchSize = conn.IdealBatchSize
+// BatchSize is the batch TUNAdapter asks wireguard-go for: how many
+// buffers wireguard-go hands to one Read. Read returns fewer; see
+// readLimit. wireguard-go keeps that many 64 KiB buffers for its TUN
+// reader for the device's life (the larger of the Bind's and the TUN's
+// batch), so conn.IdealBatchSize (128) held 8 MiB per node. A Read never
+// needs more than one UDP GSO send carries (64 datagrams: Linux's
+// UDP_MAX_SEGMENTS, wireguard-go's limit, node's gsoMaxSegments), and at
+// 64 readLimit still returns whole GSO runs for every MTU from 990 up.
+// Measured at 128, 48 and 16 (docs/PERFORMANCE.md, 2026-12-02): the
+// same throughput within the noise; the heap smaller by the buffers.
+const BatchSize = conn.IdealBatchSize / 2
 
 // outQueueLen bounds the packets gVisor has written and wireguard-go has
 // not read yet, as a NIC's transmit ring does; beyond it packets are
