@@ -43,6 +43,7 @@ type pageData struct {
 	NATs      []string
 	Matrix    map[string]map[string]*matrixCell
 	Timelines map[string]template.HTML
+	Traffic   map[string]template.HTML // traffic.go
 	Base      string
 }
 
@@ -52,7 +53,7 @@ type pageData struct {
 // reasons, and links to its captures.
 func WriteHTML(w io.Writer, results []*Result, opt HTMLOptions) error {
 	d := pageData{Title: opt.Title, Generated: time.Now().UTC().Format(time.RFC3339), Results: results,
-		Matrix: map[string]map[string]*matrixCell{}, Timelines: map[string]template.HTML{}, Base: opt.CaptureBase}
+		Matrix: map[string]map[string]*matrixCell{}, Timelines: map[string]template.HTML{}, Traffic: map[string]template.HTML{}, Base: opt.CaptureBase}
 	if d.Title == "" {
 		d.Title = "lattice-lab report"
 	}
@@ -97,6 +98,7 @@ func WriteHTML(w io.Writer, results []*Result, opt HTMLOptions) error {
 			}
 		}
 		d.Timelines[r.Scenario] = timeline(r)
+		d.Traffic[r.Scenario] = trafficCharts(r)
 	}
 	if d.Wall > 0 {
 		d.XRealtime = measured.Seconds() / d.Wall.Seconds()
@@ -216,6 +218,15 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"link": captureLink,
 	"name": captureText,
 	"join": strings.Join,
+	"relayed": func(ps []Pair) []Pair {
+		var out []Pair
+		for _, p := range ps {
+			if p.Path == "relay" {
+				out = append(out, p)
+			}
+		}
+		return out
+	},
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
 <style>
@@ -224,7 +235,7 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #dd
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f3f4f6}.passed{color:#15803d}.failed{color:#b91c1c}.skipped{color:#6b7280}
 td.direct{background:#dcfce7}td.relay{background:#fef3c7}td.mixed{background:#e0e7ff}td.none{background:#fee2e2}
-.small{font-size:.85em;color:#555}code{font-size:.9em}
+.small{font-size:.85em;color:#555}code{font-size:.9em}.traffic{display:flex;flex-wrap:wrap;gap:.5em}
 </style></head><body>
 <h1>{{.Title}}</h1>
 <p class="small">Generated {{.Generated}} · {{len .Results}} scenarios: <span class="passed">{{.Passed}} passed</span>, <span class="failed">{{.Failed}} failed</span>, <span class="skipped">{{.Skipped}} skipped</span> · <span id="totals">{{dur .Total}} of network time{{if .Wall}} in {{dur .Wall}} of wall time, {{x .XRealtime}}{{end}}</span></p>
@@ -236,7 +247,7 @@ td.direct{background:#dcfce7}td.relay{background:#fef3c7}td.mixed{background:#e0
 {{if .NATs}}<table id="nat-matrix"><tr><th>from \ to</th>{{range .NATs}}<th>{{.}}</th>{{end}}</tr>
 {{$m := .Matrix}}{{$nats := .NATs}}{{range $a := $nats}}<tr><th>{{$a}}</th>{{range $b := $nats}}{{with cell $m $a $b}}<td class="{{.Path}}" title="{{join .Scenarios ", "}}"><b>{{.Path}}</b><br><span class="small">{{if .TimeToDirect}}direct in {{dur .TimeToDirect}}<br>{{end}}relay {{bytes .RelayBytes}}</span></td>{{else}}<td></td>{{end}}{{end}}</tr>
 {{end}}</table>{{else}}<p>No node pairs in these results.</p>{{end}}
-{{$tl := .Timelines}}{{$base := .Base}}
+{{$tl := .Timelines}}{{$tr := .Traffic}}{{$base := .Base}}
 {{range .Results}}<h2 id="s-{{.Scenario}}">{{.Scenario}} <span class="{{.Status}}">{{.Status}}</span></h2>
 {{if .Description}}<p>{{.Description}}</p>{{end}}
 <p class="small">topology {{.Topology}} · {{.Edition}} edition · <span class="timing">{{clock .Clock}} · {{dur .Duration}} of network time{{if .Wall}} in {{dur .Wall}} of wall time, {{x .XRealtime}}{{end}}</span>{{if .File}} · <code>{{.File}}</code>{{end}}</p>
@@ -245,6 +256,10 @@ td.direct{background:#dcfce7}td.relay{background:#fef3c7}td.mixed{background:#e0
 {{range .Steps}}<tr><td>{{.Index}}</td><td>{{.Label}}</td><td class="{{.Status}}">{{.Status}}</td><td>{{dur .Started}}</td><td>{{dur .Duration}}</td><td>{{.Detail}}{{if .Error}}<span class="failed">{{.Error}}</span>{{end}}{{range .Metrics}} <code>{{.Name}}={{printf "%.1f" .Value}} {{.Unit}}</code>{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{with index $tl .Scenario}}<h3>Paths over time</h3><p class="small">green direct, orange relay; hover for times</p>{{.}}{{end}}
+{{with relayed .Pairs}}<h3>Why relayed</h3><table class="why-relayed"><tr><th>node → peer</th><th>why relayed</th></tr>
+{{range .}}<tr><td>{{.From}} → {{.To}}</td><td>{{with .Why}}{{.}}{{else}}–{{end}}</td></tr>
+{{end}}</table>{{end}}
+{{with index $tr .Scenario}}<h3>Bytes per path over time</h3><p class="small">each node's WireGuard bytes (lattice_node_bytes_total, sampled from its metrics): green direct, orange relay; solid sent, dashed received</p>{{.}}{{end}}
 {{if .Events}}<details><summary>{{len .Events}} path switches with reasons</summary><table class="events"><tr><th>at</th><th>node → peer</th><th>to</th><th>address</th><th>reason</th></tr>
 {{range .Events}}<tr><td>{{dur .At}}</td><td>{{.Node}} → {{.Peer}}</td><td>{{.To}}</td><td>{{.Addr}}</td><td>{{.Reason}}</td></tr>
 {{end}}</table></details>{{end}}

@@ -69,6 +69,8 @@ type Result struct {
 	Pairs      []Pair      `json:"pairs,omitempty"`
 	Events     []PathEvent `json:"events,omitempty"`
 	Captures   []string    `json:"captures,omitempty"`
+	// Traffic is the sampled nodes' bytes per path over time (traffic.go).
+	Traffic []NodeTraffic `json:"traffic,omitempty"`
 }
 
 // Step is one timeline step's outcome.
@@ -115,6 +117,9 @@ type Pair struct {
 	DirectBytes  uint64        `json:"direct_bytes"`
 	// ICE is why the last direct attempt failed, if it did.
 	ICE string `json:"ice_error,omitempty"`
+	// Why says, in the node's words, why a relayed pair is relayed
+	// (node.PeerStatus.Why).
+	Why string `json:"why,omitempty"`
 }
 
 // PathEvent is a path switch a node recorded, with its reason.
@@ -164,6 +169,10 @@ func (r *Result) Deterministic() *Result {
 	c.Pairs = slices.Clone(r.Pairs)
 	c.Events = slices.Clone(r.Events)
 	c.Captures = slices.Clone(r.Captures)
+	c.Traffic = slices.Clone(r.Traffic)
+	for i := range c.Traffic {
+		c.Traffic[i].Samples = slices.Clone(c.Traffic[i].Samples)
+	}
 	return &c
 }
 

@@ -240,7 +240,7 @@ func (l *Lab) Pairs() ([]report.Pair, []report.PathEvent) {
 				continue
 			}
 			p := report.Pair{From: pn.Name, To: peer.Name, FromNAT: l.plan.NATLabel(pn), ToNAT: l.plan.NATLabel(peer),
-				Path: string(st.Path), RelayBytes: st.TxRelay + st.RxRelay, DirectBytes: st.TxDirect + st.RxDirect, ICE: st.ICE.Err}
+				Path: string(st.Path), RelayBytes: st.TxRelay + st.RxRelay, DirectBytes: st.TxDirect + st.RxDirect, ICE: st.ICE.Err, Why: st.Why}
 			if st.LastHandshake.IsZero() && st.TxRelay+st.TxDirect == 0 {
 				p.Path = "none"
 			}

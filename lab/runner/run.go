@@ -119,7 +119,9 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 		return res
 	}
 	r := &run{l: l, f: f, res: res, bg: map[string]*background{}, progress: opt.Progress, slow: slow}
+	smp := startSampling(ctx, l) // the report's bytes per path (sampler.go)
 	r.timeline(ctx)
+	res.Traffic = smp.stop()
 	res.Pairs, res.Events = l.Pairs()
 	if err := l.Close(); err != nil && res.Status == report.Passed {
 		res.Status, res.Error = report.Failed, "teardown: "+err.Error()

@@ -15,7 +15,7 @@ import (
 func TestPathDetailWhy(t *testing.T) {
 	const pion = "connecting canceled by caller"
 	st := node.PeerStatus{Path: node.PathRelay, ICE: node.ICEReport{Err: pion},
-		Why: "attempt timed out after 3s, next in 8s",
+		Why:     "attempt timed out after 3s, next in 8s",
 		History: []node.PathEvent{{Time: time.Unix(1, 0), To: node.PathRelay, Reason: "peer registered"}}}
 	got := pathDetail(st)
 	assert.Equal(t, "relay (attempt timed out after 3s, next in 8s)", got)
