@@ -138,3 +138,19 @@ func TestRunAssertMetric(t *testing.T) {
 		})
 	}
 }
+
+// transferEnv is a lab whose transfers take no network time, as an
+// in-process relay's do on the virtual clock.
+type transferEnv struct{ *fakeEnv }
+
+func (transferEnv) Transfer(context.Context, string, string, int64) (time.Duration, error) { return 0, nil }
+
+// TestTransferInNoTime: a transfer that took no network time reports no
+// throughput (not +Inf, which JSON cannot hold) and passes a minimum.
+func TestTransferInNoTime(t *testing.T) {
+	a := &Transfer{From: "alice", To: "bob", Bytes: 2 << 20, MinThroughput: 1e6}
+	detail, m, err := a.Run(t.Context(), transferEnv{&fakeEnv{}})
+	require.NoError(t, err)
+	assert.Empty(t, m)
+	assert.Equal(t, "2MiB in no network time (no delay on the path), SHA-256 ok", detail)
+}
