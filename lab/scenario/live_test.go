@@ -153,7 +153,8 @@ func (e *execEnv) Exec(_ context.Context, _ string, argv []string) (ExecResult, 
 // fails with an error, never a panic.
 func FuzzParseStep(f *testing.F) {
 	for _, s := range []string{"link_down: {link: home}", "ping: {from: alice, to: bob}", "exec: {host: box, argv: [sh, -c, 'exit 1'], exit_code: 1}",
-		"join: x", "sleep: 1s\nbackground: y", "", "[]", "repeat: {times: 2, steps: [{sleep: 1s}]}", "move: {node: alice, to: cafe}"} {
+		"join: x", "sleep: 1s\nbackground: y", "", "[]", "repeat: {times: 2, steps: [{sleep: 1s}]}", "move: {node: alice, to: cafe}",
+		"assert_metric: {node: alice, metric: lattice_node_bytes_total, labels: {path: relay}, op: '<=', value: 1.5e6}"} {
 		f.Add([]byte(s))
 	}
 	plan := livePlan(f)

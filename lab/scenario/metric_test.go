@@ -143,7 +143,9 @@ func TestRunAssertMetric(t *testing.T) {
 // in-process relay's do on the virtual clock.
 type transferEnv struct{ *fakeEnv }
 
-func (transferEnv) Transfer(context.Context, string, string, int64) (time.Duration, error) { return 0, nil }
+func (transferEnv) Transfer(context.Context, string, string, int64) (time.Duration, error) {
+	return 0, nil
+}
 
 // TestTransferInNoTime: a transfer that took no network time reports no
 // throughput (not +Inf, which JSON cannot hold) and passes a minimum.
