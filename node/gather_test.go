@@ -36,7 +36,7 @@ func TestSharedGathering(t *testing.T) {
 		const nodes = 8
 		var all []*node.Node
 		for i := range nodes {
-			all = append(all, startNode(t, w.site(t, "full-cone"), fmt.Sprintf("n%d", i), &stockNetstack{}, fastICE))
+			all = append(all, startNode(t, w.site(t, "full-cone"), fmt.Sprintf("n%d", i), &stockNetstack{}, exactICE))
 		}
 		for _, n := range all {
 			require.Eventually(t, func() bool {

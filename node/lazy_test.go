@@ -222,7 +222,7 @@ func TestLazyPathMatrix(t *testing.T) {
 func lazyPair(t *testing.T, pa, pb string) {
 	w := newLabWorld(t)
 	na, nb := &stockNetstack{}, &stockNetstack{}
-	opts := func(c *node.Config) { lazy(c); fastICE(c) }
+	opts := func(c *node.Config) { lazy(c); exactICE(c) }
 	a := startNode(t, w.site(t, pa), "alpha", na, opts)
 	b := startNode(t, w.site(t, pb), "beta", nb, opts)
 	serveEcho(t, nb, 7)
