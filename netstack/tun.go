@@ -19,8 +19,10 @@ import (
 // needs more than one UDP GSO send carries (64 datagrams: Linux's
 // UDP_MAX_SEGMENTS, wireguard-go's limit, node's gsoMaxSegments), and at
 // 64 readLimit still returns whole GSO runs for every MTU from 990 up.
-// Measured at 128, 48 and 16 (docs/PERFORMANCE.md, 2026-12-02): the
-// same throughput within the noise; the heap smaller by the buffers.
+// BenchmarkDataPath/pod at 128, 48 and 16 (docs/PERFORMANCE.md,
+// 2026-12-02): the same throughput within the noise. There StdNetBind's
+// 128 sets the buffer count; in a node, whose Bind asks for 16, this
+// constant does: 4 MiB instead of 8.
 const BatchSize = conn.IdealBatchSize / 2
 
 // outQueueLen bounds the packets gVisor has written and wireguard-go has
