@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +114,26 @@ func (p *controlPlane) controlPod(i int) podSpec {
 func (p *controlPlane) clientAddr(ctx context.Context, t *testing.T, i int) string {
 	t.Helper()
 	return net.JoinHostPort(p.servers[i].ip(ctx, t, p.nw), "4222")
+}
+
+// startPair starts two sandboxes of the pod-mode StatefulSet on the
+// control plane, as TestDeployManifests does: agent-1 forwards webPort
+// on its overlay address to target, agent-0 serves its SOCKS5 proxy on
+// its pod's address (so the test can reach it) besides the manifest's
+// settings. It returns them once agent-0 has a direct path to agent-1.
+func (p *controlPlane) startPair(ctx context.Context, t *testing.T, target string) (agent, web *sandbox) {
+	t.Helper()
+	podW, err := p.m.Workload("agent")
+	require.NoError(t, err)
+	start := func(name string, extra ...string) *sandbox {
+		b := p.env.runPod(ctx, t, p.nw, podSpec{w: podW, container: "sandbox", name: name, extraArgs: extra})
+		m := b.match(ctx, t, `sandbox: `+name+` \((\S+)\) at ([^/\s]+)`)
+		return &sandbox{box: b, nodeID: m[1], addr: m[2]}
+	}
+	web = start("agent-1", "--forward", fmt.Sprintf("%d=%s", webPort, target))
+	agent = start("agent-0", "--socks5", "0.0.0.0:1080")
+	agent.user, agent.pass, _ = strings.Cut(strings.TrimSpace(p.env.secrets["agent-proxy"]["credentials"]), ":")
+	require.NotEqual(t, agent.addr, web.addr)
+	waitPath(ctx, t, agent, web.name, "direct", 60*time.Second)
+	return agent, web
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +41,8 @@ const (
 // are killed (SIGKILL, no goodbye). Every registration succeeds, and the
 // registry, read from the KV bucket through a surviving server, holds
 // exactly those nodes, each with its key and the address it was given,
-// no address twice.
+// no address twice. Two pod-mode sandboxes started before keep their
+// direct path throughout and are in the registry at their addresses.
 func TestClusterSurvivesKills(t *testing.T) {
 	ctx, img := setup(t)
 	if host, err := publishedHost(t); err != nil || host != "127.0.0.1" {
@@ -51,6 +55,10 @@ func TestClusterSurvivesKills(t *testing.T) {
 		urls[i] = "tls://" + addrs[i] + "?fingerprint=" + p.natsFP
 	}
 	const deadNATS, deadControl = 1, 0
+	// Two sandboxes, agent-0 on a direct path to agent-1 (which forwards
+	// to a surviving server's monitoring page).
+	agent, web := p.startPair(ctx, t, net.JoinHostPort(p.servers[2].ip(ctx, t, p.nw), "8222"))
+	paths := pathEvents(agent, web.name)
 
 	var done atomic.Int64
 	killed := make(chan struct{})
@@ -74,6 +82,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 		pub      key.Public
 		resp     *control.RegisterResponse
 		attempts int
+		retried  []error // the failed attempts
 		err      error
 	}
 	results := make([]result, clusterNodes)
@@ -87,7 +96,8 @@ func TestClusterSurvivesKills(t *testing.T) {
 				k := key.NewPrivate()
 				r := &results[i]
 				r.pub = k.Public()
-				r.resp, r.attempts, r.err = registerRetrying(ctx, urls, i, control.Join{Token: p.token, Name: fmt.Sprintf("load-%03d", i), Key: k})
+				r.resp, r.retried, r.err = registerRetrying(ctx, urls, i, control.Join{Token: p.token, Name: fmt.Sprintf("load-%03d", i), Key: k})
+				r.attempts = len(r.retried) + 1
 				done.Add(1)
 			}
 		}()
@@ -106,15 +116,25 @@ func TestClusterSurvivesKills(t *testing.T) {
 	}
 
 	retried, most := 0, 0
+	var samples []string
 	for i, r := range results {
 		require.NoError(t, r.err, "registration %d (%d attempts)", i, r.attempts)
 		if r.attempts > 1 {
 			retried++
+			if len(samples) < 6 {
+				samples = append(samples, r.retried[0].Error())
+			}
 		}
 		most = max(most, r.attempts)
 	}
-	t.Logf("%d registrations in %v (%.0f reg/s), %d retried, at most %d attempts", clusterNodes, elapsed.Round(time.Millisecond),
-		float64(clusterNodes)/elapsed.Seconds(), retried, most)
+	t.Logf("%d registrations in %v (%.0f reg/s), %d retried, at most %d attempts; failed attempts such as:\n%s", clusterNodes, elapsed.Round(time.Millisecond),
+		float64(clusterNodes)/elapsed.Seconds(), retried, most, strings.Join(samples, "\n"))
+
+	// The sandboxes kept their path: no change since the kills.
+	_, err := fetchThrough(ctx, agent, web, "/", io.Discard)
+	require.NoError(t, err, "agent-0 to agent-1 after the kills")
+	assert.Equal(t, paths, pathEvents(agent, web.name), "agent-0's path changes to agent-1")
+	waitPath(ctx, t, agent, web.name, "direct", 10*time.Second)
 
 	// The registry, read through a surviving server.
 	alive := (deadNATS + 1) % len(urls)
@@ -128,7 +148,12 @@ func TestClusterSurvivesKills(t *testing.T) {
 		}
 		owner[n.Address.Addr()] = n.ID
 	}
-	assert.Len(t, nodes, clusterNodes, "the registry holds the load's nodes, no more")
+	assert.Len(t, nodes, clusterNodes+2, "the registry holds the load's nodes and the sandboxes, no more")
+	for _, sb := range []*sandbox{agent, web} {
+		if assert.Contains(t, byID, sb.nodeID, "%s in the registry", sb.name) {
+			assert.Equal(t, sb.addr, byID[sb.nodeID].Address.Addr().String(), "%s's address", sb.name)
+		}
+	}
 	for i, r := range results {
 		n, ok := byID[r.resp.NodeID]
 		if !assert.True(t, ok, "registration %d (%s) is in the registry", i, r.resp.NodeID) {
@@ -139,14 +164,26 @@ func TestClusterSurvivesKills(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("load-%03d", i), n.Name)
 	}
 	// The surviving replica still answers, through the surviving servers.
-	_, err := control.RegisterNATS(ctx, netx.OS, urls[alive], control.Join{Token: p.token, Name: "after", Key: key.NewPrivate()})
+	_, err = control.RegisterNATS(ctx, netx.OS, urls[alive], control.Join{Token: p.token, Name: "after", Key: key.NewPrivate()})
 	assert.NoError(t, err, "a registration after the kills")
+}
+
+// pathEvents returns the lines in which b logs a path change to peer.
+func pathEvents(b *sandbox, peer string) []string {
+	var out []string
+	for _, l := range strings.Split(b.output(), "\n") {
+		if strings.Contains(l, "msg=path ") && strings.Contains(l, "peer="+peer+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // registerRetrying registers j as a node does, through urls in turn
 // (starting at the i-th), retrying on any error with a backoff from
-// 100 ms doubling to 2 s, for at most registerDeadline.
-func registerRetrying(ctx context.Context, urls []string, i int, j control.Join) (*control.RegisterResponse, int, error) {
+// 100 ms doubling to 2 s, for at most registerDeadline. It returns the
+// errors of the attempts that failed too.
+func registerRetrying(ctx context.Context, urls []string, i int, j control.Join) (*control.RegisterResponse, []error, error) {
 	ctx, cancel := context.WithTimeout(ctx, registerDeadline)
 	defer cancel()
 	backoff := 100 * time.Millisecond
@@ -157,12 +194,12 @@ func registerRetrying(ctx context.Context, urls []string, i int, j control.Join)
 		resp, err := control.RegisterNATS(actx, netx.OS, url, j)
 		acancel()
 		if err == nil {
-			return resp, attempt, nil
+			return resp, errs, nil
 		}
 		errs = append(errs, fmt.Errorf("attempt %d via %s: %w", attempt, url, err))
 		select {
 		case <-ctx.Done():
-			return nil, attempt, fmt.Errorf("register %s: %w", j.Name, errors.Join(errs...))
+			return nil, errs, fmt.Errorf("register %s: %w", j.Name, errors.Join(errs...))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
