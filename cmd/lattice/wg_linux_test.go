@@ -97,7 +97,10 @@ func TestUpWireGuardTools(t *testing.T) {
 	require.NoError(t, err, pubA)
 	out, err = wgIn(t, nsB, "set", ifB, "peer", strings.TrimSpace(pubA), "endpoint", "10.214.0.1:1")
 	assert.Error(t, err, "wg set endpoint: %s", out)
-	assert.Contains(t, procs[1].text(), "is not a lattice peer", "the node logs why")
+	// The node logs the refusal after it has answered wg, so the line
+	// may land a moment after wg returns.
+	assert.Eventually(t, func() bool { return strings.Contains(procs[1].text(), "is not a lattice peer") },
+		5*time.Second, 20*time.Millisecond, "the node logs why: %s", procs[1].text())
 }
 
 // TestUpWireGuardKernel: `lattice up --wireguard kernel`. Where the kernel
