@@ -7,7 +7,8 @@
 // that runs a node goes through it. The pieces, by file:
 //
 //   - node.go: Config, Start and Close; start brings the pieces up in
-//     order (identity, socket, relay, WireGuard, control session).
+//     order (identity, socket, relay, WireGuard, control session);
+//     peers.go adds, updates and removes peers as control reports them.
 //   - identity.go: the key pair, node ID and address, and the
 //     CredentialStore that keeps them.
 //   - session.go: registration and the control session (peer events,
@@ -24,10 +25,18 @@
 //   - path.go: Path (a peer's current direct address and counters),
 //     PathKind and PathEvent.
 //   - peer.go: the per-peer actor, one goroutine fed by events that picks
-//     the path; ice.go its ICE agents (options, attempts), signal.go the
+//     the path; peer_signal.go its side of signaling (sealing, answering,
+//     adopting); ice.go its ICE agents (options, attempts), signal.go the
 //     sealed signals they exchange, candidates.go which host candidates
 //     are offered.
 //   - relay.go: the LRP relay client behind the Bind (LRPRelay).
+//   - lazy.go: lazy connections (ICEConfig.Lazy): ICE only while traffic
+//     flows; trim.go takes idle peers out of wireguard-go and back on
+//     their first packet; early.go keeps signals from nodes not known
+//     yet; srflx.go shares server-reflexive discovery between agents;
+//     why.go says in words why a peer is relayed (PeerStatus.Why).
+//   - batch.go (batch_linux.go): many datagrams per system call on a real
+//     UDP socket (recvmmsg, sendmmsg, UDP GSO) for the Mux.
 //   - probe.go: uplink probes when a direct path goes silent.
 //   - status.go: PeerStatus and its assembly; statusjson.go its JSON.
 //   - kernel_linux.go: KernelProvisioner, a kernel TUN device; the

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -291,130 +290,6 @@ func (n *Node) Identity() Identity { return *n.id }
 
 // Address is the node's overlay address.
 func (n *Node) Address() netip.Prefix { return n.id.Address }
-
-// setPeer brings the peer to what control says: online or offline.
-func (n *Node) setPeer(info control.Peer) {
-	if info.Offline {
-		n.peerOffline(info)
-		return
-	}
-	n.addPeer(info)
-}
-
-func (n *Node) addPeer(info control.Peer) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed || info.NodeID == n.id.NodeID {
-		return
-	}
-	back := n.offline[info.NodeID]
-	if back != nil {
-		delete(n.offline, info.NodeID)
-		n.tun.setOffline(back.info.Address.Addr(), false)
-		n.log.Info("peer online", "peer", info.Name)
-	}
-	if old := n.peers[info.NodeID]; old != nil {
-		if sameButEpoch(old.info, info) {
-			old.learnEpoch(info.Epoch) // a re-registration: only the epoch moved
-			return
-		}
-		old.close()
-		if n.lazyPeer(info) && n.canTrim() {
-			// The new peer starts trimmed: the old one must not stay.
-			n.forgetTrim(old)
-			_ = n.dev.IpcSet("public_key=" + old.info.PublicKey.Hex() + "\nremove=true\n")
-		}
-	}
-	// Setting a persistent keepalive makes WireGuard open a handshake at
-	// once. Both sides add each other within moments, and two initiations
-	// that cross (a relay's round trip apart) can cancel out: each side's
-	// answer to the other's replaces its own pending initiation, so
-	// neither completes until WireGuard retries 5 s later. So one side,
-	// the one that leads ICE too, opens at once; the other turns its
-	// keepalive on once that handshake has had time to land.
-	first := bytes.Compare(n.env.pub[:], info.PublicKey[:]) < 0
-	keepalive := persistentKeepalive
-	lazy := n.lazyPeer(info)
-	if !first || lazy {
-		// A lazy peer's keepalive is on only while it is direct (see
-		// lazy.go): an idle one costs WireGuard nothing.
-		keepalive = 0
-	}
-	pub := info.PublicKey.Hex()
-	// A lazy peer starts idle, out of WireGuard's configuration (trim.go).
-	trim := lazy && n.canTrim()
-	if !trim {
-		if err := n.dev.IpcSet(wgPeerConfig(info, keepalive)); err != nil {
-			n.log.Warn("add WireGuard peer", "peer", info.Name, "err", err)
-			return
-		}
-	}
-	p := newPeer(n.env, info)
-	if trim {
-		n.markTrimmed(p)
-	}
-	if back != nil {
-		p.path.TxDirect.Add(back.txDirect)
-		p.path.TxRelay.Add(back.txRelay)
-		p.path.RxDirect.Add(back.rxDirect)
-		p.path.RxRelay.Add(back.rxRelay)
-	}
-	n.peers[info.NodeID] = p
-	if !first && !lazy {
-		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			if n.closed || n.peers[info.NodeID] != p {
-				return
-			}
-			if err := n.dev.IpcSet(fmt.Sprintf("public_key=%s\nupdate_only=true\npersistent_keepalive_interval=%d\n", pub, persistentKeepalive)); err != nil {
-				n.log.Warn("WireGuard keepalive", "peer", info.Name, "err", err)
-			}
-		})
-		// Unless the peer still uses a session from before we restarted:
-		// it is not opening one, so there is nothing to cross. Open ours
-		// now rather than after keepaliveDelay.
-		t := p.keepaliveTimer
-		p.path.SetStaleHandler(func() {
-			if t.Stop() {
-				n.log.Debug("peer uses a session from before our restart; opening a handshake now", "peer", info.Name)
-				t.Reset(0)
-			}
-		})
-	}
-	// Last: the stale handler above must be in place before anything
-	// (opening these costs an X25519 each) delays it.
-	for _, b := range n.early.take(info.NodeID, time.Now()) {
-		n.deliverSignal(p, b)
-	}
-}
-
-// persistentKeepalive (seconds) keeps NAT mappings and the relay path
-// warm; keepaliveDelay is how long the second side of a pair waits before
-// turning it on (see addPeer).
-const (
-	persistentKeepalive = 25
-	keepaliveDelay      = 3 * time.Second
-)
-
-func (n *Node) removePeer(info control.Peer) {
-	n.mu.Lock()
-	p := n.peers[info.NodeID]
-	delete(n.peers, info.NodeID)
-	if off := n.offline[info.NodeID]; off != nil {
-		delete(n.offline, info.NodeID)
-		n.tun.setOffline(off.info.Address.Addr(), false)
-	}
-	n.mu.Unlock()
-	if p == nil {
-		return
-	}
-	p.close()
-	n.forgetTrim(p)
-	_ = n.dev.IpcSet("public_key=" + info.PublicKey.Hex() + "\nremove=true\n")
-	n.bind.RemovePeer(info.PublicKey)
-	n.log.Info("peer removed", "peer", info.Name)
-}
 
 // Close stops the node: peers, WireGuard, relay, control session, socket.
 // It tells control the node is going offline, so peers stop sending to it
