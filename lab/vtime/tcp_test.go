@@ -232,7 +232,7 @@ func TestTCPBulkAndRounds(t *testing.T) {
 			assert.GreaterOrEqual(t, m.bulk, tt.minBulk, "1 MiB")
 			assert.LessOrEqual(t, m.bulk, tt.maxBulk, "1 MiB")
 			assert.Zero(t, m.sender.retransmits, "a lossless link needs no retransmission")
-			assert.Less(t, wall, network/4, "wall time")
+			assert.Less(t, wall, network/wallShare, "wall time")
 		})
 	}
 }
