@@ -31,7 +31,8 @@ const (
 // Backends lists the values Config.Backend takes.
 var Backends = []string{Auto, EBPF, IPTables}
 
-// Config configures an Enforcer. Interface and Policy are required.
+// Config configures an Enforcer. Interface is required, and Policy or
+// Fixed.
 type Config struct {
 	// Interface is the overlay interface whose egress is filtered.
 	Interface string
@@ -41,11 +42,21 @@ type Config struct {
 	// Policy is the policy file (policy's YAML format), reloaded when it
 	// changes (policy.Watcher) and by Reload.
 	Policy string
-	// Overlay is the overlay prefix the policy is read with. If zero,
-	// policy.DefaultOverlay.
+	// Fixed, when Policy is empty, is the policy enforced instead of a
+	// file's: nothing is watched and Reload has nothing to re-read.
+	Fixed *policy.Policy
+	// Overlay is the overlay prefix the policy is read with (Fixed too).
+	// If zero, policy.DefaultOverlay.
 	Overlay netip.Prefix
 	// Backend is Auto, EBPF or IPTables. If empty, Auto.
 	Backend string
+	// NewFilter, if set, builds the kernel filter instead of Backend
+	// (gvisor mode layers the eBPF filter behind iptables' REJECT): the
+	// Enforcer then keeps it current with the policy and the peers and
+	// closes it, but removes no earlier run's leftovers, and Backend()
+	// says Custom. Netns, FailClosed, Audit and ReportAllowed are the
+	// builder's business then.
+	NewFilter func(p *policy.Policy, peers map[string][]netip.Addr) (Filter, error)
 	// FailClosed keeps the filter in the kernel when the process dies
 	// (kill -9, a crash): the eBPF link is pinned under PinRoot, and the
 	// iptables chains stay (as they always do after a crash). The next
@@ -73,8 +84,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// kernelFilter is what a backend does.
-type kernelFilter interface {
+// Custom is what Enforcer.Backend says of a Config.NewFilter filter.
+const Custom = "custom"
+
+// Filter is what a backend does.
+type Filter interface {
 	// Reload replaces the policy and the peers atomically; on error the
 	// old rules stay in force.
 	Reload(p *policy.Policy, peers map[string][]netip.Addr) error
@@ -83,8 +97,8 @@ type kernelFilter interface {
 }
 
 var (
-	_ kernelFilter = (*bpf.Filter)(nil)
-	_ kernelFilter = (*iptables.Filter)(nil)
+	_ Filter = (*bpf.Filter)(nil)
+	_ Filter = (*iptables.Filter)(nil)
 )
 
 // Enforcer keeps a policy file enforced on an interface's egress.
@@ -93,7 +107,7 @@ type Enforcer struct {
 	log     *slog.Logger
 	backend string
 	watcher *policy.Watcher
-	kernel  kernelFilter
+	kernel  Filter
 
 	stop chan struct{}
 	done chan struct{}
@@ -106,11 +120,12 @@ type Enforcer struct {
 	peers   map[string][]netip.Addr
 }
 
-// Start loads cfg.Policy and enforces it on cfg.Interface. A policy file
-// that does not load is an error, and nothing is installed.
+// Start loads cfg.Policy (or takes cfg.Fixed) and enforces it on
+// cfg.Interface. A policy file that does not load is an error, and
+// nothing is installed.
 func Start(cfg Config) (*Enforcer, error) {
-	if cfg.Interface == "" || cfg.Policy == "" {
-		return nil, errors.New("egress: Interface and Policy are required")
+	if cfg.Interface == "" || cfg.Policy == "" && cfg.Fixed == nil {
+		return nil, errors.New("egress: Interface and Policy (or Fixed) are required")
 	}
 	if cfg.Backend == "" {
 		cfg.Backend = Auto
@@ -134,18 +149,22 @@ func Start(cfg Config) (*Enforcer, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Enforcer{cfg: cfg, log: log.With("component", "egress", "interface", cfg.Interface), stop: make(chan struct{}), done: make(chan struct{})}
-	w, err := policy.NewWatcher(policy.WatcherConfig{Path: cfg.Policy, Interval: cfg.WatchInterval, Logger: e.log, Overlay: cfg.Overlay, OnChange: e.apply})
-	if err != nil {
-		return nil, fmt.Errorf("egress: %w", err)
+	if cfg.Policy != "" {
+		w, err := policy.NewWatcher(policy.WatcherConfig{Path: cfg.Policy, Interval: cfg.WatchInterval, Logger: e.log, Overlay: cfg.Overlay, OnChange: e.apply})
+		if err != nil {
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+		e.watcher = w
+		e.applied = w.Current()
+	} else {
+		e.applied = cfg.Fixed.WithOverlay(cfg.Overlay)
 	}
-	e.watcher = w
 	e.mu.Lock()
-	e.applied = w.Current()
 	e.peers = e.askPeers()
-	err = e.install()
+	err := e.install()
 	e.mu.Unlock()
 	if err != nil {
-		_ = w.Close()
+		e.closeWatcher()
 		return nil, err
 	}
 	go e.followPeers()
@@ -155,6 +174,14 @@ func Start(cfg Config) (*Enforcer, error) {
 // install puts the backend in place, then removes what the other backend
 // (or this one, unpinned) left from an earlier run.
 func (e *Enforcer) install() error {
+	if e.cfg.NewFilter != nil {
+		f, err := e.cfg.NewFilter(e.applied, e.peers)
+		if err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		e.kernel, e.backend = f, Custom
+		return nil
+	}
 	useBPF := e.cfg.Backend == EBPF || e.cfg.Backend == Auto && edition.Pro()
 	if useBPF {
 		f, err := e.startBPF()
@@ -237,8 +264,12 @@ func (e *Enforcer) Policy() *policy.Policy {
 }
 
 // Reload re-reads the policy file now (SIGHUP). A file that does not
-// load is logged and returned, and the policy in force stays.
+// load is logged and returned, and the policy in force stays. With
+// Config.Fixed there is no file, and nothing to do.
 func (e *Enforcer) Reload() error {
+	if e.watcher == nil {
+		return nil
+	}
 	if err := e.watcher.Reload(); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
@@ -308,11 +339,18 @@ func (e *Enforcer) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
 		<-e.done
-		errs := []error{e.watcher.Close()}
+		errs := []error{e.closeWatcher()}
 		e.mu.Lock()
 		errs = append(errs, e.kernel.Close())
 		e.mu.Unlock()
 		e.closeErr = errors.Join(errs...)
 	})
 	return e.closeErr
+}
+
+func (e *Enforcer) closeWatcher() error {
+	if e.watcher == nil {
+		return nil
+	}
+	return e.watcher.Close()
 }

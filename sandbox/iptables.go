@@ -4,16 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/latticelab/lattice/audit"
+	enforce "github.com/latticelab/lattice/egress"
 	"github.com/latticelab/lattice/egress/bpf"
 	"github.com/latticelab/lattice/egress/iptables"
 	"github.com/latticelab/lattice/internal/edition"
@@ -29,7 +26,9 @@ import (
 // egress behind them. Every new connection is one line of the audit log:
 // denied ones through NFLOG, allowed ones through the eBPF ring buffer
 // (NFLOG too without it). Peer names are resolved to addresses and the
-// filters reloaded when the peers change.
+// filters reloaded when the peers change: an egress.Enforcer keeps them
+// current, as it does `lattice up --egress-policy`'s, with a fixed policy
+// and this layered filter (egress.Config.NewFilter).
 //
 // The default-denied ranges (policy.DefaultDenied: loopback, unspecified,
 // link-local, metadata, their NAT64 and 6to4 forms) and the pod's own
@@ -56,27 +55,13 @@ type kernelEgress struct {
 	// iptablesOnly skips the eBPF filter, which is otherwise used where
 	// the kernel runs it.
 	iptablesOnly bool
-	overlayF     overlayFilter // wg0's filter, once installed
+	enforcer     *enforce.Enforcer // keeps wg0's filter current, once installed
+	overlay      netip.Prefix
 
-	mu        sync.Mutex // guards lastPeers
-	lastPeers map[string][]netip.Addr
-	stop      chan struct{}
-	done      chan struct{}
-	overlay   netip.Prefix
-
-	hooked6, defaults, defaults6, following bool
+	hooked6, defaults, defaults6 bool
 }
 
 const defaultsChain = "LATTICE-DEFAULTS"
-
-// overlayFilter is wg0's filter: egress/bpf's or egress/iptables'.
-type overlayFilter interface {
-	// Reload replaces the policy and the peers at once; on error the old
-	// rules stay.
-	Reload(p *policy.Policy, peers map[string][]netip.Addr) error
-	// Close removes the filter.
-	Close() error
-}
 
 func (k *kernelEgress) ipt(tool string, args ...string) error {
 	return k.run(tool, append([]string{"-w", "5"}, args...), "")
@@ -97,11 +82,12 @@ func runTool(tool string, args []string, stdin string) error {
 func newKernelEgress(iface string, self netip.Prefix, pol *policy.Policy, peers func() []nodePeer, log *slog.Logger) *kernelEgress {
 	_, err := os.Stat("/proc/net/if_inet6")
 	return &kernelEgress{iface: iface, overlay: self.Masked(), self: self.Addr(), pol: pol, peers: peers, log: log, v6: err == nil,
-		run: runTool, stop: make(chan struct{}), done: make(chan struct{})}
+		run: runTool}
 }
 
 // install creates the chains, hooks them and starts following peer
-// changes. The defaults go in first: until they are hooked nothing else is.
+// changes (the Enforcer's ticker, once a second). The defaults go in
+// first: until they are hooked nothing else is.
 func (k *kernelEgress) install() error {
 	tools := []string{"iptables", "iptables-restore"}
 	if k.v6 {
@@ -133,8 +119,6 @@ func (k *kernelEgress) install() error {
 			k.log.Warn("gvisor mode: rule about destinations outside the overlay is not enforced; use the pod's network policy", "rule", r.Label)
 		}
 	}
-	k.following = true
-	go k.follow()
 	return nil
 }
 
@@ -145,7 +129,17 @@ func (k *kernelEgress) install() error {
 // comes after netfilter's OUTPUT), which reports each allowed connection
 // through its ring buffer; without it the chains report those too.
 func (k *kernelEgress) installOverlay() error {
-	pol, peers := k.pol.WithOverlay(k.overlay), k.peerMap()
+	e, err := enforce.Start(enforce.Config{Interface: k.iface, Fixed: k.pol, Overlay: k.overlay, Peers: k.peerMap,
+		NewFilter: k.newOverlayFilter, Logger: k.log})
+	if err != nil {
+		return err
+	}
+	k.enforcer = e
+	return nil
+}
+
+// newOverlayFilter builds wg0's layered filter for the Enforcer.
+func (k *kernelEgress) newOverlayFilter(pol *policy.Policy, peers map[string][]netip.Addr) (enforce.Filter, error) {
 	var filters layered
 	if !k.iptablesOnly {
 		cfg := bpf.Config{Interface: k.iface, Policy: pol, Peers: peers, ReportAllowed: true, Logger: k.log}
@@ -159,7 +153,7 @@ func (k *kernelEgress) installOverlay() error {
 		case errors.Is(err, bpf.ErrUnavailable) || errors.Is(err, edition.ErrProFeature):
 			k.log.Warn("gvisor mode: eBPF egress filter unavailable; enforcing with iptables, connections audited through NFLOG", "err", err)
 		default:
-			return err
+			return nil, err
 		}
 	}
 	cfg := iptables.Config{Interface: k.iface, Policy: pol, Peers: peers, IPv6: &k.v6, Run: k.run, ReportAllowed: len(filters) == 0, Logger: k.log}
@@ -169,18 +163,17 @@ func (k *kernelEgress) installOverlay() error {
 	f, err := iptables.New(cfg)
 	if err != nil {
 		_ = filters.Close()
-		return err
+		return nil, err
 	}
 	if len(filters) > 0 {
 		k.log.Info("gvisor mode: egress on wg0 by the eBPF filter behind iptables' REJECT; every connection is audited")
 	}
-	k.overlayF, k.lastPeers = append(filters, f), peers
-	return nil
+	return append(filters, f), nil
 }
 
 // layered is several filters on one interface, reloaded and closed
 // together.
-type layered []overlayFilter
+type layered []enforce.Filter
 
 func (l layered) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 	var errs []error
@@ -209,39 +202,13 @@ func (k *kernelEgress) peerMap() map[string][]netip.Addr {
 	return out
 }
 
-// follow rebuilds the chain when the peers change.
-func (k *kernelEgress) follow() {
-	defer close(k.done)
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-k.stop:
-			return
-		case <-t.C:
-			if err := k.refresh(); err != nil {
-				k.log.Warn("egress rules not updated", "err", err)
-			}
-		}
-	}
-}
-
-// refresh reloads wg0's filter if the peers changed.
+// refresh reloads wg0's filter now if the peers changed, rather than at
+// the Enforcer's next tick.
 func (k *kernelEgress) refresh() error {
-	if k.overlayF == nil {
+	if k.enforcer == nil {
 		return nil
 	}
-	peers := k.peerMap()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if maps.EqualFunc(peers, k.lastPeers, slices.Equal) {
-		return nil
-	}
-	if err := k.overlayF.Reload(k.pol.WithOverlay(k.overlay), peers); err != nil {
-		return err
-	}
-	k.lastPeers = peers
-	return nil
+	return k.enforcer.RefreshPeers()
 }
 
 // restore replaces chain's rules in one iptables-restore transaction: a
@@ -266,16 +233,8 @@ func (k *kernelEgress) restore(tool, chain string, rules [][]string) error {
 
 // remove undoes install; it is safe after a partial install.
 func (k *kernelEgress) remove() {
-	select {
-	case <-k.stop:
-	default:
-		close(k.stop)
-	}
-	if k.following {
-		<-k.done
-	}
-	if k.overlayF != nil {
-		if err := k.overlayF.Close(); err != nil {
+	if k.enforcer != nil {
+		if err := k.enforcer.Close(); err != nil {
 			k.log.Warn("egress filter on wg0 not removed", "err", err)
 		}
 	}
