@@ -164,7 +164,7 @@ func (c *Client) dialQUIC(ctx context.Context, tok Token) (*cconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr := &quic.Transport{Conn: pc}
+	tr := &quic.Transport{Conn: pc, ConnectionIDLength: quicConnIDLen}
 	cleanup := func() {
 		_ = tr.Close()
 		_ = pc.Close()

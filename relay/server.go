@@ -192,7 +192,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s.addr = addrPortOf(s.pc.LocalAddr())
-	s.tr = &quic.Transport{Conn: s.pc, VerifySourceAddress: func(a net.Addr) bool {
+	s.tr = &quic.Transport{Conn: s.pc, ConnectionIDLength: quicConnIDLen, VerifySourceAddress: func(a net.Addr) bool {
 		return s.pre.pressured(sourceOfNet(a))
 	}}
 	// Early: the connection joins the pre-auth table when its first

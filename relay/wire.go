@@ -48,6 +48,29 @@ const (
 // the client lands on TCP.
 const quicPacketSize = 1452
 
+// MaxDatagramPacket is the largest packet that travels as a QUIC datagram:
+// quic-go admits a datagram payload of quicPacketSize − 37 bytes (it
+// reserves a 20-byte connection ID, the type byte and the AEAD tag), less
+// the 5-byte LRP datagram header. A WireGuard tunnel MTU of
+// MaxDatagramPacket − 32 (1378) toward a QUIC-relayed peer keeps its
+// full-size packets in datagrams; larger packets take the control stream.
+const MaxDatagramPacket = quicPacketSize - 37 - datagramHeaderLen
+
+// quicConnIDLen is the length of the connection IDs each end issues, so
+// the length of the destination ID in every short-header packet sent to
+// it. quic-go batches packets into one GSO send (UDP_SEGMENT) only while
+// each is exactly quicPacketSize bytes, and a short-header packet holding
+// one datagram is 20 bytes plus the connection ID longer than its payload
+// (type byte, 2-byte packet number, frame type, 16-byte tag; the last frame
+// goes without its length). With 17 bytes, a MaxDatagramPacket packet fills
+// a QUIC packet exactly, so a burst of them leaves in one sendmsg instead
+// of one each (quic-go's default of 4 bytes left every datagram packet 13
+// bytes short). The packet number stays 2 bytes while fewer than 32768
+// packets are unacknowledged, which quic-go's congestion window (at most
+// 10000 packets) keeps true; a 3-byte one would make quic-go drop such a
+// datagram as too large. TestDatagramPacketsFull checks the sizes.
+const quicConnIDLen = 17
+
 // wire is one LRP connection seen from either end, over either transport:
 // the framed control stream (the TLS connection itself on TCP, one
 // bidirectional stream on QUIC), QUIC datagrams, the peer-id tables and the
