@@ -97,14 +97,29 @@ func (f *Fabric) AddNetwork(cfg NetworkConfig) (*Network, error) {
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: network with no name", ErrInvalid)
 	}
-	if !cfg.Prefix.IsValid() {
-		return nil, fmt.Errorf("%w: network %q: invalid prefix", ErrInvalid, cfg.Name)
+	if !cfg.Prefix.IsValid() && !cfg.Prefix6.IsValid() {
+		return nil, fmt.Errorf("%w: network %q: no prefix: give an IPv4 prefix, an IPv6 prefix or both", ErrInvalid, cfg.Name)
 	}
-	if cfg.Prefix != cfg.Prefix.Masked() {
-		return nil, fmt.Errorf("%w: network %q: prefix %v has host bits set (did you mean %v?)", ErrInvalid, cfg.Name, cfg.Prefix, cfg.Prefix.Masked())
+	for _, p := range []struct {
+		prefix netip.Prefix
+		v6     bool
+	}{{cfg.Prefix, false}, {cfg.Prefix6, true}} {
+		if !p.prefix.IsValid() {
+			continue
+		}
+		if p.prefix != p.prefix.Masked() {
+			return nil, fmt.Errorf("%w: network %q: prefix %v has host bits set (did you mean %v?)", ErrInvalid, cfg.Name, p.prefix, p.prefix.Masked())
+		}
+		if p.prefix.Addr().Is6() != p.v6 || p.prefix.Addr().Is4In6() {
+			family := "IPv4"
+			if p.v6 {
+				family = "IPv6"
+			}
+			return nil, fmt.Errorf("%w: network %q: prefix %v is not an %s prefix", ErrInvalid, cfg.Name, p.prefix, family)
+		}
 	}
-	if !cfg.Prefix.Addr().Is4() {
-		return nil, fmt.Errorf("%w: network %q: prefix %v: only IPv4 networks are supported", ErrInvalid, cfg.Name, cfg.Prefix)
+	if cfg.Prefix6.IsValid() && cfg.Prefix6.Bits() > 126 {
+		return nil, fmt.Errorf("%w: network %q: IPv6 prefix %v leaves no room for hosts", ErrInvalid, cfg.Name, cfg.Prefix6)
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
@@ -123,7 +138,7 @@ func (f *Fabric) AddNetwork(cfg NetworkConfig) (*Network, error) {
 	if len(f.netList) >= 1<<16 {
 		return nil, fmt.Errorf("%w: too many networks", ErrInvalid)
 	}
-	n := &Network{f: f, name: cfg.Name, prefix: cfg.Prefix, mtu: cfg.MTU, index: uint16(len(f.netList))}
+	n := &Network{f: f, name: cfg.Name, prefix: cfg.Prefix, prefix6: cfg.Prefix6, mtu: cfg.MTU, index: uint16(len(f.netList))}
 	f.networks[cfg.Name] = n
 	f.netList = append(f.netList, n)
 	return n, nil
@@ -186,7 +201,7 @@ func (f *Fabric) buildInterfacesLocked(owner string, cfgs []InterfaceConfig) ([]
 		}
 		names[ifc.name] = true
 		for _, other := range ifcs[:len(ifcs)-1] {
-			if other.network.prefix.Overlaps(ifc.network.prefix) {
+			if other.network.overlaps(ifc.network) {
 				return fail(fmt.Errorf("%w: %q attaches to overlapping %v and %v", ErrInvalid, owner, other.network, ifc.network))
 			}
 		}
@@ -211,21 +226,9 @@ func attachLocked(ifcs []*Interface) error {
 
 // checkRealmsLocked reports networks whose prefixes overlap while being
 // joined, directly or through other plain (non-NAT) routing, without a NAT
-// between them. Such a topology would make routing ambiguous.
+// between them. Such a topology would make routing ambiguous. A NAT
+// translates IPv4 only, so IPv6 prefixes must not overlap across it either.
 func (f *Fabric) checkRealmsLocked(joiner string, extra *Router) error {
-	parent := map[*Network]*Network{}
-	var find func(n *Network) *Network
-	find = func(n *Network) *Network {
-		p, ok := parent[n]
-		if !ok || p == n {
-			parent[n] = n
-			return n
-		}
-		r := find(p)
-		parent[n] = r
-		return r
-	}
-	union := func(a, b *Network) { parent[find(a)] = find(b) }
 	routers := make([]*Router, 0, len(f.routers)+1)
 	for _, r := range f.routers {
 		routers = append(routers, r)
@@ -233,25 +236,46 @@ func (f *Fabric) checkRealmsLocked(joiner string, extra *Router) error {
 	if extra != nil {
 		routers = append(routers, extra)
 	}
-	for _, r := range routers {
-		var first *Network
-		for _, ifc := range r.ifcs {
-			if r.nat != nil && ifc == r.uplink {
-				continue
-			}
-			if first == nil {
-				first = ifc.network
-			} else {
-				union(first, ifc.network)
-			}
-		}
-	}
 	nets := append([]*Network(nil), f.netList...)
 	sort.Slice(nets, func(i, j int) bool { return nets[i].index < nets[j].index })
-	for i, a := range nets {
-		for _, b := range nets[i+1:] {
-			if a.prefix.Overlaps(b.prefix) && find(a) == find(b) {
-				return fmt.Errorf("%w: router %q joins %v and %v, which overlap, with no NAT between them", ErrInvalid, joiner, a, b)
+	for _, v6 := range []bool{false, true} {
+		parent := map[*Network]*Network{}
+		var find func(n *Network) *Network
+		find = func(n *Network) *Network {
+			p, ok := parent[n]
+			if !ok || p == n {
+				parent[n] = n
+				return n
+			}
+			r := find(p)
+			parent[n] = r
+			return r
+		}
+		for _, r := range routers {
+			var first *Network
+			for _, ifc := range r.ifcs {
+				if !v6 && r.nat != nil && ifc == r.uplink {
+					continue
+				}
+				if first == nil {
+					first = ifc.network
+				} else {
+					parent[find(first)] = find(ifc.network)
+				}
+			}
+		}
+		for i, a := range nets {
+			for _, b := range nets[i+1:] {
+				pa, pb := a.prefix, b.prefix
+				if v6 {
+					pa, pb = a.prefix6, b.prefix6
+				}
+				if pa.IsValid() && pb.IsValid() && pa.Overlaps(pb) && find(a) == find(b) {
+					if v6 {
+						return fmt.Errorf("%w: router %q joins %v and %v, whose IPv6 prefixes overlap (no NAT translates IPv6)", ErrInvalid, joiner, a, b)
+					}
+					return fmt.Errorf("%w: router %q joins %v and %v, which overlap, with no NAT between them", ErrInvalid, joiner, a, b)
+				}
 			}
 		}
 	}
@@ -296,7 +320,7 @@ func (f *Fabric) Close() error {
 
 func addrOnLink(ifcs []*Interface, a netip.Addr) *Interface {
 	for _, ifc := range ifcs {
-		if ifc.network.prefix.Contains(a) {
+		if ifc.network.contains(a) {
 			return ifc
 		}
 	}

@@ -31,7 +31,11 @@ type HostConfig struct {
 	// host's networks. If zero, the host reaches only its own networks and
 	// Routes.
 	Gateway netip.Addr
-	// Routes are static routes besides the connected ones.
+	// Gateway6 is the IPv6 default route's next hop, on one of the host's
+	// dual-stack or IPv6-only networks. If zero, no IPv6 default route.
+	Gateway6 netip.Addr
+	// Routes are static routes besides the connected ones, of either
+	// family.
 	Routes []Route
 }
 
@@ -89,7 +93,7 @@ func (f *Fabric) AddHost(cfg HostConfig) (*Host, error) {
 		}
 		return nil, err
 	}
-	routes, err := buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Routes)
+	routes, err := buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Gateway6, cfg.Routes)
 	if err != nil {
 		return fail(err)
 	}
@@ -118,7 +122,15 @@ func (h *Host) buildStack(routes routeTable) error {
 		SecureRNG:          rnd,
 	})
 	h.stack = s
-	n, err := gvnet.New(gvnet.Config{Stack: s, Name: h.name, IPv4Only: true, ErrClosed: ErrClosed, UDP: h.udp})
+	has4, has6 := false, false
+	for _, ifc := range h.ifcs {
+		for _, a := range ifc.Addrs() {
+			has4, has6 = has4 || a.Is4(), has6 || a.Is6()
+		}
+	}
+	// A host with no IPv6 address speaks IPv4 only, as before IPv6; one
+	// with no IPv4 address prefers IPv6 for "udp" and "tcp" with no host.
+	n, err := gvnet.New(gvnet.Config{Stack: s, Name: h.name, IPv4Only: !has6, PreferIPv6: !has4, ErrClosed: ErrClosed, UDP: h.udp})
 	if err != nil {
 		return err
 	}
@@ -145,8 +157,16 @@ func (h *Host) buildStack(routes routeTable) error {
 	}, stack.AddressProperties{}); err != nil {
 		return fmt.Errorf("lo address: %s", err)
 	}
+	if err := s.AddProtocolAddress(loopbackNIC, tcpip.ProtocolAddress{
+		Protocol:          ipv6.ProtocolNumber,
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom16(netip.IPv6Loopback().As16()), PrefixLen: 128},
+	}, stack.AddressProperties{}); err != nil {
+		return fmt.Errorf("lo address ::1: %s", err)
+	}
 	var table []tcpip.Route
-	table = append(table, tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("127.0.0.0/8")), NIC: loopbackNIC})
+	table = append(table,
+		tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("127.0.0.0/8")), NIC: loopbackNIC},
+		tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("::1/128")), NIC: loopbackNIC})
 	nicOf := map[*Interface]tcpip.NICID{}
 	for i, ifc := range h.ifcs {
 		id := tcpip.NICID(i + 2)
@@ -157,9 +177,13 @@ func (h *Host) buildStack(routes routeTable) error {
 			return fmt.Errorf("create %s: %s", ifc.name, err)
 		}
 		for _, a := range ifc.Addrs() {
+			proto := ipv4.ProtocolNumber
+			if a.Is6() {
+				proto = ipv6.ProtocolNumber // no DAD, MLD or router solicitation: ipv6.NewProtocol's defaults
+			}
 			if err := s.AddProtocolAddress(id, tcpip.ProtocolAddress{
-				Protocol:          ipv4.ProtocolNumber,
-				AddressWithPrefix: tcpip.AddressWithPrefix{Address: gvnet.ToTCPIP(a), PrefixLen: ifc.network.prefix.Bits()},
+				Protocol:          proto,
+				AddressWithPrefix: tcpip.AddressWithPrefix{Address: gvnet.ToTCPIP(a), PrefixLen: ifc.network.prefixFor(a).Bits()},
 			}, stack.AddressProperties{}); err != nil {
 				return fmt.Errorf("address %v on %s: %s", a, ifc.name, err)
 			}

@@ -41,7 +41,7 @@ func (h *Host) Ping(ctx context.Context, dst netip.Addr) (time.Duration, error) 
 func (h *Host) Interfaces() ([]netx.Interface, error) {
 	out := []netx.Interface{{
 		Index: int(loopbackNIC), Name: "lo", MTU: 65536, Flags: net.FlagUp | net.FlagLoopback,
-		Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")},
+		Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("::1/128")},
 	}}
 	for i, ifc := range h.ifcs {
 		flags := net.FlagUp | net.FlagBroadcast | net.FlagMulticast
@@ -53,7 +53,7 @@ func (h *Host) Interfaces() ([]netx.Interface, error) {
 			HardwareAddr: append(net.HardwareAddr(nil), ifc.mac[:]...),
 		})
 		for _, a := range ifc.Addrs() {
-			out[len(out)-1].Addrs = append(out[len(out)-1].Addrs, netip.PrefixFrom(a, ifc.network.prefix.Bits()))
+			out[len(out)-1].Addrs = append(out[len(out)-1].Addrs, netip.PrefixFrom(a, ifc.network.prefixFor(a).Bits()))
 		}
 	}
 	return out, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -18,10 +19,12 @@ type InterfaceConfig struct {
 	// Network is the name of the network to attach to. Required.
 	Network string
 	// Addr is the interface's address; it must lie inside the network's
-	// prefix and not be its network or broadcast address. Required.
+	// prefix of its family and not be its network or (IPv4) broadcast
+	// address. Required.
 	Addr netip.Addr
 	// Aliases are further addresses on the same interface, e.g. the second
-	// address an RFC 5780 STUN server needs. Same rules as Addr.
+	// address an RFC 5780 STUN server needs, or the IPv6 address of an
+	// interface on a dual-stack network. Same rules as Addr.
 	Aliases []netip.Addr
 	// MTU is the largest IP packet the interface sends. If zero, the
 	// network's MTU.
@@ -90,10 +93,10 @@ func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Inter
 	}
 	seen := map[netip.Addr]bool{}
 	for _, a := range append([]netip.Addr{cfg.Addr}, cfg.Aliases...) {
-		if !a.IsValid() || !n.prefix.Contains(a) {
+		if !a.IsValid() || a.Zone() != "" || a.Is4In6() || !n.contains(a) {
 			return nil, fmt.Errorf("%w: %s/%s: address %v is outside %v", ErrInvalid, owner, name, a, n)
 		}
-		if a == n.prefix.Masked().Addr() || (n.prefix.Bits() < 31 && a == broadcast(n.prefix)) {
+		if a == n.prefixFor(a).Masked().Addr() || (a.Is4() && n.prefix.Bits() < 31 && a == broadcast(n.prefix)) {
 			return nil, fmt.Errorf("%w: %s/%s: address %v is the network or broadcast address of %v", ErrInvalid, owner, name, a, n)
 		}
 		if seen[a] {
@@ -234,6 +237,28 @@ func (ifc *Interface) Name() string { return ifc.name }
 
 // Addr returns the interface's address.
 func (ifc *Interface) Addr() netip.Addr { return ifc.addr }
+
+// addrFor returns the interface's first address of dst's family, or the
+// zero Addr: the source of what it sends to dst.
+func (ifc *Interface) addrFor(dst netip.Addr) netip.Addr {
+	if ifc.addr.Is4() == dst.Is4() {
+		return ifc.addr
+	}
+	for _, a := range ifc.aliases {
+		if a.Is4() == dst.Is4() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// owns reports whether a is one of the interface's addresses.
+func (ifc *Interface) owns(a netip.Addr) bool {
+	return a == ifc.addr || slices.Contains(ifc.aliases, a)
+}
+
+// Addr6 returns the interface's first IPv6 address, or the zero Addr.
+func (ifc *Interface) Addr6() netip.Addr { return ifc.addrFor(netip.IPv6Unspecified()) }
 
 // Addrs returns the interface's address followed by its aliases.
 func (ifc *Interface) Addrs() []netip.Addr {

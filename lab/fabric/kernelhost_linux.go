@@ -68,7 +68,13 @@ func (f *Fabric) AddKernelHost(cfg KernelHostConfig) (*KernelHost, error) {
 		return nil, err
 	}
 	ifc := ifcs[0]
-	if cfg.Gateway.IsValid() && !ifc.network.prefix.Contains(cfg.Gateway) {
+	for _, a := range ifc.Addrs() {
+		if !a.Is4() {
+			ifc.close()
+			return nil, fmt.Errorf("%w: kernel host %q: address %v: kernel hosts are IPv4 only (IPv6 is for in-process hosts)", ErrInvalid, cfg.Name, a)
+		}
+	}
+	if cfg.Gateway.IsValid() && !ifc.network.contains(cfg.Gateway) {
 		ifc.close()
 		return nil, fmt.Errorf("%w: kernel host %q: gateway %v is not on %s", ErrInvalid, cfg.Name, cfg.Gateway, ifc.network.name)
 	}

@@ -11,8 +11,12 @@ import (
 type NetworkConfig struct {
 	// Name identifies the network in errors, logs and captures. Required.
 	Name string
-	// Prefix is the segment's CIDR, e.g. 192.168.1.0/24. Required.
+	// Prefix is the segment's IPv4 CIDR, e.g. 192.168.1.0/24. Required
+	// unless Prefix6 is set (an IPv6-only segment).
 	Prefix netip.Prefix
+	// Prefix6 is the segment's IPv6 prefix, e.g. 2001:db8:1::/64, on a
+	// dual-stack or IPv6-only segment. If zero, the segment is IPv4 only.
+	Prefix6 netip.Prefix
 	// MTU is the default MTU of interfaces attached here. If zero, 1500.
 	MTU int
 }
@@ -22,9 +26,11 @@ type NetworkConfig struct {
 type Network struct {
 	f      *Fabric
 	name   string
-	prefix netip.Prefix
-	mtu    int
-	index  uint16
+	prefix netip.Prefix // IPv4; invalid on an IPv6-only segment
+	// prefix6 is the IPv6 prefix; invalid on an IPv4-only segment.
+	prefix6 netip.Prefix
+	mtu     int
+	index   uint16
 
 	mu sync.Mutex // serialises attach; readers use the atomic snapshots below
 	// ports and byAddr are copy-on-write snapshots so the per-packet lookups
@@ -41,8 +47,33 @@ type Network struct {
 // Name returns the network's name.
 func (n *Network) Name() string { return n.name }
 
-// Prefix returns the network's CIDR.
+// Prefix returns the network's IPv4 CIDR, invalid on an IPv6-only network.
 func (n *Network) Prefix() netip.Prefix { return n.prefix }
+
+// Prefix6 returns the network's IPv6 prefix, invalid on an IPv4-only
+// network.
+func (n *Network) Prefix6() netip.Prefix { return n.prefix6 }
+
+// prefixFor returns the network's prefix of a's family (invalid if it has
+// none).
+func (n *Network) prefixFor(a netip.Addr) netip.Prefix {
+	if a.Is4() {
+		return n.prefix
+	}
+	return n.prefix6
+}
+
+// contains reports whether a is on the segment, in either family.
+func (n *Network) contains(a netip.Addr) bool {
+	p := n.prefixFor(a)
+	return p.IsValid() && p.Contains(a)
+}
+
+// overlaps reports whether n and o share addresses in either family.
+func (n *Network) overlaps(o *Network) bool {
+	return n.prefix.IsValid() && o.prefix.IsValid() && n.prefix.Overlaps(o.prefix) ||
+		n.prefix6.IsValid() && o.prefix6.IsValid() && n.prefix6.Overlaps(o.prefix6)
+}
 
 // MTU returns the default MTU of the network's interfaces.
 func (n *Network) MTU() int { return n.mtu }
@@ -126,4 +157,12 @@ func (n *Network) portFor(f []byte) *Interface {
 	return (*p)[port]
 }
 
-func (n *Network) String() string { return fmt.Sprintf("network %q (%v)", n.name, n.prefix) }
+func (n *Network) String() string {
+	switch {
+	case !n.prefix6.IsValid():
+		return fmt.Sprintf("network %q (%v)", n.name, n.prefix)
+	case !n.prefix.IsValid():
+		return fmt.Sprintf("network %q (%v)", n.name, n.prefix6)
+	}
+	return fmt.Sprintf("network %q (%v, %v)", n.name, n.prefix, n.prefix6)
+}

@@ -23,20 +23,35 @@ type routeEntry struct {
 // routeTable is ordered longest prefix first, so the first match wins.
 type routeTable []routeEntry
 
-// buildRoutes makes a node's table: a connected route per interface, then
-// static routes and the default route through gateway.
-func buildRoutes(owner string, ifcs []*Interface, gateway netip.Addr, routes []Route) (routeTable, error) {
+// buildRoutes makes a node's table: a connected route per interface and
+// prefix, then static routes and the default routes through gateway (IPv4)
+// and gateway6 (IPv6), either of which may be zero.
+func buildRoutes(owner string, ifcs []*Interface, gateway, gateway6 netip.Addr, routes []Route) (routeTable, error) {
 	var t routeTable
 	for _, ifc := range ifcs {
-		t = append(t, routeEntry{dst: ifc.network.prefix, ifc: ifc})
+		for _, p := range []netip.Prefix{ifc.network.prefix, ifc.network.prefix6} {
+			if p.IsValid() {
+				t = append(t, routeEntry{dst: p, ifc: ifc})
+			}
+		}
 	}
+	routes = append([]Route(nil), routes...)
 	if gateway.IsValid() {
-		routes = append(append([]Route(nil), routes...), Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Via: gateway})
+		if !gateway.Is4() {
+			return nil, fmt.Errorf("%w: %q: gateway %v is not an IPv4 address (IPv6 gateways go in Gateway6)", ErrInvalid, owner, gateway)
+		}
+		routes = append(routes, Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), Via: gateway})
+	}
+	if gateway6.IsValid() {
+		if gateway6.Is4() {
+			return nil, fmt.Errorf("%w: %q: IPv6 gateway %v is an IPv4 address", ErrInvalid, owner, gateway6)
+		}
+		routes = append(routes, Route{Dst: netip.PrefixFrom(netip.IPv6Unspecified(), 0), Via: gateway6})
 	}
 	seen := map[netip.Prefix]bool{}
 	for _, r := range routes {
-		if !r.Dst.IsValid() || !r.Dst.Addr().Is4() {
-			return nil, fmt.Errorf("%w: %q: route to %v: destination must be an IPv4 prefix", ErrInvalid, owner, r.Dst)
+		if !r.Dst.IsValid() || r.Dst.Addr().Is4In6() {
+			return nil, fmt.Errorf("%w: %q: route to %v: destination must be an IPv4 or IPv6 prefix", ErrInvalid, owner, r.Dst)
 		}
 		if r.Dst != r.Dst.Masked() {
 			return nil, fmt.Errorf("%w: %q: route to %v has host bits set (did you mean %v?)", ErrInvalid, owner, r.Dst, r.Dst.Masked())
@@ -45,11 +60,14 @@ func buildRoutes(owner string, ifcs []*Interface, gateway netip.Addr, routes []R
 			return nil, fmt.Errorf("%w: %q: two routes to %v", ErrInvalid, owner, r.Dst)
 		}
 		seen[r.Dst] = true
+		if r.Via.IsValid() && r.Via.Is4() != r.Dst.Addr().Is4() {
+			return nil, fmt.Errorf("%w: %q: route to %v via %v: gateway and destination are of different families", ErrInvalid, owner, r.Dst, r.Via)
+		}
 		ifc := addrOnLink(ifcs, r.Via)
 		if !r.Via.IsValid() || ifc == nil {
 			return nil, fmt.Errorf("%w: %q: route to %v via %v: gateway is not on any of its networks", ErrInvalid, owner, r.Dst, r.Via)
 		}
-		if r.Via == ifc.addr {
+		if ifc.owns(r.Via) {
 			return nil, fmt.Errorf("%w: %q: route to %v via %v: gateway is its own address", ErrInvalid, owner, r.Dst, r.Via)
 		}
 		t = append(t, routeEntry{dst: r.Dst, ifc: ifc, via: r.Via})

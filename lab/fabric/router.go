@@ -23,6 +23,9 @@ type RouterConfig struct {
 	Interfaces []InterfaceConfig
 	// Gateway is the default route's next hop. If zero, no default route.
 	Gateway netip.Addr
+	// Gateway6 is the IPv6 default route's next hop. If zero, no IPv6
+	// default route.
+	Gateway6 netip.Addr
 	// Routes are static routes besides the connected ones.
 	Routes []Route
 	// NAT, when set, translates every packet leaving through the uplink
@@ -33,12 +36,16 @@ type RouterConfig struct {
 	// Firewall filters packets leaving through the uplink on a router
 	// without NAT (with NAT, use NAT.Firewall).
 	Firewall *nat.Firewall
+	// Stateful, when set, filters IPv6 on the uplink as an RFC 6092 home
+	// router does: nothing translated, inbound only through state inside
+	// hosts opened (see nat.FirewallProfile). IPv4 is the NAT's.
+	Stateful *nat.StatefulConfig
 	// Uplink names the outside interface for NAT and Firewall. If empty,
 	// the interface on the Gateway's network.
 	Uplink string
 }
 
-// Router forwards IPv4 between its networks: it validates each packet,
+// Router forwards IPv4 and IPv6 (router6.go) between its networks: it validates each packet,
 // decrements the TTL, routes by longest prefix, translates on its NAT uplink
 // and answers pings to its own addresses. Malformed packets are counted and
 // dropped, never trusted.
@@ -51,6 +58,8 @@ type Router struct {
 	uplink *Interface
 	nat    *nat.NAT
 	fw     *nat.Firewall
+	// stateful filters IPv6 on the uplink; see router6.go.
+	stateful *nat.Stateful
 
 	stats routerCounters
 	once  sync.Once
@@ -98,12 +107,12 @@ func (f *Fabric) AddRouter(cfg RouterConfig) (*Router, error) {
 		}
 		return nil, err
 	}
-	if r.routes, err = buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Routes); err != nil {
+	if r.routes, err = buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Gateway6, cfg.Routes); err != nil {
 		return fail(err)
 	}
-	if cfg.NAT != nil || cfg.Firewall != nil || cfg.Uplink != "" {
+	if cfg.NAT != nil || cfg.Firewall != nil || cfg.Stateful != nil || cfg.Uplink != "" {
 		for _, ifc := range ifcs {
-			if ifc.name == cfg.Uplink || (cfg.Uplink == "" && cfg.Gateway.IsValid() && ifc.network.prefix.Contains(cfg.Gateway)) {
+			if ifc.name == cfg.Uplink || (cfg.Uplink == "" && (cfg.Gateway.IsValid() && ifc.network.contains(cfg.Gateway) || !cfg.Gateway.IsValid() && cfg.Gateway6.IsValid() && ifc.network.contains(cfg.Gateway6))) {
 				r.uplink = ifc
 			}
 		}
@@ -119,9 +128,14 @@ func (f *Fabric) AddRouter(cfg RouterConfig) (*Router, error) {
 			return fail(fmt.Errorf("%w: router %q firewall: %w", ErrInvalid, cfg.Name, err))
 		}
 	}
+	if cfg.Stateful != nil {
+		if r.stateful, err = nat.NewStateful(*cfg.Stateful); err != nil {
+			return fail(fmt.Errorf("%w: router %q ipv6 firewall: %w", ErrInvalid, cfg.Name, err))
+		}
+	}
 	if cfg.NAT != nil {
 		nc := *cfg.NAT
-		nc.Public = r.uplink.addr
+		nc.Public = r.uplink.addrFor(netip.IPv4Unspecified()) // NAT44: the uplink's IPv4 address
 		if nc.Seed == 0 {
 			nc.Seed = f.seedFor(cfg.Name + "/nat")
 		}
@@ -167,6 +181,9 @@ func (r *Router) Interface(name string) *Interface {
 	return nil
 }
 
+// Stateful returns the router's IPv6 stateful filter, or nil.
+func (r *Router) Stateful() *nat.Stateful { return r.stateful }
+
 // Uplink returns the NAT/firewall uplink, or nil.
 func (r *Router) Uplink() *Interface { return r.uplink }
 
@@ -206,6 +223,10 @@ func (r *Router) input(in *Interface, f []byte) {
 	c := &r.stats
 	if len(f) < ethHeaderLen {
 		r.drop(in, f, &c.malformed, "malformed: runt frame")
+		return
+	}
+	if binary.BigEndian.Uint16(f[12:14]) == etherTypeIPv6 {
+		r.input6(in, f)
 		return
 	}
 	if binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {

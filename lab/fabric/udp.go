@@ -68,7 +68,7 @@ type udpStack struct {
 }
 
 func newUDPStack(h *Host, rnd *seededRand) *udpStack {
-	u := &udpStack{h: h, rnd: rnd, ports: map[uint16][]*udpConn{}, local: map[netip.Addr]bool{loopbackAddr: true}}
+	u := &udpStack{h: h, rnd: rnd, ports: map[uint16][]*udpConn{}, local: map[netip.Addr]bool{loopbackAddr: true, loopback6: true}}
 	for _, ifc := range h.ifcs {
 		for _, a := range ifc.Addrs() {
 			u.local[a] = true
@@ -77,7 +77,18 @@ func newUDPStack(h *Host, rnd *seededRand) *udpStack {
 	return u
 }
 
-var loopbackAddr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+var (
+	loopbackAddr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	loopback6    = netip.IPv6Loopback()
+)
+
+// loopbackFor returns the loopback address of a's family.
+func loopbackFor(a netip.Addr) netip.Addr {
+	if a.Is4() {
+		return loopbackAddr
+	}
+	return loopback6
+}
 
 var _ gvnet.UDPBinder = (*udpStack)(nil)
 
@@ -195,7 +206,7 @@ func (u *udpStack) close() {
 // sourceFor returns the address a datagram to dst leaves from.
 func (u *udpStack) sourceFor(dst netip.Addr) (netip.Addr, error) {
 	if dst.IsLoopback() {
-		return loopbackAddr, nil
+		return loopbackFor(dst), nil
 	}
 	if u.local[dst] {
 		return dst, nil
@@ -204,7 +215,22 @@ func (u *udpStack) sourceFor(dst netip.Addr) (netip.Addr, error) {
 	if rt == nil {
 		return netip.Addr{}, fmt.Errorf("no route to %v: %w", dst, syscall.ENETUNREACH)
 	}
-	return rt.ifc.addr, nil
+	src := rt.ifc.addrFor(dst)
+	if !src.IsValid() {
+		return netip.Addr{}, fmt.Errorf("no address of %v's family on %s: %w", dst, rt.ifc, syscall.EADDRNOTAVAIL)
+	}
+	return src, nil
+}
+
+// familyOK reports whether a socket bound to local may send to dst: a
+// socket on an IPv4 address (0.0.0.0 included) reaches IPv4 only, one on a
+// specific IPv6 address IPv6 only, one on :: both (IPV6_V6ONLY off, Linux's
+// default).
+func familyOK(local, dst netip.Addr) bool {
+	if local.Is4() {
+		return dst.Is4()
+	}
+	return local.IsUnspecified() || dst.Is6()
 }
 
 // send transmits one datagram from src (its address may be unspecified) to
@@ -213,27 +239,32 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 	if len(payload) > udpMaxPayload {
 		return fmt.Errorf("%d-byte datagram: %w", len(payload), syscall.EMSGSIZE)
 	}
-	da := dst.Addr()
-	if !da.Is4() || dst.Port() == 0 {
+	da := dst.Addr().Unmap()
+	if !da.IsValid() || da.Zone() != "" || dst.Port() == 0 {
 		return &net.AddrError{Err: "invalid destination", Addr: dst.String()}
 	}
+	if !familyOK(src.Addr(), da) {
+		return fmt.Errorf("from %v to %v: %w", src.Addr(), da, syscall.EAFNOSUPPORT)
+	}
 	if da.IsUnspecified() {
-		da = loopbackAddr // as on Linux, 0.0.0.0 is this host
+		da = loopbackFor(da) // as on Linux, 0.0.0.0 and :: are this host
+	}
+	dst = netip.AddrPortFrom(da, dst.Port())
+	hlen, et := ipv4HeaderLen, uint16(etherTypeIPv4)
+	if da.Is6() {
+		hlen, et = ipv6HeaderLen, etherTypeIPv6
 	}
 	if da.IsLoopback() || u.local[da] {
 		if !src.Addr().IsUnspecified() && src.Addr().IsLoopback() != da.IsLoopback() {
 			return fmt.Errorf("from %v to %v: %w", src.Addr(), da, syscall.EINVAL)
 		}
 		from := da
-		if da.IsLoopback() {
-			from = loopbackAddr
-		}
 		if !src.Addr().IsUnspecified() {
 			from = src.Addr()
 		}
-		f := getFrame(ethHeaderLen + ipv4HeaderLen + udpHeaderLen + len(payload))
-		writeEth(f, mac{}, mac{}, etherTypeIPv4)
-		u.build(f, netip.AddrPortFrom(from, src.Port()), netip.AddrPortFrom(da, dst.Port()), payload)
+		f := getFrame(ethHeaderLen + hlen + udpHeaderLen + len(payload))
+		writeEth(f, mac{}, mac{}, et)
+		u.build(f, netip.AddrPortFrom(from, src.Port()), dst, payload)
 		if !u.deliver(f) {
 			putFrame(f) // nobody listening: a port unreachable nobody would see
 		}
@@ -244,11 +275,15 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 		return fmt.Errorf("no route to %v: %w", da, syscall.ENETUNREACH)
 	}
 	ifc := rt.ifc
-	if n := ipv4HeaderLen + udpHeaderLen + len(payload); n > ifc.mtu {
+	if n := hlen + udpHeaderLen + len(payload); n > ifc.mtu {
 		return fmt.Errorf("%d-byte packet exceeds %s MTU %d: %w", n, ifc, ifc.mtu, syscall.EMSGSIZE)
 	}
 	if src.Addr().IsUnspecified() {
-		src = netip.AddrPortFrom(ifc.addr, src.Port())
+		sa := ifc.addrFor(da)
+		if !sa.IsValid() {
+			return fmt.Errorf("no address of %v's family on %s: %w", da, ifc, syscall.EADDRNOTAVAIL)
+		}
+		src = netip.AddrPortFrom(sa, src.Port())
 	}
 	nh := rt.via
 	if !nh.IsValid() {
@@ -256,23 +291,29 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 	}
 	nb := ifc.network.neighbor(nh)
 	if nb == nil {
-		u.noNeighbor.Add(1) // as after a failed ARP: the datagram is lost
+		u.noNeighbor.Add(1) // as after a failed ARP or neighbour discovery: the datagram is lost
 		return nil
 	}
-	f := getFrame(ethHeaderLen + ipv4HeaderLen + udpHeaderLen + len(payload))
-	writeEth(f, nb.mac, ifc.mac, etherTypeIPv4)
+	f := getFrame(ethHeaderLen + hlen + udpHeaderLen + len(payload))
+	writeEth(f, nb.mac, ifc.mac, et)
 	u.build(f, src, dst, payload)
-	if pmtu := u.pmtu.get(da, u.h.f.clock.Now()); pmtu > 0 && len(f)-ethHeaderLen > pmtu {
-		sendFragmented(ifc, f, pmtu)
-		return nil
+	if da.Is4() {
+		if pmtu := u.pmtu.get(da, u.h.f.clock.Now()); pmtu > 0 && len(f)-ethHeaderLen > pmtu {
+			sendFragmented(ifc, f, pmtu)
+			return nil
+		}
 	}
 	ifc.transmit(f)
 	return nil
 }
 
-// build writes the IPv4 and UDP headers and the payload into f after its
-// Ethernet header.
+// build writes the IP (of dst's family) and UDP headers and the payload
+// into f after its Ethernet header.
 func (u *udpStack) build(f []byte, src, dst netip.AddrPort, payload []byte) {
+	if dst.Addr().Is6() {
+		u.build6(f, src, dst, payload)
+		return
+	}
 	ip := header.IPv4(f[ethHeaderLen:])
 	total := ipv4HeaderLen + udpHeaderLen + len(payload)
 	// Field by field rather than with Encode, whose IPv4Fields (two
@@ -287,7 +328,13 @@ func (u *udpStack) build(f []byte, src, dst netip.AddrPort, payload []byte) {
 	copy(ip.SourceAddressSlice(), s4[:])
 	copy(ip.DestinationAddressSlice(), d4[:])
 	inet.SetIPv4Checksum(ip)
-	udp := header.UDP(ip[ipv4HeaderLen:total])
+	writeUDP(ip, ip[ipv4HeaderLen:total], src, dst, payload)
+}
+
+// writeUDP fills the UDP header and payload in udp (the whole datagram's
+// bytes) of IP packet ip, whose addresses are written.
+func writeUDP(ip, udpb []byte, src, dst netip.AddrPort, payload []byte) {
+	udp := header.UDP(udpb)
 	udp.SetSourcePort(src.Port())
 	udp.SetDestinationPort(dst.Port())
 	udp.SetLength(uint16(len(udp)))
@@ -303,39 +350,58 @@ func (u *udpStack) build(f []byte, src, dst netip.AddrPort, payload []byte) {
 // deliver queues a received frame on the socket it is for and reports
 // whether it took the frame; if not, the frame belongs to gVisor.
 func (u *udpStack) deliver(f []byte) bool {
-	if len(f) < ethHeaderLen+ipv4HeaderLen+udpHeaderLen || binary.BigEndian.Uint16(f[12:14]) != etherTypeIPv4 {
+	if len(f) < ethHeaderLen+ipv4HeaderLen+udpHeaderLen {
 		return false
 	}
-	ip := header.IPv4(f[ethHeaderLen:])
-	ihl := int(ip.HeaderLength())
-	if header.IPVersion(ip) != header.IPv4Version || ip.Protocol() != protoUDP || ihl < ipv4HeaderLen || ip.More() || ip.FragmentOffset() != 0 {
-		return false // not UDP, or a fragment: gVisor's to handle or refuse
-	}
-	total := int(ip.TotalLength())
-	if total > len(ip) || total < ihl+udpHeaderLen {
+	var (
+		ip       []byte
+		hl       int // IP header length
+		udp      header.UDP
+		src, dst netip.Addr
+	)
+	switch binary.BigEndian.Uint16(f[12:14]) {
+	case etherTypeIPv4:
+		ip4 := header.IPv4(f[ethHeaderLen:])
+		ihl := int(ip4.HeaderLength())
+		if header.IPVersion(ip4) != header.IPv4Version || ip4.Protocol() != protoUDP || ihl < ipv4HeaderLen || ip4.More() || ip4.FragmentOffset() != 0 {
+			return false // not UDP, or a fragment: gVisor's to handle or refuse
+		}
+		total := int(ip4.TotalLength())
+		if total > len(ip4) || total < ihl+udpHeaderLen {
+			return false
+		}
+		ip, hl, udp = ip4, ihl, header.UDP(ip4[ihl:total])
+		src, dst = netip.AddrFrom4([4]byte(ip4.SourceAddressSlice())), netip.AddrFrom4([4]byte(ip4.DestinationAddressSlice()))
+	case etherTypeIPv6:
+		ip6, ok := udp6Packet(f[ethHeaderLen:])
+		if !ok {
+			return false // not UDP right after the header: gVisor's
+		}
+		ip, hl, udp = ip6, ipv6HeaderLen, header.UDP(ip6[ipv6HeaderLen:])
+		src, dst = netip.AddrFrom16([16]byte(ip6[8:24])), netip.AddrFrom16([16]byte(ip6[24:40]))
+	default:
 		return false
 	}
-	udp := header.UDP(ip[ihl:total])
 	ulen := int(udp.Length())
 	if ulen < udpHeaderLen || ulen > len(udp) {
 		return false
 	}
 	udp = udp[:ulen]
-	dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())), udp.DestinationPort())
-	src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip.SourceAddressSlice())), udp.SourcePort())
+	dstAP := netip.AddrPortFrom(dst, udp.DestinationPort())
+	srcAP := netip.AddrPortFrom(src, udp.SourcePort())
 	u.mu.RLock()
-	c := u.lookupLocked(dst, src)
+	c := u.lookupLocked(dstAP, srcAP)
 	u.mu.RUnlock()
 	if c == nil {
 		return false
 	}
-	if udp.Checksum() != 0 && checksum.Checksum(udp, inet.PseudoHeaderSum(ip, protoUDP, len(udp))) != 0xffff {
-		u.badChecksum.Add(1)
+	if (udp.Checksum() != 0 || dst.Is6()) && checksum.Checksum(udp, inet.PseudoHeaderSum(ip, protoUDP, len(udp))) != 0xffff {
+		u.badChecksum.Add(1) // RFC 8200 section 8.1: over IPv6 a zero checksum is no excuse
 		putFrame(f)
 		return true
 	}
-	off := ethHeaderLen + ihl + udpHeaderLen
-	if !c.push(f, off, ulen-udpHeaderLen, src) {
+	off := ethHeaderLen + hl + udpHeaderLen
+	if !c.push(f, off, ulen-udpHeaderLen, srcAP) {
 		u.queueFull.Add(1)
 		putFrame(f)
 	}
@@ -352,7 +418,7 @@ func (u *udpStack) lookupLocked(dst, src netip.AddrPort) *udpConn {
 		switch {
 		case c.local.Addr() == dst.Addr():
 			s = 1
-		case !c.local.Addr().IsUnspecified():
+		case !c.local.Addr().IsUnspecified() || !familyOK(c.local.Addr(), dst.Addr()):
 			continue
 		}
 		if c.remote.IsValid() {
