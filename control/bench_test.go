@@ -49,7 +49,8 @@ func benchRegister(b *testing.B, store string, pre int) {
 		mem := newFileStore("")
 		populate(b, ctx, mem, pre)
 		mem.path = filepath.Join(b.TempDir(), "r.json")
-		require.NoError(b, mem.writeLocked())
+		_, err := mem.writeSnapshotLocked(mem.path)
+		require.NoError(b, err)
 		st, err := OpenFileStore(mem.path)
 		require.NoError(b, err)
 		cfg.Store = st

@@ -20,7 +20,8 @@ const goldenPub = "1wNLXk6SC1Oiy7pwIkcnmjpYg27h6pq/Su+v1dU3n14="
 // TestRegistryWrittenByOldCodeLoads: testdata/registry-v1.json was written
 // by the FileStore of the code before key.Public, when control's key type
 // was a bare [32]byte.
-// It still loads, and rewriting it yields the same bytes.
+// It still loads, and rewriting it (a snapshot after a journaled update)
+// yields the same bytes.
 func TestRegistryWrittenByOldCodeLoads(t *testing.T) {
 	golden, err := os.ReadFile("testdata/registry-v1.json")
 	require.NoError(t, err)
@@ -39,6 +40,7 @@ func TestRegistryWrittenByOldCodeLoads(t *testing.T) {
 	assert.Equal(t, time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC), n.Registered)
 
 	require.NoError(t, st.Update(t.Context(), n))
+	require.NoError(t, st.Compact(), "the journaled update, written as a snapshot")
 	again, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, string(golden), string(again))

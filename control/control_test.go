@@ -122,8 +122,12 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, env.srv.Close())
 
-	fi, err := os.Stat(path)
+	fi, err := os.Stat(JournalPath(path))
 	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the registry's journal holds secret hashes")
+	require.NoError(t, env.srv.Store().(*FileStore).Close())
+	fi, err = os.Stat(path)
+	require.NoError(t, err, "closing the store writes its snapshot")
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the registry holds secret hashes")
 
 	env = startServer(t, path)

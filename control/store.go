@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -45,25 +46,42 @@ type Store interface {
 	Close() error
 }
 
-// FileStore is a Store in one JSON file, rewritten atomically (temporary
-// file, fsync, rename) on every change, with mode 0600: it holds hashes of
-// node secrets. For one control instance.
+// FileStore is a Store in a JSON snapshot file and an append-only
+// journal beside it (journal.go), both mode 0600: they hold hashes of
+// node secrets. A change is acknowledged once its journal line is
+// fsynced; concurrent changes share one fsync. For one control instance.
 type FileStore struct {
 	path string
+	opts FileStoreOptions
 	mu   sync.Mutex // guards the following fields
 	byID map[string]*Node
 	// claims: address and name → the ID holding it, so Create checks
 	// without scanning.
 	byAddr map[netip.Prefix]string
 	byName map[string]string
+
+	j         *journal // nil: NewMemStore
+	compactAt int64    // journal size that triggers a snapshot
+	recovered error    // a torn tail dropped at open (*TornTailError)
+	closed    bool
 }
 
 var _ Store = (*FileStore)(nil)
 
+// FileStoreOptions configure OpenFileStoreWith.
+type FileStoreOptions struct {
+	// Logger gets compaction failures and a torn journal tail. If nil,
+	// they are not logged (Recovered still reports the tail).
+	Logger *slog.Logger
+	// CompactBytes is the least journal size that triggers a snapshot;
+	// past it, a snapshot is written once the journal outgrows twice the
+	// last one. If zero, 1 MiB.
+	CompactBytes int64
+}
+
 // NewMemStore is a FileStore without a file: the registry lives in memory
-// and is gone when the process exits. For tests and labs whose registry is
-// large or need not outlive them (a FileStore rewrites and fsyncs its
-// whole file on every change).
+// and is gone when the process exits. For tests and labs whose registry
+// need not outlive them.
 func NewMemStore() *FileStore { return newFileStore("") }
 
 func newFileStore(path string) *FileStore {
@@ -75,33 +93,121 @@ type fileState struct {
 	Nodes   []*Node `json:"nodes"`
 }
 
-// OpenFileStore opens or creates the store at path. A file that cannot be
-// parsed is an error naming it, and is left untouched.
+// JournalPath is the journal of the registry file path.
+func JournalPath(path string) string { return path + ".journal" }
+
+// OpenFileStore is OpenFileStoreWith without options.
 func OpenFileStore(path string) (*FileStore, error) {
+	return OpenFileStoreWith(path, FileStoreOptions{})
+}
+
+// OpenFileStoreWith opens or creates the store at path: the snapshot,
+// then its journal replayed over it. A file that cannot be parsed is an
+// error naming it (and, in the journal, the offset), and both are left
+// untouched; a torn last journal record is dropped (see Recovered).
+func OpenFileStoreWith(path string, o FileStoreOptions) (*FileStore, error) {
+	if o.CompactBytes <= 0 {
+		o.CompactBytes = 1 << 20
+	}
 	s := newFileStore(path)
-	b, err := os.ReadFile(path)
+	s.opts = o
+	snap, err := s.loadSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	jpath := JournalPath(path)
+	b, err := os.ReadFile(jpath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open registry journal %s: %w", jpath, err)
+	}
+	recs, good, err := parseJournal(jpath, b)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		if r.Put != nil {
+			s.byID[r.Put.ID] = r.Put
+		} else {
+			delete(s.byID, r.Del)
+		}
+	}
+	if err := s.claimAll(); err != nil {
+		return nil, err
+	}
+	if good < len(b) {
+		if err := s.dropTornTail(jpath, b, good); err != nil {
+			return nil, err
+		}
+	}
+	if s.j, err = openJournal(jpath, int64(good)); err != nil {
+		return nil, err
+	}
+	s.compactAt = max(o.CompactBytes, 2*snap)
+	return s, nil
+}
+
+// loadSnapshot reads the snapshot file, if any, and returns its size.
+func (s *FileStore) loadSnapshot() (int64, error) {
+	b, err := os.ReadFile(s.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return s, nil
+		return 0, nil
 	case err != nil:
-		return nil, fmt.Errorf("open registry %s: %w", path, err)
+		return 0, fmt.Errorf("open registry %s: %w", s.path, err)
 	}
 	var st fileState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("registry %s is corrupt (left as is): %w", path, err)
+		return 0, fmt.Errorf("registry %s is corrupt (left as is): %w", s.path, err)
 	}
 	if st.Version != 1 {
-		return nil, fmt.Errorf("registry %s: unsupported version %d", path, st.Version)
+		return 0, fmt.Errorf("registry %s: unsupported version %d", s.path, st.Version)
 	}
 	for _, n := range st.Nodes {
 		if n == nil || n.ID == "" {
-			return nil, fmt.Errorf("registry %s: a node without an id", path)
+			return 0, fmt.Errorf("registry %s: a node without an id", s.path)
 		}
 		s.byID[n.ID] = n
-		s.byAddr[n.Address], s.byName[n.Name] = n.ID, n.ID
 	}
-	return s, nil
+	return int64(len(b)), nil
 }
+
+// claimAll indexes every node's address and name, once the journal is
+// replayed (a replay passes through states the snapshot already moved
+// past, in which two records may hold one address).
+func (s *FileStore) claimAll() error {
+	for _, id := range slices.Sorted(maps.Keys(s.byID)) {
+		n := s.byID[id]
+		if o, ok := s.byAddr[n.Address]; ok {
+			return fmt.Errorf("registry %s (and its journal): nodes %s and %s both hold address %v", s.path, o, id, n.Address)
+		}
+		if o, ok := s.byName[n.Name]; ok {
+			return fmt.Errorf("registry %s (and its journal): nodes %s and %s both have name %q", s.path, o, id, n.Name)
+		}
+		s.byAddr[n.Address], s.byName[n.Name] = id, id
+	}
+	return nil
+}
+
+// dropTornTail keeps b[good:] in a file of its own, then cuts the journal
+// at good.
+func (s *FileStore) dropTornTail(jpath string, b []byte, good int) error {
+	e := &TornTailError{Path: jpath, Offset: int64(good), Bytes: len(b) - good, Kept: fmt.Sprintf("%s.torn-%d", jpath, good)}
+	if err := WriteFileAtomic(e.Kept, b[good:], 0o600); err != nil {
+		return fmt.Errorf("registry journal %s:%d: keep the torn tail: %w", jpath, good, err)
+	}
+	if err := os.Truncate(jpath, int64(good)); err != nil {
+		return fmt.Errorf("registry journal %s:%d: cut the torn tail: %w", jpath, good, err)
+	}
+	s.recovered = e
+	if s.opts.Logger != nil {
+		s.opts.Logger.Warn("registry journal: torn tail dropped", "err", e)
+	}
+	return nil
+}
+
+// Recovered is the torn journal tail dropped at open (a *TornTailError),
+// nil if there was none.
+func (s *FileStore) Recovered() error { return s.recovered }
 
 func (s *FileStore) Get(_ context.Context, id string) (*Node, error) {
 	s.mu.Lock()
@@ -127,53 +233,132 @@ func (s *FileStore) List(context.Context) ([]*Node, error) {
 
 func (s *FileStore) Create(_ context.Context, n *Node) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if id, ok := s.byAddr[n.Address]; ok && id != n.ID {
+		s.mu.Unlock()
 		return ErrAddressTaken
 	}
 	if id, ok := s.byName[n.Name]; ok && id != n.ID {
+		s.mu.Unlock()
 		return ErrNameTaken
 	}
-	return s.commitLocked(n.ID, n)
+	return s.commit(n.ID, n)
 }
 
 func (s *FileStore) Update(_ context.Context, n *Node) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	o, ok := s.byID[n.ID]
-	if !ok {
+	switch {
+	case !ok:
+		s.mu.Unlock()
 		return ErrNotFound
-	}
-	if o.Address != n.Address || o.Name != n.Name {
+	case o.Address != n.Address || o.Name != n.Name:
+		s.mu.Unlock()
 		return fmt.Errorf("control: update of %s changes its address or name", n.ID)
 	}
-	return s.commitLocked(n.ID, n)
+	return s.commit(n.ID, n)
 }
 
 func (s *FileStore) Delete(_ context.Context, id string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if _, ok := s.byID[id]; !ok {
+		s.mu.Unlock()
 		return ErrNotFound
 	}
-	return s.commitLocked(id, nil)
+	return s.commit(id, nil)
 }
 
-func (s *FileStore) Close() error { return nil }
+// Close writes the registry as one snapshot, empties the journal and
+// closes it; the store takes no more changes. If the snapshot cannot be
+// written, the journal keeps every change.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.j == nil {
+		return nil
+	}
+	s.closed = true
+	err := s.j.failed()
+	if err == nil {
+		err = s.compactNowLocked()
+	}
+	return errors.Join(err, s.j.close())
+}
 
-// commitLocked applies a change (n nil: delete id) and writes the file; on
-// a write error the change is undone, so memory and disk agree.
-func (s *FileStore) commitLocked(id string, n *Node) error {
+// commit applies a change (n nil: delete id), called with s.mu held, which
+// it releases: the journal line is written under it, and its fsync, which
+// concurrent changes share, waited for outside it. On a failed write the
+// change is undone, so memory and disk agree; after a failed fsync the
+// store takes no more changes.
+func (s *FileStore) commit(id string, n *Node) error {
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("registry %s: closed", s.path)
+	}
 	old, had := s.byID[id]
 	s.setLocked(id, n)
-	if err := s.writeLocked(); err != nil {
+	if s.j == nil { // NewMemStore
+		s.mu.Unlock()
+		return nil
+	}
+	end, err := s.appendLocked(id, n)
+	if err != nil {
 		if had {
 			s.setLocked(id, old)
 		} else {
 			s.setLocked(id, nil)
 		}
+		s.mu.Unlock()
 		return err
 	}
+	if s.j.size >= s.compactAt {
+		s.compactLocked()
+	}
+	s.mu.Unlock()
+	return s.j.syncTo(end)
+}
+
+func (s *FileStore) appendLocked(id string, n *Node) (int64, error) {
+	r := journalRecord{Put: n}
+	if n == nil {
+		r.Del = id
+	}
+	line, err := encodeRecord(r)
+	if err != nil {
+		return 0, err
+	}
+	return s.j.append(line)
+}
+
+// compactLocked compacts; if that fails the journal keeps everything,
+// and the next try waits for it to double.
+func (s *FileStore) compactLocked() {
+	if err := s.compactNowLocked(); err != nil {
+		s.compactAt = 2 * s.j.size
+		if s.opts.Logger != nil {
+			s.opts.Logger.Error("registry compaction failed; the journal keeps every change", "err", err, "journal_bytes", s.j.size)
+		}
+	}
+}
+
+// Compact writes the registry as a new snapshot and empties the journal.
+func (s *FileStore) Compact() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.j == nil || s.closed {
+		return nil
+	}
+	return s.compactNowLocked()
+}
+
+func (s *FileStore) compactNowLocked() error {
+	size, err := s.writeSnapshotLocked(s.path)
+	if err != nil {
+		return err
+	}
+	if err := s.j.reset(); err != nil {
+		return err
+	}
+	s.compactAt = max(s.opts.CompactBytes, 2*size)
 	return nil
 }
 
@@ -191,19 +376,18 @@ func (s *FileStore) setLocked(id string, n *Node) {
 	}
 }
 
-func (s *FileStore) writeLocked() error {
-	if s.path == "" {
-		return nil // NewMemStore
-	}
+// writeSnapshotLocked writes every node to path atomically and returns
+// the snapshot's size.
+func (s *FileStore) writeSnapshotLocked(path string) (int64, error) {
 	st := fileState{Version: 1}
 	for _, id := range slices.Sorted(maps.Keys(s.byID)) {
 		st.Nodes = append(st.Nodes, s.byID[id])
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode registry: %w", err)
+		return 0, fmt.Errorf("encode registry: %w", err)
 	}
-	return WriteFileAtomic(s.path, b, 0o600)
+	return int64(len(b)), WriteFileAtomic(path, b, 0o600)
 }
 
 // WriteFileAtomic writes b to path so that a reader sees the old or the
@@ -236,9 +420,6 @@ func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	_ = syncDir(dir) // not every file system syncs directories
 	return nil
 }

@@ -50,6 +50,7 @@ func FuzzOpenFileStore(f *testing.F) {
 			}
 			return
 		}
+		defer s.Close()
 		ctx := context.Background()
 		nodes, err := s.List(ctx)
 		if err != nil {
@@ -69,7 +70,7 @@ func FuzzOpenFileStore(f *testing.F) {
 			t.Fatalf("ids %q not sorted and unique", ids)
 		}
 
-		// A change rewrites the file: delete the first node, or add one.
+		// A change is journaled: delete the first node, or add one.
 		if len(nodes) > 0 {
 			err = s.Delete(ctx, nodes[0].ID)
 		} else {
@@ -83,6 +84,7 @@ func FuzzOpenFileStore(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the rewritten registry does not open: %v", err)
 		}
+		defer again.Close()
 		after, _ := again.List(ctx)
 		bj, _ := json.Marshal(before)
 		aj, _ := json.Marshal(after)

@@ -191,10 +191,17 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 			}
 		}
 		where = arg
-		st, err := control.OpenFileStore(arg)
+		st, err := control.OpenFileStoreWith(arg, control.FileStoreOptions{Logger: cfg.Logger})
 		if err != nil {
 			return err
 		}
+		// After control stops (deferred later, so run first): the
+		// registry is left as one snapshot, its journal empty.
+		defer func() {
+			if err := st.Close(); err != nil {
+				cfg.Logger.Error("close the registry", "err", err)
+			}
+		}()
 		cfg.Store = st
 	case kind == "kv" && arg != "":
 		cfg.KVBucket = arg

@@ -1,0 +1,246 @@
+package control
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// The FileStore's journal. The registry file (PATH) is a snapshot; every
+// change after it is one line appended to PATH.journal:
+//
+//	<crc32c of the JSON, 8 hex digits> <JSON>\n
+//
+// where the JSON is {"put":NODE} or {"del":"ID"}: a change is the node's
+// whole record (or its removal), so replaying a record twice, or records
+// already in the snapshot, leaves the same registry. Each line is written
+// by one write(2) to a file opened O_APPEND, then fsynced before the
+// change is acknowledged; concurrent changes share an fsync (group
+// commit). A crash mid-append leaves at most a torn last line, which was
+// never acknowledged: opening the store drops it, keeps its bytes in
+// PATH.journal.torn-OFFSET and says so (FileStore.Recovered). A bad line
+// with good ones after it is not a torn append: the store refuses to
+// open, naming the file and the offset, and changes nothing.
+//
+// Compaction: when the journal outgrows twice the snapshot (at least
+// FileStoreOptions.CompactBytes), the whole registry is written as a new
+// snapshot (temporary file, fsync, rename) and the journal is emptied. A
+// crash between the two leaves a journal the snapshot already holds,
+// which replays to the same registry.
+
+// journalRecord is one change.
+type journalRecord struct {
+	Put *Node  `json:"put,omitempty"`
+	Del string `json:"del,omitempty"`
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// encodeRecord is r's journal line.
+func encodeRecord(r journalRecord) ([]byte, error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode journal record: %w", err)
+	}
+	line := make([]byte, 0, len(js)+10)
+	line = fmt.Appendf(line, "%08x ", crc32.Checksum(js, castagnoli))
+	line = append(line, js...)
+	return append(line, '\n'), nil
+}
+
+// errBadFrame: a line whose framing or checksum is wrong, as a torn
+// append leaves it.
+var errBadFrame = errors.New("bad checksum or framing")
+
+// decodeRecord parses one line without its newline.
+func decodeRecord(line []byte) (journalRecord, error) {
+	var r journalRecord
+	if len(line) < 10 || line[8] != ' ' {
+		return r, errBadFrame
+	}
+	sum, err := strconv.ParseUint(string(line[:8]), 16, 32)
+	if err != nil {
+		return r, errBadFrame
+	}
+	js := line[9:]
+	if crc32.Checksum(js, castagnoli) != uint32(sum) {
+		return r, errBadFrame
+	}
+	// The checksum matches, so control wrote this: a record that does not
+	// decode is not a torn append.
+	if err := json.Unmarshal(js, &r); err != nil {
+		return r, fmt.Errorf("record does not decode: %w", err)
+	}
+	switch {
+	case (r.Put == nil) == (r.Del == ""):
+		return r, errors.New("record is neither one put nor one delete")
+	case r.Put != nil && r.Put.ID == "":
+		return r, errors.New("record puts a node without an id")
+	}
+	return r, nil
+}
+
+// parseJournal reads the journal b (from the file path): its records, and
+// good, the offset where they end. good < len(b) with a nil error is a
+// torn tail: a last line cut short or failing its checksum. A bad line
+// followed by more is an error naming path:offset.
+func parseJournal(path string, b []byte) (recs []journalRecord, good int, err error) {
+	for good < len(b) {
+		nl := bytes.IndexByte(b[good:], '\n')
+		if nl < 0 {
+			return recs, good, nil // torn: cut before its newline
+		}
+		r, err := decodeRecord(b[good : good+nl])
+		if err != nil {
+			if errors.Is(err, errBadFrame) && good+nl+1 == len(b) {
+				return recs, good, nil // torn: the last line
+			}
+			return nil, good, fmt.Errorf("registry journal %s:%d: %w; it is not a torn last append (left as is)", path, good, err)
+		}
+		recs = append(recs, r)
+		good += nl + 1
+	}
+	return recs, good, nil
+}
+
+// TornTailError reports the torn last append OpenFileStore dropped: a
+// change never acknowledged (its fsync had not returned), as a crash
+// mid-write leaves it. Its bytes are kept in Kept.
+type TornTailError struct {
+	Path   string // the journal
+	Offset int64  // where the torn record began; the journal ends there now
+	Bytes  int    // how many bytes were dropped
+	Kept   string // the file holding them
+}
+
+func (e *TornTailError) Error() string {
+	return fmt.Sprintf("registry journal %s:%d: a torn last record (%d bytes, never acknowledged: a crash mid-append) was dropped; its bytes are in %s",
+		e.Path, e.Offset, e.Bytes, e.Kept)
+}
+
+// journal appends records to a file. Appends happen under the
+// FileStore's mutex; syncTo runs outside it, so changes made while one
+// fsync runs share the next.
+type journal struct {
+	path    string
+	f       *os.File
+	size    int64        // bytes in the file (under FileStore.mu)
+	written atomic.Int64 // bytes ever appended, across compactions
+
+	syncMu sync.Mutex // guards the following fields
+	synced int64      // of written, what is durable
+	err    error      // an fsync failed: nothing after it is known durable
+}
+
+// openJournal opens path for appending, mode 0600, size bytes long.
+func openJournal(path string, size int64) (*journal, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open registry journal: %w", err)
+	}
+	if err := f.Chmod(0o600); err != nil { // it holds hashes of node secrets
+		f.Close()
+		return nil, fmt.Errorf("registry journal %s: %w", path, err)
+	}
+	_ = syncDir(filepath.Dir(path)) // its name, when just created; not every file system syncs directories
+	return &journal{path: path, f: f, size: size}, nil
+}
+
+// failed is the sticky fsync error, nil if none.
+func (j *journal) failed() error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	return j.err
+}
+
+// append writes line (under the store's mutex) and returns the logical
+// offset syncTo must reach for it to be durable. A failed write is cut
+// off again, so the journal never holds a partial line before good ones.
+func (j *journal) append(line []byte) (int64, error) {
+	if err := j.failed(); err != nil {
+		return 0, err
+	}
+	n, err := j.f.Write(line)
+	if err != nil {
+		if n > 0 {
+			if terr := j.f.Truncate(j.size); terr != nil {
+				j.fail(fmt.Errorf("registry journal %s: a failed append could not be cut off: %w", j.path, terr))
+			}
+		}
+		return 0, fmt.Errorf("registry journal %s: append: %w", j.path, err)
+	}
+	j.size += int64(n)
+	return j.written.Add(int64(n)), nil
+}
+
+func (j *journal) fail(err error) {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	if j.err == nil {
+		j.err = err
+	}
+}
+
+// syncTo returns once the journal is durable up to end: one fsync covers
+// every line appended before it started.
+func (j *journal) syncTo(end int64) error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	if j.err != nil {
+		return j.err
+	}
+	if j.synced >= end {
+		return nil
+	}
+	target := j.written.Load()
+	if err := j.f.Sync(); err != nil {
+		j.err = fmt.Errorf("registry journal %s: fsync: %w (changes since are not known durable: restart control)", j.path, err)
+		return j.err
+	}
+	j.synced = max(j.synced, target)
+	return nil
+}
+
+// reset empties the journal (under the store's mutex) once a snapshot
+// holds everything in it.
+func (j *journal) reset() error {
+	if err := j.f.Truncate(0); err != nil {
+		return fmt.Errorf("registry journal %s: empty after snapshot: %w", j.path, err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("registry journal %s: empty after snapshot: %w", j.path, err)
+	}
+	j.size = 0
+	j.syncMu.Lock()
+	j.synced = max(j.synced, j.written.Load()) // the snapshot is durable
+	j.syncMu.Unlock()
+	return nil
+}
+
+func (j *journal) close() error {
+	if err := j.f.Close(); err != nil {
+		return fmt.Errorf("registry journal %s: %w", j.path, err)
+	}
+	return nil
+}
+
+// syncDir makes a directory's entries (a file created or renamed in it)
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
