@@ -142,7 +142,7 @@ func (m *Manager) Run(ctx context.Context, spec Spec, stdio Stdio) (int, error) 
 	if !validID.MatchString(spec.ID) {
 		return -1, fmt.Errorf("runsc: container name %q: use letters, digits, '.', '_' and '-'", spec.ID)
 	}
-	if m.exists(spec.ID) {
+	if m.mayExist(spec.ID) && m.exists(spec.ID) {
 		return -1, fmt.Errorf("%w: %q (left by a crash?); remove it with: %s --root %s delete --force %s",
 			ErrExists, spec.ID, m.bin, m.stateRoot(), spec.ID)
 	}
@@ -222,13 +222,33 @@ func (m *Manager) exists(id string) bool {
 	return exec.Command(m.bin, "--root", m.stateRoot(), "state", id).Run() == nil
 }
 
+// mayExist is exists' cheap first test: whether any file in the state
+// directory names id (runsc keeps ID_sandbox:ID.state, its lock and the
+// control socket there while a container exists). Only then is runsc
+// asked, so a fresh container does not pay a runsc process (about 30 ms
+// on a quiet machine, 0.3-0.4 s on a loaded one) before it starts, nor
+// one after it exits. A false positive costs that process; a false
+// negative only leaves runsc's own "already exists" error.
+func (m *Manager) mayExist(id string) bool {
+	entries, err := os.ReadDir(m.stateRoot())
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if strings.Contains(e.Name(), id) {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Manager) kill(id, sig string) error {
 	return exec.Command(m.bin, "--root", m.stateRoot(), "kill", "--all", id, sig).Run()
 }
 
 // Delete removes container id if it exists.
 func (m *Manager) Delete(id string) error {
-	if !m.exists(id) {
+	if !m.mayExist(id) || !m.exists(id) {
 		return nil
 	}
 	out, err := exec.Command(m.bin, "--root", m.stateRoot(), "delete", "--force", id).CombinedOutput()

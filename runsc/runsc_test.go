@@ -268,3 +268,19 @@ func TestNewManagerErrors(t *testing.T) {
 	_, err = NewManager(Config{Binary: "/no/runsc"})
 	assert.ErrorIs(t, err, ErrNotFound)
 }
+
+// TestMayExist: the state directory's file names decide whether runsc is
+// asked at all; a name that merely contains the ID still asks (a false
+// positive costs one runsc process, a false negative the ErrExists fix).
+func TestMayExist(t *testing.T) {
+	m := &Manager{root: t.TempDir()}
+	assert.True(t, m.mayExist("web"), "no state directory: ask runsc")
+	require.NoError(t, os.MkdirAll(m.stateRoot(), 0o700))
+	assert.False(t, m.mayExist("web"))
+	require.NoError(t, os.WriteFile(filepath.Join(m.stateRoot(), "null-netns"), nil, 0o600))
+	assert.False(t, m.mayExist("web"), "runsc's shared files name no container")
+	require.NoError(t, os.WriteFile(filepath.Join(m.stateRoot(), "web_sandbox:web.state"), nil, 0o600))
+	assert.True(t, m.mayExist("web"))
+	assert.True(t, m.mayExist("we"), "a prefix of a live ID asks runsc")
+	assert.False(t, m.mayExist("api"))
+}
