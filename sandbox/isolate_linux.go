@@ -174,7 +174,8 @@ func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio)
 		return -1, err
 	}
 	defer conn.Close()
-	tun, link, err := handshake(conn, d.initConfig(addr))
+	icfg := d.initConfig(addr)
+	tun, link, err := handshake(conn, icfg)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -195,7 +196,10 @@ func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio)
 		_ = cmd.Wait()
 		return -1, err
 	}
-	d.log.Info("running agent", "argv", argv, "isolation", IsolationNamespace, "link", link.Kind, "pid", cmd.Process.Pid)
+	if len(icfg.Hide)+len(icfg.HideFiles) == 0 {
+		link.Landlock = 0 // nothing to deny
+	}
+	d.log.Info("running agent", "argv", argv, "isolation", IsolationNamespace, "link", link.Kind, "landlock", link.Landlock, "pid", cmd.Process.Pid)
 	err = cmd.Wait()
 	code, ok := runsc.ExitStatus(err)
 	if !ok {

@@ -24,6 +24,7 @@ func TestNamespaceAgentOverTUN(t *testing.T) {
 	script := `ip -o link show lattice0; ip route; env | grep -i '_proxy=' && echo PROXY VARIABLES SET
 curl -sS --max-time 20 --retry 10 --retry-all-errors --retry-delay 1 http://web:8080/; echo
 ping -c 1 -W 10 vault >/dev/null && echo ping ok
+mount -t tmpfs tmpfs /tmp 2>/dev/null && echo MOUNTED
 ls /proc | grep -c '^[0-9]'`
 	code, err := d.Run(t.Context(), []string{"sh", "-c", script}, sandbox.Stdio{Stdout: &out, Stderr: &errOut})
 	require.NoError(t, err)
@@ -35,6 +36,11 @@ ls /proc | grep -c '^[0-9]'`
 	assert.NotContains(t, o, "PROXY VARIABLES SET")
 	assert.Contains(t, o, "hello from web, you are "+d.Node().Address().Addr().String()+":")
 	assert.Contains(t, o, "ping ok", "vault, through the relay, answers")
+	if sandbox.LandlockABI() > 0 {
+		// Root of its own user and mount namespaces, the agent could
+		// mount; its Landlock domain refuses it.
+		assert.NotContains(t, o, "MOUNTED", "the agent mounted a tmpfs")
+	}
 	// init, sh and ls: the PID namespace holds the agent's processes only.
 	assert.True(t, strings.HasSuffix(strings.TrimSpace(o), "\n3") || strings.HasSuffix(strings.TrimSpace(o), "\n4"), "processes in the agent's /proc: %q", o)
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -48,6 +49,9 @@ type initReply struct {
 	// header of its packets as the sandbox reads and writes them.
 	Kind   string `json:"kind,omitempty"`
 	Header []byte `json:"header,omitempty"`
+	// Landlock is the kernel's Landlock ABI the agent will be confined
+	// with (landlock_linux.go), 0 for none.
+	Landlock int `json:"landlock,omitempty"`
 }
 
 func init() {
@@ -74,7 +78,7 @@ func podInit(argv []string) int {
 	}
 	_ = link.file.Close()
 	_ = sock.Close()
-	code, err := superviseAgent(argv)
+	code, err := superviseAgent(argv, append(append([]string(nil), cfg.Hide...), cfg.HideFiles...))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lattice sandbox: %v\n", err)
 	}
@@ -95,7 +99,7 @@ func readInitConfig(sock *os.File) (initConfig, error) {
 }
 
 func sendInitReply(sock *os.File, link agentLink, setupErr error) error {
-	rep := initReply{Kind: link.kind, Header: link.header}
+	rep := initReply{Kind: link.kind, Header: link.header, Landlock: landlockABI()}
 	var oob []byte
 	if setupErr != nil {
 		rep.Error = setupErr.Error()
@@ -186,15 +190,24 @@ func bindResolvConf(content string) error {
 // superviseAgent runs argv in a user and mount namespace nested in init's:
 // root there, it has no capability over the network namespace (it cannot
 // reconfigure the device or open raw sockets), and the mounts init made
-// are locked, so it cannot unmount what hides the sandbox. Init forwards
-// signals and, as PID 1, reaps every orphan until the agent exits.
-func superviseAgent(argv []string) (int, error) {
+// are locked, so it cannot unmount what hides the sandbox; and where the
+// kernel has Landlock, it is denied the hidden paths themselves and every
+// mount (restrictLandlock). Init forwards signals and, as PID 1, reaps
+// every orphan until the agent exits.
+func superviseAgent(argv, deny []string) (int, error) {
 	if len(argv) == 0 {
 		return 125, errors.New("no command")
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return 127, fmt.Errorf("agent %q: %w", argv[0], err)
+	}
+	// The agent inherits the domain of the thread that forks it; this
+	// goroutine keeps the thread (and the thread Pdeathsig watches) until
+	// init exits.
+	runtime.LockOSThread()
+	if _, err := restrictLandlock(deny); err != nil {
+		return 125, err
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)

@@ -76,6 +76,16 @@ func escape(state, pidStr, loopback, host string) {
 	check("write state dir", os.WriteFile(filepath.Join(state, "planted"), []byte("x"), 0o600))
 	check("unmount state dir", unix.Unmount(state, unix.MNT_DETACH))
 	check("read credentials after unmount", read("credentials.json"))
+	// A bind of the state dir's parent without what covers the state dir
+	// would show it: the kernel refuses to leave locked mounts behind, and
+	// Landlock refuses every mount.
+	parent, target := filepath.Dir(state), filepath.Dir(filepath.Dir(state))
+	err := unix.Mount(parent, target, "", unix.MS_BIND, "")
+	check("bind the state dir's parent", err)
+	if err == nil {
+		_, err = os.ReadFile(filepath.Join(target, filepath.Base(state), "credentials.json"))
+		check("read credentials through the bind", err)
+	}
 	dial := func(addr string) error {
 		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 		if err == nil {
@@ -85,7 +95,7 @@ func escape(state, pidStr, loopback, host string) {
 	}
 	check("host loopback", dial(loopback))
 	start := time.Now()
-	err := dial(host)
+	err = dial(host)
 	check("host network", err)
 	if took := time.Since(start); err != nil && took > 2*time.Second {
 		fmt.Printf("SLOW host network refusal: %v\n", took)
