@@ -169,47 +169,54 @@ func (s *KVStore) List(ctx context.Context) ([]*Node, error) {
 	return out, nil
 }
 
-// claim atomically creates key with value id. A key already holding id
-// (a retried create, or a claim left by a create that failed half-way)
-// counts as claimed once it is rewritten at the revision read: a release
-// of the old claim racing this one then fails its compare and set rather
-// than freeing what is claimed again.
-func (s *KVStore) claim(ctx context.Context, key, id string) (bool, error) {
-	_, err := s.kv.Create(ctx, key, []byte(id))
+// claim atomically creates key with value id and returns the revision
+// it holds the claim at. A key already holding id (a retried create, or a
+// claim left by a create that failed half-way) counts as claimed once it
+// is rewritten at the revision read: a release of the old claim racing
+// this one then fails its compare and set rather than freeing what is
+// claimed again.
+func (s *KVStore) claim(ctx context.Context, key, id string) (uint64, bool, error) {
+	rev, err := s.kv.Create(ctx, key, []byte(id))
 	if err == nil {
-		return true, nil
+		return rev, true, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return false, fmt.Errorf("registry claim %s: %w", key, err)
+		return 0, false, fmt.Errorf("registry claim %s: %w", key, err)
 	}
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, fmt.Errorf("registry claim %s: %w", key, ErrConflict)
+		return 0, false, fmt.Errorf("registry claim %s: %w", key, ErrConflict)
 	}
 	if err != nil {
-		return false, fmt.Errorf("registry claim %s: %w", key, err)
+		return 0, false, fmt.Errorf("registry claim %s: %w", key, err)
 	}
 	if string(e.Value()) != id {
-		return false, nil
+		return 0, false, nil
 	}
-	if _, err := s.kv.Update(ctx, key, []byte(id), e.Revision()); err != nil {
+	rev, err = s.kv.Update(ctx, key, []byte(id), e.Revision())
+	if err != nil {
 		if isWrongRevision(err) {
-			return false, fmt.Errorf("registry claim %s: %w", key, ErrConflict)
+			return 0, false, fmt.Errorf("registry claim %s: %w", key, ErrConflict)
 		}
-		return false, fmt.Errorf("registry claim %s: %w", key, err)
+		return 0, false, fmt.Errorf("registry claim %s: %w", key, err)
 	}
-	return true, nil
+	return rev, true, nil
 }
 
+// Create claims n's address, then its name, then creates its record. If
+// the record exists (the same key registered on another instance
+// meanwhile), the claims that record does not hold are released at the
+// revisions this call made them, so none is left behind and none it holds
+// is freed.
 func (s *KVStore) Create(ctx context.Context, n *Node) error {
-	ok, err := s.claim(ctx, addrKey(n), n.ID)
+	addrRev, ok, err := s.claim(ctx, addrKey(n), n.ID)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return ErrAddressTaken
 	}
-	ok, err = s.claim(ctx, nameKey(n), n.ID)
+	nameRev, ok, err := s.claim(ctx, nameKey(n), n.ID)
 	switch {
 	case err != nil:
 		s.release(ctx, addrKey(n), n.ID)
@@ -223,11 +230,19 @@ func (s *KVStore) Create(ctx context.Context, n *Node) error {
 		_, err = s.kv.Create(ctx, "node."+n.ID, b)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		if e, gerr := s.kv.Get(ctx, "node."+n.ID); gerr == nil && bytes.Equal(e.Value(), b) {
+		e, gerr := s.kv.Get(ctx, "node."+n.ID)
+		if gerr == nil && bytes.Equal(e.Value(), b) {
 			return nil // our own write, retried by the client after a lost answer
 		}
-		// The same key registered meanwhile (on another instance): the
-		// claims, which hold the same ID, are that record's now.
+		var held Node
+		if gerr == nil && json.Unmarshal(e.Value(), &held) == nil {
+			if held.Address != n.Address {
+				_ = s.kv.Purge(ctx, addrKey(n), jetstream.LastRevision(addrRev))
+			}
+			if held.Name != n.Name {
+				_ = s.kv.Purge(ctx, nameKey(n), jetstream.LastRevision(nameRev))
+			}
+		}
 		return fmt.Errorf("registry create %s: %w", n.ID, ErrExists)
 	}
 	if err != nil {

@@ -122,7 +122,8 @@ func ProveKey(priv key.Private, c *Challenge, name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prove key: %w", err)
 	}
-	return proofMAC(shared, c, name, priv.Public()), nil
+	// sk's public key is computed already: priv.Public() would do it again.
+	return proofMAC(shared, c, name, key.Public(sk.PublicKey().Bytes())), nil
 }
 
 // errBadProof is the refusal of every proof that does not verify; the

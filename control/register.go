@@ -241,8 +241,8 @@ func (s *Server) maxReply() int {
 // record between the read and the write (the same key registering on two
 // instances at once), and records the result in the view.
 func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error) (n, prev *Node, err error) {
-	for range 5 {
-		n, prev, err = s.storeNode(ctx, req, id, hash, refuseNew)
+	for try := range 5 {
+		n, prev, err = s.storeNode(ctx, req, id, hash, refuseNew, try > 0)
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrExists) {
 			break
 		}
@@ -255,10 +255,18 @@ func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id st
 
 // storeNode creates or updates id's record for req; prev is the record it
 // replaced (nil: it is new), for undo. It creates none if refuseNew is
-// not nil, and returns refuseNew instead.
-func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error) (n, prev *Node, err error) {
+// not nil, and returns refuseNew instead. ask: read the store for id even
+// if the view does not know it.
+func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error, ask bool) (n, prev *Node, err error) {
 	now := s.cfg.Now()
-	old, err := s.cfg.Store.Get(ctx, id)
+	// A key the view does not know is new but for one another instance
+	// registered within the watch's delay: Create then fails with
+	// ErrExists, and storeNodeRetry comes back here with ask set. Skipping
+	// the Get spares a new node's registration one store round trip.
+	old, err := (*Node)(nil), error(ErrNotFound)
+	if ask || refuseNew != nil || s.view.has(id) {
+		old, err = s.cfg.Store.Get(ctx, id)
+	}
 	switch {
 	case err == nil:
 		if old.Name != req.Name {

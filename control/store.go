@@ -35,7 +35,8 @@ type Store interface {
 	// List returns every node.
 	List(ctx context.Context) ([]*Node, error)
 	// Create stores a new node. It fails with ErrAddressTaken if another
-	// node holds n.Address, ErrNameTaken if another node has n.Name.
+	// node holds n.Address, ErrNameTaken if another node has n.Name,
+	// ErrExists if n.ID is registered already.
 	Create(ctx context.Context, n *Node) error
 	// Update replaces a stored node; its ID, address and name must not
 	// change.
@@ -233,6 +234,10 @@ func (s *FileStore) List(context.Context) ([]*Node, error) {
 
 func (s *FileStore) Create(_ context.Context, n *Node) error {
 	s.mu.Lock()
+	if _, ok := s.byID[n.ID]; ok {
+		s.mu.Unlock()
+		return ErrExists
+	}
 	if id, ok := s.byAddr[n.Address]; ok && id != n.ID {
 		s.mu.Unlock()
 		return ErrAddressTaken

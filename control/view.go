@@ -81,6 +81,14 @@ func (v *view) get(id string) *Node {
 	return &c
 }
 
+// has reports whether the view holds id.
+func (v *view) has(id string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.byID[id]
+	return ok
+}
+
 // len is the number of nodes.
 func (v *view) len() int {
 	v.mu.Lock()
