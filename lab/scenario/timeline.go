@@ -14,7 +14,7 @@ type TimelineEnv interface {
 	// Join waits for the background step with this id and returns its
 	// detail, or an error naming it if it failed.
 	Join(ctx context.Context, id string) (string, error)
-	// Resources samples the lab's goroutines and the heap in use, after
+	// Resources samples the lab's goroutines and the heap (live and in use), after
 	// a garbage collection (steady).
 	Resources() Resources
 }

@@ -103,5 +103,5 @@ type Step struct {
 	Exec        *Exec        `yaml:"exec" oneof:"action" doc:"Run a real program in a kernel host's network namespace and check its exit status and output."`
 
 	Repeat *Repeat `yaml:"repeat" oneof:"action" doc:"Run a block of steps several times, in order (a soak's churn)."`
-	Steady *Steady `yaml:"steady" oneof:"action" doc:"Run a block of steps and check that the lab's goroutines and heap in use end within stated tolerances of where they began (a leak check)."`
+	Steady *Steady `yaml:"steady" oneof:"action" doc:"Run a block of steps and check that the lab's goroutines and live heap end within stated tolerances of where they began (a leak check; the heap in use is reported beside it)."`
 }
