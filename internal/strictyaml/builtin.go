@@ -43,6 +43,12 @@ func (d *Decoder) builtin(n Node, v reflect.Value, path string, f *field) {
 			return
 		}
 		p, msg := ParsePrefix(s.Value)
+		if f != nil && f.ipv6 && p.Addr().Is6() && !p.Addr().Is4In6() {
+			msg = ""
+			if p.Masked() != p {
+				msg = fmt.Sprintf("%q has host bits set; did you mean %s?", s.Value, p.Masked())
+			}
+		}
 		if msg != "" {
 			d.Errorf(n, path, "%s", msg)
 			return
@@ -107,7 +113,7 @@ func ParseAddr(s string) (netip.Addr, string) {
 	case a.Is4In6():
 		return a, fmt.Sprintf("%q: write IPv4 addresses in IPv4 form (%s)", s, a.Unmap())
 	case !a.Is4():
-		return a, fmt.Sprintf("%q: the lab is IPv4 only", s)
+		return a, fmt.Sprintf("%q is IPv6: this field takes IPv4 only", s)
 	}
 	return a, ""
 }
@@ -123,7 +129,7 @@ func ParsePrefix(s string) (netip.Prefix, string) {
 		}
 		return p, fmt.Sprintf("want a CIDR prefix such as 192.168.1.0/24, got %q", s)
 	case !p.Addr().Is4():
-		return p, fmt.Sprintf("%q: the lab is IPv4 only", s)
+		return p, fmt.Sprintf("%q is IPv6: this field takes IPv4 only (IPv6 prefixes go in cidr6)", s)
 	case p.Masked() != p:
 		return p, fmt.Sprintf("%q has host bits set; did you mean %s?", s, p.Masked())
 	}

@@ -160,7 +160,7 @@ nat: cone
 f.yaml:1:10: version: want an integer from 1 to 1, got 2
 f.yaml:3:3: networks.Home: bad name "Home"; A name is lower-case letters, digits and dashes.
 f.yaml:3:16: networks.Home.cidr: "10.0.0.1/8" has host bits set; did you mean 10.0.0.0/8?
-f.yaml:3:34: networks.Home.addr: "::1": the lab is IPv4 only
+f.yaml:3:34: networks.Home.addr: "::1" is IPv6: this field takes IPv4 only
 f.yaml:3:47: networks.Home.port: want an integer from 1 to 65535, got 0
 f.yaml:4:15: networks.lan.cidr: "10.0.0.0" has no prefix length; write e.g. 10.0.0.0/24
 f.yaml:4:31: networks.lan.addr: want an IPv4 address such as 192.168.1.10, got "10.0.0.300"

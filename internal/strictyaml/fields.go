@@ -24,6 +24,7 @@ type field struct {
 	min, max  *float64 // for durations, in nanoseconds
 	pattern   *regexp.Regexp
 	oneof     string
+	ipv6      bool // netip fields: IPv6 is accepted too (tag ipv6:"true")
 	doc       string
 	example   string
 }
@@ -79,6 +80,7 @@ func infoOf(t reflect.Type) *structInfo {
 			name: name, index: sf.Index, typ: sf.Type,
 			required: sf.Tag.Get("required") == "true",
 			oneof:    sf.Tag.Get("oneof"),
+			ipv6:     sf.Tag.Get("ipv6") == "true",
 			doc:      sf.Tag.Get("doc"),
 			example:  sf.Tag.Get("example"),
 		}

@@ -74,6 +74,9 @@ func (g *Generator) bare(t reflect.Type, f *field) map[string]any {
 	case addrType:
 		return map[string]any{"type": "string", "format": "ipv4"}
 	case prefixType:
+		if f != nil && f.ipv6 {
+			return map[string]any{"type": "string", "pattern": `^[0-9a-fA-F:.]+/[0-9]{1,3}$`}
+		}
 		return map[string]any{"type": "string", "pattern": `^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$`}
 	case addrPortType:
 		return map[string]any{"type": "string", "pattern": `^[0-9]{1,3}(\.[0-9]{1,3}){3}:[0-9]{1,5}$`}

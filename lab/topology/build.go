@@ -96,6 +96,9 @@ func (r *resolver) next(info *netInfo) netip.Addr {
 }
 
 func lastAddr(p netip.Prefix) netip.Addr {
+	if p.Addr().Is6() {
+		return lastAddr6(p)
+	}
 	b := p.Addr().As4()
 	host := uint32(1)<<(32-p.Bits()) - 1
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
@@ -111,11 +114,12 @@ func (r *resolver) build() {
 			continue
 		}
 		r.p.Networks = append(r.p.Networks, PlanNetwork{
-			Config: fabric.NetworkConfig{Name: n.Name, Prefix: info.prefix, MTU: n.MTU},
+			Config: info.fabricNetwork(n.Name, n.MTU),
 			Uplink: info.parent, Gateway: info.gwName,
 		})
 	}
 	r.routes()
+	r.routes6()
 	byOwner := map[string][]*attach{}
 	var owners []string
 	for _, a := range r.attaches {
@@ -132,7 +136,11 @@ func (r *resolver) build() {
 		ifcs := make([]fabric.InterfaceConfig, len(as))
 		var routes []fabric.Route
 		for i, a := range as {
-			ifcs[i] = fabric.InterfaceConfig{Name: a.ifName, Network: a.net, Addr: a.addr, Aliases: a.aliases, MTU: a.mtu,
+			aliases := a.aliases
+			if a6 := r.nets[a.net].v6(a.addr); a6.IsValid() && a6 != a.addr {
+				aliases = append(append([]netip.Addr(nil), aliases...), a6) // a dual-stack network's twin
+			}
+			ifcs[i] = fabric.InterfaceConfig{Name: a.ifName, Network: a.net, Addr: a.addr, Aliases: aliases, MTU: a.mtu,
 				Egress: a.link.impairments(fabric.Egress), Ingress: a.link.impairments(fabric.Ingress)}
 			for _, dir := range []fabric.Direction{fabric.Egress, fabric.Ingress} {
 				im := ifcs[i].Egress
@@ -164,13 +172,32 @@ func (r *resolver) buildRouter(name string, ifcs []fabric.InterfaceConfig, route
 		}
 		cfg := fabric.RouterConfig{Name: name, Interfaces: ifcs, Uplink: "wan", Routes: routes}
 		if up := r.nets[info.parent]; up != nil && up.parent != "" {
-			cfg.Gateway = up.gw
+			cfg.Gateway, cfg.Gateway6 = up.gateways()
 		}
 		path := "networks." + n.Name
 		profile := ""
-		if n.NAT != nil {
+		has6 := info.prefix6.IsValid() || info.prefix.Addr().Is6()
+		switch {
+		case n.NAT != nil && n.NAT.Profile == firewall6Profile:
+			cfg.Stateful, profile = r.statefulConfig(path+".nat", n.NAT), firewall6Profile
+			if n.NAT.Filtering != "" || n.NAT.Refresh != "" || n.NAT.UDPTimeout != 0 || n.NAT.TCPTimeout != 0 || n.NAT.TCPTransitoryTimeout != 0 || n.NAT.ICMPTimeout != 0 {
+				profile += "*"
+			}
+			if !has6 {
+				r.errorf(path+".nat", "add cidr6, or pick a NAT profile", "ipv6-firewall filters IPv6, and %s has no cidr6", n.Name)
+			}
+			if n.Firewall != nil {
+				fw := r.firewall(path+".firewall", n.Firewall)
+				cfg.Firewall = &fw
+			}
+		case n.NAT != nil && !info.prefix.Addr().Is4():
+			r.errorf(path+".nat", "use nat: ipv6-firewall", "NAT profiles translate IPv4, and %s is IPv6-only", n.Name)
+		case n.NAT != nil:
 			cfg.NAT, profile = r.natConfig(path+".nat", n.NAT, n.Firewall, path+".firewall")
-		} else if n.Firewall != nil {
+			if has6 {
+				cfg.Stateful = r.statefulConfig(path+".nat", n.NAT) // a NAT44 router filters the IPv6 it routes
+			}
+		case n.Firewall != nil:
 			fw := r.firewall(path+".firewall", n.Firewall)
 			cfg.Firewall = &fw
 		}
@@ -238,9 +265,12 @@ func (r *resolver) buildHost(name string, ifcs []fabric.InterfaceConfig, routes 
 			kind = "netns"
 		}
 	}
-	if !cfg.Gateway.IsValid() {
+	if cfg.Gateway.IsValid() && cfg.Gateway.Is6() {
+		cfg.Gateway, cfg.Gateway6 = netip.Addr{}, cfg.Gateway
+	}
+	if !cfg.Gateway.IsValid() && !cfg.Gateway6.IsValid() {
 		if info := r.nets[ifcs[0].Network]; info != nil && info.parent != "" {
-			cfg.Gateway = info.gw
+			cfg.Gateway, cfg.Gateway6 = info.gateways()
 		}
 	}
 	r.p.Hosts = append(r.p.Hosts, PlanHost{Config: cfg, Kind: kind, For: forWhat})

@@ -21,10 +21,10 @@ func (r *resolver) routes() {
 	}
 	for _, n := range r.t.Networks {
 		info := r.nets[n.Name]
-		if info == nil || info.parent == "" || info.nat || !info.prefix.IsValid() {
-			continue
+		if info == nil || info.parent == "" || info.nat || !info.prefix.Addr().Is4() {
+			continue // IPv6-only networks are routes6's
 		}
-		route := fabric.Route{Dst: info.prefix, Via: wanOf(info.gwName)}
+		route := fabric.Route{Dst: info.prefix, Via: v4(wanOf(info.gwName))}
 		for cur := info; cur != nil && cur.parent != "" && !cur.nat && route.Via.IsValid(); {
 			up := r.nets[cur.parent]
 			for _, a := range up.members {
@@ -32,7 +32,7 @@ func (r *resolver) routes() {
 					a.routes = append(a.routes, route)
 				}
 			}
-			route.Via = wanOf(up.gwName)
+			route.Via = v4(wanOf(up.gwName))
 			cur = up
 		}
 	}

@@ -52,7 +52,7 @@ nodes:
 `,
 			want: `14 problems:
 t.yaml:5:13: networks.home.uplink: no network "internt"; did you mean "internet"?
-t.yaml:6:10: networks.home.nat: unknown value "symetric"; did you mean "symmetric"? (one of: full-cone, restricted-cone, port-restricted-cone, symmetric, cgnat, udp-blocked)
+t.yaml:6:10: networks.home.nat: unknown value "symetric"; did you mean "symmetric"? (one of: full-cone, restricted-cone, port-restricted-cone, symmetric, cgnat, udp-blocked, ipv6-firewall)
 t.yaml:10:14: networks.office.gateway: 10.0.1.1 is not on network office; office is 10.0.0.0/24
 t.yaml:13:13: networks.lab.uplink: lab-gw joins lab (10.0.0.0/16) and office (10.0.0.0/24), which overlap; renumber one of the networks
 t.yaml:14:40: networks.loop1.uplink: uplinks form a loop: loop1 → loop2 → loop1; one network at the top has no uplink

@@ -44,9 +44,12 @@ type decl struct {
 
 // netInfo is a network being resolved.
 type netInfo struct {
-	decl    *Network
-	path    string
-	prefix  netip.Prefix // invalid if the file's was
+	decl   *Network
+	path   string
+	prefix netip.Prefix // invalid if the file's was; IPv6 on an IPv6-only network
+	// prefix6 is a dual-stack network's IPv6 prefix (see ipv6.go); invalid
+	// on single-stack networks.
+	prefix6 netip.Prefix
 	parent  string
 	broken  bool       // its uplink is wrong: reachability is not judged
 	gw      netip.Addr // the gateway router's address here
@@ -104,6 +107,8 @@ func resolve(t *Topology, src Source, c *strictyaml.Collector) *Plan {
 	r.allocate()
 	r.build()
 	r.overlaps()
+	r.overlaps6()
+	r.ipv4Only()
 	r.reachability()
 	return r.p
 }
@@ -195,11 +200,15 @@ func (r *resolver) networks() {
 		r.nets[n.Name] = info
 		if n.CIDR.IsValid() {
 			info.prefix = n.CIDR
-			if n.CIDR.Bits() > 30 {
+			if n.CIDR.Addr().Is6() {
+				r.errorf(path+".cidr", "put IPv6 prefixes in cidr6", "cidr %v is not an IPv4 prefix", n.CIDR)
+				info.prefix = netip.Prefix{}
+			} else if n.CIDR.Bits() > 30 {
 				r.errorf(path+".cidr", "use /30 or shorter", "%v leaves no room for hosts", n.CIDR)
 				info.prefix = netip.Prefix{}
 			}
 		}
+		r.network6(n, info, path)
 		if n.Uplink == "" {
 			for key, set := range map[string]bool{
 				"nat": n.NAT != nil, "firewall": n.Firewall != nil, "gateway": n.Gateway.IsValid(),
@@ -221,7 +230,7 @@ func (r *resolver) networks() {
 			info.broken = true
 		default:
 			info.parent = n.Uplink
-			info.nat = n.NAT != nil
+			info.nat = n.NAT != nil && n.NAT.Profile != firewall6Profile
 			info.gwName = n.Router
 			if info.gwName == "" {
 				info.gwName = n.Name + "-gw"

@@ -40,9 +40,10 @@ func (*Topology) DocYAML() string {
 
 // Network is a segment.
 type Network struct {
-	Name string       `yaml:",key" pattern:"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$" doc:"Names are 1-40 lower-case letters, digits and dashes, starting with a letter."`
-	CIDR netip.Prefix `yaml:"cidr" required:"true" doc:"The network's IPv4 prefix, e.g. 192.168.1.0/24. Networks behind different NATs may reuse a prefix." example:"192.168.1.0/24"`
-	MTU  int          `yaml:"mtu" min:"576" max:"9000" doc:"Largest IP packet on the segment. If zero, 1500."`
+	Name  string       `yaml:",key" pattern:"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$" doc:"Names are 1-40 lower-case letters, digits and dashes, starting with a letter."`
+	CIDR  netip.Prefix `yaml:"cidr" doc:"The network's IPv4 prefix, e.g. 192.168.1.0/24. Networks behind different NATs may reuse a prefix. Required unless cidr6 is given (an IPv6-only network)." example:"192.168.1.0/24"`
+	CIDR6 netip.Prefix `yaml:"cidr6" ipv6:"true" doc:"The network's IPv6 prefix, e.g. 2001:db8:1::/64: with cidr a dual-stack network, whose every interface also gets the IPv6 address at its IPv4 address's offset (192.168.1.2 → 2001:db8:1::2); alone an IPv6-only one. IPv6 is never translated, so IPv6 prefixes must not overlap." example:"2001:db8:1::/64"`
+	MTU   int          `yaml:"mtu" min:"576" max:"9000" doc:"Largest IP packet on the segment. If zero, 1500."`
 
 	Uplink   string     `yaml:"uplink" doc:"The network this one reaches the rest of the world through. A gateway router joins the two; it NATs when nat is set, otherwise it routes and the networks above learn a route to this one."`
 	NAT      *NAT       `yaml:"nat" doc:"NAT on the gateway's uplink: a profile name, or a mapping of RFC 4787 knobs (optionally starting from a profile)." example:"port-restricted-cone"`
@@ -55,7 +56,7 @@ type Network struct {
 
 // NAT is a NAT's behaviour.
 type NAT struct {
-	Profile   string `yaml:"profile,shorthand" enum:"full-cone|restricted-cone|port-restricted-cone|symmetric|cgnat|udp-blocked" doc:"A named NAT type; the other keys change it. If omitted, an endpoint-independent NAT with port preservation."`
+	Profile   string `yaml:"profile,shorthand" enum:"full-cone|restricted-cone|port-restricted-cone|symmetric|cgnat|udp-blocked|ipv6-firewall" doc:"A named NAT type; the other keys change it. If omitted, an endpoint-independent NAT with port preservation. ipv6-firewall translates nothing: the gateway routes and filters IPv6 as an RFC 6092 home router (inbound only through flows opened from inside; filtering and the timeouts apply to it). Every other profile also filters the network's IPv6 that way."`
 	Mapping   string `yaml:"mapping" enum:"endpoint-independent|address-dependent|address-and-port-dependent" doc:"When two outbound flows share an external endpoint (RFC 4787 section 4.1)."`
 	Filtering string `yaml:"filtering" enum:"endpoint-independent|address-dependent|address-and-port-dependent" doc:"Which remotes may send in through a mapping (RFC 4787 section 5)."`
 	Ports     string `yaml:"ports" enum:"preserve|sequential|random" doc:"How external ports are picked (RFC 4787 section 4.2.1)."`
