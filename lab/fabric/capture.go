@@ -21,12 +21,17 @@ type tap struct {
 	w   *pcapng.Writer
 	id  int
 	clk func() time.Time
+	in  *instants // in a bubble: records wait for the end of their instant
 }
 
 func (t *tap) write(f []byte, dir pcapng.Direction, comment string) {
+	p := pcapng.Packet{Interface: t.id, Time: t.clk(), Data: f, Dir: dir, Comment: comment}
+	if t.in != nil && t.in.record(t, p) {
+		return
+	}
 	// A failing capture must not disturb traffic; the writer remembers its
 	// first error and Capture's caller sees it on Close/Flush.
-	_ = t.w.WritePacket(pcapng.Packet{Interface: t.id, Time: t.clk(), Data: f, Dir: dir, Comment: comment})
+	_ = t.w.WritePacket(p)
 }
 
 // CaptureInterface records every frame the interface sends and receives,
@@ -47,7 +52,7 @@ func (ifc *Interface) CaptureInterface(w *pcapng.Writer) error {
 }
 
 // StopCapture stops capturing on the interface.
-func (ifc *Interface) StopCapture() { ifc.tap.Store(nil) }
+func (ifc *Interface) StopCapture() { ifc.tap.Swap(nil).stop() }
 
 // Capture records every frame crossing the network segment (after the
 // sender's egress impairments, before the receiver's ingress impairments) to w.
@@ -68,14 +73,22 @@ func (n *Network) Capture(w *pcapng.Writer) error {
 }
 
 // StopCapture stops capturing on the network.
-func (n *Network) StopCapture() { n.tap.Store(nil) }
+func (n *Network) StopCapture() { n.tap.Swap(nil).stop() }
+
+// stop writes what t still holds back for the end of its instant. t may
+// be nil.
+func (t *tap) stop() {
+	if t != nil && t.in != nil {
+		t.in.flushTap(t)
+	}
+}
 
 func newTap(w *pcapng.Writer, f *Fabric, ifc pcapng.Interface) (*tap, error) {
 	id, err := w.AddInterface(ifc)
 	if err != nil {
 		return nil, err
 	}
-	return &tap{w: w, id: id, clk: f.clock.Now}, nil
+	return &tap{w: w, id: id, clk: f.clock.Now, in: f.inst}, nil
 }
 
 // segmentDropNote is the comment on a dropped frame in a segment's capture,

@@ -26,6 +26,12 @@ type Config struct {
 	// RXQueueLen bounds each interface's receive queue, in frames. If zero,
 	// 4096.
 	RXQueueLen int
+	// UnorderedInstants turns off, in a testing/synctest bubble, the
+	// ordering of each virtual instant's frames and capture records
+	// (instant.go), which calls synctest.Wait: set it in a bubble whose
+	// own goroutines call synctest.Wait while the fabric is open. Outside
+	// a bubble nothing is ordered.
+	UnorderedInstants bool
 }
 
 // Fabric is an emulated network: segments, hosts with their own gVisor
@@ -45,6 +51,8 @@ type Fabric struct {
 	// kernelHosts are network namespaces joined through TUN devices.
 	kernelHosts map[string]*KernelHost
 	closed      bool
+
+	inst *instants // orders each virtual instant; nil outside a bubble
 }
 
 // New returns an empty fabric.
@@ -66,7 +74,12 @@ func New(cfg Config) (*Fabric, error) {
 	if clk == nil {
 		clk = &clock.Lab{}
 	}
+	var inst *instants
+	if !cfg.UnorderedInstants && bubbled() {
+		inst = newInstants()
+	}
 	return &Fabric{
+		inst:        inst,
 		cfg:         cfg,
 		log:         log.With("component", "fabric"),
 		clock:       clk,
@@ -314,6 +327,9 @@ func (f *Fabric) Close() error {
 	}
 	for _, r := range routers {
 		r.close()
+	}
+	if f.inst != nil {
+		f.inst.close()
 	}
 	return errors.Join(errs...)
 }

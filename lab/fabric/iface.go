@@ -197,6 +197,15 @@ func (ifc *Interface) transmit(f []byte) { ifc.transmitNote(f, "") }
 // transmitNote is transmit with a note for the capture, such as the NAT
 // mapping the frame created.
 func (ifc *Interface) transmitNote(f []byte, note string) {
+	n := ifc.network
+	if in := n.f.inst; in != nil && in.frame(instantFrame{net: n.index, stage: stageEgress, port: ifc.port, f: f, note: note, ifc: ifc}) {
+		return // sent at the end of the instant, in order (instant.go)
+	}
+	ifc.sendEgress(f, note)
+}
+
+// sendEgress is transmitNote's capture and send.
+func (ifc *Interface) sendEgress(f []byte, note string) {
 	if t := ifc.tap.Load(); t != nil {
 		t.write(f, dirOut, note)
 	}

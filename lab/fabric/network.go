@@ -129,6 +129,15 @@ func (n *Network) attach(ifc *Interface) error {
 // switchFrame delivers a frame that left an interface's egress pipe to the
 // port its destination MAC names. It is the egress pipes' Deliver callback.
 func (n *Network) switchFrame(f []byte) {
+	if in := n.f.inst; in != nil && len(f) >= ethHeaderLen &&
+		in.frame(instantFrame{net: n.index, stage: stageSwitch, port: uint16(f[10])<<8 | uint16(f[11]), f: f, n: n}) {
+		return // switched at the end of the instant, in order (instant.go)
+	}
+	n.deliverSwitch(f)
+}
+
+// deliverSwitch is switchFrame's capture and switching.
+func (n *Network) deliverSwitch(f []byte) {
 	note := n.notes.take(f)
 	if t := n.tap.Load(); t != nil {
 		t.write(f, dirNone, note)

@@ -1,0 +1,117 @@
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/lab/link"
+	"github.com/latticelab/lattice/lab/pcapng"
+	"github.com/latticelab/lattice/lab/vtime"
+)
+
+// TestInstantOrder: in a bubble, datagrams that three hosts behind three
+// routers send at one instant cross the internet segment in one order,
+// whatever order they were sent in, and get the same times on a link that
+// spaces them (the echo server's egress has latency): the two captures are
+// identical, record for record, IP IDs included. With UnorderedInstants
+// the send order shows on the wire, which is what makes the check able to
+// fail.
+func TestInstantOrder(t *testing.T) {
+	if ok, why := vtime.Available(); !ok {
+		t.Skip(why)
+	}
+	forward := sendAtOnce(t, Config{}, false)
+	backward := sendAtOnce(t, Config{}, true)
+	require.Len(t, forward, 6, "3 datagrams and 3 answers")
+	assert.Equal(t, forward, backward, "the internet capture does not depend on the send order")
+
+	uf := sendAtOnce(t, Config{UnorderedInstants: true}, false)
+	ub := sendAtOnce(t, Config{UnorderedInstants: true}, true)
+	// Unordered, the send order shows on the wire, and in the bytes too:
+	// the server's stack numbers its answers' IP IDs in the order the
+	// requests reached it.
+	require.Len(t, uf, 6)
+	assert.NotEqual(t, uf, ub, "unordered, the capture follows the send order")
+}
+
+// sendAtOnce builds three sites, sends one datagram from each site's host
+// to an echo server from one goroutine at one instant (in site order or
+// reversed), reads the answers, and returns the internet segment's
+// capture records as "time data" strings.
+func sendAtOnce(t *testing.T, cfg Config, reverse bool) []string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "internet.pcapng")
+	inBubble(t, func(t *testing.T) {
+		w := newWorld(t, cfg)
+		for range 3 {
+			w.addSite(t, profile(t, "full-cone"), 1)
+		}
+		// The answers leave the server 1 ns apart (link spacing), in the
+		// order the requests reached it.
+		require.NoError(t, w.server.FabricInterfaces()[0].SetImpairments(Egress, link.Impairments{Latency: 10 * time.Millisecond}))
+		pw, err := pcapng.Create(path, pcapng.Options{Application: "lattice fabric test"})
+		require.NoError(t, err)
+		require.NoError(t, w.f.Network("internet").Capture(pw))
+		ctx := ctxT(t, 10*time.Second)
+		spc, err := w.server.ListenPacket(ctx, "udp4", "203.0.113.100:7")
+		require.NoError(t, err)
+		go udpEcho(spc)
+		var conns []net.PacketConn
+		for _, s := range w.sites {
+			c, err := s.hosts[0].ListenPacket(ctx, "udp4", ":4000")
+			require.NoError(t, err)
+			conns = append(conns, c)
+		}
+		time.Sleep(time.Second)
+		order := []int{0, 1, 2}
+		if reverse {
+			slices.Reverse(order)
+		}
+		dst := net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.100:7"))
+		for _, i := range order {
+			_, err := conns[i].WriteTo(fmt.Appendf(nil, "hello from site %d", i), dst)
+			require.NoError(t, err)
+		}
+		buf := make([]byte, 2048)
+		for _, c := range conns {
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Second)))
+			_, _, err := c.ReadFrom(buf)
+			require.NoError(t, err)
+			require.NoError(t, c.Close())
+		}
+		require.NoError(t, spc.Close())
+		require.NoError(t, w.f.Close())
+		require.NoError(t, pw.Close())
+	})
+	return captureRecords(t, path)
+}
+
+// captureRecords reads a capture's packets as "time data" strings.
+func captureRecords(t *testing.T, path string) []string {
+	t.Helper()
+	fh, err := os.Open(path)
+	require.NoError(t, err)
+	defer fh.Close()
+	r, err := pcapng.NewReader(fh)
+	require.NoError(t, err)
+	var out []string
+	for {
+		p, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, fmt.Sprintf("%s %x", p.Time.Format(time.RFC3339Nano), p.Data))
+	}
+}
