@@ -56,7 +56,7 @@ func (r *resolver) network6(n *Network, info *netInfo, path string) {
 // itself on an IPv6-only network, its twin on a dual-stack one, else zero.
 func (info *netInfo) v6(a netip.Addr) netip.Addr {
 	switch {
-	case !a.IsValid():
+	case info == nil || !a.IsValid():
 		return netip.Addr{}
 	case a.Is6():
 		return a
