@@ -2,7 +2,9 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -112,7 +114,17 @@ func TestRestartsResume(t *testing.T) {
 	// refused, they register again with the same keys, get the same
 	// addresses, and hear of a node that joins afterwards.
 	require.NoError(t, w.ctrl.Close())
-	require.NoError(t, os.Remove(w.storePath))
+	// The file store keeps a snapshot (storePath, written on compaction)
+	// and a journal beside it: the registry is lost when both are.
+	removed := 0
+	for _, f := range []string{w.storePath, w.storePath + ".journal"} {
+		if err := os.Remove(f); err == nil {
+			removed++
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, removed, "no registry file at %s", w.storePath)
 	w.startControl(t)
 	require.Eventually(t, func() bool {
 		nodes, err := w.ctrl.Store().List(t.Context())
