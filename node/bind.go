@@ -44,6 +44,9 @@ type Bind struct {
 	isOpen    bool
 	unknown   atomic.Uint64
 	relayDrop atomic.Uint64
+	// unanswered, if set, is told of a handshake initiation sent
+	// through the relay and unanswered (SetRelayUnanswered).
+	unanswered atomic.Pointer[func()]
 }
 
 type relayed struct {

@@ -168,6 +168,7 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 				p.noteData(now)
 			}
 		case isInitiation(buf):
+			p.wakeIdle()
 			b.noteInitiation(p, buf)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		case isResponse(buf):
@@ -211,9 +212,28 @@ func (b *Bind) resendInitiation(p *Path) {
 	if p.hsTry < len(handshakeResends) {
 		p.hsTimer = time.AfterFunc(handshakeResends[p.hsTry]-handshakeResends[p.hsTry-1], func() { b.resendInitiation(p) })
 	}
+	try := p.hsTry
 	p.hsMu.Unlock()
+	if _, direct := p.Direct(); !direct && try == relayUnansweredTry {
+		if f := b.unanswered.Load(); f != nil {
+			(*f)()
+		}
+	}
 	_ = b.send(p, [][]byte{pkt})
 }
+
+// relayUnansweredTry is the resend (the third: 700 ms after the
+// initiation) at which an initiation still unanswered through the relay
+// is reported to SetRelayUnanswered's function.
+const relayUnansweredTry = 3
+
+// SetRelayUnanswered sets the function told (on a timer goroutine; it
+// must not block) when a handshake initiation sent through the relay is
+// still unanswered after its third resend. The node probes its uplinks
+// then: a relay connection through a NAT that rebooted is dead, and
+// without a direct path going silent (a lazy node's idle peers have
+// none) nothing else would notice before TCP's or NATS' own timeouts.
+func (b *Bind) SetRelayUnanswered(f func()) { b.unanswered.Store(&f) }
 
 func (b *Bind) noteResponse(p *Path) {
 	p.hsMu.Lock()

@@ -57,6 +57,17 @@ type lazyState struct {
 // noteData records a data packet at now and wakes an idle peer.
 func (p *Path) noteData(now int64) {
 	p.lastData.Store(now)
+	p.wakeIdle()
+}
+
+// wakeIdle wakes an idle peer. The Bind also calls it for a handshake
+// initiation WireGuard sends: an idle peer has no keepalive, so WireGuard
+// opens a handshake to it only for data queued behind it. Waiting for
+// that data would wait for the handshake, which the relay alone must
+// carry, and cannot when the relay is out of reach (a link that drops
+// the relay's large TCP segments, a relay outage): the direct attempt
+// starts at once instead.
+func (p *Path) wakeIdle() {
 	if w := p.wake.Load(); w != nil && p.wake.CompareAndSwap(w, nil) {
 		(*w)()
 	}

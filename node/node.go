@@ -242,6 +242,7 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 	}
 	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn, Logger: n.pionLogs().NewLogger("udpmux")})
 	n.bind = NewBind(n.mux)
+	n.bind.SetRelayUnanswered(n.kickProbes)
 	return pn, nil
 }
 
