@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,6 +35,9 @@ func init() {
 // landlockProbe prints "ok CHECK" for what must work and what must fail
 // and did, "WRONG CHECK: why" otherwise.
 func landlockProbe(state, other string) int {
+	// Landlock confines the thread (init() runs locked to the main
+	// thread already; this says so).
+	runtime.LockOSThread()
 	say := func(name string, ok bool, err error) {
 		if ok {
 			fmt.Printf("ok %s: %v\n", name, err)
@@ -46,8 +51,9 @@ func landlockProbe(state, other string) int {
 	err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=4k")
 	say("mount before", err == nil, err)
 	_ = unix.Unmount(mnt, 0)
+	start, cpu := time.Now(), threadCPU()
 	abi, err := restrictLandlock([]string{state})
-	say(fmt.Sprintf("restrict (ABI %d)", abi), err == nil && abi > 0, err)
+	say(fmt.Sprintf("restrict (ABI %d, %v, %v of CPU)", abi, time.Since(start), threadCPU()-cpu), err == nil && abi > 0, err)
 	denied := func(name string, err error) {
 		say(name, errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EXDEV), err)
 	}
@@ -75,6 +81,12 @@ func landlockProbe(state, other string) int {
 	_, err = exec.Command("true").Output()
 	say("exec", err == nil, err)
 	return 0
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
 }
 
 // TestLandlockDeniesStateDir: confined as the agent is, a process with
