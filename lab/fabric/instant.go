@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/latticelab/lattice/lab/link"
 	"github.com/latticelab/lattice/lab/pcapng"
 )
 
@@ -22,8 +21,11 @@ import (
 // other goroutine of the bubble is blocked, which is when everything that
 // instant's running goroutines send has been sent. It then writes the
 // queued capture records and hands the frames on in a canonical order:
-// by network, sending port, flow (link.EthernetFlow), and within a flow in
-// the order they were sent, which is the flow's own order. What that
+// by network, sending port, IP protocol and address pair (ipPair), and
+// within one pair in the order they were sent, so nothing between two
+// addresses is reordered (the fragments of a datagram, a TCP flight,
+// connections to one server keep their order; ports are not in the key
+// because a non-first fragment has none). What that
 // delivery starts at the same instant is queued and ordered again, until
 // the bubble is idle and its clock moves on. Nothing is delayed: the
 // frames cross at the instant they were sent.
@@ -43,7 +45,7 @@ type instantFrame struct {
 	net   uint16 // network index
 	stage uint8
 	port  uint16 // sending port on the network
-	flow  uint64
+	flow  uint64 // ipPair
 	seq   uint64 // order queued
 	f     []byte
 	note  string     // capture note (a new NAT mapping)
@@ -90,7 +92,7 @@ func newInstants() *instants {
 // frame queues fr. It reports false after close, when the caller handles
 // the frame itself.
 func (in *instants) frame(fr instantFrame) bool {
-	fr.flow = link.EthernetFlow(fr.f)
+	fr.flow = ipPair(fr.f)
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -107,7 +109,7 @@ func (in *instants) frame(fr instantFrame) bool {
 // record queues a capture record, copying its data. It reports false after
 // close, when the caller writes it itself.
 func (in *instants) record(t *tap, p pcapng.Packet) bool {
-	flow := link.EthernetFlow(p.Data)
+	flow := ipPair(p.Data)
 	p.Data = append([]byte(nil), p.Data...)
 	in.mu.Lock()
 	if in.closed {
@@ -223,4 +225,32 @@ func (in *instants) flushTap(t *tap) {
 	})
 	in.mu.Unlock()
 	writeRecs(mine)
+}
+
+// ipPair keys an Ethernet frame by what every fragment of an IP packet
+// carries: the EtherType and, for IPv4 and IPv6, the protocol (IPv6's first
+// next header) and the two addresses. FNV-1a, so the key and the order it
+// gives are the same in every process.
+func ipPair(f []byte) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	mix := func(b []byte) {
+		for _, c := range b {
+			h = (h ^ uint64(c)) * prime
+		}
+	}
+	if len(f) < ethHeaderLen {
+		mix(f)
+		return h
+	}
+	mix(f[12:14])
+	switch ip := f[ethHeaderLen:]; {
+	case f[12] == 0x08 && f[13] == 0x00 && len(ip) >= 20:
+		mix(ip[9:10])
+		mix(ip[12:20])
+	case f[12] == 0x86 && f[13] == 0xdd && len(ip) >= 40:
+		mix(ip[6:7])
+		mix(ip[8:40])
+	}
+	return h
 }

@@ -115,3 +115,29 @@ func captureRecords(t *testing.T, path string) []string {
 		out = append(out, fmt.Sprintf("%s %x", p.Time.Format(time.RFC3339Nano), p.Data))
 	}
 }
+
+// TestIPPairKeepsFragmentsTogether: every fragment of a datagram (only the
+// first carries ports) and every port pair between two addresses share a
+// key, so ordering an instant never reorders them; another destination or
+// protocol gets another key.
+func TestIPPairKeepsFragmentsTogether(t *testing.T) {
+	frame := func(proto byte, dst byte, fragOff uint16, ports bool) []byte {
+		f := make([]byte, ethHeaderLen+28)
+		f[12], f[13] = 0x08, 0x00
+		ip := f[ethHeaderLen:]
+		ip[0], ip[9] = 0x45, proto
+		ip[6], ip[7] = byte(fragOff>>8), byte(fragOff)
+		copy(ip[12:16], []byte{192, 168, 1, 2})
+		copy(ip[16:20], []byte{203, 0, 113, dst})
+		if ports {
+			ip[20], ip[21], ip[22], ip[23] = 0x0f, 0xa0, 0xca, 0x6c
+		}
+		return f
+	}
+	first := ipPair(frame(17, 100, 0x2000, true)) // MF, offset 0
+	assert.Equal(t, first, ipPair(frame(17, 100, 0x00b9, false)), "the last fragment")
+	assert.Equal(t, first, ipPair(frame(17, 100, 0, true)), "another datagram between the same addresses")
+	assert.NotEqual(t, first, ipPair(frame(17, 101, 0, true)), "another destination")
+	assert.NotEqual(t, first, ipPair(frame(6, 100, 0, true)), "another protocol")
+	assert.NotPanics(t, func() { ipPair(nil); ipPair(make([]byte, 15)) })
+}
