@@ -39,6 +39,7 @@ func TestAdoptPeerSession(t *testing.T) {
 	env.cfg.defaults()
 	p := &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
 		path: &Path{}, events: make(chan peerEvent, 64), controlling: true}
+	p.initSignals()
 	agent, err := ice.NewAgentWithOptions(env.agentOpt...)
 	require.NoError(t, err)
 	p.agent = agent
@@ -55,6 +56,7 @@ func TestAdoptPeerSession(t *testing.T) {
 	p.onSignal(context.Background(), &Signal{Kind: SignalCredentials, Session: renewed, Seq: 1, Time: now,
 		PeerSession: session, Ufrag: "peerufragpeerufrag", Pwd: "peerpasswordpeerpassword"})
 
+	p.signals.wait() // signals leave through the queue
 	assert.Same(t, agent, p.agent, "the running agent stays")
 	assert.EqualValues(t, session, p.session, "no new session of ours")
 	assert.EqualValues(t, renewed, p.boundRemote, "bound to the peer's new session")

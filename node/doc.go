@@ -26,7 +26,8 @@
 //     PathKind and PathEvent.
 //   - peer.go: the per-peer actor, one goroutine fed by events that picks
 //     the path; peer_signal.go its side of signaling (sealing, answering,
-//     adopting); ice.go its ICE agents (options, attempts), signal.go the
+//     adopting), signal_queue.go the queue that carries its signals to
+//     control so the actor never waits on control; ice.go its ICE agents (options, attempts), signal.go the
 //     sealed signals they exchange, candidates.go which host candidates
 //     are offered.
 //   - relay.go: the LRP relay client behind the Bind (LRPRelay).

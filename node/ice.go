@@ -77,11 +77,17 @@ type iceResult struct {
 // credentials to the peer.
 func (p *peer) startAttempt(ctx context.Context, why string) {
 	p.stopAgent()
+	// This attempt supersedes a scheduled retry: left to fire, the retry
+	// would tear this attempt down moments into its checks (a peer that
+	// restarted ICE, then its own retry timer, restarted twice, and the
+	// two sides could chase each other's sessions until AttemptTimeout).
+	p.cancelRetry()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	// Sessions only grow, so the peer can tell a restart from a replay.
 	p.session = max(p.session+1, uint64(p.env.now().UnixMilli())<<16|uint64(binary.BigEndian.Uint16(b[:2])))
 	p.seq = 0
+	p.signals.session.Store(p.session)
 	session := p.session
 	agent, err := ice.NewAgentWithOptions(p.env.agentOpt...)
 	if err != nil {
@@ -120,6 +126,7 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 	}
 	p.offers = 0
 	p.offerAgain(ctx)
+	p.expireUnanswered(ctx)
 	p.setWhy("negotiating a direct path", time.Time{})
 	p.env.log.Debug("ICE attempt", "peer", p.info.Name, "session", session, "why", why, "controlling", p.controlling)
 }
@@ -148,10 +155,26 @@ func (p *peer) offerAgain(ctx context.Context) {
 	})
 }
 
+// expireUnanswered ends the attempt at AttemptTimeout if the peer's
+// credentials have not come by then. connect bounds an attempt that has
+// them; one that never got them (our offers lost, or refused by the
+// peer) otherwise waited, with no retry scheduled, until the peer
+// happened to restart: a path cut and restored stayed relayed for good.
+func (p *peer) expireUnanswered(ctx context.Context) {
+	session := p.session
+	p.answerTimer = time.AfterFunc(p.env.cfg.AttemptTimeout, func() {
+		if ctx.Err() == nil {
+			p.post(peerEvent{unanswered: true, session: session})
+		}
+	})
+}
+
 func (p *peer) stopAgent() {
-	if p.offerTimer != nil {
-		p.offerTimer.Stop()
-		p.offerTimer = nil
+	for _, t := range []**time.Timer{&p.offerTimer, &p.answerTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
 	}
 	if p.attemptDone != nil {
 		p.attemptDone()

@@ -20,15 +20,16 @@ import (
 
 // peerEvent is what drives a peer's goroutine.
 type peerEvent struct {
-	signal    *Signal              // a signal from the peer
-	local     string               // one of our candidates, to signal
-	connected *iceResult           // an ICE attempt finished
-	state     *ice.ConnectionState // the agent's state changed
-	session   uint64               // the session a connected/state event belongs to
-	retry     bool                 // the backoff timer fired
-	wake      bool                 // data for an idle (lazy) peer
-	idleCheck bool                 // the idle timer fired (lazy.go)
-	reoffer   bool                 // the peer has not answered our credentials (see offerAgain)
+	signal     *Signal              // a signal from the peer
+	local      string               // one of our candidates, to signal
+	connected  *iceResult           // an ICE attempt finished
+	state      *ice.ConnectionState // the agent's state changed
+	session    uint64               // the session a connected/state event belongs to
+	retry      bool                 // the backoff timer fired
+	wake       bool                 // data for an idle (lazy) peer
+	idleCheck  bool                 // the idle timer fired (lazy.go)
+	reoffer    bool                 // the peer has not answered our credentials (see offerAgain)
+	unanswered bool                 // AttemptTimeout passed without the peer's credentials (see expireUnanswered)
 	// checkDirect: restartCheck has passed since the peer restarted ICE
 	// while we were direct (see restartWhileDirect).
 	checkDirect bool
@@ -90,7 +91,8 @@ type peer struct {
 	localCands  []string
 	ownAddrs    []netip.AddrPort // our socket's addresses, listed once per attempt (isOwnAddr)
 	remote      replayGuard
-	pending     []*Signal // candidates that came before credentials
+	signals     signalQueue // our signals on their way to control
+	pending     []*Signal   // candidates that came before credentials
 	failures    int
 	retryTimer  *time.Timer
 	checkTimer  *time.Timer // see restartWhileDirect
@@ -100,6 +102,7 @@ type peer struct {
 	activeSince time.Time
 	idleTimer   *time.Timer
 	offerTimer  *time.Timer // see offerAgain
+	answerTimer *time.Timer // see expireUnanswered
 	offers      int         // credentials sent in the current attempt
 	keepaliveOn bool        // a lazy peer's WireGuard keepalive (setKeepalive)
 	wg          wgState     // in WireGuard's configuration or trimmed (trim.go)
@@ -129,6 +132,7 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 		kind:        PathRelay,
 	}
 	p.epoch.Store(info.Epoch)
+	p.initSignals()
 	p.path.SetLeads(p.controlling)
 	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
 	go p.run(ctx)
@@ -156,6 +160,7 @@ func (p *peer) close() {
 func (p *peer) run(ctx context.Context) {
 	defer close(p.done)
 	defer p.stopAgent()
+	defer p.signals.wait()
 	if p.env.cfg.RelayOnly {
 		p.record(PathRelay, netip.AddrPort{}, "direct paths disabled (RelayOnly)")
 		p.setWhy("direct paths are disabled on this node (relay only)", time.Time{})
@@ -200,6 +205,10 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 			p.resendAll(ctx)
 			p.offerAgain(ctx)
 		}
+	case ev.unanswered:
+		if ev.session == p.session && p.agent != nil && !p.haveRemote && !p.idle {
+			p.fail(ctx, fmt.Sprintf("attempt timed out after %s: the peer never answered our ICE credentials", p.env.cfg.AttemptTimeout))
+		}
 	case ev.local != "":
 		if ev.session == p.session {
 			p.localCands = append(p.localCands, ev.local)
@@ -242,6 +251,9 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 			}
 		}
 	case ev.retry:
+		if ev.session != p.session {
+			return // an attempt started after this retry was scheduled
+		}
 		p.retryTimer = nil
 		if p.quietPeer() {
 			p.goIdle(ctx, reasonIdle)
@@ -319,10 +331,20 @@ func (p *peer) scheduleRetry(ctx context.Context) time.Time {
 	d := float64(p.env.cfg.RetryMin) * math.Pow(2, float64(min(p.failures-1, 10)))
 	d = min(d, float64(p.env.cfg.RetryMax))
 	d = d/2 + mrand.Float64()*d/2
+	session := p.session
 	p.retryTimer = time.AfterFunc(time.Duration(d), func() {
 		if ctx.Err() == nil {
-			p.post(peerEvent{retry: true})
+			p.post(peerEvent{retry: true, session: session})
 		}
 	})
 	return p.env.now().Add(time.Duration(d))
+}
+
+// cancelRetry drops a scheduled retry; one already queued is told apart
+// by its session (handle ignores it once a new attempt has begun).
+func (p *peer) cancelRetry() {
+	if p.retryTimer != nil {
+		p.retryTimer.Stop()
+		p.retryTimer = nil
+	}
 }

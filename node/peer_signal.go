@@ -6,12 +6,12 @@ package node
 import (
 	"context"
 	"net/netip"
-	"time"
 
 	"github.com/latticelab/lattice/key"
 )
 
-// send seals and signals s under the current session.
+// send seals s under the current session and queues it for control; it
+// does not wait for control's answer.
 func (p *peer) send(ctx context.Context, s *Signal) error {
 	p.seq++
 	s.Session, s.Seq, s.Time = p.session, p.seq, p.env.now().UnixMilli()
@@ -23,9 +23,13 @@ func (p *peer) send(ctx context.Context, s *Signal) error {
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return p.env.signal(sctx, p.info.NodeID, b)
+	return p.signals.push(ctx, p.session, b)
+}
+
+// initSignals sets up the queue send uses (signal_queue.go).
+func (p *peer) initSignals() {
+	p.signals.send = func(ctx context.Context, b []byte) error { return p.env.signal(ctx, p.info.NodeID, b) }
+	p.signals.log = p.env.log.With("peer", p.info.Name)
 }
 
 // sharedKey is the box key shared with the peer. One X25519 per peer
