@@ -59,9 +59,13 @@ type detRun struct {
 // shuffle of timers due at one instant) and from wall time (sysmon's
 // preemption, sync.Mutex starvation, the GC), even at GOMAXPROCS=1. The
 // overlay seeds what a test can reach (nats.go's inbox names, nats-server's
-// first-PING jitter, both from crypto/rand), and each flow draws its loss
-// and jitter from its own stream (lab/link Config.Flow), so a moved packet
-// no longer shifts every later draw on its link.
+// first-PING jitter, both from crypto/rand), each flow draws its loss and
+// jitter from its own stream (lab/link Config.Flow), so a moved packet no
+// longer shifts every later draw on its link, and the fabric orders the
+// frames of each instant itself (lab/fabric instant.go,
+// TestInstantOrder), so two hosts sending at one instant reach the wire in
+// one order. What still parts the runs is the order of goroutines inside
+// one host (two connects drawing ephemeral ports, crypto/rand reads).
 func TestDeterministicRun(t *testing.T) {
 	if ok, why := vtime.Available(); !ok {
 		t.Skip(why)
