@@ -139,3 +139,22 @@ func (n *Node) renewRelayToken(ctx context.Context) (string, error) {
 	}
 	return tok, nil
 }
+
+// RelayStats is what the node's relay client counted, and whether it is
+// connected now.
+type RelayStats struct {
+	relay.ClientStats
+	// Transport is "quic" or "tcp" while connected, "" while not.
+	Transport string
+}
+
+// RelayStats returns the relay client's counters (for metrics), and
+// false when there are none: control named no relay, or Config.Relay
+// dials something other than an LRP relay client.
+func (n *Node) RelayStats() (RelayStats, bool) {
+	l, ok := n.relay.(*lrpClient) // set in Start, before the node is returned
+	if !ok {
+		return RelayStats{}, false
+	}
+	return RelayStats{ClientStats: l.c.Stats(), Transport: l.c.Transport()}, true
+}

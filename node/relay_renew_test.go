@@ -28,7 +28,7 @@ func TestRelayTokenRenewedAcrossRelayRestart(t *testing.T) {
 	})
 	issued = time.Now()
 	na, nb := &stockNetstack{}, &stockNetstack{}
-	startNode(t, w.site(t, "symmetric"), "alpha", na)
+	a := startNode(t, w.site(t, "symmetric"), "alpha", na)
 	b := startNode(t, w.site(t, "symmetric"), "beta", nb)
 	serveEcho(t, nb, 7)
 	eventuallyEcho(t, na, b.Address().Addr(), 7, slow(10*time.Second), "before the restart")
@@ -43,4 +43,13 @@ func TestRelayTokenRenewedAcrossRelayRestart(t *testing.T) {
 	t.Logf("relayed echo back %v after the restart", time.Since(start).Round(time.Millisecond))
 	assert.Zero(t, before, "the first relay saw an expired token")
 	assert.Zero(t, w.relay.Stats().AuthFailures["expired"], "the restarted relay saw an expired token")
+	// What `lattice up`'s metrics export of it: the first connection and
+	// the reconnect, and at least one renewal (tokens lived 5 s, the
+	// nodes more than 6 s before the restart).
+	rs, ok := a.RelayStats()
+	require.True(t, ok, "an LRP relay client")
+	assert.Equal(t, uint64(2), rs.Connects, "connects: the first and the reconnect")
+	assert.GreaterOrEqual(t, rs.TokenRenewals, uint64(1), "renewals")
+	assert.Zero(t, rs.TokenRenewalFailures)
+	assert.NotEmpty(t, rs.Transport, "connected")
 }

@@ -113,6 +113,14 @@ func TestNodeMetricsCountTransfer(t *testing.T) {
 			assert.GreaterOrEqual(t, counterValue(t, cb, "lattice_node_path_switches_total", map[string]string{"to": string(tc.path)}), 1.0)
 			if tc.path == node.PathDirect {
 				assert.GreaterOrEqual(t, counterValue(t, cb, "lattice_node_ice_attempts_total", nil), 1.0)
+				assert.GreaterOrEqual(t, counterValue(t, cb, "lattice_node_ice_outcomes_total", map[string]string{"outcome": "connected"}), 1.0)
+				assert.Zero(t, counterValue(t, cb, "lattice_node_ice_outcomes_total", map[string]string{"outcome": "failed"}))
+			}
+			// Both nodes connected to the relay once, over TCP (the
+			// default transport), and are connected still.
+			for _, c := range []prometheus.Collector{ca, cb} {
+				assert.Equal(t, 1.0, counterValue(t, c, "lattice_node_relay_connects_total", nil))
+				assert.Equal(t, 1.0, counterValue(t, c, "lattice_node_relay_connected", map[string]string{"transport": "tcp"}))
 			}
 		})
 	}
@@ -181,19 +189,30 @@ func TestSwitchReason(t *testing.T) {
 }
 
 // relayedStatus is a statusSource with relay client counters.
-type relayedStatus struct{ *fakeStatus }
-
-func (relayedStatus) RelayStats() relay.ClientStats {
-	return relay.ClientStats{Connects: 3, RecvDropped: 1, TokenRenewals: 4, TokenRenewalFailures: 2}
+type relayedStatus struct {
+	*fakeStatus
+	transport string
+	none      bool // no relay client
 }
 
-// TestNodeMetricsRelayClient: a source with relay counters exports them;
-// one without exports none.
+func (r relayedStatus) RelayStats() (node.RelayStats, bool) {
+	return node.RelayStats{ClientStats: relay.ClientStats{Connects: 3, RecvDropped: 1, TokenRenewals: 4, TokenRenewalFailures: 2},
+		Transport: r.transport}, !r.none
+}
+
+// TestNodeMetricsRelayClient: a source with relay counters exports them,
+// and whether it is connected; one without (or whose node has no relay
+// client) exports none.
 func TestNodeMetricsRelayClient(t *testing.T) {
-	c := newNodeCollector(relayedStatus{&fakeStatus{}}, false, 0)
+	c := newNodeCollector(relayedStatus{fakeStatus: &fakeStatus{}, transport: "quic"}, false, 0)
 	assert.Equal(t, 3.0, counterValue(t, c, "lattice_node_relay_connects_total", nil))
 	assert.Equal(t, 2.0, counterValue(t, c, "lattice_node_relay_token_renewals_total", map[string]string{"result": "failed"}))
+	assert.Equal(t, 1.0, counterValue(t, c, "lattice_node_relay_connected", map[string]string{"transport": "quic"}))
+	down := newNodeCollector(relayedStatus{fakeStatus: &fakeStatus{}}, false, 0)
+	assert.Equal(t, 0.0, counterValue(t, down, "lattice_node_relay_connected", map[string]string{"transport": "none"}))
+	assert.Equal(t, 1, countSeries(down, "lattice_node_relay_connected"))
 	assert.Equal(t, 0, countSeries(newNodeCollector(&fakeStatus{}, false, 0), "lattice_node_relay_connects_total"))
+	assert.Equal(t, 0, countSeries(newNodeCollector(relayedStatus{fakeStatus: &fakeStatus{}, none: true}, false, 0), "lattice_node_relay_connects_total"))
 }
 
 // BenchmarkNodeCollect1000Peers: one scrape of a node with 1000 peers

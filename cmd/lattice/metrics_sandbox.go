@@ -13,6 +13,16 @@ type sandboxPeers struct{ d sandbox.IsolationDriver }
 
 func (s sandboxPeers) Status() []node.PeerStatus { return s.d.Status().Peers }
 
+// RelayStats is the sandbox's node's relay client's, when it has a node.
+func (s sandboxPeers) RelayStats() (node.RelayStats, bool) {
+	if d, ok := s.d.(interface{ Node() *node.Node }); ok {
+		if n := d.Node(); n != nil {
+			return n.RelayStats()
+		}
+	}
+	return node.RelayStats{}, false
+}
+
 // sandboxCounters is what the drivers count beyond their node's status.
 type sandboxCounters interface {
 	AuditFailures() uint64

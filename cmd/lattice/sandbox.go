@@ -251,7 +251,7 @@ $LATTICE_TOKEN or --token.`,
 		}
 		cfg.Logger = logger()
 		if mode == sandbox.ModeGVisor && len(args) > 0 {
-			return runAgent(cmd, mode, cfg, args)
+			return runAgent(cmd, mode, cfg, args, &metricsF)
 		}
 		if mode == sandbox.ModeGVisor && cfg.StateDir == "mem:" {
 			return usagef("gvisor mode without an agent serves agents on its control socket, which needs a --state-dir; or run one: lattice sandbox start --mode gvisor [flags] -- AGENT")
@@ -387,7 +387,7 @@ LATTICE_ADDRESS and LATTICE_NODE_ID.`,
 			cfg.SOCKS5, cfg.HTTPProxy = "127.0.0.1:0", "127.0.0.1:0"
 			cfg.ProxyCredentials = nil // fresh ones for this run
 		}
-		return runAgent(cmd, mode, cfg, args)
+		return runAgent(cmd, mode, cfg, args, nil)
 	}
 	return cmd
 }
@@ -408,7 +408,10 @@ func startSandbox(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfi
 
 // runAgent starts a sandbox, runs args as its agent, tears the sandbox
 // down and passes the agent's exit code on.
-func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, args []string) error {
+// metricsF, if not nil, serves the sandbox's /metrics while the agent
+// runs (`sandbox start --mode gvisor -- AGENT`); its address goes to
+// stderr, since stdout is the agent's.
+func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, args []string, metricsF *metricsFlags) error {
 	// A missing agent is found before anything is set up.
 	if _, err := exec.LookPath(args[0]); err != nil {
 		return fmt.Errorf("agent %q: %w", args[0], err)
@@ -420,6 +423,13 @@ func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, a
 	defer d.Close()
 	st := d.Status()
 	fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: %s (%s) at %v, mode %s; running %s\n", st.Name, st.NodeID, st.Address, st.Mode, strings.Join(args, " "))
+	if metricsF != nil {
+		stopMetrics, err := metricsF.start(cmd.Context(), cmd.ErrOrStderr(), "sandbox", cfg.Logger, sandboxCollectors(d, metricsF)...)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	code, err := d.Run(cmd.Context(), args, sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
-	"github.com/latticelab/lattice/relay"
 )
 
 // NodeCollector exports a node's paths from its status snapshot, the one
@@ -50,11 +49,10 @@ type muxSource interface {
 	MuxStats() node.MuxStats
 }
 
-// relaySource is optionally implemented by a StatusSource: the node's
-// relay client's counters. *node.Node does not have it yet; the metrics
-// appear once it does.
+// relaySource is optionally implemented by a StatusSource (*node.Node):
+// the node's relay client's counters, false when it has none.
 type relaySource interface {
-	RelayStats() relay.ClientStats
+	RelayStats() (node.RelayStats, bool)
 }
 
 // DefaultPeerLimit is --metrics-peer-limit's default.
@@ -104,6 +102,8 @@ var (
 		"Connections to the relay, the first and every reconnect.", nil, nil)
 	descNodeRelayDrops = nodeDesc("lattice_node_relay_recv_drops_total",
 		"Packets from the relay dropped because the node fell behind.", nil, nil)
+	descNodeRelayConnected = nodeDesc("lattice_node_relay_connected",
+		"1 while the relay client is connected, by transport (quic, tcp); 0 under transport=\"none\" while it is not.", []string{"transport"}, nil)
 	descNodeRelayRenewals = nodeDesc("lattice_node_relay_token_renewals_total",
 		"Relay token renewals by result (ok, failed).", []string{"result"}, nil)
 	descPeerBytes = nodeDesc("lattice_node_peer_bytes_total",
@@ -156,7 +156,7 @@ func NewNodeCollector(src StatusSource, perPeer bool, peerLimit int) *NodeCollec
 func (c *NodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descNodePeers, descNodeBytes, descNodeSwitches, descNodeHandshake,
 		descNodeNoHandshake, descNodeICEAttempts, descNodeICEOutcomes, descNodeICEState, descNodeMux, descNodeMuxDrops,
-		descNodeRelayConnects, descNodeRelayDrops, descNodeRelayRenewals,
+		descNodeRelayConnects, descNodeRelayConnected, descNodeRelayDrops, descNodeRelayRenewals,
 		descPeerBytes, descPeerPath, descPeerHandshake, descPeerRTT, descPeerOmitted} {
 		ch <- d
 	}
@@ -184,7 +184,7 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		if st.ICE.State != "" {
-			iceStates[st.ICE.State]++
+			iceStates[iceState(st.ICE)]++
 		}
 		if st.LastHandshake.IsZero() {
 			noHandshake++
@@ -220,8 +220,12 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.STUNDropped), "stun")
 		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.WireGuardDroped), "wireguard")
 	}
-	if r, ok := c.src.(relaySource); ok {
-		rs := r.RelayStats()
+	if rs, ok := c.relayStats(); ok {
+		connected, transport := 1.0, rs.Transport
+		if transport == "" {
+			connected, transport = 0, "none"
+		}
+		ch <- prometheus.MustNewConstMetric(descNodeRelayConnected, prometheus.GaugeValue, connected, transport)
 		ch <- prometheus.MustNewConstMetric(descNodeRelayConnects, prometheus.CounterValue, float64(rs.Connects))
 		ch <- prometheus.MustNewConstMetric(descNodeRelayDrops, prometheus.CounterValue, float64(rs.RecvDropped))
 		ch <- prometheus.MustNewConstMetric(descNodeRelayRenewals, prometheus.CounterValue, float64(rs.TokenRenewals), "ok")
@@ -230,6 +234,13 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.perPeer {
 		c.collectPeers(ch, sts, now)
 	}
+}
+
+func (c *NodeCollector) relayStats() (node.RelayStats, bool) {
+	if r, ok := c.src.(relaySource); ok {
+		return r.RelayStats()
+	}
+	return node.RelayStats{}, false
 }
 
 // collectPeers exports the first peerLimit peers (by name: Status sorts
@@ -279,7 +290,7 @@ func (c *NodeCollector) observeLocked(sts []node.PeerStatus) {
 			ps.session, ps.outcome = s, false
 		}
 		if st.ICE.Session != 0 && !ps.outcome {
-			switch st.ICE.State {
+			switch iceState(st.ICE) {
 			case "connected", "completed":
 				c.outcomes["connected"]++
 				ps.outcome = true
@@ -300,6 +311,10 @@ func (c *NodeCollector) observeLocked(sts []node.PeerStatus) {
 		}
 	}
 }
+
+// iceState is the report's state as a label: pion names its states
+// "Checking", "Connected", …, the node its own "new" and "idle".
+func iceState(r node.ICEReport) string { return strings.ToLower(r.State) }
 
 func peerBytes(st node.PeerStatus) [numPaths][2]uint64 {
 	return [numPaths][2]uint64{{st.TxDirect, st.RxDirect}, {st.TxRelay, st.RxRelay}}
