@@ -26,7 +26,9 @@ func (r *resolver) network6(n *Network, info *netInfo, path string) {
 	p := n.CIDR6
 	switch {
 	case !p.IsValid():
-		if !n.CIDR.IsValid() {
+		_, cidrGiven := r.src.Pos[r.src.full(path+".cidr")]
+		_, cidr6Given := r.src.Pos[r.src.full(path+".cidr6")]
+		if !n.CIDR.IsValid() && !cidrGiven && !cidr6Given { // a bad one is reported where it is
 			r.errorf(path, "add cidr: 192.168.1.0/24, cidr6: 2001:db8:1::/64, or both", "network %s has no prefix", n.Name)
 		}
 		return
