@@ -322,3 +322,25 @@ func FuzzUDPDeliver6(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDualStackUDP: 1400-byte datagrams from a dual-stack home host
+// to the server, over IPv4 through the NAT and over IPv6 through the
+// RFC 6092 filter, in the same run (compare the two).
+func BenchmarkDualStackUDP(b *testing.B) {
+	for _, tc := range []struct {
+		name, network, local string
+		dst                  netip.AddrPort
+	}{
+		{"ipv4-nat", "udp4", ":4000", netip.AddrPortFrom(serverIP, 3478)},
+		{"ipv6-firewall", "udp6", "[::]:4000", netip.AddrPortFrom(server6, 3478)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			w := newDualWorld(b, &nat.StatefulConfig{Filtering: nat.AddressAndPortDependent})
+			rx, err := w.server.ListenPacket(b.Context(), tc.network, tc.local[:len(tc.local)-4]+"3478")
+			require.NoError(b, err)
+			tx, err := w.client.ListenPacket(b.Context(), tc.network, tc.local)
+			require.NoError(b, err)
+			benchUDP(b, tx, rx, tc.dst)
+		})
+	}
+}
