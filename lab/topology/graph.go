@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -31,12 +32,19 @@ type gedge struct {
 func (p *Plan) graph() *graph {
 	g := &graph{name: p.Name}
 	for _, n := range p.Networks {
-		g.nodes = append(g.nodes, gnode{id: "net_" + n.Config.Name, kind: "network",
-			lines: []string{n.Config.Name, n.Config.Prefix.String()}})
+		lines := []string{n.Config.Name}
+		for _, pfx := range []netip.Prefix{n.Config.Prefix, n.Config.Prefix6} {
+			if pfx.IsValid() {
+				lines = append(lines, pfx.String())
+			}
+		}
+		g.nodes = append(g.nodes, gnode{id: "net_" + n.Config.Name, kind: "network", lines: lines})
 	}
 	for _, r := range p.Routers {
 		lines := []string{r.Config.Name}
-		if r.Profile != "" {
+		if r.Config.NAT == nil && r.Config.Stateful != nil {
+			lines = append(lines, "filter "+r.Profile) // ipv6-firewall translates nothing
+		} else if r.Profile != "" {
 			lines = append(lines, "NAT "+r.Profile)
 		} else if r.Config.Firewall != nil {
 			lines = append(lines, "firewall")

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,14 @@ control: {network: i}`, "nodes and services speak IPv4 for now"},
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+func TestGraphIPv6(t *testing.T) {
+	_, p := parse(t, world6)
+	var b strings.Builder
+	require.NoError(t, p.WriteDOT(&b))
+	dot := b.String()
+	assert.Contains(t, dot, `192.168.1.0/24\n2001:db8:1::/64`, "a dual-stack network shows both prefixes")
+	assert.Contains(t, dot, `filter ipv6-firewall*`)
+	assert.Contains(t, dot, `NAT symmetric`)
 }
