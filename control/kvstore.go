@@ -74,6 +74,7 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 // readFromLeader: updating it here would turn direct gets back on under
 // instances that turned them off.
 func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	var noPeersSince time.Time
 	for {
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		kv, err := js.KeyValue(actx, cfg.Bucket)
@@ -90,7 +91,17 @@ func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		if err == nil || ctx.Err() != nil {
 			return kv, err
 		}
-		if !retryable(err) {
+		if noPeers(err) {
+			// A cluster forming may know too few JetStream servers for the
+			// replicas yet; one that has too few for good (replicas over
+			// its size) says so after noPeersWait.
+			if noPeersSince.IsZero() {
+				noPeersSince = time.Now()
+			}
+			if time.Since(noPeersSince) > noPeersWait {
+				return nil, fmt.Errorf("%w (for %v: are there %d JetStream servers?)", err, noPeersWait, cfg.Replicas)
+			}
+		} else if !retryable(err) {
 			return nil, err
 		}
 		select {
@@ -99,6 +110,19 @@ func createBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// noPeersWait is how long createBucket waits for a cluster to have the
+// JetStream servers the bucket's replicas need.
+const noPeersWait = 30 * time.Second
+
+// jsErrCodeNoPeers is JetStream's "no suitable peers for placement".
+const jsErrCodeNoPeers jetstream.ErrorCode = 10005
+
+// noPeers: the cluster knows fewer JetStream servers than the replicas.
+func noPeers(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeNoPeers
 }
 
 // retryable: JetStream is not there yet (no leader, a cluster still
