@@ -34,9 +34,11 @@ When the path changes during the run it says so ("path upgraded to direct").
 --until-direct stops at the first reply over a direct path and fails if none
 comes within -c pings, as 'tailscale ping' does.
 
-The node must run with a kernel interface ('lattice up' without --userspace):
-the echo requests go through the host's routing to it. Root (raw ICMP) or a
-ping_group_range that includes the user is needed.`,
+With a kernel interface the echo requests go through the host's routing to
+it, which needs root (raw ICMP) or a ping_group_range that includes the user.
+A 'lattice up --userspace' node's overlay is its in-process network stack,
+which the host cannot reach: ping then asks the node, over its status socket,
+to send each request from that stack (no privileges needed).`,
 		Example: `  lattice ping web-1
   lattice ping -c 20 --until-direct web-1`,
 		Args: cobra.ExactArgs(1),
@@ -53,9 +55,16 @@ ping_group_range that includes the user is needed.`,
 		}
 		socket := filepath.Join(stateDir, "lattice.sock")
 		look := func(ctx context.Context) (node.PeerStatus, error) { return findPeer(ctx, socket, args[0]) }
+		self, _, err := fetchStatus(cmd.Context(), socket)
+		if err != nil {
+			return err
+		}
 		st, err := look(cmd.Context())
 		if err != nil {
 			return err
+		}
+		if self.Userspace {
+			return pingLoop(cmd.Context(), cmd.OutOrStdout(), st, look, newSocketPinger(socket), cfg)
 		}
 		p, err := newICMPPinger()
 		if err != nil {

@@ -32,6 +32,10 @@ type statusReply struct {
 	LivenessTimeoutMillis int64             `json:"liveness_timeout_ms"`
 	Mux                   node.MuxStats     `json:"mux"`
 	Peers                 []node.PeerStatus `json:"peers"`
+	// Userspace: the overlay is the node's in-process netstack, which no
+	// other program reaches; `lattice ping` asks the node to ping
+	// (POST /ping) instead of sending through the host.
+	Userspace bool `json:"userspace,omitempty"`
 }
 
 const statusLong = `status asks the running 'lattice up' (through the socket in --state-dir) for each
@@ -40,7 +44,7 @@ stops without a word (killed, network lost) after the liveness timeout, printed
 under the node's own line. Connections to an offline peer fail at once (host unreachable).
 
 --json prints one object:
-  name, node_id, address, liveness_timeout_ms,
+  name, node_id, address, liveness_timeout_ms, userspace (true with --userspace),
   mux: {stun_datagrams, wireguard_datagrams, other_datagrams, stun_dropped, wireguard_dropped},
   peers: [{name, node_id, address, public_key,
            online (bool), state ("online" | "offline"),
@@ -50,20 +54,24 @@ under the node's own line. Connections to an offline peer fail at once (host unr
            history: [{time, to, addr, reason}],
            ice: {session, state, local_candidates, remote_candidates, self_candidates, pairs, error}}]`
 
-// serveStatus answers GET /status on a unix socket only the owner can use.
-func serveStatus(path string, n *node.Node) (func(), error) {
+// serveStatus answers GET /status on a unix socket only the owner can use;
+// with ping (a --userspace node's netstack), POST /ping too (ping.go).
+func serveStatus(path string, n *node.Node, ping overlayPing) (func(), error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(newStatusReply(n))
+		_ = json.NewEncoder(w).Encode(newStatusReply(n, ping != nil))
 	})
+	if ping != nil {
+		mux.Handle("POST /ping", pingHandler(n, ping))
+	}
 	return unixhttp.Serve(path, mux)
 }
 
-func newStatusReply(n *node.Node) statusReply {
+func newStatusReply(n *node.Node, userspace bool) statusReply {
 	id := n.Identity()
 	return statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(),
-		LivenessTimeoutMillis: n.PresenceTTL().Milliseconds(), Mux: n.MuxStats(), Peers: n.Status()}
+		LivenessTimeoutMillis: n.PresenceTTL().Milliseconds(), Mux: n.MuxStats(), Peers: n.Status(), Userspace: userspace}
 }
 
 func newStatusCmd() *cobra.Command {

@@ -151,6 +151,7 @@ egress clear' removes it.`,
 		if err := wg.apply(cmd.Context(), &cfg, log); err != nil {
 			return err
 		}
+		ping := netstackPing(cfg.Provisioner) // before egress wraps it
 		eg := egressF.wrap(&cfg, ifname, log)
 		defer func() { _ = eg.close() }() // after n.Close: the filter outlasts the interface's traffic
 		n, err := node.Start(cmd.Context(), cfg)
@@ -169,7 +170,7 @@ egress clear' removes it.`,
 			return err
 		}
 		if socket != "" {
-			stop, err := serveStatus(socket, n)
+			stop, err := serveStatus(socket, n, ping)
 			if err != nil {
 				return err
 			}
