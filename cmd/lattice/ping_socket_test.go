@@ -45,7 +45,7 @@ func TestPingUserspace(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "no reply from web: %s", &got)
 	got, code := ping("-c", "3", "web")
 	require.Equal(t, 0, code, got)
-	pongs := regexp.MustCompile(`pong from web \(` + regexp.QuoteMeta(web.Addr().String()) + `\) seq=\d via (direct 127\.0\.0\.1:\d+|relay) in [0-9.]+(µs|ms|s)\n`).FindAllString(got, -1)
+	pongs := regexp.MustCompile(`pong from web \(`+regexp.QuoteMeta(web.Addr().String())+`\) seq=\d via (direct 127\.0\.0\.1:\d+|relay) in [0-9.]+(µs|ms|s)\n`).FindAllString(got, -1)
 	assert.Len(t, pongs, 3, got)
 	assert.Contains(t, got, "--- web: 3 sent, 3 replies")
 
