@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/netx/netxtest"
 )
 
 var (
@@ -343,4 +344,22 @@ func BenchmarkDualStackUDP(b *testing.B) {
 			benchUDP(b, tx, rx, tc.dst)
 		})
 	}
+}
+
+// TestHostConformanceIPv6 runs the netx conformance suite between two
+// hosts on an IPv6-only segment: the contract holds over IPv6 too.
+func TestHostConformanceIPv6(t *testing.T) {
+	netxtest.Run(t, func(t *testing.T) netxtest.Env {
+		f, err := New(Config{})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, f.Close()) })
+		_, err = f.AddNetwork(NetworkConfig{Name: "v6", Prefix6: lan6})
+		require.NoError(t, err)
+		s, err := f.AddHost(HostConfig{Name: "server", Interfaces: []InterfaceConfig{{Network: "v6", Addr: ip("2001:db8:1::100")}}})
+		require.NoError(t, err)
+		c, err := f.AddHost(HostConfig{Name: "client", Interfaces: []InterfaceConfig{{Network: "v6", Addr: ip("2001:db8:1::7")}}})
+		require.NoError(t, err)
+		return netxtest.Env{Server: s, Client: c, ServerAddr: ip("2001:db8:1::100"), ClientAddr: ip("2001:db8:1::7"),
+			Blackhole: netip.MustParseAddrPort("[2001:db8:1::200]:80")}
+	})
 }
