@@ -147,7 +147,7 @@ func (d *PodDriver) probeIsolation(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	tun, _, herr := handshake(conn, initConfig{Probe: true, Address: "100.64.0.1/10", MTU: netstack.GatewayMTU})
+	tun, rep, herr := handshake(conn, initConfig{Probe: true, Address: "100.64.0.1/10", MTU: netstack.GatewayMTU})
 	if tun != nil {
 		tun.Close()
 	}
@@ -157,6 +157,9 @@ func (d *PodDriver) probeIsolation(ctx context.Context) error {
 	if herr != nil {
 		return fmt.Errorf("%w (or pass --isolation proxy)", herr)
 	}
+	// Landlock 0: the agents will be kept from the state dir by the
+	// mounts alone.
+	d.log.Info("namespace isolation available", "link", rep.Kind, "landlock", rep.Landlock)
 	return nil
 }
 
