@@ -61,13 +61,19 @@ type instantRec struct {
 	p    pcapng.Packet // Data is a copy
 }
 
-// instants orders one bubble's instants. nil outside a bubble.
+// instants orders one bubble's instants (Config.OrderInstants). nil
+// outside a bubble.
 type instants struct {
 	mu     sync.Mutex // guards the following fields
 	frames []instantFrame
 	recs   []instantRec
 	seq    uint64
 	closed bool
+	// handing is set while run hands frames on. A frame that an egress
+	// link with no delay switches then (from run's own goroutine, in the
+	// order run sends) goes to inline and on at once, not a round later.
+	handing bool
+	inline  []instantFrame
 
 	wake chan struct{} // capacity 1: something was queued
 	quit chan struct{}
@@ -97,6 +103,11 @@ func (in *instants) frame(fr instantFrame) bool {
 	if in.closed {
 		in.mu.Unlock()
 		return false
+	}
+	if in.handing && fr.stage == stageSwitch {
+		in.inline = append(in.inline, fr)
+		in.mu.Unlock()
+		return true
 	}
 	in.seq++
 	fr.seq = in.seq
@@ -157,17 +168,23 @@ func (in *instants) handOn() bool {
 	in.mu.Lock()
 	frames, recs := in.frames, in.recs
 	in.frames, in.recs = nil, nil
+	in.handing = true
 	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		in.handing = false
+		in.mu.Unlock()
+	}()
 	writeRecs(recs)
 	slices.SortFunc(frames, func(a, b instantFrame) int {
 		return cmp.Or(cmp.Compare(a.net, b.net), cmp.Compare(a.stage, b.stage),
 			cmp.Compare(a.port, b.port), cmp.Compare(a.flow, b.flow), cmp.Compare(a.seq, b.seq))
 	})
-	deliverFrames(frames)
+	in.deliverFrames(frames)
 	return len(frames) > 0 || len(recs) > 0
 }
 
-func deliverFrames(frames []instantFrame) {
+func (in *instants) deliverFrames(frames []instantFrame) {
 	for i := range frames {
 		fr := &frames[i]
 		if fr.stage == stageEgress {
@@ -176,6 +193,13 @@ func deliverFrames(frames []instantFrame) {
 			fr.n.deliverSwitch(fr.f)
 		}
 		*fr = instantFrame{}
+		in.mu.Lock()
+		inline := in.inline
+		in.inline = nil
+		in.mu.Unlock()
+		for _, fr := range inline {
+			fr.n.deliverSwitch(fr.f)
+		}
 	}
 }
 
@@ -208,7 +232,7 @@ func (in *instants) drain() {
 	in.frames, in.recs = nil, nil
 	in.mu.Unlock()
 	writeRecs(recs)
-	deliverFrames(frames)
+	in.deliverFrames(frames)
 }
 
 // flushTap writes t's queued records now: its capture is stopping, and its

@@ -24,20 +24,20 @@ import (
 // routers send at one instant cross the internet segment in one order,
 // whatever order they were sent in, and get the same times on a link that
 // spaces them (the echo server's egress has latency): the two captures are
-// identical, record for record, IP IDs included. With UnorderedInstants
+// identical, record for record, IP IDs included. Without OrderInstants
 // the send order shows on the wire, which is what makes the check able to
 // fail.
 func TestInstantOrder(t *testing.T) {
 	if ok, why := vtime.Available(); !ok {
 		t.Skip(why)
 	}
-	forward := sendAtOnce(t, Config{}, false)
-	backward := sendAtOnce(t, Config{}, true)
+	forward := sendAtOnce(t, Config{OrderInstants: true}, false)
+	backward := sendAtOnce(t, Config{OrderInstants: true}, true)
 	require.Len(t, forward, 6, "3 datagrams and 3 answers")
 	assert.Equal(t, forward, backward, "the internet capture does not depend on the send order")
 
-	uf := sendAtOnce(t, Config{UnorderedInstants: true}, false)
-	ub := sendAtOnce(t, Config{UnorderedInstants: true}, true)
+	uf := sendAtOnce(t, Config{}, false)
+	ub := sendAtOnce(t, Config{}, true)
 	// Unordered, the send order shows on the wire, and in the bytes too:
 	// the server's stack numbers its answers' IP IDs in the order the
 	// requests reached it.

@@ -44,6 +44,10 @@ type Config struct {
 	Progress func(string)
 	// Logger receives the components' logs. If nil, they are discarded.
 	Logger *slog.Logger
+	// OrderInstants orders each virtual instant in a testing/synctest
+	// bubble (fabric.Config.OrderInstants), for runs that compare
+	// captures.
+	OrderInstants bool
 }
 
 // Lab is a topology brought up on the fabric: its network, services and
@@ -119,7 +123,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	l.clock = &clock.Lab{}
-	if l.f, err = fabric.New(fabric.Config{Seed: l.plan.Seed, Clock: l.clock, Logger: log}); err != nil {
+	if l.f, err = fabric.New(fabric.Config{Seed: l.plan.Seed, Clock: l.clock, Logger: log, OrderInstants: cfg.OrderInstants}); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
 	if err := l.plan.AddTo(l.f); err != nil {

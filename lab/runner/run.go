@@ -35,6 +35,8 @@ type Options struct {
 	// Wall from outside the bubble. If empty, real: the result's Wall is
 	// its Duration.
 	Clock report.Clock
+	// OrderInstants is as in Config.
+	OrderInstants bool
 }
 
 // NeedsVirtual is why a scenario with requires: [virtual] is skipped on
@@ -108,7 +110,7 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("scenario timed out after %v", timeout))
 	defer cancel()
 	nodes := f.Nodes
-	l, err := Up(ctx, Config{Plan: f.Plan(), Nodes: nodes, StateDir: opt.StateDir, CaptureDir: opt.CaptureDir,
+	l, err := Up(ctx, Config{Plan: f.Plan(), Nodes: nodes, StateDir: opt.StateDir, CaptureDir: opt.CaptureDir, OrderInstants: opt.OrderInstants,
 		Progress: opt.Progress, Logger: opt.Logger})
 	if err != nil {
 		if errors.Is(err, ErrNotAvailable) {

@@ -127,7 +127,7 @@ func deterministicRun(t *testing.T, f *scenario.File) detRun {
 	t.Helper()
 	cryptotest.SetGlobalRandom(t, 24)
 	r := detRun{captures: t.TempDir(), state: t.TempDir()}
-	res := Run(t, f, Options{Clock: "virtual", Options: runner.Options{StateDir: r.state, CaptureDir: r.captures}})
+	res := Run(t, f, Options{Clock: "virtual", Options: runner.Options{StateDir: r.state, CaptureDir: r.captures, OrderInstants: true}})
 	require.Equal(t, report.Passed, res.Status, res.Error)
 	r.res = res.Deterministic()
 	for i, c := range r.res.Captures {
