@@ -352,6 +352,9 @@ func (s *FileStore) Compact() error {
 	if s.j == nil || s.closed {
 		return nil
 	}
+	if err := s.j.failed(); err != nil {
+		return err // memory may hold changes that were refused
+	}
 	return s.compactNowLocked()
 }
 
