@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -157,4 +158,14 @@ func (n *Node) RelayStats() (RelayStats, bool) {
 		return RelayStats{}, false
 	}
 	return RelayStats{ClientStats: l.c.Stats(), Transport: l.c.Transport()}, true
+}
+
+// Servers returns the STUN servers and relays control announced in the
+// node's registration answer: what `lattice netcheck` checks when given
+// none (through the status socket, which only the node's owner reads).
+func (n *Node) Servers() (stun []string, relays []control.Relay) {
+	if n.resp == nil { // set in Start, before the node is returned
+		return nil, nil
+	}
+	return slices.Clone(n.resp.STUN), slices.Clone(n.resp.Relays)
 }

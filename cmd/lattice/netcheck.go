@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -52,8 +53,11 @@ self-signed relay with ADDR,FINGERPRINT as control's --relay takes it).
 The mapping decides whether ICE finds direct paths: endpoint-independent
 mapping ("cone") lets peers punch through; address- or port-dependent
 mapping ("symmetric") on both sides leaves the relay. netcheck needs no
-running node and no control; give it the servers control is configured with
-(lattice control --stun and --relay).`,
+running node and no control when given the servers control is configured
+with (lattice control --stun and --relay). Given neither --stun nor --relay,
+it checks the servers control announced to the node running with
+--state-dir, read from its status socket: control tells them only to nodes
+that registered with a join token.`,
 		Example: `  lattice netcheck --stun stun.example.net:3478 --relay relay.example.net:443
   lattice netcheck --stun 203.0.113.10:3478 --relay 203.0.113.20:443,3f2a… --json`,
 		Args: cobra.NoArgs,
@@ -62,9 +66,17 @@ running node and no control; give it the servers control is configured with
 	f.StringArrayVar(&stuns, "stun", nil, "STUN server HOST:PORT (repeatable; at least one)")
 	f.StringArrayVar(&relays, "relay", nil, "relay HOST:PORT or HOST:PORT,FINGERPRINT (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	stateDir := f.String("state-dir", defaultStateDir(), "without --stun and --relay: the running node's --state-dir, whose control-announced servers are checked")
 	f.DurationVar(&opt.Wait, "wait", 500*time.Millisecond, "how long to wait for each STUN answer before sending again")
 	f.IntVar(&opt.Tries, "tries", 3, "how many times each STUN request is sent")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if len(stuns) == 0 && len(relays) == 0 {
+			var err error
+			if stuns, relays, err = announcedServers(cmd.Context(), *stateDir); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "netcheck: the servers control announced to the node in %s\n", *stateDir)
+		}
 		if len(stuns) == 0 {
 			return usagef("give at least one --stun HOST:PORT")
 		}
@@ -88,6 +100,26 @@ running node and no control; give it the servers control is configured with
 		return nil
 	}
 	return cmd
+}
+
+// announcedServers are the STUN servers and relays (ADDR,FINGERPRINT)
+// control announced to the node running with stateDir.
+func announcedServers(ctx context.Context, stateDir string) (stuns, relays []string, err error) {
+	st, _, err := fetchStatus(ctx, filepath.Join(stateDir, "lattice.sock"))
+	if err != nil {
+		return nil, nil, usagef("give --stun HOST:PORT (and --relay), or run where 'lattice up' runs: %v", err)
+	}
+	for _, r := range st.Relays {
+		if r.Fingerprint != "" {
+			relays = append(relays, r.Addr+","+r.Fingerprint)
+		} else {
+			relays = append(relays, r.Addr)
+		}
+	}
+	if len(st.STUN) == 0 {
+		return nil, nil, usagef("control announced no STUN servers to the node in %s (lattice control --stun); give --stun HOST:PORT", stateDir)
+	}
+	return st.STUN, relays, nil
 }
 
 // resolveSTUN turns HOST:PORT arguments into addresses.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -62,8 +65,51 @@ func TestNetcheckCommand(t *testing.T) {
 	assert.Equal(t, "udp-blocked", rep.NAT)
 
 	errb.Reset()
-	assert.Equal(t, exitUsage, execute(context.Background(), []string{"netcheck"}, &out, &errb))
+	assert.Equal(t, exitUsage, execute(context.Background(), []string{"netcheck", "--state-dir", t.TempDir()}, &out, &errb))
+	assert.Contains(t, errb.String(), "give --stun HOST:PORT (and --relay), or run where 'lattice up' runs: no running node at")
+	errb.Reset()
+	assert.Equal(t, exitUsage, execute(context.Background(), []string{"netcheck", "--relay", rs.Addr().String()}, &out, &errb))
 	assert.Contains(t, errb.String(), "give at least one --stun")
+}
+
+// TestNetcheckAnnouncedServers: without --stun and --relay, netcheck checks
+// the STUN server and relay control announced to the running node (read
+// from its status socket): the report names that STUN server and times
+// the pinned relay on both transports.
+func TestNetcheckAnnouncedServers(t *testing.T) {
+	srv, err := stun.NewServer(stun.Config{Network: netx.OS,
+		Primary: netip.MustParseAddrPort("127.0.0.1:0"), Alternate: netip.MustParseAddrPort("127.0.0.2:0")})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { srv.Close() })
+	secret := writeFile(t, "relay.secret", "netcheck-test-secret-0123456789abcdef\n", 0o600)
+	rout, rerr, _ := start(t, "relay", "--listen", "127.0.0.1:0", "--secret-file", secret)
+	relayRE := regexp.MustCompile(`relay: serving QUIC and TCP on (127\.0\.0\.1:\d+)\n[\s\S]*fingerprint ([0-9a-f]+)`)
+	require.Eventually(t, func() bool { return relayRE.MatchString(rout.String()) }, 20*time.Second, 20*time.Millisecond, "%s%s", rout, rerr)
+	m := relayRE.FindStringSubmatch(rout.String())
+	relayAddr, fp := m[1], m[2]
+
+	token := writeFile(t, "token", "netcheck-test-token-0123456789\n", 0o600)
+	cout, cerr, _ := start(t, "control", "--embedded-nats", "--nats-listen", "127.0.0.1:0", "--listen-http", "",
+		"--token-file", token, "--data-dir", t.TempDir(), "--stun", srv.Addr().String(), "--relay", relayAddr+","+fp, "--relay-secret-file", secret)
+	joinRE := regexp.MustCompile(`control: NATS on (nats://127\.0\.0\.1:\d+)`)
+	require.Eventually(t, func() bool { return joinRE.MatchString(cout.String()) }, 20*time.Second, 20*time.Millisecond, "%s%s", cout, cerr)
+	state := t.TempDir()
+	uout, uerr, _ := start(t, "up", "--name", "checker", "--control", joinRE.FindStringSubmatch(cout.String())[1], "--token-file", token,
+		"--state-dir", state, "--userspace", "--port", "0", "--listen-addr", "127.0.0.1")
+	require.Eventually(t, func() bool { return strings.Contains(uout.String(), "up: status on") }, 30*time.Second, 20*time.Millisecond, "%s%s", uout, uerr)
+
+	var out, errb bytes.Buffer
+	require.Equal(t, exitOK, execute(context.Background(), []string{"netcheck", "--state-dir", state, "--wait", "200ms", "--tries", "2", "--json"}, &out, &errb), errb.String())
+	assert.Contains(t, errb.String(), "netcheck: the servers control announced to the node in "+state)
+	var rep netcheckReport
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+	assert.True(t, rep.STUN.UDP)
+	assert.Equal(t, srv.Addr(), rep.STUN.BehaviorServer, "the announced STUN server")
+	require.Len(t, rep.Relays, 1)
+	assert.Equal(t, relayAddr, rep.Relays[0].Addr)
+	assert.NotNil(t, rep.Relays[0].QUICMs, rep.Relays[0].QUICError)
+	assert.NotNil(t, rep.Relays[0].TCPMs, "pinned by the announced fingerprint: %s", rep.Relays[0].TCPError)
 }
 
 func TestNATType(t *testing.T) {

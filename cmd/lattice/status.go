@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -36,6 +37,10 @@ type statusReply struct {
 	// other program reaches; `lattice ping` asks the node to ping
 	// (POST /ping) instead of sending through the host.
 	Userspace bool `json:"userspace,omitempty"`
+	// STUN and Relays are the servers control announced to the node, for
+	// `lattice netcheck` without --stun/--relay.
+	STUN   []string        `json:"stun,omitempty"`
+	Relays []control.Relay `json:"relays,omitempty"`
 }
 
 const statusLong = `status asks the running 'lattice up' (through the socket in --state-dir) for each
@@ -45,6 +50,7 @@ under the node's own line. Connections to an offline peer fail at once (host unr
 
 --json prints one object:
   name, node_id, address, liveness_timeout_ms, userspace (true with --userspace),
+  stun: [HOST:PORT], relays: [{addr, fingerprint}] (the servers control announced),
   mux: {stun_datagrams, wireguard_datagrams, other_datagrams, stun_dropped, wireguard_dropped},
   peers: [{name, node_id, address, public_key,
            online (bool), state ("online" | "offline"),
@@ -70,8 +76,10 @@ func serveStatus(path string, n *node.Node, ping overlayPing) (func(), error) {
 
 func newStatusReply(n *node.Node, userspace bool) statusReply {
 	id := n.Identity()
+	stuns, relays := n.Servers()
 	return statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(),
-		LivenessTimeoutMillis: n.PresenceTTL().Milliseconds(), Mux: n.MuxStats(), Peers: n.Status(), Userspace: userspace}
+		LivenessTimeoutMillis: n.PresenceTTL().Milliseconds(), Mux: n.MuxStats(), Peers: n.Status(), Userspace: userspace,
+		STUN: stuns, Relays: relays}
 }
 
 func newStatusCmd() *cobra.Command {
