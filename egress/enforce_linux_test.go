@@ -233,8 +233,8 @@ func TestStartErrors(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		{"no interface", Config{Policy: bad}, "egress: Interface and Policy are required"},
-		{"no policy", Config{Interface: "lo"}, "egress: Interface and Policy are required"},
+		{"no interface", Config{Policy: bad}, "egress: Interface and Policy (or Fixed) are required"},
+		{"no policy", Config{Interface: "lo"}, "egress: Interface and Policy (or Fixed) are required"},
 		{"backend", Config{Interface: "lo", Policy: bad, Backend: "nft"}, `egress: backend "nft": want one of [auto ebpf iptables]`},
 		{"bad file", Config{Interface: "lo", Policy: bad, Backend: IPTables}, "bad.yaml:1"},
 		{"missing file", Config{Interface: "lo", Policy: filepath.Join(dir, "none.yaml"), Backend: IPTables}, "none.yaml"},
