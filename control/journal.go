@@ -134,9 +134,12 @@ type journal struct {
 	size    int64        // bytes in the file (under FileStore.mu)
 	written atomic.Int64 // bytes ever appended, across compactions
 
-	syncMu sync.Mutex // guards the following fields
+	syncMu sync.Mutex // guards synced
 	synced int64      // of written, what is durable
-	err    error      // an fsync failed: nothing after it is known durable
+	// err: an fsync failed (nothing after it is known durable) or a
+	// failed append could not be cut off. Atomic, so an append (under the
+	// store's mutex) need not wait for an fsync running to read it.
+	err atomic.Pointer[error]
 }
 
 // openJournal opens path for appending, mode 0600, size bytes long.
@@ -153,11 +156,12 @@ func openJournal(path string, size int64) (*journal, error) {
 	return &journal{path: path, f: f, size: size}, nil
 }
 
-// failed is the sticky fsync error, nil if none.
+// failed is the sticky error, nil if none.
 func (j *journal) failed() error {
-	j.syncMu.Lock()
-	defer j.syncMu.Unlock()
-	return j.err
+	if p := j.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // append writes line (under the store's mutex) and returns the logical
@@ -171,7 +175,7 @@ func (j *journal) append(line []byte) (int64, error) {
 	if err != nil {
 		if n > 0 {
 			if terr := j.f.Truncate(j.size); terr != nil {
-				j.fail(fmt.Errorf("registry journal %s: a failed append could not be cut off: %w", j.path, terr))
+				_ = j.fail(fmt.Errorf("registry journal %s: a failed append could not be cut off: %w", j.path, terr))
 			}
 		}
 		return 0, fmt.Errorf("registry journal %s: append: %w", j.path, err)
@@ -180,12 +184,10 @@ func (j *journal) append(line []byte) (int64, error) {
 	return j.written.Add(int64(n)), nil
 }
 
-func (j *journal) fail(err error) {
-	j.syncMu.Lock()
-	defer j.syncMu.Unlock()
-	if j.err == nil {
-		j.err = err
-	}
+// fail records err as the sticky error, unless there is one.
+func (j *journal) fail(err error) error {
+	j.err.CompareAndSwap(nil, &err)
+	return j.failed()
 }
 
 // syncTo returns once the journal is durable up to end: one fsync covers
@@ -193,16 +195,15 @@ func (j *journal) fail(err error) {
 func (j *journal) syncTo(end int64) error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
-	if j.err != nil {
-		return j.err
+	if err := j.failed(); err != nil {
+		return err
 	}
 	if j.synced >= end {
 		return nil
 	}
 	target := j.written.Load()
 	if err := j.f.Sync(); err != nil {
-		j.err = fmt.Errorf("registry journal %s: fsync: %w (changes since are not known durable: restart control)", j.path, err)
-		return j.err
+		return j.fail(fmt.Errorf("registry journal %s: fsync: %w (changes since are not known durable: restart control)", j.path, err))
 	}
 	j.synced = max(j.synced, target)
 	return nil
