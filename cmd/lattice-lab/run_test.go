@@ -49,7 +49,7 @@ func TestRunTopologyOnce(t *testing.T) {
 func TestRunScenarioFlagAlone(t *testing.T) {
 	code, out, stderr := run(t, "run", "--scenario", "../../scenarios/pair-full-cone+full-cone.yaml")
 	require.Equal(t, 0, code, "%s\n%s", out, stderr)
-	assert.Regexp(t, `(?m)^✓ scenario pair-full-cone\+full-cone passed: 3 steps in [0-9.]+s$`, out)
+	assert.Regexp(t, `(?m)^✓ scenario pair-full-cone\+full-cone passed: 4 steps in [0-9.]+s$`, out)
 }
 
 func TestRunInterrupted(t *testing.T) {

@@ -40,8 +40,14 @@ func TestInstantOrder(t *testing.T) {
 	ub := sendAtOnce(t, Config{}, true)
 	// Unordered, the send order shows on the wire, and in the bytes too:
 	// the server's stack numbers its answers' IP IDs in the order the
-	// requests reached it.
+	// requests reached it. Under -race the runtime shuffles the order
+	// runnable goroutines run in, so the unordered runs may agree by
+	// chance (CI: once); the ordered ones above must agree either way.
 	require.Len(t, uf, 6)
+	if raceEnabled {
+		t.Logf("unordered captures agree: %v (not checked under -race)", slices.Equal(uf, ub))
+		return
+	}
 	assert.NotEqual(t, uf, ub, "unordered, the capture follows the send order")
 }
 
