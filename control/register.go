@@ -133,26 +133,43 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 	}
 	resp.Address, resp.Epoch = n.Address, n.Epoch
 	b, sent, err := s.encodeRegistration(resp, id, s.maxReply())
-	switch {
-	case err != nil:
-	case send != nil:
-		err = send(b)
-	default: // HTTP encodes resp itself
-		err = json.Unmarshal(b, resp)
-	}
 	if err != nil {
 		if uerr := s.undoStore(ctx, id, prev); uerr != nil {
-			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
+			s.log.Error("registration not encoded and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
 		}
 		return nil, fmt.Errorf("answer registration of %s (not stored): %w", id, err)
 	}
+	// The event goes out before the answer: once the node has its answer
+	// it may act on it (connect, deregister, register again), and what
+	// that publishes must come after this event, never before it (a
+	// removal overtaken by the late "add" left the node in every peer's
+	// list). If the answer then fails, a second event takes it back.
 	s.markOnline(id)
 	event := PeerAdded
 	if prev != nil {
 		event = PeerUpdated
 	}
 	s.publishEvent(PeerEvent{Type: event, Peer: n.peer()})
+	if send != nil {
+		err = send(b)
+	} else { // HTTP encodes resp itself
+		err = json.Unmarshal(b, resp)
+	}
+	if err != nil {
+		uerr := s.undoStore(ctx, id, prev)
+		if prev == nil {
+			s.markOffline(id)
+			s.publishEvent(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
+		} else {
+			s.publishEvent(PeerEvent{Type: PeerUpdated, Peer: prev.peer()})
+		}
+		if uerr != nil {
+			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
+			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
+		}
+		return nil, fmt.Errorf("answer registration of %s (not stored): %w", id, err)
+	}
 	s.log.Info("node registered", "id", id, "name", n.Name, "address", n.Address, "event", event, "peers_sent", sent, "more_peers", resp.MorePeers)
 	return resp, nil
 }
