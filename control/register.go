@@ -103,8 +103,8 @@ func (s *Server) admit(ctx context.Context, req *RegisterRequest) (tokenErr, err
 	return nil, tokenErr
 }
 
-// register stores the node req proved its key for, answers it through
-// send (if not nil) and then announces it. A non-nil refuseNew refuses to
+// register stores the node req proved its key for, announces it, then
+// answers it through send (if not nil). A non-nil refuseNew refuses to
 // create a node not registered yet (see admit).
 func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error, refuseNew error) (*RegisterResponse, error) {
 	id := nodeID(req.PublicKey)

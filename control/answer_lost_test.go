@@ -1,0 +1,60 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// TestLostAnswerTakenBack: a registration's event reaches the other nodes
+// before its answer leaves (so nothing the node does once answered can
+// overtake it), and when the answer cannot be sent the registration is
+// undone and a removal follows the "add", in that order; the store no
+// longer holds the node.
+func TestLostAnswerTakenBack(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	require.NoError(t, err)
+	events := make(chan PeerEvent, 4)
+	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sa.Close()
+
+	lost := errors.New("the answer was lost on the way")
+	answers := 0
+	_, err = register(ctx, Join{Token: testToken, Name: "beta", Key: newPriv(t)}, func(ctx context.Context, body []byte) ([]byte, error) {
+		var out []byte
+		_, err := env.srv.registerAndSend(ctx, body, func(b []byte) error {
+			answers++
+			if answers == 2 { // the answer to the proof, after the challenge
+				return lost
+			}
+			out = b
+			return nil
+		})
+		return out, err
+	})
+	require.ErrorIs(t, err, lost)
+	var got []PeerEvent
+	for len(got) < 2 {
+		select {
+		case ev := <-events:
+			got = append(got, ev)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events so far: %+v", got)
+		}
+	}
+	assert.Equal(t, PeerAdded, got[0].Type)
+	assert.Equal(t, PeerRemoved, got[1].Type, "the registration taken back")
+	assert.Equal(t, got[0].Peer.NodeID, got[1].Peer.NodeID)
+	assert.Equal(t, "beta", got[1].Peer.Name)
+	_, err = env.srv.cfg.Store.Get(ctx, got[0].Peer.NodeID)
+	assert.ErrorIs(t, err, ErrNotFound, "not stored")
+}
