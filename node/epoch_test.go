@@ -43,6 +43,13 @@ func (r refusals) Handle(_ context.Context, rec slog.Record) error {
 	return nil
 }
 
+// list copies the refusals so far.
+func (r refusals) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), *r.errs...)
+}
+
 func (r refusals) any(sub string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -90,6 +97,6 @@ func TestSignalReplayAfterRestart(t *testing.T) {
 	replay.Data = recorded.Data
 	require.NoError(t, w.ctrl.Conn().PublishMsg(replay))
 	require.Eventually(t, func() bool { return log.any("registration epoch") }, slow(5*time.Second), 10*time.Millisecond,
-		"the replayed signal was not refused for its epoch: %v", *log.errs)
+		"the replayed signal was not refused for its epoch: %v", log.list())
 	waitPath(t, b2, node.PathDirect, slow(15*time.Second))
 }
