@@ -22,24 +22,9 @@ import (
 // the peer restart in turn, and a 10 s link flap never recovered in
 // virtual time (scenarios/link-flap-long.yaml).
 func TestAdoptPeerSession(t *testing.T) {
-	ours, theirs := key.NewPrivate(), key.NewPrivate()
 	var sent [][]byte
-	env := &peerEnv{
-		priv: ours, pub: ours.Public(), log: slog.New(slog.DiscardHandler), now: time.Now,
-		signal: func(_ context.Context, _ string, b []byte) error { sent = append(sent, b); return nil },
-		// Loopback only, should an attempt start: nothing leaves the host.
-		agentOpt: []ice.AgentOption{
-			ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
-			ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost}),
-			ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
-			ice.WithIncludeLoopback(),
-			ice.WithIPFilter(func(ip net.IP) bool { return ip.IsLoopback() }),
-		},
-	}
-	env.cfg.defaults()
-	p := &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
-		path: &Path{}, events: make(chan peerEvent, 64), controlling: true}
-	p.initSignals()
+	p, ours, theirs := loopbackPeer(func(_ context.Context, _ string, b []byte) error { sent = append(sent, b); return nil }, nil)
+	env := p.env
 	agent, err := ice.NewAgentWithOptions(env.agentOpt...)
 	require.NoError(t, err)
 	p.agent = agent
@@ -70,4 +55,30 @@ func TestAdoptPeerSession(t *testing.T) {
 	cand, err := OpenSignal(theirs, ours.Public(), sent[1])
 	require.NoError(t, err)
 	assert.Equal(t, p.localCands[0], cand.Candidate)
+}
+
+// loopbackPeer is a peer actor's state, not running, whose ICE agents
+// use loopback host candidates only (nothing leaves the host) and whose
+// signals go to signal; edit adjusts its ICEConfig after the defaults.
+// It returns our key and the peer's.
+func loopbackPeer(signal func(context.Context, string, []byte) error, edit func(*ICEConfig)) (p *peer, ours, theirs key.Private) {
+	ours, theirs = key.NewPrivate(), key.NewPrivate()
+	env := &peerEnv{
+		priv: ours, pub: ours.Public(), log: slog.New(slog.DiscardHandler), now: time.Now, signal: signal,
+		agentOpt: []ice.AgentOption{
+			ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
+			ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost}),
+			ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
+			ice.WithIncludeLoopback(),
+			ice.WithIPFilter(func(ip net.IP) bool { return ip.IsLoopback() }),
+		},
+	}
+	env.cfg.defaults()
+	if edit != nil {
+		edit(&env.cfg)
+	}
+	p = &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
+		path: &Path{}, events: make(chan peerEvent, 64), controlling: true}
+	p.initSignals()
+	return p, ours, theirs
 }

@@ -2,17 +2,11 @@ package node
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/pion/ice/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/latticelab/lattice/control"
-	"github.com/latticelab/lattice/key"
 )
 
 // TestUnansweredAttemptEnds: an attempt whose credentials the peer never
@@ -22,23 +16,9 @@ import (
 // cut and restored stayed on the relay (wgdev TestBridgeFailover, 1 run
 // in 8 on a busy machine).
 func TestUnansweredAttemptEnds(t *testing.T) {
-	ours, theirs := key.NewPrivate(), key.NewPrivate()
-	env := &peerEnv{
-		priv: ours, pub: ours.Public(), log: slog.New(slog.DiscardHandler), now: time.Now,
-		signal: func(context.Context, string, []byte) error { return nil },
-		agentOpt: []ice.AgentOption{
-			ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
-			ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost}),
-			ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
-			ice.WithIncludeLoopback(),
-			ice.WithIPFilter(func(ip net.IP) bool { return ip.IsLoopback() }),
-		},
-	}
-	env.cfg.defaults()
-	env.cfg.AttemptTimeout = 300 * time.Millisecond
-	p := &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
-		path: &Path{}, events: make(chan peerEvent, 64), controlling: true}
-	p.initSignals()
+	p, _, _ := loopbackPeer(func(context.Context, string, []byte) error { return nil },
+		func(c *ICEConfig) { c.AttemptTimeout = 300 * time.Millisecond })
+	env := p.env
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() {
 		cancel()
