@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/lab/scenario"
+	"github.com/latticelab/lattice/proxy"
 )
 
 // PingResult is a ping step's outcome.
@@ -47,6 +48,18 @@ func (l *Lab) Ping(ctx context.Context, from, to string, count int) (PingResult,
 		msg := fmt.Appendf(nil, "lattice-lab ping %d %d", i, time.Now().UnixNano())
 		start := time.Now()
 		if _, err := pc.WriteTo(msg, addr); err != nil {
+			if errors.Is(err, proxy.ErrDenied) {
+				return 0, err
+			}
+			// A send that fails at once (no route yet) waits out its
+			// round: retrying at once would spin, and in virtual time
+			// it would hold the clock still.
+			wake := time.NewTimer(time.Until(start.Add(wait)))
+			defer wake.Stop()
+			select {
+			case <-wake.C:
+			case <-ctx.Done():
+			}
 			return 0, err
 		}
 		_ = pc.SetReadDeadline(start.Add(wait))
@@ -62,8 +75,12 @@ func (l *Lab) Ping(ctx context.Context, from, to string, count int) (PingResult,
 	}
 	// Warm up: the first answer proves the path works at all.
 	for i := 0; ; i++ {
-		if _, err := round(-1-i, 500*time.Millisecond); err == nil {
+		_, err := round(-1-i, 500*time.Millisecond)
+		if err == nil {
 			break
+		}
+		if errors.Is(err, proxy.ErrDenied) {
+			return res, fmt.Errorf("ping from %s to %s (%v) on udp/%d: %w", from, to, dst, EchoPort, err)
 		}
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("no answer from %s (%v) on udp/%d: %w", to, dst, EchoPort, context.Cause(ctx))
