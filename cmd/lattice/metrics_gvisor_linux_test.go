@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -53,7 +52,8 @@ func TestSandboxGVisorStartMetrics(t *testing.T) {
 		"--egress-policy", pol, "--metrics-listen", listen, "--metrics-allow-remote", "--",
 		agent, "sleep", "2s", "fetch", fmt.Sprintf("http://%s:8080/", web.Addr()), "refused", netip.AddrPortFrom(web.Addr(), 22).String(), "sleep", "30s")
 	cmd.Env = append(os.Environ(), execMainEnv+"=1")
-	var stdout, stderr bytes.Buffer
+	// The test reads stderr while lattice still writes it.
+	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
