@@ -91,6 +91,11 @@ func (w *Watchdog) watch() {
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	last, since := w.beats.Load(), time.Now()
+	// spun holds the last sample of this still stretch that found the
+	// bubble busy: a goroutine spinning at one instant through syscalls
+	// (a write per round) is caught in one now and then, and is still
+	// spinning, not waiting outside.
+	var spun []Goroutine
 	for {
 		select {
 		case <-w.quit:
@@ -98,18 +103,24 @@ func (w *Watchdog) watch() {
 		case now := <-tick.C:
 			b := w.beats.Load()
 			if b != last || w.ended.Load() {
-				last, since = b, now
+				last, since, spun = b, now, nil
 				continue
 			}
 			idle := now.Sub(since)
 			if idle < w.cfg.Timeout {
 				continue
 			}
-			stuck := Stuck(AllStacks(), int(w.bubble.Load()))
-			if len(stuck) == 0 || busy(stuck) && idle < w.cfg.BusyTimeout {
+			stuck := w.sample(spun != nil)
+			if busy(stuck) {
+				spun = stuck
+			}
+			if len(stuck) == 0 || spun != nil && idle < w.cfg.BusyTimeout {
 				// Nothing waits outside (the bubble is between two
 				// states, or finishing), or it works, just slowly.
 				continue
+			}
+			if spun != nil {
+				stuck = spun
 			}
 			err := w.stopped(idle, stuck)
 			w.mu.Lock()
@@ -122,6 +133,24 @@ func (w *Watchdog) watch() {
 			return
 		}
 	}
+}
+
+// sample returns the bubble's goroutines that are not durably blocked.
+// Unless the bubble was already seen busy, a sample with none runnable is
+// taken again a few times, a millisecond apart, before it is believed: a
+// goroutine spinning through a syscall per round shows up inside the
+// syscall in most single samples.
+func (w *Watchdog) sample(seenBusy bool) []Goroutine {
+	id := int(w.bubble.Load())
+	stuck := Stuck(AllStacks(), id)
+	for range 20 {
+		if seenBusy || len(stuck) == 0 || busy(stuck) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+		stuck = Stuck(AllStacks(), id)
+	}
+	return stuck
 }
 
 // Pulse starts the watchdog's goroutine in the bubble; call it inside,

@@ -2,6 +2,7 @@ package vtime
 
 import (
 	"net"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -129,6 +130,48 @@ func TestWatchdogPatientWhileBusy(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.wantErr)
 			assert.Contains(t, err.Error(), "vtime.spinFor")
+		})
+	}
+}
+
+// TestWatchdogSpinThroughSyscalls: a goroutine spinning at one instant
+// through a syscall per round (a write, as a send loop retrying at once
+// does) is busy even in the samples that catch it inside the syscall: the
+// watchdog waits BusyTimeout, not Timeout, and then names it spinning.
+func TestWatchdogSpinThroughSyscalls(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		busy    time.Duration
+		wantErr string
+	}{
+		{name: "slow", busy: 10 * time.Second},
+		{name: "spinning", busy: 400 * time.Millisecond, wantErr: "goroutines kept running all that time at one instant"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			require.NoError(t, err)
+			defer devnull.Close()
+			var release atomic.Bool
+			got := make(chan error, 1)
+			dog := Watch(WatchdogConfig{Name: t.Name(), Timeout: 100 * time.Millisecond, BusyTimeout: tt.busy,
+				OnStop: func(err error) { got <- err; release.Store(true) }})
+			timer := time.AfterFunc(time.Second, func() { release.Store(true) })
+			defer timer.Stop()
+			synctest.Test(t, func(t *testing.T) {
+				stop := dog.Pulse()
+				defer stop()
+				line := []byte("x")
+				for !release.Load() {
+					_, _ = devnull.Write(line)
+				}
+			})
+			err = dog.Stop()
+			if tt.wantErr == "" {
+				require.NoError(t, err, "a bubble busy for 1 s of wall time is not stopped")
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
 		})
 	}
 }
