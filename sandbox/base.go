@@ -24,7 +24,7 @@ type base struct {
 	started time.Time
 
 	auditFailures atomic.Uint64
-	egressN       egressCounts // metrics.go
+	egressN       audit.Decisions // metrics.go
 
 	nodeMu sync.Mutex // guards node
 	node   *node.Node
@@ -73,7 +73,7 @@ func (b *base) record(ev audit.Event) error {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now()
 	}
-	b.egressN.observe(ev)
+	b.egressN.Observe(ev)
 	err := b.audit.Write(ev)
 	if err == nil {
 		return nil

@@ -84,7 +84,10 @@ type egressRun struct {
 
 	enf   *egress.Enforcer
 	audit *audit.FileWriter
-	stop  func()
+	// counts are the enforcer's audited decisions, for /metrics: made
+	// before the interface comes up, so a scrape before then sees none.
+	counts *audit.Counter
+	stop   func()
 }
 
 // wrap makes cfg's interface come up with the policy already enforced:
@@ -94,7 +97,7 @@ func (f *egressFlags) wrap(cfg *node.Config, ifname string, log *slog.Logger) *e
 	if f.policy == "" {
 		return nil
 	}
-	r := &egressRun{f: f, ifname: ifname, log: log, stop: func() {}}
+	r := &egressRun{f: f, ifname: ifname, log: log, counts: audit.NewCounter(nil), stop: func() {}}
 	switch {
 	case cfg.Device != nil:
 		cfg.Device = &egressDevice{DeviceOpener: cfg.Device, r: r}
@@ -167,8 +170,11 @@ func (r *egressRun) install(addr netip.Prefix) error {
 		if err != nil {
 			return fmt.Errorf("egress audit log: %w", err)
 		}
-		r.audit, cfg.Audit = w, w
+		r.audit, r.counts = w, audit.NewCounter(w)
 	}
+	// Decisions are audited even without a log (--state-dir mem:), so
+	// that /metrics counts them.
+	cfg.Audit = r.counts
 	enf, err := egress.Start(cfg)
 	if err != nil {
 		if r.audit != nil {
@@ -201,6 +207,24 @@ func (r *egressRun) started(ctx context.Context, n *node.Node, out io.Writer) er
 	fmt.Fprintf(out, "up: egress policy %s enforced on %s with %s\n", r.enf.Policy().Source(), r.ifname, r.enf.Backend())
 	r.stop = reloadEgressOnHUP(ctx, r.enf)
 	return nil
+}
+
+// EgressDecisions returns the kernel filter's decisions so far, by
+// decision and rule (none without a policy).
+func (r *egressRun) EgressDecisions() map[audit.Decision]uint64 {
+	if r == nil {
+		return nil
+	}
+	return r.counts.Decisions()
+}
+
+// AuditFailures returns how many decisions the audit log failed to
+// record.
+func (r *egressRun) AuditFailures() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.counts.Failures()
 }
 
 // close removes the filter and closes the audit log.

@@ -62,12 +62,25 @@ func TestUpEgressPolicy(t *testing.T) {
 			writePolicyFile(t, pol, "default: deny\nrules:\n  - allow: peer:web\n    proto: icmp\n")
 			auditLog := filepath.Join(t.TempDir(), "audit.jsonl")
 			ifname := fmt.Sprintf("lat%d", i)
-			node, _ := up(nsA, fmt.Sprintf("edge-%d", i), "--interface", ifname, "--egress-policy", pol, "--egress-backend", backend, "--audit-log", auditLog)
+			metrics := fmt.Sprintf("127.0.0.1:%d", 19090+i) // in nsA, a namespace of the test's own
+			node, _ := up(nsA, fmt.Sprintf("edge-%d", i), "--interface", ifname, "--egress-policy", pol, "--egress-backend", backend, "--audit-log", auditLog,
+				"--metrics-listen", metrics)
 			require.Eventually(t, func() bool { return strings.Contains(node.text(), "enforced on "+ifname+" with "+backend) }, 10*time.Second, 20*time.Millisecond)
 			require.Eventually(t, func() bool { return ping(web) }, 20*time.Second, 100*time.Millisecond, "web, allowed by name:\n%s", node.text())
 			assert.False(t, ping(db), "db: overlay peer not named")
 			sh(t, "ip", "-n", nsA, "route", "add", "169.254.169.254/32", "dev", ifname)
 			assert.False(t, ping("169.254.169.254"), "metadata")
+			// /metrics counts the kernel filter's decisions as the audit
+			// log records them.
+			dbDeny := regexp.QuoteMeta(`lattice_egress_decisions_total{decision="deny",rule="overlay peer not named"}`)
+			metaDeny := regexp.QuoteMeta(`lattice_egress_decisions_total{decision="deny",rule="metadata"}`)
+			var page string
+			assert.Eventually(t, func() bool {
+				out, err := exec.Command("nsenter", "--net=/run/netns/"+nsA, "curl", "-sS", "--max-time", "5", "http://"+metrics+"/metrics").CombinedOutput()
+				page = string(out)
+				return err == nil && sample(page, dbDeny) >= 1 && sample(page, metaDeny) >= 1
+			}, 10*time.Second, 200*time.Millisecond, "db's and the metadata denial on /metrics; last page:\n%s", &page)
+			assert.Equal(t, 0.0, sample(page, "lattice_egress_audit_write_errors_total"))
 
 			writePolicyFile(t, pol, "default: deny\nrules:\n  - allow: [peer:web, peer:db]\n    proto: icmp\n")
 			require.NoError(t, node.cmd.Process.Signal(syscall.SIGHUP))

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -110,20 +109,6 @@ func scrape(url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
-}
-
-// sample is the value of the first series on a /metrics page that the
-// regular expression series matches whole, or -1 when there is none.
-func sample(page, series string) float64 {
-	m := regexp.MustCompile(`(?m)^` + series + ` (\S+)$`).FindStringSubmatch(page)
-	if m == nil {
-		return -1
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return -1
-	}
-	return v
 }
 
 // freePort is a TCP port free on this host now (and so, almost surely, in

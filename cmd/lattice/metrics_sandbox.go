@@ -3,6 +3,8 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/latticelab/lattice/audit"
+
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
 )
@@ -23,45 +25,64 @@ func (s sandboxPeers) RelayStats() (node.RelayStats, bool) {
 	return node.RelayStats{}, false
 }
 
-// sandboxCounters is what the drivers count beyond their node's status.
-type sandboxCounters interface {
+// egressCounters are an egress filter's audited decisions and the audit
+// log's failures: a sandbox driver's, or `lattice up`'s kernel filter's.
+type egressCounters interface {
 	AuditFailures() uint64
-	EgressDecisions() map[sandbox.EgressDecision]uint64
+	EgressDecisions() map[audit.Decision]uint64
 }
 
-// sandboxCollector exports a sandbox's egress decisions and audit errors.
-type sandboxCollector struct{ c sandboxCounters }
+// egressCollector exports egress decisions and audit errors under one
+// command's metric names.
+type egressCollector struct {
+	c                 egressCounters
+	decisions, errors *prometheus.Desc
+}
 
 var (
-	_ prometheus.Collector = sandboxCollector{}
-	_ sandboxCounters      = (*sandbox.PodDriver)(nil)
-	_ sandboxCounters      = (*sandbox.RunscDriver)(nil)
+	_ prometheus.Collector = egressCollector{}
+	_ egressCounters       = (*sandbox.PodDriver)(nil)
+	_ egressCounters       = (*sandbox.RunscDriver)(nil)
+	_ egressCounters       = (*egressRun)(nil)
 )
 
+const decisionsHelp = "Egress decisions by decision (allow, deny) and policy rule; at most 64 rules, the rest under rule=\"other\"."
+
 var (
-	descSandboxEgress = prometheus.NewDesc("lattice_sandbox_egress_decisions_total",
-		"Egress decisions by decision (allow, deny) and policy rule; at most 64 rules, the rest under rule=\"other\".", []string{"decision", "rule"}, nil)
+	descSandboxEgress      = prometheus.NewDesc("lattice_sandbox_egress_decisions_total", decisionsHelp, []string{"decision", "rule"}, nil)
 	descSandboxAuditErrors = prometheus.NewDesc("lattice_sandbox_audit_write_errors_total",
 		"Audit events the audit log failed to record.", nil, nil)
+	descUpEgress      = prometheus.NewDesc("lattice_egress_decisions_total", decisionsHelp+" The kernel filter's, on the overlay interface.", []string{"decision", "rule"}, nil)
+	descUpAuditErrors = prometheus.NewDesc("lattice_egress_audit_write_errors_total",
+		"Egress decisions the audit log failed to record.", nil, nil)
 )
 
-func (sandboxCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descSandboxEgress
-	ch <- descSandboxAuditErrors
+// sandboxEgress and upEgress are the two commands' collectors.
+func sandboxEgress(c egressCounters) egressCollector {
+	return egressCollector{c: c, decisions: descSandboxEgress, errors: descSandboxAuditErrors}
 }
 
-func (s sandboxCollector) Collect(ch chan<- prometheus.Metric) {
-	for k, v := range s.c.EgressDecisions() {
-		ch <- prometheus.MustNewConstMetric(descSandboxEgress, prometheus.CounterValue, float64(v), k.Decision, k.Rule)
+func upEgress(c egressCounters) egressCollector {
+	return egressCollector{c: c, decisions: descUpEgress, errors: descUpAuditErrors}
+}
+
+func (e egressCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- e.decisions
+	ch <- e.errors
+}
+
+func (e egressCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range e.c.EgressDecisions() {
+		ch <- prometheus.MustNewConstMetric(e.decisions, prometheus.CounterValue, float64(v), k.Decision, k.Rule)
 	}
-	ch <- prometheus.MustNewConstMetric(descSandboxAuditErrors, prometheus.CounterValue, float64(s.c.AuditFailures()))
+	ch <- prometheus.MustNewConstMetric(e.errors, prometheus.CounterValue, float64(e.c.AuditFailures()))
 }
 
 // sandboxCollectors are the collectors for a running sandbox's /metrics.
 func sandboxCollectors(d sandbox.IsolationDriver, m *metricsFlags) []prometheus.Collector {
 	cs := []prometheus.Collector{newNodeCollector(sandboxPeers{d}, m.perPeer, m.peerLimit)}
-	if c, ok := d.(sandboxCounters); ok {
-		cs = append(cs, sandboxCollector{c})
+	if c, ok := d.(egressCounters); ok {
+		cs = append(cs, sandboxEgress(c))
 	}
 	return cs
 }

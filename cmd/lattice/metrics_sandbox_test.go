@@ -15,10 +15,16 @@ func (fakeSandboxCounters) EgressDecisions() map[sandbox.EgressDecision]uint64 {
 	return map[sandbox.EgressDecision]uint64{{Decision: "allow", Rule: "web"}: 5, {Decision: "deny", Rule: "default"}: 3}
 }
 
-func TestSandboxCollector(t *testing.T) {
-	c := sandboxCollector{fakeSandboxCounters{}}
+// TestEgressCollectors: a sandbox's and `lattice up`'s egress decisions
+// and audit errors, each under its command's names.
+func TestEgressCollectors(t *testing.T) {
+	c := sandboxEgress(fakeSandboxCounters{})
 	assert.Equal(t, 5.0, counterValue(t, c, "lattice_sandbox_egress_decisions_total", map[string]string{"decision": "allow", "rule": "web"}))
 	assert.Equal(t, 3.0, counterValue(t, c, "lattice_sandbox_egress_decisions_total", map[string]string{"decision": "deny", "rule": "default"}))
 	assert.Equal(t, 2.0, counterValue(t, c, "lattice_sandbox_audit_write_errors_total", nil))
 	assert.Equal(t, 3, countSeries(c))
+	u := upEgress(fakeSandboxCounters{})
+	assert.Equal(t, 5.0, counterValue(t, u, "lattice_egress_decisions_total", map[string]string{"decision": "allow", "rule": "web"}))
+	assert.Equal(t, 2.0, counterValue(t, u, "lattice_egress_audit_write_errors_total", nil))
+	assert.Equal(t, 3, countSeries(u))
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +74,18 @@ func TestControlMetrics(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(cerr.String()), "\n") {
 		assert.True(t, json.Valid([]byte(line)), "not a JSON log line: %q", line)
 	}
+}
+
+// sample is the value of the first series on a /metrics page that the
+// regular expression series matches whole, or -1 when there is none.
+func sample(page, series string) float64 {
+	m := regexp.MustCompile(`(?m)^` + series + ` (\S+)$`).FindStringSubmatch(page)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }

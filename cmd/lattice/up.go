@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
@@ -161,7 +162,11 @@ egress clear' removes it.`,
 		defer n.Close()
 		id := n.Identity()
 		fmt.Fprintf(cmd.OutOrStdout(), "up: %s (%s) at %v\n", id.Name, id.NodeID, id.Address)
-		stopMetrics, err := metricsF.start(cmd.Context(), cmd.OutOrStdout(), "up", log, newNodeCollector(n, metricsF.perPeer, metricsF.peerLimit))
+		collectors := []prometheus.Collector{newNodeCollector(n, metricsF.perPeer, metricsF.peerLimit)}
+		if eg != nil {
+			collectors = append(collectors, upEgress(eg))
+		}
+		stopMetrics, err := metricsF.start(cmd.Context(), cmd.OutOrStdout(), "up", log, collectors...)
 		if err != nil {
 			return err
 		}
