@@ -84,6 +84,22 @@
 // ID, see fragment.go), except those that arrive before their first.
 // Process never panics on any input.
 //
+// # NAT64
+//
+// NAT64 (nat64.go) is a stateful NAT64 (RFC 6146) for IPv6-only networks:
+// an IPv6 packet from inside to Prefix+a.b.c.d (RFC 6052, the well-known
+// 64:ff9b::/96 by default) leaves as IPv4 to a.b.c.d from the public
+// address, and replies come back as IPv6 from Prefix+their source. Headers
+// are translated as RFC 7915 says: traffic class and TOS, hop limit and
+// TTL, ICMPv6 echo and ICMP echo, the TCP and UDP checksums moved to the
+// other pseudo-header incrementally (an IPv4 UDP datagram without a
+// checksum gets one), and ICMP errors about a mapped flow with their
+// quotes, Packet Too Big and "fragmentation needed" 20 bytes apart. Its
+// mappings live in a NAT's tables with endpoint-independent mapping and
+// filtering, random ports and the NAT's timeouts, at most MaxMappings of
+// them; inbound IPv4 passes only through a mapping. Fragments in either
+// family and IPv6 extension headers are dropped as unsupported.
+//
 // # Profiles
 //
 // Profile returns the Config of a named NAT type; Public is left for the
