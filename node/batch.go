@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	netipv4 "golang.org/x/net/ipv4"
+	netipv6 "golang.org/x/net/ipv6"
 )
 
 // udpBatch moves many datagrams per system call on a real UDP socket, as
@@ -21,7 +22,7 @@ import (
 // sockets are not *net.UDPConn: there the mux moves one datagram per
 // call (newUDPBatch returns nil).
 type udpBatch struct {
-	pc  *netipv4.PacketConn
+	pc  batchConn
 	gso atomic.Bool // the kernel takes UDP_SEGMENT; cleared when a send says otherwise
 
 	scratch sync.Pool // *sendScratch, one per concurrent Send
@@ -44,18 +45,32 @@ type sendScratch struct {
 	oob  [][]byte
 }
 
-// newUDPBatch returns a batcher for pc, or nil where pc is not an IPv4
-// *net.UDPConn (a lab host's socket, a dual-stack socket).
+// batchConn is recvmmsg and sendmmsg as x/net's ipv4 and ipv6
+// PacketConns both offer them (their Message is one type).
+type batchConn interface {
+	ReadBatch(ms []netipv4.Message, flags int) (int, error)
+	WriteBatch(ms []netipv4.Message, flags int) (int, error)
+}
+
+// newUDPBatch returns a batcher for pc, or nil where pc is not a
+// *net.UDPConn (a lab host's socket). On an IPv6 socket (the node's
+// dual-stack one) x/net's ipv6 side does the calls: IPv4 destinations
+// leave as AF_INET addresses, which Linux sends on an AF_INET6 socket
+// without IPV6_V6ONLY, GSO included.
 func newUDPBatch(pc net.PacketConn) *udpBatch {
 	uc, ok := pc.(*net.UDPConn)
 	if !ok {
 		return nil
 	}
 	la, ok := uc.LocalAddr().(*net.UDPAddr)
-	if !ok || la.IP.To4() == nil {
+	if !ok {
 		return nil
 	}
-	u := &udpBatch{pc: netipv4.NewPacketConn(uc)}
+	var bc batchConn = netipv4.NewPacketConn(uc)
+	if la.IP.To4() == nil {
+		bc = netipv6.NewPacketConn(uc)
+	}
+	u := &udpBatch{pc: bc}
 	u.gso.Store(gsoSupported(uc))
 	u.scratch.New = func() any { return &sendScratch{} }
 	return u

@@ -139,3 +139,47 @@ func readN(t *testing.T, m *Mux, n int) [][]byte {
 	}
 	return out
 }
+
+// TestMuxDualStackSocket runs the mux on a real dual-stack socket ("udp"
+// on [::], as the node opens it): batches go out to an IPv4 and an IPv6
+// peer (sendmmsg with GSO through the ipv6 side), and what arrives from
+// IPv4 is reported as plain IPv4, not ::ffff:127.0.0.1.
+func TestMuxDualStackSocket(t *testing.T) {
+	dual, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified})
+	require.NoError(t, err)
+	require.NoError(t, dual.SetReadBuffer(4<<20))
+	m := NewMux(dual, nil)
+	t.Cleanup(func() { m.Close() })
+	require.NotNil(t, m.batch, "a dual-stack *net.UDPConn is batched too")
+	assert.True(t, m.batch.gso.Load(), "the kernel here supports UDP GSO")
+	port := dual.LocalAddr().(*net.UDPAddr).Port
+
+	rx4 := NewMux(listenUDP(t), nil)
+	t.Cleanup(func() { rx4.Close() })
+	c6, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	require.NoError(t, err)
+	rx6 := NewMux(c6, nil)
+	t.Cleanup(func() { rx6.Close() })
+	for _, rx := range []*Mux{rx4, rx6} {
+		to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
+		sent := wgPackets(repeat(20, 1452, 300)...)
+		require.NoError(t, m.WriteBatch(sent, to), "to %v", to)
+		got := readN(t, rx, len(sent))
+		require.Len(t, got, len(sent), "to %v", to)
+		for i := range sent {
+			assert.Equal(t, sent[i], got[i], "datagram %d to %v", i, to)
+		}
+	}
+
+	// Back from the IPv4 peer: the source the mux reports is unmapped.
+	require.NoError(t, rx4.WriteTo(wgPackets(64)[0], netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))))
+	cancel := make(chan struct{})
+	timer := time.AfterFunc(5*time.Second, func() { close(cancel) })
+	defer timer.Stop()
+	bufs, sizes, from := [][]byte{make([]byte, muxBufSize)}, make([]int, 1), make([]netip.AddrPort, 1)
+	n, err := m.ReadWireGuard(cancel, bufs, sizes, from)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	assert.Equal(t, rx4.LocalAddr().(*net.UDPAddr).AddrPort(), from[0])
+	assert.True(t, from[0].Addr().Is4(), "from %v", from[0])
+}

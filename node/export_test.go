@@ -1,7 +1,9 @@
 package node
 
 import (
+	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/latticelab/lattice/control"
 )
@@ -24,4 +26,40 @@ func (n *Node) WireGuardPeers() int {
 		return -1
 	}
 	return strings.Count(conf, "public_key=")
+}
+
+// WireGuardEndpointIPs are the direct addresses WireGuard's endpoints
+// (endpoint= in its configuration) send to, one per peer on a direct path.
+func (n *Node) WireGuardEndpointIPs() []netip.Addr {
+	conf, err := n.dev.IpcGet()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for line := range strings.Lines(conf) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "endpoint=")
+		if !ok {
+			continue
+		}
+		ep, err := n.bind.ParseEndpoint(v)
+		if err != nil {
+			continue
+		}
+		if ip := ep.DstIP(); ip.IsValid() {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// LastDirectReceives is, per peer, when the Bind last matched a packet
+// from the peer's direct address (zero if never).
+func (n *Node) LastDirectReceives() []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []time.Time
+	for _, p := range n.peers {
+		out = append(out, p.path.LastDirectReceive())
+	}
+	return out
 }

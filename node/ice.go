@@ -297,7 +297,7 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		ice.WithNet(pn),
 		ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(newSharedSrflx(n.udpMux)),
 		ice.WithUrls(urls),
-		ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
+		ice.WithNetworkTypes(n.networkTypes),
 		ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
 		ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
 		ice.WithKeepaliveInterval(keepalive),

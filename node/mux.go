@@ -234,13 +234,15 @@ func (m *Mux) route(d datagram) {
 	}
 }
 
+// addrPortOf is a's address and port, an IPv4-mapped address (what a
+// dual-stack socket reports for IPv4 peers) unmapped: WireGuard endpoints,
+// ICE and status compare and print plain IPv4.
 func addrPortOf(a net.Addr) netip.AddrPort {
 	if u, ok := a.(*net.UDPAddr); ok {
-		ap := u.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		return unmapAddrPort(u.AddrPort())
 	}
 	ap, _ := netip.ParseAddrPort(a.String())
-	return ap
+	return unmapAddrPort(ap)
 }
 
 // STUNConn is the socket as ICE sees it: it reads only STUN and writes

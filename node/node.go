@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -88,12 +87,14 @@ type Node struct {
 	epoch   atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
 	mux     *Mux
 	udpMux  *ice.UniversalUDPMuxDefault
-	bind    *Bind
-	dev     Device
-	served  io.Closer // the Provisioner's DeviceServer, if any
-	relay   RelayClient
-	env     *peerEnv
-	tun     *unreachableTUN
+	// networkTypes are the candidate families the socket carries.
+	networkTypes []ice.NetworkType
+	bind         *Bind
+	dev          Device
+	served       io.Closer // the Provisioner's DeviceServer, if any
+	relay        RelayClient
+	env          *peerEnv
+	tun          *unreachableTUN
 
 	mu      sync.Mutex
 	peers   map[string]*peer        // online peers, by node ID
@@ -224,14 +225,11 @@ func (n *Node) registerIdentity(ctx context.Context) (*control.RegisterResponse,
 // pion UDPMux and Bind over it. It returns the Network as ICE sees it
 // (without the overlay at overlay).
 func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Net, error) {
-	laddr := ""
-	if n.cfg.ListenAddr.IsValid() {
-		laddr = n.cfg.ListenAddr.String()
-	}
-	pc, err := n.cfg.Network.ListenPacket(ctx, "udp4", net.JoinHostPort(laddr, fmt.Sprint(n.cfg.ListenPort)))
+	pc, err := n.listenUDP(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("node: UDP socket: %w", err)
+		return nil, err
 	}
+	n.networkTypes = socketNetworkTypes(pc)
 	if err := netx.SetSocketBuffers(pc, netx.SocketBufferSize); err != nil {
 		n.log.Warn("UDP socket buffers stay small; bursts may be dropped", "err", err)
 	}
