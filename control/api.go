@@ -30,7 +30,10 @@ import (
 // can run beside this one.
 const (
 	SubjectRegister = "lattice.v1.register"
-	subjectNodes    = "lattice.v1.node."
+	// SubjectServers is a joining client's request for the relays and
+	// STUN servers control announces (servers.go).
+	SubjectServers = "lattice.v1.servers"
+	subjectNodes   = "lattice.v1.node."
 	// SubjectPeerEvents carries every PeerEvent once, to every node that
 	// registered with SharedEvents: one change is one message, however
 	// many nodes there are. Nodes may only subscribe to it.

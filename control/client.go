@@ -100,23 +100,9 @@ func register(ctx context.Context, j Join, send exchange) (*RegisterResponse, er
 // client (the join token is its password), answers control's challenge and
 // returns the answer. An *Error reports a refusal, with control's reason.
 func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error) {
-	if len(j.Token) > MaxTokenBytes {
-		// NATS would refuse the login, without saying why.
-		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(j.Token), MaxTokenBytes)}
-	}
-	var rnd [16]byte
-	_, _ = rand.Read(rnd[:])
-	user := joinPrefix + fmt.Sprintf("%x", rnd)
-	nc, ep, err := dialNATS(n, url, nats.UserInfo(user, j.Token),
-		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
+	nc, ep, err := dialJoin(n, url, j.Token)
 	if err != nil {
-		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
-			// Control admits every joining client and answers with the
-			// reason; a NATS that refuses the login gives none (a control
-			// older than that, or a NATS whose operator checks tokens).
-			return nil, &Error{Code: CodeBadToken, Message: "NATS refused the joining connection without saying why (a wrong, expired or revoked join token?)"}
-		}
-		return nil, fmt.Errorf("register: connect to %s: %w", url, err)
+		return nil, fmt.Errorf("register: %w", err)
 	}
 	defer nc.Close()
 	resp, err := RegisterOver(ctx, nc, j)
@@ -125,6 +111,71 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 	}
 	inheritTrust(ep, &resp.NATS)
 	return resp, nil
+}
+
+// dialJoin connects to control's NATS at url as a joining client, the
+// join token its password.
+func dialJoin(n netx.Network, url, token string) (*nats.Conn, *endpoint, error) {
+	if len(token) > MaxTokenBytes {
+		// NATS would refuse the login, without saying why.
+		return nil, nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(token), MaxTokenBytes)}
+	}
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:])
+	user := joinPrefix + fmt.Sprintf("%x", rnd)
+	nc, ep, err := dialNATS(n, url, nats.UserInfo(user, token),
+		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
+			// Control admits every joining client and answers with the
+			// reason; a NATS that refuses the login gives none (a control
+			// older than that, or a NATS whose operator checks tokens).
+			return nil, nil, &Error{Code: CodeBadToken, Message: "NATS refused the joining connection without saying why (a wrong, expired or revoked join token?)"}
+		}
+		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	return nc, ep, nil
+}
+
+// Servers asks the control at url (tls://, nats://, https:// or http://,
+// as a node's control URL) for the relays and STUN servers it announces,
+// with only a join token: nothing is registered. An *Error reports a
+// refusal, with control's reason.
+func Servers(ctx context.Context, n netx.Network, url, token string) (*ServersResponse, error) {
+	body, err := json.Marshal(ServersRequest{Token: token})
+	if err != nil {
+		return nil, err
+	}
+	var b []byte
+	switch {
+	case strings.HasPrefix(url, "nats://"), strings.HasPrefix(url, "tls://"):
+		nc, _, err := dialJoin(n, url, token)
+		if err != nil {
+			return nil, fmt.Errorf("servers: %w", err)
+		}
+		defer nc.Close()
+		m, err := nc.RequestWithContext(ctx, SubjectServers, body)
+		if err != nil {
+			return nil, fmt.Errorf("servers: ask %s: %w", SubjectServers, err)
+		}
+		b = m.Data
+	case strings.HasPrefix(url, "http://"), strings.HasPrefix(url, "https://"):
+		client, ep, err := httpEndpoint(n, url)
+		if err != nil {
+			return nil, fmt.Errorf("servers over HTTP: %w", err)
+		}
+		defer client.CloseIdleConnections()
+		if b, err = postJSON(ctx, client, ep.plainURL()+"/v1/servers", body); err != nil {
+			return nil, fmt.Errorf("servers over HTTP: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("servers: control URL %q: want tls://, https://, nats:// or http://", url)
+	}
+	var resp ServersResponse
+	if err := decodeReply(b, &resp); err != nil {
+		return nil, fmt.Errorf("servers: %w", err)
+	}
+	return &resp, nil
 }
 
 // inheritTrust gives the advertised NATS URLs the trust registration was

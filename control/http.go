@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// serveHTTP starts POST /v1/register and GET /healthz on HTTPListen,
+// serveHTTP starts POST /v1/register, POST /v1/servers and GET /healthz
+// on HTTPListen,
 // over TLS when Config.TLS is set (the handshake is bounded by the
 // server's timeouts, as net/http does it).
 func (s *Server) serveHTTP(ctx context.Context) error {
@@ -28,6 +29,7 @@ func (s *Server) serveHTTP(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/register", s.httpRegister)
+	mux.HandleFunc("POST /v1/servers", s.httpServers)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.httpLn = ln
 	s.http = &http.Server{
@@ -72,6 +74,21 @@ func (s *Server) httpRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.handleRegister(r.Context(), body)
+	if err != nil {
+		e := asError(err)
+		writeJSON(w, httpStatus(e.Code), errorReply{e})
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) httpServers(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxServersRequestBytes))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("servers request over %d bytes", maxServersRequestBytes)}})
+		return
+	}
+	resp, err := s.handleServers(body)
 	if err != nil {
 		e := asError(err)
 		writeJSON(w, httpStatus(e.Code), errorReply{e})

@@ -167,7 +167,7 @@ func (a *authenticator) decide(user, pass string) *server.Permissions {
 			return nil
 		}
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{SubjectRegister}},
+			Publish:   &server.SubjectPermission{Allow: []string{SubjectRegister, SubjectServers}},
 			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix + "." + user + ".>"}},
 		}
 	}

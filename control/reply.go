@@ -16,7 +16,8 @@ import (
 // under the requester's own inbox, derived from who it is: a registered
 // node (the subject's node ID, which only that node may publish under)
 // gets InboxPrefix.<id>.…, a joining client InboxPrefix.join.<random>.…,
-// the only inbox its permissions let it read.
+// the only inbox its permissions let it read (for registrations and
+// servers requests alike).
 
 // allowedReply reports whether reply is inside the inbox of whoever may
 // publish on subject. An empty reply (nothing to publish) is allowed.
@@ -24,7 +25,7 @@ func allowedReply(subject, reply string) bool {
 	if reply == "" {
 		return true
 	}
-	if subject == SubjectRegister {
+	if subject == SubjectRegister || subject == SubjectServers {
 		rest, ok := strings.CutPrefix(reply, InboxPrefix+"."+joinPrefix)
 		if !ok {
 			return false

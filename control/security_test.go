@@ -263,6 +263,9 @@ func TestAllowedReply(t *testing.T) {
 		{SubjectRegister, "_INBOX.join.short.x", false},
 		{SubjectRegister, "_INBOX." + id + ".x", false},
 		{SubjectRegister, NodeSubject(id, LeafPeers), false},
+		{SubjectServers, "_INBOX.join.0123456789abcdef0123.x", true},
+		{SubjectServers, "_INBOX." + id + ".x", false},
+		{SubjectServers, NodeSubject(id, LeafSignalIn), false},
 		{"other.subject", "_INBOX.x.y", false},
 	} {
 		assert.Equal(t, tc.want, allowedReply(tc.subject, tc.reply), "%s reply %s", tc.subject, tc.reply)

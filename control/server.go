@@ -306,6 +306,7 @@ func (s *Server) subscribe() error {
 		h       nats.MsgHandler
 	}{
 		{SubjectRegister, s.onRegister},
+		{SubjectServers, s.onServers},
 		{subjectNodes + "*." + LeafSignalOut, s.onSignal},
 		{subjectNodes + "*." + LeafPeerList, s.onPeerList},
 		{subjectNodes + "*." + LeafDeregister, s.onDeregister},

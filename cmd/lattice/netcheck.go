@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
@@ -38,6 +40,7 @@ type relayReport struct {
 func newNetcheckCmd() *cobra.Command {
 	var stuns, relays []string
 	var asJSON bool
+	var controlURL, token, tokenFile string
 	var opt stun.Options
 	cmd := &cobra.Command{
 		Use:   "netcheck",
@@ -53,12 +56,13 @@ self-signed relay with ADDR,FINGERPRINT as control's --relay takes it).
 The mapping decides whether ICE finds direct paths: endpoint-independent
 mapping ("cone") lets peers punch through; address- or port-dependent
 mapping ("symmetric") on both sides leaves the relay. netcheck needs no
-running node and no control when given the servers control is configured
-with (lattice control --stun and --relay). Given neither --stun nor --relay,
-it checks the servers control announced to the node running with
---state-dir, read from its status socket: control tells them only to nodes
-that registered with a join token.`,
+running node: given --stun (and --relay) it checks those; given --control
+and a join token (--token-file, $LATTICE_TOKEN or --token), it asks control
+for the servers it announces, registering nothing; given neither, it checks
+the servers control announced to the node running with --state-dir, read
+from its status socket.`,
 		Example: `  lattice netcheck --stun stun.example.net:3478 --relay relay.example.net:443
+  lattice netcheck --control tls://control.example.net:4222 --token-file token
   lattice netcheck --stun 203.0.113.10:3478 --relay 203.0.113.20:443,3f2a… --json`,
 		Args: cobra.NoArgs,
 	}
@@ -66,11 +70,28 @@ that registered with a join token.`,
 	f.StringArrayVar(&stuns, "stun", nil, "STUN server HOST:PORT (repeatable; at least one)")
 	f.StringArrayVar(&relays, "relay", nil, "relay HOST:PORT or HOST:PORT,FINGERPRINT (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	stateDir := f.String("state-dir", defaultStateDir(), "without --stun and --relay: the running node's --state-dir, whose control-announced servers are checked")
+	controlFlag(cmd, &controlURL, "without --stun and --relay: ask this control (as lattice up's --control) for the servers it announces; needs a join token")
+	tokenFlags(cmd, &token, &tokenFile)
+	stateDir := f.String("state-dir", defaultStateDir(), "without --stun, --relay and --control: the running node's --state-dir, whose control-announced servers are checked")
 	f.DurationVar(&opt.Wait, "wait", 500*time.Millisecond, "how long to wait for each STUN answer before sending again")
 	f.IntVar(&opt.Tries, "tries", 3, "how many times each STUN request is sent")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if len(stuns) == 0 && len(relays) == 0 {
+		switch {
+		case controlURL != "" && (len(stuns) > 0 || len(relays) > 0):
+			return usagef("give --control or --stun/--relay, not both")
+		case controlURL != "":
+			tok, err := joinToken(token, tokenFile)
+			if err != nil {
+				return err
+			}
+			if stuns, relays, err = controlServers(cmd.Context(), controlURL, tok); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "netcheck: the servers control at %s announces\n", controlURL)
+			if len(stuns) == 0 {
+				return fmt.Errorf("control at %s announces no STUN servers (lattice control --stun); give --stun HOST:PORT", controlURL)
+			}
+		case len(stuns) == 0 && len(relays) == 0:
 			var err error
 			if stuns, relays, err = announcedServers(cmd.Context(), *stateDir); err != nil {
 				return err
@@ -102,6 +123,35 @@ that registered with a join token.`,
 	return cmd
 }
 
+// controlServers are the STUN servers and relays (ADDR,FINGERPRINT) the
+// control at url announces, asked for with the join token alone.
+func controlServers(ctx context.Context, url, token string) (stuns, relays []string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	resp, err := control.Servers(ctx, netx.OS, url, token)
+	if err != nil {
+		var ce *control.Error
+		if errors.As(err, &ce) && ce.Code == control.CodeBadToken {
+			return nil, nil, fmt.Errorf("control at %s refused the join token: %s", url, ce.Message)
+		}
+		return nil, nil, fmt.Errorf("ask control at %s for its servers: %w", url, err)
+	}
+	return resp.STUN, relayArgs(resp.Relays), nil
+}
+
+// relayArgs are relays as --relay takes them: ADDR or ADDR,FINGERPRINT.
+func relayArgs(rs []control.Relay) []string {
+	var out []string
+	for _, r := range rs {
+		if r.Fingerprint != "" {
+			out = append(out, r.Addr+","+r.Fingerprint)
+		} else {
+			out = append(out, r.Addr)
+		}
+	}
+	return out
+}
+
 // announcedServers are the STUN servers and relays (ADDR,FINGERPRINT)
 // control announced to the node running with stateDir.
 func announcedServers(ctx context.Context, stateDir string) (stuns, relays []string, err error) {
@@ -109,13 +159,7 @@ func announcedServers(ctx context.Context, stateDir string) (stuns, relays []str
 	if err != nil {
 		return nil, nil, usagef("give --stun HOST:PORT (and --relay), or run where 'lattice up' runs: %v", err)
 	}
-	for _, r := range st.Relays {
-		if r.Fingerprint != "" {
-			relays = append(relays, r.Addr+","+r.Fingerprint)
-		} else {
-			relays = append(relays, r.Addr)
-		}
-	}
+	relays = relayArgs(st.Relays)
 	if len(st.STUN) == 0 {
 		return nil, nil, usagef("control announced no STUN servers to the node in %s (lattice control --stun); give --stun HOST:PORT", stateDir)
 	}

@@ -112,6 +112,73 @@ func TestNetcheckAnnouncedServers(t *testing.T) {
 	assert.NotNil(t, rep.Relays[0].TCPMs, "pinned by the announced fingerprint: %s", rep.Relays[0].TCPError)
 }
 
+// TestNetcheckFromControl: with no node anywhere, netcheck --control and a
+// join token asks control (over NATS and over HTTP) for the STUN server
+// and pinned relay it announces and checks them; a wrong token is refused
+// naming the reason, and an unreachable control says it could not be
+// asked.
+func TestNetcheckFromControl(t *testing.T) {
+	srv, err := stun.NewServer(stun.Config{Network: netx.OS,
+		Primary: netip.MustParseAddrPort("127.0.0.1:0"), Alternate: netip.MustParseAddrPort("127.0.0.2:0")})
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(t.Context()))
+	t.Cleanup(func() { srv.Close() })
+	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0",
+		Secret: []byte("netcheck-test-secret-0123456789abcdef"), TLS: meshtest.SelfSignedTLS(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { rs.Close() })
+
+	secret := writeFile(t, "relay.secret", "netcheck-test-secret-0123456789abcdef\n", 0o600)
+	token := writeFile(t, "token", "netcheck-test-token-0123456789\n", 0o600)
+	cout, cerr, _ := start(t, "control", "--embedded-nats", "--nats-listen", "127.0.0.1:0", "--listen-http", "127.0.0.1:0",
+		"--token-file", token, "--data-dir", t.TempDir(), "--stun", srv.Addr().String(),
+		"--relay", rs.Addr().String()+","+rs.Fingerprint(), "--relay-secret-file", secret)
+	natsRE := regexp.MustCompile(`control: NATS on (nats://127\.0\.0\.1:\d+)`)
+	httpRE := regexp.MustCompile(`control: HTTP registration on (http://127\.0\.0\.1:\d+)/v1/register`)
+	require.Eventually(t, func() bool { return natsRE.MatchString(cout.String()) && httpRE.MatchString(cout.String()) },
+		20*time.Second, 20*time.Millisecond, "%s%s", cout, cerr)
+
+	for _, url := range []string{natsRE.FindStringSubmatch(cout.String())[1], httpRE.FindStringSubmatch(cout.String())[1]} {
+		var out, errb bytes.Buffer
+		args := []string{"netcheck", "--control", url, "--token-file", token, "--state-dir", t.TempDir(), "--wait", "200ms", "--tries", "2", "--json"}
+		require.Equal(t, exitOK, execute(context.Background(), args, &out, &errb), errb.String())
+		assert.Contains(t, errb.String(), "netcheck: the servers control at "+url+" announces")
+		var rep netcheckReport
+		require.NoError(t, json.Unmarshal(out.Bytes(), &rep), out.String())
+		assert.True(t, rep.STUN.UDP)
+		assert.Equal(t, srv.Addr(), rep.STUN.BehaviorServer, "the announced STUN server")
+		require.Len(t, rep.Relays, 1)
+		assert.Equal(t, rs.Addr().String(), rep.Relays[0].Addr)
+		assert.NotNil(t, rep.Relays[0].QUICMs, rep.Relays[0].QUICError)
+		assert.NotNil(t, rep.Relays[0].TCPMs, "pinned by the announced fingerprint: %s", rep.Relays[0].TCPError)
+
+		errb.Reset()
+		bad := []string{"netcheck", "--control", url, "--token", "not-the-token-0123456789"}
+		assert.Equal(t, exitFailure, execute(context.Background(), bad, &out, &errb))
+		assert.Contains(t, errb.String(), "control at "+url+" refused the join token: join token not accepted")
+	}
+
+	var out, errb bytes.Buffer
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		code    int
+		wantErr string
+	}{
+		{"unreachable", []string{"--control", "nats://127.0.0.1:9", "--token-file", token}, exitFailure,
+			"ask control at nats://127.0.0.1:9 for its servers: servers: connect to nats://127.0.0.1:9: "},
+		{"no token", []string{"--control", "nats://127.0.0.1:9"}, exitUsage, "a join token is required"},
+		{"both", []string{"--control", "nats://127.0.0.1:9", "--stun", srv.Addr().String()}, exitUsage, "give --control or --stun/--relay, not both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("LATTICE_TOKEN", "")
+			errb.Reset()
+			assert.Equal(t, tc.code, execute(context.Background(), append([]string{"netcheck"}, tc.args...), &out, &errb))
+			assert.Contains(t, errb.String(), tc.wantErr)
+		})
+	}
+}
+
 func TestNATType(t *testing.T) {
 	b := func(v stun.Behavior) *stun.Behavior { return &v }
 	ei, ad, apd := stun.EndpointIndependent, stun.AddressDependent, stun.AddressAndPortDependent

@@ -1,0 +1,79 @@
+package control
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The servers request lets a client that holds only a join token (lattice
+// netcheck on a host with no node) learn the relays and STUN servers a
+// registration would announce. It is judged like a registration's token,
+// stores nothing and issues nothing: no relay token, no NATS credentials,
+// no peers. A registered key whose token expired gets no list here: it
+// has its servers from its own registration.
+
+// ServersRequest asks for the announced servers.
+type ServersRequest struct {
+	Token string `json:"token"`
+}
+
+// ServersResponse is what a registration would announce.
+type ServersResponse struct {
+	Relays []Relay  `json:"relays"`
+	STUN   []string `json:"stun"`
+}
+
+// maxServersRequestBytes bounds a servers request: a token and its JSON.
+const maxServersRequestBytes = MaxTokenBytes + 64
+
+// decodeServersRequest parses a servers request strictly.
+func decodeServersRequest(b []byte) (*ServersRequest, error) {
+	if len(b) > maxServersRequestBytes {
+		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("servers request is %d bytes, at most %d", len(b), maxServersRequestBytes)}
+	}
+	var r ServersRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, &Error{Code: CodeBadRequest, Message: "malformed servers request: " + err.Error()}
+	}
+	switch {
+	case r.Token == "":
+		return nil, &Error{Code: CodeBadToken, Message: "no join token"}
+	case len(r.Token) > MaxTokenBytes:
+		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(r.Token), MaxTokenBytes)}
+	}
+	return &r, nil
+}
+
+// handleServers answers a servers request body, over NATS and HTTP alike.
+func (s *Server) handleServers(body []byte) (*ServersResponse, error) {
+	req, err := decodeServersRequest(body)
+	if err == nil {
+		err = s.tokens.check(req.Token, s.cfg.Now())
+	}
+	if err != nil {
+		s.log.Info("servers request refused", "err", err)
+		return nil, err
+	}
+	resp := &ServersResponse{Relays: s.cfg.Relays, STUN: s.cfg.STUN}
+	if resp.Relays == nil {
+		resp.Relays = []Relay{}
+	}
+	if resp.STUN == nil {
+		resp.STUN = []string{}
+	}
+	return resp, nil
+}
+
+func (s *Server) onServers(m *nats.Msg) {
+	if !s.replyAllowed(m) {
+		return
+	}
+	resp, err := s.handleServers(m.Data)
+	if err != nil {
+		s.reply(m, errorReply{asError(err)})
+		return
+	}
+	s.reply(m, resp)
+}
