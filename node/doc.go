@@ -15,8 +15,11 @@
 //     signals, resync after an outage, re-registration).
 //   - presence.go: heartbeats, leaving, and how offline peers are kept;
 //     unreachable.go answers packets for them with ICMP host unreachable.
+//   - socket.go: the shared UDP socket, dual-stack on [::] where the
+//     Network speaks IPv6, else udp4; the candidate families it carries.
 //   - mux.go: Mux, the design's FilteringUDPMux: one UDP socket, STUN to
-//     pion's UDPMux, WireGuard to the Bind, the rest counted and dropped.
+//     pion's UDPMux, WireGuard to the Bind, the rest counted and dropped;
+//     it unmaps the IPv4-mapped sources a dual-stack socket reports.
 //   - bind.go: Bind, wireguard-go's conn.Bind, a transport only: each
 //     peer's endpoint is the peer, sent on its current path.
 //   - handshake.go: the workarounds for WireGuard's timing that ride on
