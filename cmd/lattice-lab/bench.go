@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 
@@ -18,7 +19,7 @@ import (
 func newBenchCmd() *cobra.Command {
 	var (
 		out, baseline, only, pair, scale string
-		cpuProfile                       string
+		cpuProfile, memProfile           string
 		tolerance                        float64
 		size                             strictyaml.Size = 64 << 20
 		runs                             int
@@ -90,6 +91,11 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 			if perr := stopProfile(); err == nil {
 				err = perr
 			}
+			// Written on failure too: a scale run stopped by its deadline
+			// is the one whose memory needs explaining.
+			if perr := writeHeapProfile(memProfile); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return err
 			}
@@ -144,6 +150,7 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 	fl.Var(sizeFlag{&size}, "bytes", "data path transfer `SIZE` (e.g. 64MiB)")
 	fl.IntVar(&runs, "runs", 5, "connect repetitions")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmarks (go tool pprof) to `FILE`")
+	fl.StringVar(&memProfile, "memprofile", "", "write a heap profile (go tool pprof) to `FILE` when the benchmarks end, failed or not")
 	return cmd
 }
 
@@ -168,6 +175,27 @@ func startCPUProfile(path string) (stop func() error, err error) {
 		}
 		return nil
 	}, nil
+}
+
+// writeHeapProfile writes the heap profile of what is live now to path,
+// after a GC so that it is current; nothing if path is empty.
+func writeHeapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	runtime.GC()
+	err = pprof.WriteHeapProfile(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("heap profile %s: %w", path, err)
+	}
+	return nil
 }
 
 // sizeFlag parses a size flag the way lab files write sizes.

@@ -39,3 +39,20 @@ func TestBench(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, `--only "latency": want datapath, connect or scale`)
 }
+
+// TestBenchScaleProgress: the scale bench says each node as it comes up
+// and writes a heap profile with --memprofile.
+func TestBenchScaleProgress(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "heap.pprof")
+	code, out, stderr := run(t, "bench", "--only", "scale", "--scale", "builtin:quickstart", "--out", dir, "--memprofile", prof)
+	require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	for _, n := range []string{"laptop", "tablet", "desktop"} {
+		assert.Regexp(t, `(?m)^  node `+n+` up on `, out, "a line for each node as it comes up")
+	}
+	assert.Regexp(t, `(?m)^  scale_full_mesh +[0-9.]+ s$`, out)
+	p, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	require.Greater(t, len(p), 2)
+	assert.Equal(t, []byte{0x1f, 0x8b}, p[:2], "a pprof profile is gzipped")
+}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/latticelab/lattice/lab/runner"
@@ -69,8 +70,11 @@ func Run(ctx context.Context, t Topologies, opt Options) (*Report, error) {
 	if opt.Runs == 0 {
 		opt.Runs = 5
 	}
+	var sayMu sync.Mutex // scale says from its memory ticker too
 	say := func(format string, args ...any) {
 		if opt.Progress != nil {
+			sayMu.Lock()
+			defer sayMu.Unlock()
 			opt.Progress(fmt.Sprintf(format, args...))
 		}
 	}
@@ -178,7 +182,14 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 func scale(ctx context.Context, p *topology.Plan, say func(string, ...any)) ([]Metric, error) {
 	before := peakRSS()
 	start := time.Now()
-	l, err := runner.Up(ctx, runner.Config{Plan: p})
+	// A line per node as it comes up, and the memory every 10 s: a run
+	// of a thousand nodes takes minutes, and where it stalls or grows is
+	// what it is run for.
+	stopMem := every(10*time.Second, func() {
+		say("  %s: %d MiB resident, peak %d MiB", time.Since(start).Round(time.Second), residentRSS()>>20, peakRSS()>>20)
+	})
+	defer stopMem()
+	l, err := runner.Up(ctx, runner.Config{Plan: p, Progress: func(s string) { say("  %s", s) }})
 	if err != nil {
 		return nil, err
 	}
@@ -205,9 +216,39 @@ func median(ds []time.Duration) float64 {
 	return float64(s[len(s)/2]) / 1e6
 }
 
+// every calls f every d until the returned stop is called; stop waits
+// for a call in progress.
+func every(d time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				f()
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
 // peakRSS is the process's high-water resident memory, from
 // /proc/self/status (0 where there is none).
-func peakRSS() int64 {
+func peakRSS() int64 { return procStatus("VmHWM:") }
+
+// residentRSS is the process's resident memory now.
+func residentRSS() int64 { return procStatus("VmRSS:") }
+
+// procStatus reads a kB field of /proc/self/status, in bytes (0 where
+// there is none).
+func procStatus(field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -215,7 +256,7 @@ func peakRSS() int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}
