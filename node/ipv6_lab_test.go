@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,6 +151,7 @@ func TestDirectOverIPv6BehindSymmetricNATs(t *testing.T) {
 		assert.Contains(t, local, "udp4 srflx 203.0.113.10:", "IPv4 server-reflexive candidate")
 		assert.Contains(t, local, "udp6 srflx [2001:db8:1::2]:51820", "IPv6 server-reflexive candidate (the firewall translates nothing)")
 		assert.Contains(t, local, "udp6 host [2001:db8:1::2]:51820", "IPv6 host candidate")
+		assert.Equal(t, 2, strings.Count(local, " srflx "), "one server-reflexive candidate per family, not one per interface address: %v", st.ICE.LocalCandidates)
 
 		before := a.Status()[0]
 		eventuallyEcho(t, na, b.Address().Addr(), 7, 5*time.Second, "alpha to beta, direct")

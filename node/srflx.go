@@ -36,6 +36,24 @@ func newSharedSrflx(m *ice.UniversalUDPMuxDefault) *sharedSrflx {
 	return &sharedSrflx{UniversalUDPMuxDefault: m, inflight: map[string]*srflxCall{}}
 }
 
+// GetListenAddresses implements ice.UniversalUDPMux for server-reflexive
+// gathering only (host candidates come from the mux itself): pion makes
+// one srflx candidate per listen address and network type, but the
+// mapping is the socket's, whichever interface address it is paired
+// with. On a dual-stack socket with three addresses that was six
+// candidates for two mappings, each checked against every remote
+// candidate of its family; one address (not loopback where there is
+// another) gives one per family.
+func (s *sharedSrflx) GetListenAddresses() []net.Addr {
+	all := s.UniversalUDPMuxDefault.GetListenAddresses()
+	for _, a := range all {
+		if ua, ok := a.(*net.UDPAddr); ok && !ua.IP.IsLoopback() {
+			return []net.Addr{a}
+		}
+	}
+	return all[:min(1, len(all))]
+}
+
 // GetXORMappedAddr implements ice.UniversalUDPMux.
 func (s *sharedSrflx) GetXORMappedAddr(server net.Addr, deadline time.Duration) (*stun.XORMappedAddress, error) {
 	return s.GetXORMappedAddrContext(context.Background(), server, deadline)
