@@ -46,6 +46,9 @@ func TestPlanIPv6(t *testing.T) {
 	assert.Equal(t, nat.StatefulConfig{Filtering: nat.EndpointIndependent, UDPTimeout: 30 * time.Second}, *flat.Config.Stateful)
 	assert.Equal(t, "ipv6-firewall*", flat.Profile)
 	assert.Nil(t, p.Router("open-gw").Config.Stateful, "no nat: routed, unfiltered")
+	assert.Equal(t, "symmetric + IPv6", p.NATLabel(&PlanNode{NATs: []string{"home-nat"}}),
+		"the matrix keeps a dual-stack symmetric site apart from an IPv4-only one")
+	assert.Equal(t, "ipv6-firewall*", p.NATLabel(&PlanNode{NATs: []string{"flat-gw"}}))
 
 	laptop := p.Host("laptop").Config
 	assert.Equal(t, "192.168.1.2", laptop.Interfaces[0].Addr.String())

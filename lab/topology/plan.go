@@ -177,14 +177,21 @@ func (p *Plan) Group(name string) []*PlanNode {
 }
 
 // NATLabel describes what stands between n and the top of its tree:
-// "port-restricted-cone", "full-cone behind cgnat", or "none".
+// "port-restricted-cone", "full-cone behind cgnat", or "none". A NAT that
+// also routes the node's IPv6 (filtered, RFC 6092) says so, "symmetric +
+// IPv6": nodes there may go direct over IPv6 where the profile alone
+// would not, and the report's NAT matrix keeps the two apart.
 func (p *Plan) NATLabel(n *PlanNode) string {
 	if len(n.NATs) == 0 {
 		return "none"
 	}
 	labels := make([]string, len(n.NATs))
 	for i, r := range n.NATs {
-		labels[i] = p.Router(r).Profile
+		pr := p.Router(r)
+		labels[i] = pr.Profile
+		if pr.Config.NAT != nil && pr.Config.Stateful != nil {
+			labels[i] += " + IPv6"
+		}
 	}
 	return strings.Join(labels, " behind ")
 }
