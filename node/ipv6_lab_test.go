@@ -186,3 +186,64 @@ func TestDualStackMeetsIPv4Only(t *testing.T) {
 		noMapped(t, b)
 	})
 }
+
+// expectDirectDualStack is expectDirect with IPv6: two sites whose IPv6
+// is routed untranslated through RFC 6092 filters go direct over it,
+// whatever their IPv4 NATs (each side's checks to the other's host
+// candidate open its own filter for the answers), even udp-blocked ones,
+// whose firewall is IPv4's. Otherwise IPv4 decides.
+func expectDirectDualStack(a, b dualSite) (direct, overIPv6 bool) {
+	if a.ipv6 && b.ipv6 {
+		return true, true
+	}
+	return expectDirect(a.nat, b.nat), false
+}
+
+// TestPathMatrixDualStack is TestPathMatrix with IPv6: every pair of NAT
+// profiles with both sites dual-stack, and each profile against an
+// IPv4-only symmetric site, ends on the path expectDirectDualStack says,
+// over the family it says.
+func TestPathMatrixDualStack(t *testing.T) {
+	profiles := nat.ProfileNames()
+	type pair struct{ a, b dualSite }
+	var pairs []pair
+	for i, pa := range profiles {
+		for _, pb := range profiles[i:] {
+			pairs = append(pairs, pair{dualSite{pa, true}, dualSite{pb, true}})
+		}
+		pairs = append(pairs, pair{dualSite{pa, true}, dualSite{"symmetric", false}})
+	}
+	for _, p := range pairs {
+		name := fmt.Sprintf("%s+%s", p.a.nat, p.b.nat)
+		if !p.b.ipv6 {
+			name += "-ipv4only"
+		}
+		t.Run(name, func(t *testing.T) {
+			inVirtualTime(t, func(t *testing.T) {
+				_, hosts := newDualWorld(t, p.a, p.b)
+				na, nb := &stockNetstack{}, &stockNetstack{}
+				a := startNode(t, hosts[0], "alpha", na, exactICE)
+				b := startNode(t, hosts[1], "beta", nb, exactICE)
+				serveEcho(t, nb, 7)
+				eventuallyEcho(t, na, b.Address().Addr(), 7, 20*time.Second, name)
+				direct, overIPv6 := expectDirectDualStack(p.a, p.b)
+				var st node.PeerStatus
+				if direct {
+					st = waitPath(t, a, node.PathDirect, 8*time.Second)
+					ep := netip.MustParseAddrPort(st.Endpoint)
+					assert.Equal(t, overIPv6, ep.Addr().Is6(), "direct to %v", ep)
+				} else {
+					require.Eventually(t, func() bool {
+						s := a.Status()
+						return len(s) == 1 && s[0].ICE.Err != ""
+					}, 10*time.Second, 50*time.Millisecond, "ICE never gave up: %+v", a.Status())
+					st = a.Status()[0]
+					assert.Equal(t, node.PathRelay, st.Path, "%+v", st)
+				}
+				eventuallyEcho(t, na, b.Address().Addr(), 7, 10*time.Second, name+" on "+string(st.Path))
+				noMapped(t, a)
+				t.Logf("%s: %s %s", name, st.Path, st.Endpoint)
+			})
+		})
+	}
+}
