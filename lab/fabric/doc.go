@@ -6,7 +6,8 @@
 // A Fabric is built element by element: AddNetwork (a segment with an IPv4
 // prefix and an MTU), AddHost (a machine with one gVisor stack and an
 // interface on one or more segments), AddRouter (interfaces on several
-// segments, optionally a nat.NAT and firewall on its uplink) and, on Linux
+// segments, optionally a nat.NAT and firewall, an IPv6 nat.Stateful filter
+// or a nat.NAT64 on its uplink) and, on Linux
 // as root, AddKernelHost (a network namespace joined to a segment through a
 // TUN device, for code that needs the kernel's own stack). Each element is
 // checked when it is added (addresses on their segment and unique, gateways

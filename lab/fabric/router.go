@@ -40,6 +40,11 @@ type RouterConfig struct {
 	// router does: nothing translated, inbound only through state inside
 	// hosts opened (see nat.FirewallProfile). IPv4 is the NAT's.
 	Stateful *nat.StatefulConfig
+	// NAT64, when set, translates IPv6 from inside addressed to its
+	// prefix to IPv4 leaving through the uplink, and back (RFC 6146; see
+	// router64.go). Its Public address is set to the uplink's IPv4
+	// address. A router has NAT or NAT64, not both.
+	NAT64 *nat.NAT64Config
 	// Uplink names the outside interface for NAT and Firewall. If empty,
 	// the interface on the Gateway's network.
 	Uplink string
@@ -57,6 +62,7 @@ type Router struct {
 	routes routeTable
 	uplink *Interface
 	nat    *nat.NAT
+	nat64  *nat.NAT64 // see router64.go
 	fw     *nat.Firewall
 	// stateful filters IPv6 on the uplink; see router6.go.
 	stateful *nat.Stateful
@@ -110,7 +116,7 @@ func (f *Fabric) AddRouter(cfg RouterConfig) (*Router, error) {
 	if r.routes, err = buildRoutes(cfg.Name, ifcs, cfg.Gateway, cfg.Gateway6, cfg.Routes); err != nil {
 		return fail(err)
 	}
-	if cfg.NAT != nil || cfg.Firewall != nil || cfg.Stateful != nil || cfg.Uplink != "" {
+	if cfg.NAT != nil || cfg.NAT64 != nil || cfg.Firewall != nil || cfg.Stateful != nil || cfg.Uplink != "" {
 		for _, ifc := range ifcs {
 			if ifc.name == cfg.Uplink || (cfg.Uplink == "" && (cfg.Gateway.IsValid() && ifc.network.contains(cfg.Gateway) || !cfg.Gateway.IsValid() && cfg.Gateway6.IsValid() && ifc.network.contains(cfg.Gateway6))) {
 				r.uplink = ifc
@@ -140,6 +146,22 @@ func (f *Fabric) AddRouter(cfg RouterConfig) (*Router, error) {
 			nc.Seed = f.seedFor(cfg.Name + "/nat")
 		}
 		if r.nat, err = nat.New(nc); err != nil {
+			return fail(fmt.Errorf("%w: router %q: %w", ErrInvalid, cfg.Name, err))
+		}
+	}
+	if cfg.NAT64 != nil {
+		if cfg.NAT != nil {
+			return fail(fmt.Errorf("%w: router %q: NAT and NAT64 both set: a router translates one way", ErrInvalid, cfg.Name))
+		}
+		nc := *cfg.NAT64
+		nc.Public = r.uplink.addrFor(netip.IPv4Unspecified())
+		if !nc.Public.IsValid() {
+			return fail(fmt.Errorf("%w: router %q: NAT64 needs an IPv4 address on uplink %s", ErrInvalid, cfg.Name, r.uplink))
+		}
+		if nc.Seed == 0 {
+			nc.Seed = f.seedFor(cfg.Name + "/nat64")
+		}
+		if r.nat64, err = nat.NewNAT64(nc); err != nil {
 			return fail(fmt.Errorf("%w: router %q: %w", ErrInvalid, cfg.Name, err))
 		}
 	}
@@ -186,6 +208,9 @@ func (r *Router) Stateful() *nat.Stateful { return r.stateful }
 
 // Uplink returns the NAT/firewall uplink, or nil.
 func (r *Router) Uplink() *Interface { return r.uplink }
+
+// NAT64 returns the router's NAT64, or nil.
+func (r *Router) NAT64() *nat.NAT64 { return r.nat64 }
 
 // NAT returns the router's NAT, or nil. Use it to Reboot the NAT, list
 // mappings or read its counters.
@@ -241,6 +266,10 @@ func (r *Router) input(in *Interface, f []byte) {
 	f = f[:ethHeaderLen+len(p)]
 	if p[8] <= 1 {
 		r.drop(in, f, &c.ttl, "ttl exceeded")
+		return
+	}
+	if in == r.uplink && r.nat64 != nil && netip.AddrFrom4([4]byte(p[16:20])) == r.nat64.Public() && !isEchoRequest4(p) {
+		r.inbound64(in, f, p)
 		return
 	}
 	now := r.f.clock.Now()

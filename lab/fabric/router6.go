@@ -12,7 +12,8 @@ import (
 )
 
 // IPv6 forwarding (RFC 8200). Routers route IPv6 as they route IPv4, with
-// no NAT (lab/nat translates IPv4 only) and no neighbour discovery: the
+// no NAT66 (a NAT64 router translates IPv6 to its prefix into IPv4, see
+// router64.go) and no neighbour discovery: the
 // fabric knows every neighbour, as it does instead of ARP. A router never
 // fragments IPv6: a packet larger than the next link's MTU is dropped and
 // answered with ICMPv6 Packet Too Big (RFC 4443 section 3.2). On the
@@ -62,6 +63,10 @@ func (r *Router) input6(in *Interface, f []byte) {
 	}
 	if p[7] <= 1 {
 		r.drop(in, f, &c.ttl, "hop limit exceeded")
+		return
+	}
+	if r.nat64 != nil && in != r.uplink && r.nat64.Prefix().Contains(dst) {
+		r.forward64(in, f, p)
 		return
 	}
 	now := r.f.clock.Now()
