@@ -190,9 +190,17 @@ func (r *resolver) buildRouter(name string, ifcs []fabric.InterfaceConfig, route
 				fw := r.firewall(path+".firewall", n.Firewall)
 				cfg.Firewall = &fw
 			}
+		case n.NAT != nil && n.NAT.Profile == nat64Profile:
+			cfg.NAT64, cfg.Stateful, profile = r.nat64Config(path, &n, info)
+		case n.NAT != nil && n.NAT.Prefix64.IsValid():
+			r.errorf(path+".nat.prefix64", "use nat: nat64", "prefix64 is the NAT64 prefix, and %s's nat is %s", n.Name, n.NAT.Profile)
 		case n.NAT != nil && !info.prefix.Addr().Is4():
 			r.errorf(path+".nat", "use nat: ipv6-firewall", "NAT profiles translate IPv4, and %s is IPv6-only", n.Name)
 		case n.NAT != nil:
+			if up := r.nets[info.parent]; up != nil && up.prefix.IsValid() && !up.prefix.Addr().Is4() {
+				r.errorf(path+".nat", fmt.Sprintf("give %s a cidr, or use nat: ipv6-firewall", info.parent),
+					"NAT profiles translate IPv4, and the uplink %s is IPv6-only", info.parent)
+			}
 			cfg.NAT, profile = r.natConfig(path+".nat", n.NAT, n.Firewall, path+".firewall")
 			if has6 {
 				cfg.Stateful = r.statefulConfig(path+".nat", n.NAT) // a NAT44 router filters the IPv6 it routes
@@ -225,7 +233,9 @@ func (r *resolver) buildRouter(name string, ifcs []fabric.InterfaceConfig, route
 			r.errorf(path, "add uplink: NETWORK", "nat and firewall need an uplink or a gateway to know the outside")
 		}
 		profile := ""
-		if rt.NAT != nil {
+		if rt.NAT != nil && rt.NAT.Profile == nat64Profile {
+			r.errorf(path+".nat", "put nat: nat64 on the IPv6-only network (networks.NAME.nat)", "nat64 is a network gateway's profile")
+		} else if rt.NAT != nil {
 			cfg.NAT, profile = r.natConfig(path+".nat", rt.NAT, rt.Firewall, path+".firewall")
 		} else if rt.Firewall != nil {
 			fw := r.firewall(path+".firewall", rt.Firewall)

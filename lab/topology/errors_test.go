@@ -52,7 +52,7 @@ nodes:
 `,
 			want: `14 problems:
 t.yaml:5:13: networks.home.uplink: no network "internt"; did you mean "internet"?
-t.yaml:6:10: networks.home.nat: unknown value "symetric"; did you mean "symmetric"? (one of: full-cone, restricted-cone, port-restricted-cone, symmetric, cgnat, udp-blocked, ipv6-firewall)
+t.yaml:6:10: networks.home.nat: unknown value "symetric"; did you mean "symmetric"? (one of: full-cone, restricted-cone, port-restricted-cone, symmetric, cgnat, udp-blocked, ipv6-firewall, nat64)
 t.yaml:10:14: networks.office.gateway: 10.0.1.1 is not on network office; office is 10.0.0.0/24
 t.yaml:13:13: networks.lab.uplink: lab-gw joins lab (10.0.0.0/16) and office (10.0.0.0/24), which overlap; renumber one of the networks
 t.yaml:14:40: networks.loop1.uplink: uplinks form a loop: loop1 → loop2 → loop1; one network at the top has no uplink
@@ -78,7 +78,7 @@ t.yaml:31:3: nodes.dave: node dave runs nowhere; add network: NAME (a host of it
 `,
 			want: `6 problems:
 t.yaml:6:40: networks.home.nat.mapping: unknown value "endpoint-independant"; did you mean "endpoint-independent"? (one of: endpoint-independent, address-dependent, address-and-port-dependent)
-t.yaml:6:62: networks.home.nat: unknown key "udp_timout"; did you mean "udp_timeout"? (known keys: profile, mapping, filtering, ports, port_range, hairpin, udp_timeout, tcp_timeout, tcp_transitory_timeout, icmp_timeout, refresh, max_mappings)
+t.yaml:6:62: networks.home.nat: unknown key "udp_timout"; did you mean "udp_timeout"? (known keys: profile, mapping, filtering, ports, port_range, hairpin, udp_timeout, tcp_timeout, tcp_transitory_timeout, icmp_timeout, refresh, max_mappings, prefix64)
 t.yaml:6:91: networks.home.nat.port_range: port range "5000-4000" is reversed; write 4000-5000
 t.yaml:7:12: networks.home.link: unknown key "latncy"; did you mean "latency"? (known keys: latency, jitter, loss, duplicate, reorder, reorder_delay, rate, queue, mtu, down, egress, ingress)
 t.yaml:7:32: networks.home.link.loss: want a fraction from 0 to 1 or a percentage such as 1%, got "2" (outside 0-100%)

@@ -174,7 +174,7 @@ nodes:
 
 func TestProfilesMatchNAT(t *testing.T) {
 	field, _ := reflect.TypeFor[NAT]().FieldByName("Profile")
-	assert.Equal(t, strings.Join(append(nat.ProfileNames(), firewall6Profile), "|"), field.Tag.Get("enum"), "the format lists every NAT profile and the IPv6 firewall")
+	assert.Equal(t, strings.Join(append(nat.ProfileNames(), firewall6Profile, nat64Profile), "|"), field.Tag.Get("enum"), "the format lists every NAT profile, the IPv6 firewall and NAT64")
 }
 
 func TestEgressPolicyPath(t *testing.T) {

@@ -56,7 +56,7 @@ type Network struct {
 
 // NAT is a NAT's behaviour.
 type NAT struct {
-	Profile   string `yaml:"profile,shorthand" enum:"full-cone|restricted-cone|port-restricted-cone|symmetric|cgnat|udp-blocked|ipv6-firewall" doc:"A named NAT type; the other keys change it. If omitted, an endpoint-independent NAT with port preservation. ipv6-firewall translates nothing: the gateway routes and filters IPv6 as an RFC 6092 home router (inbound only through flows opened from inside; filtering and the timeouts apply to it). Every other profile also filters the network's IPv6 that way."`
+	Profile   string `yaml:"profile,shorthand" enum:"full-cone|restricted-cone|port-restricted-cone|symmetric|cgnat|udp-blocked|ipv6-firewall|nat64" doc:"A named NAT type; the other keys change it. If omitted, an endpoint-independent NAT with port preservation. ipv6-firewall translates nothing: the gateway routes and filters IPv6 as an RFC 6092 home router (inbound only through flows opened from inside; filtering and the timeouts apply to it). nat64, on an IPv6-only network with an IPv4 uplink, translates IPv6 to prefix64 (64:ff9b::/96) into IPv4 from the gateway's address (RFC 6146: endpoint-independent mapping and filtering; port_range, the timeouts and max_mappings apply). Every other profile also filters the network's IPv6 that way."`
 	Mapping   string `yaml:"mapping" enum:"endpoint-independent|address-dependent|address-and-port-dependent" doc:"When two outbound flows share an external endpoint (RFC 4787 section 4.1)."`
 	Filtering string `yaml:"filtering" enum:"endpoint-independent|address-dependent|address-and-port-dependent" doc:"Which remotes may send in through a mapping (RFC 4787 section 5)."`
 	Ports     string `yaml:"ports" enum:"preserve|sequential|random" doc:"How external ports are picked (RFC 4787 section 4.2.1)."`
@@ -68,7 +68,8 @@ type NAT struct {
 	TCPTransitoryTimeout time.Duration `yaml:"tcp_transitory_timeout" doc:"Idle lifetime of an opening or closing TCP mapping. If zero, 4m."`
 	ICMPTimeout          time.Duration `yaml:"icmp_timeout" doc:"Idle lifetime of an ICMP echo mapping. If zero, 60s."`
 	Refresh              string        `yaml:"refresh" enum:"outbound|both" doc:"Which packets keep a mapping alive. If omitted, outbound."`
-	MaxMappings          int           `yaml:"max_mappings" min:"0" max:"1000000" doc:"Live mappings the NAT holds at most; new flows beyond are dropped. If zero, unlimited."`
+	MaxMappings          int           `yaml:"max_mappings" min:"0" max:"1000000" doc:"Live mappings the NAT holds at most; new flows beyond are dropped. If zero, unlimited (nat64: 65536)."`
+	Prefix64             netip.Prefix  `yaml:"prefix64" ipv6:"true" doc:"nat64 only: the /96 IPv4 addresses are embedded in (RFC 6052). If omitted, the well-known 64:ff9b::/96." example:"64:ff9b::/96"`
 }
 
 // Firewall is a first-match rule list.
