@@ -31,9 +31,24 @@ import (
 //
 // Compaction: when the journal outgrows twice the snapshot (at least
 // FileStoreOptions.CompactBytes), the whole registry is written as a new
-// snapshot (temporary file, fsync, rename) and the journal is emptied. A
-// crash between the two leaves a journal the snapshot already holds,
-// which replays to the same registry.
+// snapshot, outside the store's mutex, so changes go on meanwhile
+// (FileStore.Compact):
+//
+//  1. under the mutex: copy the registry's map (its records are never
+//     changed in place) and start keeping every line appended from then
+//     on (the tail);
+//  2. outside it: fsync the journal up to the copy, so the snapshot holds
+//     only changes that are durable anyway; write the snapshot (temporary
+//     file, fsync, rename);
+//  3. under the mutex: write the tail to a new journal (temporary file,
+//     fsync, rename over the old one) and append to that from then on.
+//
+// A crash before 2's rename leaves the old snapshot and the whole
+// journal; between 2 and 3 the new snapshot and the whole journal, whose
+// older half replays records the snapshot already holds, to the same
+// registry (each record is a node's whole state, so the last one for a
+// node wins either way); after 3 the new snapshot and the tail. No crash
+// loses an acknowledged change.
 
 // journalRecord is one change.
 type journalRecord struct {
@@ -130,9 +145,12 @@ func (e *TornTailError) Error() string {
 // fsync runs share the next.
 type journal struct {
 	path    string
-	f       *os.File
+	f       *os.File     // replaced by swapTail, under FileStore.mu and syncMu
 	size    int64        // bytes in the file (under FileStore.mu)
 	written atomic.Int64 // bytes ever appended, across compactions
+	// tail, when not nil, keeps every line appended since a compaction
+	// copied the registry (under FileStore.mu).
+	tail []byte
 
 	syncMu sync.Mutex // guards synced
 	synced int64      // of written, what is durable
@@ -181,6 +199,9 @@ func (j *journal) append(line []byte) (int64, error) {
 		return 0, fmt.Errorf("registry journal %s: append: %w", j.path, err)
 	}
 	j.size += int64(n)
+	if j.tail != nil {
+		j.tail = append(j.tail, line...)
+	}
 	return j.written.Add(int64(n)), nil
 }
 
@@ -222,6 +243,66 @@ func (j *journal) reset() error {
 	j.syncMu.Lock()
 	j.synced = max(j.synced, j.written.Load()) // the snapshot is durable
 	j.syncMu.Unlock()
+	return nil
+}
+
+// keepTail starts keeping appended lines (under the store's mutex) and
+// returns the logical offset the kept ones start at.
+func (j *journal) keepTail() int64 {
+	j.tail = []byte{}
+	return j.written.Load()
+}
+
+// dropTail stops keeping appended lines (a compaction failed).
+func (j *journal) dropTail() { j.tail = nil }
+
+// swapTail makes the kept tail the whole journal (under the store's
+// mutex), once a snapshot holds everything before it: the tail is written
+// to a temporary file, fsynced and renamed over the journal, so a crash
+// leaves the old journal or the tail, both complete over the snapshot.
+// beforeRename, if not nil, runs with the tail written (tests crash there).
+func (j *journal) swapTail(beforeRename func()) error {
+	tail := j.tail
+	j.tail = nil
+	j.syncMu.Lock() // no fsync of the old file runs while it is replaced
+	defer j.syncMu.Unlock()
+	if err := j.failed(); err != nil {
+		return err
+	}
+	dir := filepath.Dir(j.path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(j.path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("registry journal %s: new journal after snapshot: %w", j.path, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename there is nothing to remove
+	err = tmp.Chmod(0o600)
+	if err == nil {
+		_, err = tmp.Write(tail)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("registry journal %s: new journal after snapshot: %w", j.path, err)
+	}
+	if beforeRename != nil {
+		beforeRename()
+	}
+	if err := os.Rename(tmp.Name(), j.path); err != nil {
+		return fmt.Errorf("registry journal %s: new journal after snapshot: %w", j.path, err)
+	}
+	_ = syncDir(dir) // not every file system syncs directories
+	// The journal on disk is the tail now; appends must go there.
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return j.fail(fmt.Errorf("registry journal %s: reopen after snapshot: %w (restart control)", j.path, err))
+	}
+	_ = j.f.Close()
+	j.f, j.size = f, int64(len(tail))
+	j.synced = max(j.synced, j.written.Load()) // the tail was fsynced
 	return nil
 }
 

@@ -54,8 +54,14 @@ type Store interface {
 type FileStore struct {
 	path string
 	opts FileStoreOptions
-	mu   sync.Mutex // guards the following fields
-	byID map[string]*Node
+	// compactMu is held through a compaction (taken before mu): one runs
+	// at a time, and Close waits for it.
+	compactMu sync.Mutex
+	// compactHook, if not nil, runs at each step of Compact (tests crash
+	// or change the store there); "journal" runs with mu held.
+	compactHook func(step string)
+	mu          sync.Mutex // guards the following fields
+	byID        map[string]*Node
 	// claims: address and name → the ID holding it, so Create checks
 	// without scanning.
 	byAddr map[netip.Prefix]string
@@ -276,6 +282,8 @@ func (s *FileStore) Delete(_ context.Context, id string) error {
 // closes it; the store takes no more changes. If the snapshot cannot be
 // written, the journal keeps every change.
 func (s *FileStore) Close() error {
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.j == nil {
@@ -315,11 +323,16 @@ func (s *FileStore) commit(id string, n *Node) error {
 		s.mu.Unlock()
 		return err
 	}
-	if s.j.size >= s.compactAt {
-		s.compactLocked()
-	}
+	compact := s.j.size >= s.compactAt
 	s.mu.Unlock()
-	return s.j.syncTo(end)
+	if err := s.j.syncTo(end); err != nil {
+		return err
+	}
+	if compact && s.compactMu.TryLock() { // else one is running
+		s.compactOrLog()
+		s.compactMu.Unlock()
+	}
+	return nil
 }
 
 func (s *FileStore) appendLocked(id string, n *Node) (int64, error) {
@@ -334,28 +347,86 @@ func (s *FileStore) appendLocked(id string, n *Node) (int64, error) {
 	return s.j.append(line)
 }
 
-// compactLocked compacts; if that fails the journal keeps everything,
-// and the next try waits for it to double.
-func (s *FileStore) compactLocked() {
-	if err := s.compactNowLocked(); err != nil {
-		s.compactAt = 2 * s.j.size
-		if s.opts.Logger != nil {
-			s.opts.Logger.Error("registry compaction failed; the journal keeps every change", "err", err, "journal_bytes", s.j.size)
-		}
+// compactOrLog compacts (with compactMu held) for the change that took
+// the journal past compactAt, after that change is durable: that change
+// waits for the snapshot, the others go on. If compaction fails the
+// journal keeps everything, and the next try waits for it to double.
+func (s *FileStore) compactOrLog() {
+	err := s.compactOffLock()
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	s.compactAt = 2 * s.j.size
+	size := s.j.size
+	s.mu.Unlock()
+	if s.opts.Logger != nil {
+		s.opts.Logger.Error("registry compaction failed; the journal keeps every change", "err", err, "journal_bytes", size)
 	}
 }
 
-// Compact writes the registry as a new snapshot and empties the journal.
+// Compact writes the registry as a new snapshot and leaves in the journal
+// only the changes made while it was written (see journal.go for the
+// steps and why a crash at any of them loses nothing). Changes go on
+// meanwhile; one compaction runs at a time.
 func (s *FileStore) Compact() error {
+	s.compactMu.Lock()
+	defer s.compactMu.Unlock()
+	return s.compactOffLock()
+}
+
+// compactOffLock is Compact, with compactMu held.
+func (s *FileStore) compactOffLock() error {
+	hook := func(string) {}
+	if s.compactHook != nil {
+		hook = s.compactHook
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.j == nil || s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	if err := s.j.failed(); err != nil {
+		s.mu.Unlock()
 		return err // memory may hold changes that were refused
 	}
-	return s.compactNowLocked()
+	// Records are replaced, never changed in place (setLocked), so a
+	// copy of the map is a consistent registry to write.
+	nodes := maps.Clone(s.byID)
+	upTo := s.j.keepTail()
+	s.mu.Unlock()
+
+	hook("copied")
+	size, err := s.writeSnapshot(nodes, upTo)
+	if err == nil {
+		hook("snapshot")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		err = s.j.swapTail(func() { hook("journal") })
+	}
+	if err != nil {
+		s.j.dropTail()
+		return err
+	}
+	s.compactAt = max(s.opts.CompactBytes, 2*size)
+	return nil
+}
+
+// writeSnapshot writes nodes (a copy of the registry when the journal had
+// upTo bytes) as the snapshot, outside the store's mutex. The journal is
+// made durable up to there first: the snapshot must not hold a change
+// whose fsync then fails, and is refused to its caller.
+func (s *FileStore) writeSnapshot(nodes map[string]*Node, upTo int64) (int64, error) {
+	if err := s.j.syncTo(upTo); err != nil {
+		return 0, err
+	}
+	b, err := encodeSnapshot(nodes)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(b)), WriteFileAtomic(s.path, b, 0o600)
 }
 
 func (s *FileStore) compactNowLocked() error {
@@ -387,15 +458,24 @@ func (s *FileStore) setLocked(id string, n *Node) {
 // writeSnapshotLocked writes every node to path atomically and returns
 // the snapshot's size.
 func (s *FileStore) writeSnapshotLocked(path string) (int64, error) {
+	b, err := encodeSnapshot(s.byID)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(b)), WriteFileAtomic(path, b, 0o600)
+}
+
+// encodeSnapshot is the snapshot file holding nodes, sorted by ID.
+func encodeSnapshot(nodes map[string]*Node) ([]byte, error) {
 	st := fileState{Version: 1}
-	for _, id := range slices.Sorted(maps.Keys(s.byID)) {
-		st.Nodes = append(st.Nodes, s.byID[id])
+	for _, id := range slices.Sorted(maps.Keys(nodes)) {
+		st.Nodes = append(st.Nodes, nodes[id])
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return 0, fmt.Errorf("encode registry: %w", err)
+		return nil, fmt.Errorf("encode registry: %w", err)
 	}
-	return int64(len(b)), WriteFileAtomic(path, b, 0o600)
+	return b, nil
 }
 
 // WriteFileAtomic writes b to path so that a reader sees the old or the
