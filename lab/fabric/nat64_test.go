@@ -29,14 +29,14 @@ type world64 struct {
 	router        *Router
 }
 
-func newWorld64(t *testing.T, uplinkMTU int) *world64 {
+func newWorld64(t *testing.T, uplinkMTU, mobileMTU int) *world64 {
 	t.Helper()
 	f, err := New(Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.Close()) })
 	for _, n := range []NetworkConfig{
 		{Name: "internet", Prefix: internet},
-		{Name: "mobile", Prefix6: netip.MustParsePrefix("2001:db8:2::/64")},
+		{Name: "mobile", Prefix6: netip.MustParsePrefix("2001:db8:2::/64"), MTU: mobileMTU},
 	} {
 		_, err := f.AddNetwork(n)
 		require.NoError(t, err)
@@ -67,7 +67,7 @@ var server64 = nat.Embed64(nat.WellKnownPrefix64, serverIP)
 // cannot reach in unsolicited.
 func TestNAT64(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
-		w := newWorld64(t, 0)
+		w := newWorld64(t, 0, 0)
 		srv := listen(t, w.server, "udp4", ":7")
 		go func() { // a UDP echo server
 			buf := make([]byte, 2048)
@@ -181,7 +181,7 @@ func ping6(t *testing.T, h *Host, dst netip.Addr, seq uint16) netip.Addr {
 // send at that size arrives.
 func TestNAT64PacketTooBig(t *testing.T) {
 	inBubble(t, func(t *testing.T) {
-		w := newWorld64(t, 1400)
+		w := newWorld64(t, 1400, 0)
 		srv := listen(t, w.server, "udp4", ":7")
 		pc := listen(t, w.phone, "udp6", ":5000")
 		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(server64, 7))
@@ -198,6 +198,37 @@ func TestNAT64PacketTooBig(t *testing.T) {
 		n, _, err := srv.ReadFrom(make([]byte, 2048))
 		require.NoError(t, err, "1420 bytes of IPv6 are 1400 of IPv4")
 		assert.Equal(t, 1420-48, n)
+	})
+}
+
+// TestNAT64FragmentationNeeded: an IPv4 datagram with DF that would exceed
+// the IPv6 network's MTU once translated is answered with "fragmentation
+// needed" naming the IPv4 size that fits (MTU - 20); one that fits arrives.
+func TestNAT64FragmentationNeeded(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		w := newWorld64(t, 0, 1280)
+		srv := listen(t, w.server, "udp4", ":7")
+		pc := listen(t, w.phone, "udp6", ":5000")
+		_, err := pc.WriteTo([]byte("hi"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(server64, 7)))
+		require.NoError(t, err)
+		require.NoError(t, srv.SetReadDeadline(time.Now().Add(time.Second)))
+		_, from, err := srv.ReadFrom(make([]byte, 64))
+		require.NoError(t, err)
+		_, err = srv.WriteTo(make([]byte, 1300), from) // 1328 bytes of IPv4 with DF, 1348 of IPv6
+		require.NoError(t, err)
+		require.NoError(t, pc.SetReadDeadline(time.Now().Add(time.Second)))
+		_, _, err = pc.ReadFrom(make([]byte, 2048))
+		assert.Error(t, err, "too big for the mobile network")
+		st := w.router.Stats()
+		assert.Equal(t, uint64(1), st.TooBig)
+		assert.Equal(t, uint64(1), st.ICMPSent, "fragmentation needed sent")
+		assert.Equal(t, 1260, w.server.udp.pmtu.get(ip("203.0.113.10"), w.f.Clock().Now()), "the server learnt the size that fits")
+		_, err = srv.WriteTo(make([]byte, 1232), from) // 1260 bytes of IPv4, 1280 of IPv6
+		require.NoError(t, err)
+		require.NoError(t, pc.SetReadDeadline(time.Now().Add(time.Second)))
+		n, _, err := pc.ReadFrom(make([]byte, 2048))
+		require.NoError(t, err)
+		assert.Equal(t, 1232, n)
 	})
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
 	"github.com/latticelab/lattice/lab/nat"
 )
 
@@ -14,11 +16,13 @@ import (
 // longer), so it is written into a new frame. A packet whose translation
 // would exceed the uplink's MTU is answered with Packet Too Big naming the
 // IPv6 size that fits, as an IPv6 router would: the translated packet
-// carries DF when over 1260 bytes and could not be fragmented later.
+// carries DF when over 1260 bytes and could not be fragmented later. An
+// IPv4 packet with DF too big for the inside network once translated is
+// answered with "fragmentation needed" naming that MTU - 20.
 
-// translate64 runs p through the router's NAT64 in dir into a new frame and
-// releases f. It returns the new frame and its packet, or nil after
-// counting the drop.
+// translate64 runs p through the router's NAT64 in dir into a new frame.
+// It returns the new frame and its packet, or nil after counting the drop
+// and releasing f; otherwise f is still the caller's.
 func (r *Router) translate64(in *Interface, f, p []byte, dir nat.Direction) (fr, b []byte, note string) {
 	fr = getFrame(ethHeaderLen + len(p) + 40) // room for the largest growth, an ICMP error's two headers
 	b, res := r.nat64.Translate(r.f.clock.Now(), fr[ethHeaderLen:ethHeaderLen], p, dir)
@@ -27,7 +31,6 @@ func (r *Router) translate64(in *Interface, f, p []byte, dir nat.Direction) (fr,
 		r.drop(in, f, &r.stats.nat, res.Reason)
 		return nil, nil, ""
 	}
-	putFrame(f)
 	if &b[0] != &fr[ethHeaderLen] { // cannot happen with the room above; stay correct anyway
 		fr = append(fr[:ethHeaderLen], b...)
 		b = fr[ethHeaderLen:]
@@ -58,6 +61,7 @@ func (r *Router) forward64(in *Interface, f, p []byte) {
 	if fr == nil {
 		return
 	}
+	putFrame(f)
 	r.output(in, out, rt, fr, b, note) // decrements the TTL translated from the hop limit
 }
 
@@ -72,14 +76,25 @@ func (r *Router) inbound64(in *Interface, f, p []byte) {
 	dst := netip.AddrFrom16([16]byte(b[24:40]))
 	rt := r.routes.lookup(dst)
 	if rt == nil {
-		r.drop(in, fr, &c.noRoute, "nat64: no route to "+dst.String())
+		putFrame(fr)
+		r.drop(in, f, &c.noRoute, "nat64: no route to "+dst.String())
 		return
 	}
 	out := rt.ifc
 	if len(b) > out.mtu {
-		r.drop(in, fr, &c.tooBig, fmt.Sprintf("nat64: %d-byte translated packet exceeds %s MTU %d", len(b), out, out.mtu))
+		// RFC 7915 section 4: the IPv4 sender learns the size that fits
+		// once translated. Without DF it would be fragmented into IPv6
+		// fragments, which this translator does not emit.
+		putFrame(fr)
+		if header.IPv4(p).Flags()&header.IPv4FlagDontFragment != 0 {
+			r.fragNeeded(in, p, out.mtu-20)
+			r.drop(in, f, &c.tooBig, fmt.Sprintf("nat64: %d-byte packet exceeds %s MTU %d once translated: answered fragmentation needed, mtu %d", len(p), out, out.mtu, out.mtu-20))
+		} else {
+			r.drop(in, f, &c.tooBig, fmt.Sprintf("nat64: %d-byte packet exceeds %s MTU %d once translated, and IPv6 fragments are not made", len(p), out, out.mtu))
+		}
 		return
 	}
+	putFrame(f)
 	b[7]-- // the hop limit; input checked the TTL it came from
 	r.output6(in, out, rt, fr, b, "")
 }
