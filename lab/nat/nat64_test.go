@@ -358,3 +358,48 @@ func TestNAT64Prefix(t *testing.T) {
 		assert.EqualError(t, err, tc.want)
 	}
 }
+
+// BenchmarkNAT64 is BenchmarkProcess for the NAT64: one outbound (IPv6 to
+// IPv4) and one inbound translation of an established UDP flow.
+func BenchmarkNAT64(b *testing.B) {
+	x, err := NewNAT64(NAT64Config{Public: public})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	outPkt := udp64(phone, srv64, "hello")
+	sent, res := x.Translate(now, nil, outPkt, FromInside)
+	if res.Verdict != Forward {
+		b.Fatal(res.Reason)
+	}
+	ext, _ := endpoints(sent)
+	inPkt := udpPkt(srv4, ext)
+	buf := make([]byte, 0, 2048)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, res := x.Translate(now, buf, outPkt, FromInside); res.Verdict != Forward {
+			b.Fatal("outbound dropped")
+		}
+		if _, res := x.Translate(now, buf, inPkt, FromOutside); res.Verdict != Forward {
+			b.Fatal("inbound dropped")
+		}
+	}
+	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "pps")
+}
+
+// TestNAT64DoesNotAllocate: translating an established flow allocates
+// nothing when dst has room.
+func TestNAT64DoesNotAllocate(t *testing.T) {
+	x := newNAT64(t, NAT64Config{})
+	outPkt := udp64(phone, srv64, "hello")
+	sent, _ := out64(t, x, t0, outPkt)
+	ext, _ := endpoints(sent)
+	inPkt := udpPkt(srv4, ext)
+	buf := make([]byte, 0, 2048)
+	allocs := testing.AllocsPerRun(100, func() {
+		x.Translate(t0, buf, outPkt, FromInside)
+		x.Translate(t0, buf, inPkt, FromOutside)
+	})
+	assert.Zero(t, allocs)
+}
