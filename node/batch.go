@@ -54,9 +54,9 @@ type batchConn interface {
 
 // newUDPBatch returns a batcher for pc, or nil where pc is not a
 // *net.UDPConn (a lab host's socket). On an IPv6 socket (the node's
-// dual-stack one) x/net's ipv6 side does the calls: IPv4 destinations
-// leave as AF_INET addresses, which Linux sends on an AF_INET6 socket
-// without IPV6_V6ONLY, GSO included.
+// dual-stack one) x/net's ipv6 side does the calls where
+// ipv4OnIPv6Socket says the kernel takes the AF_INET addresses it
+// writes for IPv4 destinations.
 func newUDPBatch(pc net.PacketConn) *udpBatch {
 	uc, ok := pc.(*net.UDPConn)
 	if !ok {
@@ -68,6 +68,9 @@ func newUDPBatch(pc net.PacketConn) *udpBatch {
 	}
 	var bc batchConn = netipv4.NewPacketConn(uc)
 	if la.IP.To4() == nil {
+		if !ipv4OnIPv6Socket {
+			return nil // package net maps IPv4 destinations itself
+		}
 		bc = netipv6.NewPacketConn(uc)
 	}
 	u := &udpBatch{pc: bc}

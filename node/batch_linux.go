@@ -9,6 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ipv4OnIPv6Socket: Linux's udpv6_sendmsg sends to an AF_INET address on
+// an AF_INET6 socket without IPV6_V6ONLY (as udp_sendmsg, GSO included),
+// which is what x/net writes for every IPv4 destination.
+const ipv4OnIPv6Socket = true
+
 // gsoSupported says whether the kernel knows UDP_SEGMENT on this socket
 // (Linux 4.18 and later), the way wireguard-go's StdNetBind asks.
 func gsoSupported(uc *net.UDPConn) bool {

@@ -4,6 +4,10 @@ package node
 
 import "net"
 
+// ipv4OnIPv6Socket: elsewhere (the BSDs, macOS) an AF_INET address on an
+// AF_INET6 socket is refused, so the dual-stack socket goes unbatched.
+const ipv4OnIPv6Socket = false
+
 // gsoSupported: UDP GSO is Linux's.
 func gsoSupported(*net.UDPConn) bool { return false }
 
