@@ -242,6 +242,10 @@ func (x *NAT64) outbound(now time.Time, dst, pkt []byte) ([]byte, Result) {
 		return nil, x.drop(dropNoMapping, fmt.Sprintf("dropped: %s is not in the nat64 prefix %s", p.dst, x.prefix))
 	}
 	v4 := netip.AddrFrom4([4]byte(p.dst.AsSlice()[12:]))
+	if v4.IsUnspecified() || v4.IsLoopback() || v4.IsMulticast() || v4 == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		// These name no remote host; sending to them would be a spoofing tool.
+		return nil, x.drop(dropUnsupported, fmt.Sprintf("unsupported: %s embeds %s, not a unicast IPv4 address", p.dst, v4))
+	}
 	q, class, reason := p.asPacket(v4)
 	if class != dropNone {
 		return nil, x.drop(class, reason)
@@ -323,9 +327,9 @@ func header6(dst []byte, h header.IPv4, src, to netip.Addr, n int) []byte {
 // translateL4 appends transport header and payload l4 (of proto), with its
 // port (outbound: source; inbound: destination) or echo identifier set to
 // port, and its checksum moved from the old pseudo-header to the new one
-// incrementally. out is the packet's new IP header, just appended to dst;
-// from is what the old one summed to. ICMP echo changes type and gains or
-// loses ICMPv6's pseudo-header.
+// incrementally. dst ends with the packet's new IP header (IPv4 if toV4);
+// old.b holds the packet as it arrived. ICMP echo changes type and gains
+// or loses ICMPv6's pseudo-header.
 func translateL4(dst, l4 []byte, old *ip6, proto Proto, port uint16, toV4 bool) []byte {
 	start := len(dst)
 	ipStart := start - header.IPv4MinimumSize

@@ -313,6 +313,7 @@ func TestNAT64Drops(t *testing.T) {
 		want string
 	}{
 		{"outside prefix", udp64(phone, ap("[2001:db8::1]:7"), "x"), FromInside, "is not in the nat64 prefix 64:ff9b::/96"},
+		{"loopback embedded", udp64(phone, ap("[64:ff9b::7f00:1]:7"), "x"), FromInside, "64:ff9b::7f00:1 embeds 127.0.0.1, not a unicast IPv4 address"},
 		{"ipv4 from inside", udpPkt(ap("10.0.0.1:1"), srv4), FromInside, "ip version 4 from the ipv6 side"},
 		{"short", []byte{0x60, 0}, FromInside, "shorter than an ipv6 header"},
 		{"fragment", frag, FromInside, "ipv6 fragments are not translated"},
