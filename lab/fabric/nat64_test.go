@@ -201,6 +201,35 @@ func TestNAT64PacketTooBig(t *testing.T) {
 	})
 }
 
+// TestNAT64Hairpin: an IPv6-only host reaches another behind the same
+// NAT64 through the other's mapping at the NAT64 address (RFC 6146
+// section 3.8), seeing the sender's mapping as the source.
+func TestNAT64Hairpin(t *testing.T) {
+	inBubble(t, func(t *testing.T) {
+		w := newWorld64(t, 0, 0)
+		srv := listen(t, w.server, "udp4", ":7")
+		a, b := listen(t, w.phone, "udp6", ":5000"), listen(t, w.phone2, "udp6", ":6000")
+		public := func(pc net.PacketConn) netip.AddrPort { // the mapping pc's packet to the server got
+			t.Helper()
+			_, err := pc.WriteTo([]byte("hi"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(server64, 7)))
+			require.NoError(t, err)
+			require.NoError(t, srv.SetReadDeadline(time.Now().Add(time.Second)))
+			_, from, err := srv.ReadFrom(make([]byte, 16))
+			require.NoError(t, err)
+			return from.(*net.UDPAddr).AddrPort()
+		}
+		pa, pb := public(a), public(b)
+		_, err := a.WriteTo([]byte("hairpin"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(nat.Embed64(nat.WellKnownPrefix64, pb.Addr()), pb.Port())))
+		require.NoError(t, err)
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(time.Second)))
+		buf := make([]byte, 16)
+		n, from, err := b.ReadFrom(buf)
+		require.NoError(t, err, "hairpinned through the NAT64")
+		assert.Equal(t, "hairpin", string(buf[:n]))
+		assert.Equal(t, netip.AddrPortFrom(nat.Embed64(nat.WellKnownPrefix64, pa.Addr()), pa.Port()), from.(*net.UDPAddr).AddrPort())
+	})
+}
+
 // TestNAT64FragmentationNeeded: an IPv4 datagram with DF that would exceed
 // the IPv6 network's MTU once translated is answered with "fragmentation
 // needed" naming the IPv4 size that fits (MTU - 20); one that fits arrives.

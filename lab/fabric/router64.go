@@ -18,7 +18,10 @@ import (
 // IPv6 size that fits, as an IPv6 router would: the translated packet
 // carries DF when over 1260 bytes and could not be fragmented later. An
 // IPv4 packet with DF too big for the inside network once translated is
-// answered with "fragmentation needed" naming that MTU - 20.
+// answered with "fragmentation needed" naming that MTU - 20. Hairpinning
+// (RFC 6146 section 3.8) needs nothing more: a packet to prefix+the NAT64's
+// own address leaves translated to that address, and the uplink, its
+// neighbour, hands it back in through the mapping it names.
 
 // translate64 runs p through the router's NAT64 in dir into a new frame.
 // It returns the new frame and its packet, or nil after counting the drop
