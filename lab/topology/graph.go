@@ -42,7 +42,7 @@ func (p *Plan) graph() *graph {
 	}
 	for _, r := range p.Routers {
 		lines := []string{r.Config.Name}
-		if r.Config.NAT == nil && r.Config.Stateful != nil {
+		if r.Config.NAT == nil && r.Config.NAT64 == nil && r.Config.Stateful != nil {
 			lines = append(lines, "filter "+r.Profile) // ipv6-firewall translates nothing
 		} else if r.Profile != "" {
 			lines = append(lines, "NAT "+r.Profile)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +42,11 @@ func TestPlanNAT64(t *testing.T) {
 	assert.Equal(t, nat.NAT64Config{Prefix: netip.MustParsePrefix("2001:db8:64::/96"), UDPTimeout: 30 * time.Second, PortMin: 20000, PortMax: 29999}, *lte.Config.NAT64)
 	require.NotNil(t, lte.Config.Stateful, "a dual-stack uplink: native IPv6 is routed and filtered")
 	assert.Equal(t, "nat64*", lte.Profile)
+
+	var b strings.Builder
+	require.NoError(t, p.WriteDOT(&b))
+	assert.Contains(t, b.String(), "NAT nat64*", "a NAT64 with a filtered dual-stack uplink is drawn as a NAT")
+	assert.NotContains(t, b.String(), "filter nat64")
 
 	phone := p.Host("phone").Config
 	assert.False(t, phone.Gateway.IsValid(), "IPv6-only")
