@@ -49,7 +49,9 @@ type Config struct {
 	ListenPort int
 	// ListenAddr restricts the socket to one address (host candidates
 	// then come only from it, loopback included, unless ICE.Candidates
-	// says otherwise). If zero, every address.
+	// says otherwise); an IPv4 one makes the socket IPv4 only. If zero,
+	// every address of both families (a dual-stack socket on [::]), or of
+	// IPv4 where the Network has no IPv6.
 	ListenAddr netip.Addr
 	// Provisioner makes the interface wireguard-go runs on in process.
 	// Required unless Device is set.
