@@ -17,8 +17,10 @@ import (
 )
 
 // loopbackMesh runs control and a relay on 127.0.0.1 and two nodes whose
-// sockets are bound to 127.0.0.1, so nothing leaves the machine.
-func loopbackMesh(b *testing.B, relayOnly bool) (*stockNetstack, *stockNetstack, *node.Node, *node.Node) {
+// sockets are bound to 127.0.0.1, so nothing leaves the machine; with
+// dualStack their sockets are on [::] (as by default) and ICE sees only
+// 127.0.0.1 (loopback4OS).
+func loopbackMesh(b *testing.B, relayOnly, dualStack bool) (*stockNetstack, *stockNetstack, *node.Node, *node.Node) {
 	secret := []byte("bench-relay-secret-0123456789abcdef")
 	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0", Secret: secret, PacketRate: -1})
 	if err != nil {
@@ -43,12 +45,16 @@ func loopbackMesh(b *testing.B, relayOnly bool) (*stockNetstack, *stockNetstack,
 	b.Cleanup(func() { ctrl.Close() })
 	start := func(name string, port int) (*stockNetstack, *node.Node) {
 		prov := &stockNetstack{}
-		n, err := node.Start(context.Background(), node.Config{
+		cfg := node.Config{
 			Name: name, Network: netx.OS, Control: ctrl.NATS().URL(), Token: labToken,
 			ListenAddr: netip.MustParseAddr("127.0.0.1"), ListenPort: port,
 			Provisioner: prov,
 			ICE:         node.ICEConfig{RelayOnly: relayOnly, Candidates: func(a netip.Addr) bool { return a.IsLoopback() }},
-		})
+		}
+		if dualStack {
+			cfg.Network, cfg.ListenAddr = loopback4OS{netx.OS}, netip.Addr{}
+		}
+		n, err := node.Start(context.Background(), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -61,11 +67,12 @@ func loopbackMesh(b *testing.B, relayOnly bool) (*stockNetstack, *stockNetstack,
 }
 
 // BenchmarkPath: TCP over the mesh between two nodes on loopback, on the
-// direct path and through the relay, in Gbit/s.
+// direct path (udp4 sockets, and dual-stack ones carrying IPv4) and
+// through the relay, in Gbit/s.
 func BenchmarkPath(b *testing.B) {
-	for _, mode := range []string{"direct", "relay"} {
+	for _, mode := range []string{"direct", "direct-dual-stack", "relay"} {
 		b.Run(mode, func(b *testing.B) {
-			pa, pb, a, bn := loopbackMesh(b, mode == "relay")
+			pa, pb, a, bn := loopbackMesh(b, mode == "relay", mode == "direct-dual-stack")
 			want := node.PathDirect
 			if mode == "relay" {
 				want = node.PathRelay
