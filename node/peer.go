@@ -62,12 +62,12 @@ type peerEnv struct {
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
 // path (Bind.SetDirect). All its state is owned by its run goroutine;
-// events reach it on a channel.
+// events reach it through its mailbox.
 type peer struct {
 	env    *peerEnv
 	info   control.Peer
 	path   *Path
-	events chan peerEvent
+	box    mailbox
 	cancel context.CancelFunc
 	done   chan struct{}
 	// epoch is the peer's registration epoch as we know it (see
@@ -125,7 +125,7 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 		env:         env,
 		info:        info,
 		path:        env.bind.Peer(info.PublicKey),
-		events:      make(chan peerEvent, 64),
+		box:         newMailbox(),
 		cancel:      cancel,
 		done:        make(chan struct{}),
 		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
@@ -142,10 +142,19 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 // post queues an event; it never blocks the caller (a full queue means
 // the peer is far behind, and the event is dropped).
 func (p *peer) post(ev peerEvent) {
-	select {
-	case p.events <- ev:
-	default:
+	if !p.box.put(ev) {
 		p.env.log.Warn("peer event queue full", "peer", p.info.Name)
+	}
+}
+
+// handleWaiting handles the events in the mailbox, oldest first, until
+// ctx ends. Events it posts itself wait for the next wake.
+func (p *peer) handleWaiting(ctx context.Context) {
+	for _, ev := range p.box.take() {
+		if ctx.Err() != nil {
+			return
+		}
+		p.handle(ctx, ev)
 	}
 }
 
@@ -177,8 +186,8 @@ func (p *peer) run(ctx context.Context) {
 		case <-ctx.Done():
 			p.stopTimers()
 			return
-		case ev := <-p.events:
-			p.handle(ctx, ev)
+		case <-p.box.wake:
+			p.handleWaiting(ctx)
 		}
 	}
 }

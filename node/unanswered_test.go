@@ -32,8 +32,8 @@ func TestUnansweredAttemptEnds(t *testing.T) {
 	giveUp := time.After(5 * time.Second)
 	for p.agent != nil {
 		select {
-		case ev := <-p.events:
-			p.handle(ctx, ev)
+		case <-p.box.wake:
+			p.handleWaiting(ctx)
 		case <-giveUp:
 			t.Fatalf("the attempt was still waiting for the peer after %v (AttemptTimeout %v)", time.Since(start), env.cfg.AttemptTimeout)
 		}
