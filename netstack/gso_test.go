@@ -121,7 +121,7 @@ func TestReadLimit(t *testing.T) {
 		{mtu: 65535, want: 1},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, readLimit(tt.mtu), "MTU %d", tt.mtu)
+		assert.Equal(t, tt.want, readLimit(tt.mtu, BatchSize), "MTU %d", tt.mtu)
 		if tt.want > 1 {
 			// A datagram of full messages stays within 64 KiB
 			// with its headers.
@@ -137,7 +137,23 @@ func TestReadLimit(t *testing.T) {
 	}
 	n, err := a.Read(bufs, make([]int, BatchSize), wgOffset)
 	require.NoError(t, err)
-	assert.Equal(t, readLimit(DefaultMTU), n)
+	assert.Equal(t, readLimit(DefaultMTU, BatchSize), n)
+
+	// A smaller batch (Config.Batch, as the lab's nodes ask) caps a Read
+	// at it, and the rest of the segment comes in the next Reads.
+	small := newTUNAdapterBatch(DefaultMTU, 16)
+	small.linkEndpoint().Attach(&recorder{})
+	t.Cleanup(func() { _ = small.Close() })
+	assert.Equal(t, 16, small.BatchSize())
+	send(t, small, gsoPacket(flowA4.with(1, ack, data(0, 65000)), 1368))
+	total := 0
+	for total < 48 {
+		n, err := small.Read(bufs, make([]int, BatchSize), wgOffset)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, n, 16)
+		total += n
+	}
+	assert.Equal(t, 48, total, "65000 bytes in 1368-byte packets")
 }
 
 // rawPacket is a packet gVisor sends without GSO, e.g. UDP.

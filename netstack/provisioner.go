@@ -18,6 +18,8 @@ type SandboxProvisioner struct {
 	Logger *slog.Logger
 	// Egress, if set, becomes the Stack's Config.Egress.
 	Egress EgressFunc
+	// Batch becomes the Stack's Config.Batch.
+	Batch int
 
 	mu    sync.Mutex
 	stack *Stack
@@ -25,7 +27,7 @@ type SandboxProvisioner struct {
 
 // Up implements node.Provisioner.
 func (p *SandboxProvisioner) Up(_ context.Context, addr netip.Prefix, mtu int) (tun.Device, error) {
-	s, err := New(Config{Address: addr, MTU: mtu, Logger: p.Logger, Egress: p.Egress})
+	s, err := New(Config{Address: addr, MTU: mtu, Logger: p.Logger, Egress: p.Egress, Batch: p.Batch})
 	if err != nil {
 		return nil, err
 	}

@@ -19,12 +19,16 @@ import (
 
 func TestNew(t *testing.T) {
 	tests := []struct {
-		name    string
-		cfg     Config
-		wantMTU int
-		wantErr string
+		name      string
+		cfg       Config
+		wantMTU   int
+		wantBatch int
+		wantErr   string
 	}{
-		{name: "defaults", cfg: Config{Address: addrA}, wantMTU: DefaultMTU},
+		{name: "defaults", cfg: Config{Address: addrA}, wantMTU: DefaultMTU, wantBatch: BatchSize},
+		{name: "small batch", cfg: Config{Address: addrA, Batch: 16}, wantMTU: DefaultMTU, wantBatch: 16},
+		{name: "batch too large", cfg: Config{Address: addrA, Batch: BatchSize + 1}, wantErr: "netstack: batch 65: want 1..64"},
+		{name: "negative batch", cfg: Config{Address: addrA, Batch: -1}, wantErr: "netstack: batch -1: want 1..64"},
 		{name: "IPv6", cfg: Config{Address: addrA6, MTU: 1280}, wantMTU: 1280},
 		{name: "jumbo", cfg: Config{Address: addrA, MTU: 9000, Logger: slog.New(slog.DiscardHandler)}, wantMTU: 9000},
 		{name: "no address", cfg: Config{}, wantErr: "netstack: Config.Address is required"},
@@ -44,6 +48,9 @@ func TestNew(t *testing.T) {
 			mtu, err := s.TUN().MTU()
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantMTU, mtu)
+			if tt.wantBatch != 0 {
+				assert.Equal(t, tt.wantBatch, s.TUN().BatchSize(), "wireguard-go's buffers per read path")
+			}
 			assert.Equal(t, tt.cfg.Address, s.Address())
 		})
 	}

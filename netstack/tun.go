@@ -51,6 +51,7 @@ const outQueueLen = 1024
 // per peer).
 type TUNAdapter struct {
 	mtu     int
+	batch   int // BatchSize(): wireguard-go's buffers per read
 	readMax int // packets per Read; see readLimit
 	events  chan tun.Event
 	done    chan struct{} // closed by Close
@@ -89,16 +90,21 @@ var (
 // peer on loopback or a veth then receives single datagrams, and
 // StdNetBind, which with UDP GRO reads two datagrams per recvmmsg, pays a
 // system call per two packets instead of one per forty-five.
-func readLimit(mtu int) int {
+func readLimit(mtu, batch int) int {
 	const wgOverhead = 32                  // message header 16 + Poly1305 tag 16
 	const budget = 1<<16 - 1 - 40 - 8 - 14 // IPv6, UDP and Ethernet headers
-	return max(1, min(BatchSize, budget/(mtu+wgOverhead)))
+	return max(1, min(batch, budget/(mtu+wgOverhead)))
 }
 
-func newTUNAdapter(mtu int) *TUNAdapter {
+func newTUNAdapter(mtu int) *TUNAdapter { return newTUNAdapterBatch(mtu, BatchSize) }
+
+// newTUNAdapterBatch is a TUNAdapter whose reads return at most batch
+// packets (1..BatchSize).
+func newTUNAdapterBatch(mtu, batch int) *TUNAdapter {
 	a := &TUNAdapter{
 		mtu:     mtu,
-		readMax: readLimit(mtu),
+		batch:   batch,
+		readMax: readLimit(mtu, batch),
 		events:  make(chan tun.Event, 1),
 		done:    make(chan struct{}),
 	}
@@ -122,7 +128,7 @@ func (a *TUNAdapter) Name() (string, error) { return InterfaceName, nil }
 func (a *TUNAdapter) Events() <-chan tun.Event { return a.events }
 
 // BatchSize implements tun.Device.
-func (a *TUNAdapter) BatchSize() int { return BatchSize }
+func (a *TUNAdapter) BatchSize() int { return a.batch }
 
 // Close implements tun.Device: it unblocks Read, makes later Reads and
 // Writes fail with os.ErrClosed, drops queued packets and closes the events

@@ -294,10 +294,18 @@ func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network
 	return n, nil
 }
 
+// labTUNBatch is the TUN batch of the lab's in-process nodes, the Bind's:
+// wireguard-go keeps that many 64 KiB buffers per read path for each
+// node's life, so netstack's default 64 held about 6 MiB per idle node,
+// most of what a thousand-node lab spent (lattice-lab bench --memprofile
+// on topologies/scale.yaml). The fabric, not the batch, bounds a lab
+// node's throughput.
+const labTUNBatch = 16
+
 // startInProcessNode starts a node on network with a netstack of its own.
 func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
 	pn := c.plan
-	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name)}}
+	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name), Batch: labTUNBatch}}
 	nd, err := node.Start(ctx, node.Config{
 		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
 		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
