@@ -86,15 +86,23 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 			if err != nil {
 				return err
 			}
+			// The heap profile is taken while the scale bench's lab is at
+			// its fullest (after the full mesh, or when waiting for it
+			// failed: the run whose memory needs explaining), else at the
+			// end.
+			var heapErr error
+			heapTaken := false
+			takeHeap := func() { heapErr, heapTaken = writeHeapProfile(memProfile), true }
 			rep, err := bench.Run(cmd.Context(), topos, bench.Options{Only: names, Bytes: int64(size), Runs: runs,
-				Progress: func(s string) { fmt.Fprintln(w, s) }})
+				Progress: func(s string) { fmt.Fprintln(w, s) }, AtScale: takeHeap})
 			if perr := stopProfile(); err == nil {
 				err = perr
 			}
-			// Written on failure too: a scale run stopped by its deadline
-			// is the one whose memory needs explaining.
-			if perr := writeHeapProfile(memProfile); err == nil {
-				err = perr
+			if !heapTaken {
+				takeHeap()
+			}
+			if err == nil {
+				err = heapErr
 			}
 			if err != nil {
 				return err
@@ -150,7 +158,7 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 	fl.Var(sizeFlag{&size}, "bytes", "data path transfer `SIZE` (e.g. 64MiB)")
 	fl.IntVar(&runs, "runs", 5, "connect repetitions")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmarks (go tool pprof) to `FILE`")
-	fl.StringVar(&memProfile, "memprofile", "", "write a heap profile (go tool pprof) to `FILE` when the benchmarks end, failed or not")
+	fl.StringVar(&memProfile, "memprofile", "", "write a heap profile (go tool pprof) to `FILE`: with scale, while its lab is up, after the full mesh or when it failed; else at the end")
 	return cmd
 }
 

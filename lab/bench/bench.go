@@ -60,6 +60,10 @@ type Options struct {
 	// Runs is how many times connect repeats. If zero, 5.
 	Runs     int
 	Progress func(string)
+	// AtScale, if set, is called once while the scale bench's lab is
+	// still up, at its fullest: after the full mesh, or when waiting for
+	// it failed. A heap profile taken here shows what the nodes hold.
+	AtScale func()
 }
 
 // Run runs the benchmarks.
@@ -98,7 +102,7 @@ func Run(ctx context.Context, t Topologies, opt Options) (*Report, error) {
 	}
 	if want("scale") && t.Scale != nil {
 		say("scale: %d nodes to a full mesh", len(t.Scale.Nodes))
-		ms, err := scale(ctx, t.Scale, say)
+		ms, err := scale(ctx, t.Scale, say, opt.AtScale)
 		if err != nil {
 			return rep, fmt.Errorf("scale: %w", err)
 		}
@@ -179,7 +183,7 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 	}, nil
 }
 
-func scale(ctx context.Context, p *topology.Plan, say func(string, ...any)) ([]Metric, error) {
+func scale(ctx context.Context, p *topology.Plan, say func(string, ...any), atScale func()) ([]Metric, error) {
 	before := peakRSS()
 	start := time.Now()
 	// A line per node as it comes up, and the memory every 10 s: a run
@@ -198,7 +202,11 @@ func scale(ctx context.Context, p *topology.Plan, say func(string, ...any)) ([]M
 	say("  %d nodes up in %.1fs", len(p.Nodes), up.Seconds())
 	mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if _, err := l.WaitMesh(mctx); err != nil {
+	_, err = l.WaitMesh(mctx)
+	if atScale != nil {
+		atScale()
+	}
+	if err != nil {
 		return nil, err
 	}
 	mesh := time.Since(start)
