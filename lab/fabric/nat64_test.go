@@ -3,7 +3,6 @@ package fabric
 import (
 	"bytes"
 	"crypto/sha256"
-	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -115,17 +114,7 @@ func TestNAT64(t *testing.T) {
 		l, err := w.server.Listen(t.Context(), "tcp4", ":9")
 		require.NoError(t, err)
 		defer l.Close()
-		sum := make(chan [32]byte, 1)
-		go func() {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			hs := sha256.New()
-			_, _ = io.Copy(hs, c)
-			sum <- [32]byte(hs.Sum(nil))
-		}()
+		sum := sinkDigest(l)
 		c, err := w.phone.Dial(ctxT(t, 10*time.Second), "tcp6", netip.AddrPortFrom(server64, 9).String())
 		require.NoError(t, err)
 		data := bytes.Repeat([]byte("lattice nat64 "), 1<<16)

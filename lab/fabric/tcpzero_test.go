@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"crypto/sha256"
-	"io"
 	"net/netip"
 	"testing"
 	"testing/synctest"
@@ -39,17 +38,7 @@ func TestTCPLossAtZeroLatency(t *testing.T) {
 			l, err := w.server.Listen(t.Context(), "tcp", ":9")
 			require.NoError(t, err)
 			defer l.Close()
-			sum := make(chan [32]byte, 1)
-			go func() {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				hs := sha256.New()
-				_, _ = io.Copy(hs, c)
-				sum <- [32]byte(hs.Sum(nil))
-			}()
+			sum := sinkDigest(l)
 			c, err := h.Dial(ctxT(t, 10*time.Second), "tcp", netip.AddrPortFrom(serverIP, 9).String())
 			require.NoError(t, err)
 			data := make([]byte, 8<<20)
