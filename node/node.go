@@ -114,6 +114,9 @@ type Node struct {
 	probeKick  chan struct{}
 	stopProbes context.CancelFunc
 	probesDone chan struct{}
+
+	// switches counts every peer's path switches (switches.go).
+	switches switchCounts
 }
 
 // Start registers the node and brings up its interface, relay and peers.
@@ -192,7 +195,7 @@ func (n *Node) start(ctx context.Context) error {
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
-		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG,
+		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG, switched: n.switches.add,
 	}
 	return n.join(ctx, resp)
 }

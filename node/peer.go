@@ -58,6 +58,8 @@ type peerEnv struct {
 	keepalive func(pk key.Public, on bool)
 	// trim, if set, takes an idle lazy peer out of WireGuard (trim.go).
 	trim func(p *peer)
+	// switched, if set, counts each path event the peer records.
+	switched func(PathEvent)
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its

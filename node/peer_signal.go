@@ -153,7 +153,11 @@ func (p *peer) record(kind PathKind, addr netip.AddrPort, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.kind = kind
-	p.history = append(p.history, PathEvent{Time: p.env.now(), To: kind, Addr: addr, Reason: reason})
+	ev := PathEvent{Time: p.env.now(), To: kind, Addr: addr, Reason: reason}
+	p.history = append(p.history, ev)
+	if p.env.switched != nil {
+		p.env.switched(ev)
+	}
 	if len(p.history) > maxHistory {
 		p.history = p.history[len(p.history)-maxHistory:]
 	}

@@ -188,6 +188,36 @@ func TestSwitchReason(t *testing.T) {
 	assert.False(t, strings.Contains(switchReason(node.PathEvent{Reason: strings.Repeat("y", 1000)}), "y"))
 }
 
+// countingStatus is a statusSource whose node counts its path switches.
+type countingStatus struct {
+	*fakeStatus
+	switches map[node.SwitchKey]uint64
+}
+
+func (c countingStatus) PathSwitches() map[node.SwitchKey]uint64 { return c.switches }
+
+// TestNodeMetricsPathSwitchesCounted: a node that counts its path
+// switches is exported by its counts, which go past what a peer's 32-event
+// history shows; one that does not is sampled from the history.
+func TestNodeMetricsPathSwitchesCounted(t *testing.T) {
+	st := fakePeer(1, node.PathDirect, 0)
+	for i := range 40 {
+		to := []node.PathKind{node.PathDirect, node.PathRelay}[i%2]
+		st.History = append(st.History, node.PathEvent{Time: time.Unix(int64(i+1), 0), To: to, Reason: "direct path went silent"})
+	}
+	st.History = st.History[len(st.History)-32:] // as the node keeps it
+	src := countingStatus{&fakeStatus{sts: []node.PeerStatus{st}}, map[node.SwitchKey]uint64{
+		{To: node.PathDirect, Reason: "ice_nominated"}: 20, {To: node.PathRelay, Reason: "direct_silent"}: 20,
+	}}
+	c := newNodeCollector(src, false, 0)
+	assert.Equal(t, 20.0, counterValue(t, c, "lattice_node_path_switches_total", map[string]string{"to": "relay", "reason": "direct_silent"}))
+	assert.Equal(t, 20.0, counterValue(t, c, "lattice_node_path_switches_total", map[string]string{"to": "direct", "reason": "ice_nominated"}))
+
+	sampled := newNodeCollector(&fakeStatus{sts: []node.PeerStatus{st}}, false, 0)
+	assert.Equal(t, 16.0, counterValue(t, sampled, "lattice_node_path_switches_total", map[string]string{"to": "relay", "reason": "direct_silent"}),
+		"without the node's counts, only the 32 events of history")
+}
+
 // relayedStatus is a statusSource with relay client counters.
 type relayedStatus struct {
 	*fakeStatus

@@ -15,6 +15,17 @@ type sandboxPeers struct{ d sandbox.IsolationDriver }
 
 func (s sandboxPeers) Status() []node.PeerStatus { return s.d.Status().Peers }
 
+// PathSwitches are the sandbox's node's own counts (none before it has a
+// node).
+func (s sandboxPeers) PathSwitches() map[node.SwitchKey]uint64 {
+	if d, ok := s.d.(interface{ Node() *node.Node }); ok {
+		if n := d.Node(); n != nil {
+			return n.PathSwitches()
+		}
+	}
+	return nil
+}
+
 // RelayStats is the sandbox's node's relay client's, when it has a node.
 func (s sandboxPeers) RelayStats() (node.RelayStats, bool) {
 	if d, ok := s.d.(interface{ Node() *node.Node }); ok {

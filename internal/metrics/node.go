@@ -19,10 +19,12 @@ import (
 // (docs/METRICS.md). It lives here, not in cmd/lattice, so the lab
 // scrapes the very collector `lattice up` serves.
 //
-// Path switches and ICE attempts are read from each peer's history and
-// last ICE report, so they are sampled: a peer that switches more than
-// the history holds (32 events) between scrapes, or an ICE attempt that
-// starts and ends between two scrapes, is undercounted.
+// Path switches are the node's own counts (node.Node.PathSwitches) when
+// the source has them; otherwise, and for ICE attempts, they are read from
+// each peer's history and last ICE report, so they are sampled: a peer
+// that switches more than the history holds (32 events) between scrapes,
+// or an ICE attempt that starts and ends between two scrapes, is
+// undercounted.
 type NodeCollector struct {
 	src       StatusSource
 	perPeer   bool
@@ -47,6 +49,12 @@ type StatusSource interface {
 // muxSource is optionally implemented by a StatusSource (*node.Node).
 type muxSource interface {
 	MuxStats() node.MuxStats
+}
+
+// switchSource is optionally implemented by a StatusSource (*node.Node):
+// every path switch, counted as it happens.
+type switchSource interface {
+	PathSwitches() map[node.SwitchKey]uint64
 }
 
 // relaySource is optionally implemented by a StatusSource (*node.Node):
@@ -83,7 +91,7 @@ var (
 	descNodeBytes = nodeDesc("lattice_node_bytes_total",
 		"WireGuard bytes sent (tx) and received (rx) on each path, summed over peers.", []string{"path", "direction"}, nil)
 	descNodeSwitches = nodeDesc("lattice_node_path_switches_total",
-		"Path switches by new path and reason (sampled from each peer's history).", []string{"to", "reason"}, nil)
+		"Path switches by new path and reason (counted by the node; sampled from peers' history where it cannot count).", []string{"to", "reason"}, nil)
 	descNodeHandshake = nodeDesc("lattice_node_handshake_age_seconds",
 		"Age of each online peer's last WireGuard handshake, as a histogram over peers.", nil, nil)
 	descNodeNoHandshake = nodeDesc("lattice_node_peers_without_handshake",
@@ -200,8 +208,14 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descNodeBytes, prometheus.CounterValue, float64(bytes[p][d]), pathNames[p], dirNames[d])
 		}
 	}
-	for k, v := range c.switches {
-		ch <- prometheus.MustNewConstMetric(descNodeSwitches, prometheus.CounterValue, float64(v), k[0], k[1])
+	if ss, ok := c.src.(switchSource); ok {
+		for k, v := range ss.PathSwitches() {
+			ch <- prometheus.MustNewConstMetric(descNodeSwitches, prometheus.CounterValue, float64(v), string(k.To), k.Reason)
+		}
+	} else {
+		for k, v := range c.switches {
+			ch <- prometheus.MustNewConstMetric(descNodeSwitches, prometheus.CounterValue, float64(v), k[0], k[1])
+		}
 	}
 	ch <- handshakeHistogram(ages)
 	ch <- prometheus.MustNewConstMetric(descNodeNoHandshake, prometheus.GaugeValue, float64(noHandshake))
@@ -320,27 +334,9 @@ func peerBytes(st node.PeerStatus) [numPaths][2]uint64 {
 	return [numPaths][2]uint64{{st.TxDirect, st.RxDirect}, {st.TxRelay, st.RxRelay}}
 }
 
-// SwitchReason maps a PathEvent's free-text reason to a bounded label.
-func SwitchReason(ev node.PathEvent) string {
-	r := ev.Reason
-	switch {
-	case ev.To == node.PathDirect:
-		return "ice_nominated"
-	case ev.To == node.PathOffline:
-		return "peer_offline"
-	case strings.HasPrefix(r, "peer registered"):
-		return "peer_registered"
-	case strings.HasPrefix(r, "idle"):
-		return "idle"
-	case strings.Contains(r, "RelayOnly"):
-		return "relay_only"
-	case strings.HasPrefix(r, "attempt timed out"):
-		return "ice_timeout"
-	case strings.Contains(r, "silent"):
-		return "direct_silent"
-	}
-	return "other"
-}
+// SwitchReason maps a PathEvent's free-text reason to a bounded label
+// (node.SwitchReason).
+func SwitchReason(ev node.PathEvent) string { return node.SwitchReason(ev) }
 
 func handshakeHistogram(ages []float64) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(handshakeBuckets))
