@@ -98,6 +98,9 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 	}
 	p.agent = agent
 	p.agentRef.Store(agent)
+	if p.env.ice != nil {
+		p.env.ice.attempts.Add(1)
+	}
 	p.setReport(func(r *ICEReport) { *r = ICEReport{Session: session, State: "new"} })
 	_ = agent.OnCandidate(func(c ice.Candidate) {
 		if c == nil {
@@ -120,6 +123,7 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 	if err != nil {
 		p.env.log.Debug("ICE attempt", "peer", p.info.Name, "err", err)
 		p.failures++
+		p.countOutcome(false)
 		p.stopAgent()
 		p.setWhy("could not start a direct attempt (signaling or gathering failed)", p.scheduleRetry(ctx))
 		return

@@ -115,8 +115,10 @@ type Node struct {
 	stopProbes context.CancelFunc
 	probesDone chan struct{}
 
-	// switches counts every peer's path switches (switches.go).
+	// switches and ice count every peer's path switches and ICE
+	// attempts (counts.go).
 	switches switchCounts
+	ice      iceCounts
 }
 
 // Start registers the node and brings up its interface, relay and peers.
@@ -195,7 +197,7 @@ func (n *Node) start(ctx context.Context) error {
 		signal: func(ctx context.Context, to string, payload []byte) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
-		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG, switched: n.switches.add,
+		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG, switched: n.switches.add, ice: &n.ice,
 	}
 	return n.join(ctx, resp)
 }

@@ -60,6 +60,8 @@ type peerEnv struct {
 	trim func(p *peer)
 	// switched, if set, counts each path event the peer records.
 	switched func(PathEvent)
+	// ice, if set, counts the peer's ICE attempts and their outcomes.
+	ice *iceCounts
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
@@ -240,6 +242,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		}
 		p.failures = 0
 		p.connected = ev.session
+		p.countOutcome(true)
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
 		p.setKeepalive(true)
@@ -319,8 +322,24 @@ func restartCheck(deadAfter time.Duration) time.Duration {
 	return min(deadAfter/2, 2*time.Second)
 }
 
-// fail falls back to the relay and schedules the next direct attempt.
+// countOutcome counts how the current attempt ended.
+func (p *peer) countOutcome(connected bool) {
+	switch {
+	case p.env.ice == nil:
+	case connected:
+		p.env.ice.connected.Add(1)
+	default:
+		p.env.ice.failed.Add(1)
+	}
+}
+
+// fail falls back to the relay and schedules the next direct attempt. The
+// current attempt counts as failed unless it had connected (a direct path
+// that went silent).
 func (p *peer) fail(ctx context.Context, reason string) {
+	if p.agent != nil && p.connected != p.session {
+		p.countOutcome(false)
+	}
 	if _, direct := p.path.Direct(); direct {
 		p.env.bind.SetDirect(p.path, netip.AddrPort{})
 		p.record(PathRelay, netip.AddrPort{}, reason)

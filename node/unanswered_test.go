@@ -19,6 +19,7 @@ func TestUnansweredAttemptEnds(t *testing.T) {
 	p, _, _ := loopbackPeer(func(context.Context, string, []byte) error { return nil },
 		func(c *ICEConfig) { c.AttemptTimeout = 300 * time.Millisecond })
 	env := p.env
+	env.ice = &iceCounts{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() {
 		cancel()
@@ -41,6 +42,8 @@ func TestUnansweredAttemptEnds(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), env.cfg.AttemptTimeout)
 	assert.NotNil(t, p.retryTimer, "the next attempt is scheduled")
 	assert.Equal(t, 1, p.failures)
+	assert.Equal(t, [3]uint64{1, 0, 1}, [3]uint64{env.ice.attempts.Load(), env.ice.connected.Load(), env.ice.failed.Load()},
+		"one attempt, counted failed")
 	p.mu.Lock()
 	why := p.why
 	p.mu.Unlock()

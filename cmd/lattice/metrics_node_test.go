@@ -196,8 +196,12 @@ type countingStatus struct {
 
 func (c countingStatus) PathSwitches() map[node.SwitchKey]uint64 { return c.switches }
 
+func (c countingStatus) ICECounts() node.ICECounts {
+	return node.ICECounts{Attempts: 7, Connected: 3, Failed: 2}
+}
+
 // TestNodeMetricsPathSwitchesCounted: a node that counts its path
-// switches is exported by its counts, which go past what a peer's 32-event
+// switches (and ICE attempts) is exported by its counts, which go past what a peer's 32-event
 // history shows; one that does not is sampled from the history.
 func TestNodeMetricsPathSwitchesCounted(t *testing.T) {
 	st := fakePeer(1, node.PathDirect, 0)
@@ -212,6 +216,10 @@ func TestNodeMetricsPathSwitchesCounted(t *testing.T) {
 	c := newNodeCollector(src, false, 0)
 	assert.Equal(t, 20.0, counterValue(t, c, "lattice_node_path_switches_total", map[string]string{"to": "relay", "reason": "direct_silent"}))
 	assert.Equal(t, 20.0, counterValue(t, c, "lattice_node_path_switches_total", map[string]string{"to": "direct", "reason": "ice_nominated"}))
+
+	assert.Equal(t, 7.0, counterValue(t, c, "lattice_node_ice_attempts_total", nil), "the node's ICE counts")
+	assert.Equal(t, 3.0, counterValue(t, c, "lattice_node_ice_outcomes_total", map[string]string{"outcome": "connected"}))
+	assert.Equal(t, 2.0, counterValue(t, c, "lattice_node_ice_outcomes_total", map[string]string{"outcome": "failed"}))
 
 	sampled := newNodeCollector(&fakeStatus{sts: []node.PeerStatus{st}}, false, 0)
 	assert.Equal(t, 16.0, counterValue(t, sampled, "lattice_node_path_switches_total", map[string]string{"to": "relay", "reason": "direct_silent"}),

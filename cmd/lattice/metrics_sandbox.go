@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/latticelab/lattice/audit"
-
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
 )
@@ -15,23 +14,36 @@ type sandboxPeers struct{ d sandbox.IsolationDriver }
 
 func (s sandboxPeers) Status() []node.PeerStatus { return s.d.Status().Peers }
 
-// PathSwitches are the sandbox's node's own counts (none before it has a
-// node).
-func (s sandboxPeers) PathSwitches() map[node.SwitchKey]uint64 {
+// node is the sandbox's node, nil before it has one.
+func (s sandboxPeers) node() *node.Node {
 	if d, ok := s.d.(interface{ Node() *node.Node }); ok {
-		if n := d.Node(); n != nil {
-			return n.PathSwitches()
-		}
+		return d.Node()
 	}
 	return nil
 }
 
+// PathSwitches are the sandbox's node's own counts (none before it has a
+// node).
+func (s sandboxPeers) PathSwitches() map[node.SwitchKey]uint64 {
+	if n := s.node(); n != nil {
+		return n.PathSwitches()
+	}
+	return nil
+}
+
+// ICECounts are the sandbox's node's own counts (none before it has a
+// node).
+func (s sandboxPeers) ICECounts() node.ICECounts {
+	if n := s.node(); n != nil {
+		return n.ICECounts()
+	}
+	return node.ICECounts{}
+}
+
 // RelayStats is the sandbox's node's relay client's, when it has a node.
 func (s sandboxPeers) RelayStats() (node.RelayStats, bool) {
-	if d, ok := s.d.(interface{ Node() *node.Node }); ok {
-		if n := d.Node(); n != nil {
-			return n.RelayStats()
-		}
+	if n := s.node(); n != nil {
+		return n.RelayStats()
 	}
 	return node.RelayStats{}, false
 }

@@ -19,12 +19,12 @@ import (
 // (docs/METRICS.md). It lives here, not in cmd/lattice, so the lab
 // scrapes the very collector `lattice up` serves.
 //
-// Path switches are the node's own counts (node.Node.PathSwitches) when
-// the source has them; otherwise, and for ICE attempts, they are read from
-// each peer's history and last ICE report, so they are sampled: a peer
-// that switches more than the history holds (32 events) between scrapes,
-// or an ICE attempt that starts and ends between two scrapes, is
-// undercounted.
+// Path switches and ICE attempts are the node's own counts
+// (node.Node.PathSwitches, ICECounts) when the source has them; otherwise
+// they are read from each peer's history and last ICE report, so they are
+// sampled: a peer that switches more than the history holds (32 events)
+// between scrapes, or an ICE attempt that starts and ends between two
+// scrapes, is undercounted.
 type NodeCollector struct {
 	src       StatusSource
 	perPeer   bool
@@ -55,6 +55,12 @@ type muxSource interface {
 // every path switch, counted as it happens.
 type switchSource interface {
 	PathSwitches() map[node.SwitchKey]uint64
+}
+
+// iceSource is optionally implemented by a StatusSource (*node.Node):
+// every ICE attempt and outcome, counted as it happens.
+type iceSource interface {
+	ICECounts() node.ICECounts
 }
 
 // relaySource is optionally implemented by a StatusSource (*node.Node):
@@ -219,9 +225,14 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- handshakeHistogram(ages)
 	ch <- prometheus.MustNewConstMetric(descNodeNoHandshake, prometheus.GaugeValue, float64(noHandshake))
-	ch <- prometheus.MustNewConstMetric(descNodeICEAttempts, prometheus.CounterValue, float64(c.attempts))
+	attempts, outcomes := c.attempts, map[string]uint64{"connected": c.outcomes["connected"], "failed": c.outcomes["failed"]}
+	if is, ok := c.src.(iceSource); ok {
+		n := is.ICECounts()
+		attempts, outcomes = n.Attempts, map[string]uint64{"connected": n.Connected, "failed": n.Failed}
+	}
+	ch <- prometheus.MustNewConstMetric(descNodeICEAttempts, prometheus.CounterValue, float64(attempts))
 	for _, o := range []string{"connected", "failed"} {
-		ch <- prometheus.MustNewConstMetric(descNodeICEOutcomes, prometheus.CounterValue, float64(c.outcomes[o]), o)
+		ch <- prometheus.MustNewConstMetric(descNodeICEOutcomes, prometheus.CounterValue, float64(outcomes[o]), o)
 	}
 	for s, v := range iceStates {
 		ch <- prometheus.MustNewConstMetric(descNodeICEState, prometheus.GaugeValue, v, s)

@@ -3,6 +3,7 @@ package node
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // SwitchKey is one series of path switches: the path switched to and
@@ -66,3 +67,21 @@ func (c *switchCounts) snapshot() map[SwitchKey]uint64 {
 // PathSwitches returns how many times the node's peers switched path
 // since it started, by new path and reason, counted as they happen.
 func (n *Node) PathSwitches() map[SwitchKey]uint64 { return n.switches.snapshot() }
+
+// iceCounts counts a node's ICE attempts and how they ended.
+type iceCounts struct {
+	attempts, connected, failed atomic.Uint64
+}
+
+// ICECounts says how many ICE attempts the node's peers made since it
+// started (each with an agent and a session), how many connected, and how
+// many failed (timed out, unanswered, refused, or could not gather);
+// attempts superseded by a newer one, or still running, are neither.
+type ICECounts struct {
+	Attempts, Connected, Failed uint64
+}
+
+// ICECounts returns the node's ICE attempt counts, counted as they happen.
+func (n *Node) ICECounts() ICECounts {
+	return ICECounts{Attempts: n.ice.attempts.Load(), Connected: n.ice.connected.Load(), Failed: n.ice.failed.Load()}
+}
