@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -24,6 +25,8 @@ func (s *Server) publishEvent(ev PeerEvent) {
 	}
 	if err := s.nc.Publish(SubjectPeerEvents, b); err != nil {
 		s.log.Warn("peer event", "to", SubjectPeerEvents, "err", err)
+	} else if i := slices.Index(PeerEventTypes[:], ev.Type); i >= 0 {
+		s.events[i].Add(1)
 	}
 	for _, id := range s.view.legacyIDs() {
 		if id == ev.Peer.NodeID {

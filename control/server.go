@@ -87,7 +87,14 @@ type Stats struct {
 	// BadReplies counts requests refused for a reply subject outside the
 	// requester's inbox.
 	BadReplies uint64
+	// PeerEvents counts the peer events this instance published, by type
+	// (PeerEventTypes).
+	PeerEvents map[PeerEventType]uint64
 }
+
+// PeerEventTypes are the types of peer events, in the order the metrics
+// list them.
+var PeerEventTypes = [...]PeerEventType{PeerAdded, PeerUpdated, PeerRemoved, PeerOffline, PeerOnline}
 
 // Server is the control service.
 type Server struct {
@@ -119,6 +126,7 @@ type Server struct {
 	stop   context.CancelFunc   // ends presenceLoop
 
 	registered, refused, deregistered, relayed, dropped, badReplies atomic.Uint64
+	events                                                          [len(PeerEventTypes)]atomic.Uint64 // published, by PeerEventTypes' index
 }
 
 // New validates cfg and starts the server: NATS (embedded or external),
@@ -402,7 +410,16 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		Registered: s.registered.Load(), Refused: s.refused.Load(), Deregistered: s.deregistered.Load(),
 		SignalsRelayed: s.relayed.Load(), SignalsDropped: s.dropped.Load(), BadReplies: s.badReplies.Load(),
+		PeerEvents: s.peerEventCounts(),
 	}
+}
+
+func (s *Server) peerEventCounts() map[PeerEventType]uint64 {
+	out := make(map[PeerEventType]uint64, len(PeerEventTypes))
+	for i, t := range PeerEventTypes {
+		out[t] = s.events[i].Load()
+	}
+	return out
 }
 
 // Store is the registry in use.

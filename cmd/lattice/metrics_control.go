@@ -18,12 +18,15 @@ var (
 		"Signaling messages between peers, relayed or dropped.", []string{"result"}, nil)
 	descControlBadReplies = prometheus.NewDesc("lattice_control_bad_reply_subjects_total",
 		"Requests refused for a reply subject outside the requester's inbox.", nil, nil)
+	descControlPeerEvents = prometheus.NewDesc("lattice_control_peer_events_total",
+		"Peer events published to the nodes, by type: add, update, remove, offline, online.", []string{"type"}, nil)
 )
 
 func (controlCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descControlRegistrations
 	ch <- descControlSignals
 	ch <- descControlBadReplies
+	ch <- descControlPeerEvents
 }
 
 func (c controlCollector) Collect(ch chan<- prometheus.Metric) {
@@ -34,4 +37,7 @@ func (c controlCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descControlSignals, prometheus.CounterValue, float64(st.SignalsRelayed), "relayed")
 	ch <- prometheus.MustNewConstMetric(descControlSignals, prometheus.CounterValue, float64(st.SignalsDropped), "dropped")
 	ch <- prometheus.MustNewConstMetric(descControlBadReplies, prometheus.CounterValue, float64(st.BadReplies))
+	for _, t := range control.PeerEventTypes {
+		ch <- prometheus.MustNewConstMetric(descControlPeerEvents, prometheus.CounterValue, float64(st.PeerEvents[t]), string(t))
+	}
 }

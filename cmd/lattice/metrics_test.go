@@ -67,7 +67,8 @@ func TestControlMetrics(t *testing.T) {
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`lattice_control_registrations_total{result="registered"} 1`, `lattice_control_registrations_total{result="refused"} 1`, "go_goroutines "} {
+	for _, want := range []string{`lattice_control_registrations_total{result="registered"} 1`, `lattice_control_registrations_total{result="refused"} 1`,
+		`lattice_control_peer_events_total{type="add"} 1`, "go_goroutines "} {
 		assert.Contains(t, string(body), want)
 	}
 	assert.Equal(t, exitOK, cstop())
