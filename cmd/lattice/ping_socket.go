@@ -74,7 +74,7 @@ func pingHandler(n *node.Node, ping overlayPing) http.Handler {
 		var rep pingReply
 		rtt, err := ping(ctx, dst)
 		switch {
-		case err != nil && ctx.Err() != nil:
+		case err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded)):
 			rep.Error = "no reply (timeout)"
 		case err != nil:
 			rep.Error = err.Error()

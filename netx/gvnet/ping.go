@@ -3,6 +3,7 @@ package gvnet
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -61,8 +62,13 @@ func (n *Network) ping(ctx context.Context, dst netip.Addr) (time.Duration, erro
 	for {
 		k, err := conn.Read(buf)
 		if err != nil {
-			if ctx.Err() != nil {
-				return 0, fmt.Errorf("ping %v: no reply: %w", dst, ctx.Err())
+			if cerr := ctx.Err(); cerr != nil {
+				return 0, fmt.Errorf("ping %v: no reply: %w", dst, cerr)
+			}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				// The read deadline is ctx's, and its timer can fire
+				// before ctx's own: the same timeout.
+				return 0, fmt.Errorf("ping %v: no reply: %w", dst, context.DeadlineExceeded)
 			}
 			return 0, fmt.Errorf("ping %v: %w", dst, err)
 		}
