@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -43,15 +44,11 @@ func (c *Decisions) Observe(ev Event) {
 	c.m[k]++
 }
 
-// Counts returns a copy of the counts so far.
+// Counts returns a copy of the counts so far (nil before the first).
 func (c *Decisions) Counts() map[Decision]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[Decision]uint64, len(c.m))
-	for k, v := range c.m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.m)
 }
 
 // Counter is a Sink that counts the egress decisions passing through it

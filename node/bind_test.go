@@ -18,6 +18,7 @@ import (
 
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/netx/netxtest"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -113,17 +114,7 @@ func TestBindPaths(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	const size = 16 << 20
-	sum := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		sum <- [32]byte(h.Sum(nil))
-	}()
+	sum := netxtest.SinkDigest(l)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	c, err := a.tnet.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.addr, 80))

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,11 +58,7 @@ func (c *switchCounts) add(ev PathEvent) {
 func (c *switchCounts) snapshot() map[SwitchKey]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[SwitchKey]uint64, len(c.m))
-	for k, v := range c.m {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.m)
 }
 
 // PathSwitches returns how many times the node's peers switched path

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"regexp"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/netx/netxtest"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -141,17 +141,7 @@ func TestLazyIdleDuringTransfer(t *testing.T) {
 		l, err := nb.net.ListenTCP(&net.TCPAddr{Port: 9})
 		require.NoError(t, err)
 		defer l.Close()
-		sum := make(chan [32]byte, 1)
-		go func() {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			h := sha256.New()
-			_, _ = io.Copy(h, c)
-			sum <- [32]byte(h.Sum(nil))
-		}()
+		sum := netxtest.SinkDigest(l)
 		c, err := na.net.DialContextTCPAddrPort(t.Context(), netip.AddrPortFrom(b.Address().Addr(), 9))
 		require.NoError(t, err)
 		data := make([]byte, 4<<20)

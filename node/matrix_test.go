@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"crypto/sha256"
-	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/netx/netxtest"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -105,17 +105,7 @@ func TestDirectCutMidTransfer(t *testing.T) {
 	if raceEnabled {
 		size = 8 << 20
 	}
-	sum := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		sum <- [32]byte(h.Sum(nil))
-	}()
+	sum := netxtest.SinkDigest(l)
 	ctx, cancel := context.WithTimeout(t.Context(), slow(180*time.Second))
 	defer cancel()
 	c, err := na.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.Address().Addr(), 9))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/nat"
 	"github.com/latticelab/lattice/netstack"
+	"github.com/latticelab/lattice/netx/netxtest"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -70,17 +70,7 @@ func TestBridgeFailover(t *testing.T) {
 	}
 	want := sha256.Sum256(data)
 	ln := listen(t, pb.Stack(), "9")
-	sum := make(chan [32]byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		sum <- [32]byte(h.Sum(nil))
-	}()
+	sum := netxtest.SinkDigest(ln)
 	ctx, cancel := context.WithTimeout(t.Context(), 180*time.Second)
 	defer cancel()
 	c, err := pa.Stack().Dial(ctx, "tcp", netip.AddrPortFrom(b.Address().Addr(), 9).String())

@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"crypto/sha256"
 	"io"
 	"net"
 	"net/netip"
@@ -142,21 +141,4 @@ func roundTrip(pc net.PacketConn, dst netip.AddrPort, msg string, wait time.Dura
 		return "", nil, err
 	}
 	return string(buf[:n]), from, nil
-}
-
-// sinkDigest accepts one connection on l, reads it to EOF and sends the
-// SHA-256 of what arrived (nothing if Accept fails: l closed).
-func sinkDigest(l net.Listener) <-chan [32]byte {
-	sum := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		sum <- [32]byte(h.Sum(nil))
-	}()
-	return sum
 }

@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/netx/netxtest"
 )
 
 // world64 is an IPv4-only internet with an IPv4-only server, and an
@@ -114,7 +115,7 @@ func TestNAT64(t *testing.T) {
 		l, err := w.server.Listen(t.Context(), "tcp4", ":9")
 		require.NoError(t, err)
 		defer l.Close()
-		sum := sinkDigest(l)
+		sum := netxtest.SinkDigest(l)
 		c, err := w.phone.Dial(ctxT(t, 10*time.Second), "tcp6", netip.AddrPortFrom(server64, 9).String())
 		require.NoError(t, err)
 		data := bytes.Repeat([]byte("lattice nat64 "), 1<<16)

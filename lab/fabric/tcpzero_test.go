@@ -12,6 +12,7 @@ import (
 
 	"github.com/latticelab/lattice/lab/link"
 	"github.com/latticelab/lattice/lab/vtime"
+	"github.com/latticelab/lattice/netx/netxtest"
 )
 
 // TestTCPLossAtZeroLatency: bulk TCP between lab hosts over links with no
@@ -38,7 +39,7 @@ func TestTCPLossAtZeroLatency(t *testing.T) {
 			l, err := w.server.Listen(t.Context(), "tcp", ":9")
 			require.NoError(t, err)
 			defer l.Close()
-			sum := sinkDigest(l)
+			sum := netxtest.SinkDigest(l)
 			c, err := h.Dial(ctxT(t, 10*time.Second), "tcp", netip.AddrPortFrom(serverIP, 9).String())
 			require.NoError(t, err)
 			data := make([]byte, 8<<20)

@@ -231,3 +231,21 @@ func readTimeout(t *testing.T, setDeadline func(time.Time) error, read func() er
 	}
 	assert.GreaterOrEqual(t, elapsed, wait-5*time.Millisecond, "read returned before its deadline")
 }
+
+// SinkDigest accepts one connection on l, reads it to EOF and sends the
+// SHA-256 of what arrived; nothing if Accept fails (l closed). It is the
+// receiving end of the hashed transfers the tests of netx's Networks run.
+func SinkDigest(l net.Listener) <-chan [32]byte {
+	sum := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		sum <- [32]byte(h.Sum(nil))
+	}()
+	return sum
+}
