@@ -210,22 +210,12 @@ func (r *egressRun) started(ctx context.Context, n *node.Node, out io.Writer) er
 }
 
 // EgressDecisions returns the kernel filter's decisions so far, by
-// decision and rule (none without a policy).
-func (r *egressRun) EgressDecisions() map[audit.Decision]uint64 {
-	if r == nil {
-		return nil
-	}
-	return r.counts.Decisions()
-}
+// decision and rule.
+func (r *egressRun) EgressDecisions() map[audit.Decision]uint64 { return r.counts.Decisions() }
 
 // AuditFailures returns how many decisions the audit log failed to
 // record.
-func (r *egressRun) AuditFailures() uint64 {
-	if r == nil {
-		return 0
-	}
-	return r.counts.Failures()
-}
+func (r *egressRun) AuditFailures() uint64 { return r.counts.Failures() }
 
 // close removes the filter and closes the audit log.
 func (r *egressRun) close() error {
