@@ -27,8 +27,10 @@
 //     routing, stale sessions).
 //   - path.go: Path (a peer's current direct address and counters),
 //     PathKind and PathEvent.
-//   - peer.go: the per-peer actor, one goroutine fed by events that picks
-//     the path; peer_signal.go its side of signaling (sealing, answering,
+//   - peer.go: the per-peer actor, one goroutine fed by events (through
+//     mailbox.go, memory only while they wait) that picks the path;
+//     counts.go the node-wide path-switch and ICE-attempt counts;
+//     peer_signal.go its side of signaling (sealing, answering,
 //     adopting), signal_queue.go the queue that carries its signals to
 //     control so the actor never waits on control; ice.go its ICE agents (options, attempts), signal.go the
 //     sealed signals they exchange, candidates.go which host candidates
