@@ -50,7 +50,7 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		return nil, err
 	}
 	if req.Proof == nil {
-		c, err := newChallenge(s.challengeSecret, req.PublicKey, s.cfg.Now())
+		c, err := s.challenges.issue(req.PublicKey, s.cfg.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +63,7 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		}
 		return resp, nil
 	}
-	if err := verifyProof(s.challengeSecret, req, s.cfg.Now()); err != nil {
+	if err := s.challenges.verify(req, s.cfg.Now()); err != nil {
 		s.refused.Add(1)
 		s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
 		return nil, err
@@ -197,31 +197,36 @@ const firstPageBytes = 16 << 10
 
 // encodeRegistration encodes resp with the first page of id's peers that
 // fits in limit bytes (and firstPageBytes of peers), from the view;
-// MorePeers says the rest must be
-// fetched (Session.Peers); sent is how many it carries. The peers, encoded
-// once in the view, are spliced into resp's encoding as they are: going
+// MorePeers says the rest must be fetched (Session.Peers); sent is how
+// many it carries. The peers, encoded once in the view, are copied into
+// resp's encoding as they are, in one buffer sized for the page: going
 // through json.Marshal again would re-validate every byte of them.
 // resp.Peers is left empty.
 func (s *Server) encodeRegistration(resp *RegisterResponse, id string, limit int) (b []byte, sent int, err error) {
-	resp.Peers, resp.MorePeers = []Peer{}, true
+	resp.Peers, resp.MorePeers = []Peer{}, false
 	head, err := json.Marshal(resp)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode registration: %w", err)
 	}
-	peers, sent, more, err := s.view.page("", id, min(limit-len(head), firstPageBytes), s.offline)
+	i := bytes.Index(head, peersField)
+	if i < 0 {
+		return nil, 0, errors.New("encode registration: no peer list in the answer")
+	}
+	at := i + len(peersField) - 2 // at the empty list's '['
+	budget := min(limit-len(head)-len(morePeersField), firstPageBytes)
+	b = make([]byte, 0, len(head)+len(morePeersField)+max(budget, 0))
+	b = append(b, head[:at]...)
+	b, sent, more, err := s.view.appendPage(b, "", id, budget, s.offline)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode registration: %w", err)
 	}
-	if !more {
-		resp.MorePeers = false
-		if head, err = json.Marshal(resp); err != nil {
-			return nil, 0, fmt.Errorf("encode registration: %w", err)
-		}
+	if more {
+		// MorePeers is the field right after Peers (api.go), so this is
+		// where json.Marshal would have put it.
+		resp.MorePeers = true
+		b = append(b, morePeersField...)
 	}
-	b, err = splicePeers(head, peers)
-	if err != nil {
-		return nil, 0, err
-	}
+	b = append(b, head[at+2:]...)
 	if len(b) > limit {
 		return nil, 0, fmt.Errorf("registration answer is %d bytes, over the %d a NATS message may carry", len(b), limit)
 	}
@@ -232,18 +237,8 @@ func (s *Server) encodeRegistration(resp *RegisterResponse, id string, limit int
 // encoded RegisterResponse: inside a string, its quotes would be escaped.
 var peersField = []byte(`"peers":[]`)
 
-// splicePeers puts the encoded array peers in place of head's empty one.
-func splicePeers(head, peers []byte) ([]byte, error) {
-	i := bytes.Index(head, peersField)
-	if i < 0 {
-		return nil, errors.New("encode registration: no peer list in the answer")
-	}
-	at := i + len(peersField) - 2
-	out := make([]byte, 0, len(head)+len(peers))
-	out = append(out, head[:at]...)
-	out = append(out, peers...)
-	return append(out, head[at+2:]...), nil
-}
+// morePeersField is MorePeers set, as it follows the peer list.
+const morePeersField = `,"more_peers":true`
 
 // maxReply is the largest answer control sends: NATS refuses a message
 // over the server's MaxPayload.

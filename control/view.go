@@ -112,14 +112,19 @@ func (v *view) legacyIDs() []string {
 // whether more follow; n is how many it holds. offline says whether a
 // node is offline.
 func (v *view) page(after, self string, budget int, offline func(id string) bool) (_ json.RawMessage, n int, more bool, err error) {
+	return v.appendPage(make([]byte, 0, min(budget, 64<<10)), after, self, budget, offline)
+}
+
+// appendPage is page appending to dst; budget counts only what it
+// appends. A dst with room for budget more bytes is never copied.
+func (v *view) appendPage(dst []byte, after, self string, budget int, offline func(id string) bool) (_ []byte, n int, more bool, err error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	i, found := slices.BinarySearch(v.ids, after)
 	if found {
 		i++
 	}
-	buf := make([]byte, 0, 1024)
-	buf = append(buf, '[')
+	buf := append(dst, '[')
 	size := 2
 	for ; i < len(v.ids); i++ {
 		id := v.ids[i]
