@@ -120,6 +120,7 @@ type Server struct {
 	// challengeSecret derives registration challenges' keys (proof.go);
 	// shared through the Store by every instance that shares it.
 	challengeSecret []byte
+	challenges      *challenger // issues and verifies with challengeSecret
 
 	presMu sync.Mutex           // guards seen
 	seen   map[string]time.Time // online node ID → its last sign of life
@@ -193,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	s.challenges = newChallenger(s.challengeSecret)
 	// Nodes that were running before control (re)started are presumed
 	// online for one PresenceTTL, in which their heartbeats resume: a
 	// restart of control must not take the whole mesh offline.
