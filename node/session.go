@@ -7,22 +7,28 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netx"
 )
 
 // register registers the node's identity with control, proving it holds
 // the private key.
 func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) {
 	req := control.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private}
-	var resp *control.RegisterResponse
-	var err error
+	var call func(context.Context, netx.Network, string, control.Join) (*control.RegisterResponse, error)
 	switch {
 	case strings.HasPrefix(n.cfg.Control, "nats://"), strings.HasPrefix(n.cfg.Control, "tls://"):
-		resp, err = control.RegisterNATS(ctx, n.cfg.Network, n.cfg.Control, req)
+		call = control.RegisterNATS
 	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
-		resp, err = control.RegisterHTTP(ctx, n.cfg.Network, n.cfg.Control, req)
+		call = control.RegisterHTTP
 	default:
 		return nil, fmt.Errorf("node: control URL %q: want tls://, https://, nats:// or http://", n.cfg.Control)
 	}
+	var resp *control.RegisterResponse
+	err := retryControl(ctx, n.log, "registration", func(ctx context.Context) error {
+		var err error
+		resp, err = call(ctx, n.cfg.Network, n.cfg.Control, req)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
 	}
@@ -30,8 +36,13 @@ func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) 
 }
 
 func (n *Node) connectSession(ctx context.Context, resp *control.RegisterResponse) error {
-	s, err := control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
-		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
+	var s *control.Session
+	err := retryControl(ctx, n.log, "control session", func(ctx context.Context) error {
+		var err error
+		s, err = control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
+			Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("node: control session: %w", err)

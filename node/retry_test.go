@@ -1,0 +1,109 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/netx"
+	"github.com/latticelab/lattice/node"
+)
+
+// flakyDials fails the TCP dials to one address whose 1-based number is
+// in fail, as a loaded machine's connect timeouts or a restarting control
+// do, and counts them all.
+type flakyDials struct {
+	netx.Network
+	to   string
+	fail map[int]bool
+
+	mu    sync.Mutex
+	dials int
+}
+
+func (f *flakyDials) Dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if address == f.to {
+		f.mu.Lock()
+		f.dials++
+		n := f.dials
+		f.mu.Unlock()
+		if f.fail[n] {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("i/o timeout (injected)")}
+		}
+	}
+	return f.Network.Dial(ctx, network, address)
+}
+
+func (f *flakyDials) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials
+}
+
+// TestStartRetriesControl: a node whose first registration dial and first
+// session dial fail still starts, and reaches its peer; before, the first
+// timeout failed Start (a 1000-node lab lost a node that way).
+func TestStartRetriesControl(t *testing.T) {
+	byClock(t, testStartRetriesControl, testStartRetriesControl)
+}
+
+func testStartRetriesControl(t *testing.T) {
+	w := newLabWorld(t)
+	pb := &stockNetstack{}
+	startNode(t, w.site(t, "full-cone"), "beta", pb)
+	flaky := &flakyDials{Network: w.site(t, "full-cone"), to: natsAddr, fail: map[int]bool{1: true, 3: true}}
+	pa := &stockNetstack{}
+	a := startNode(t, nil, "alpha", pa, func(c *node.Config) { c.Network = flaky })
+	assert.Equal(t, 4, flaky.count(), "dials: a failed and a good one to register, the same for the session")
+	waitPath(t, a, node.PathDirect, 10*time.Second)
+}
+
+// TestStartRefusalNotRetried: control's refusal is its answer: Start
+// returns it at once, after one dial, naming it.
+func TestStartRefusalNotRetried(t *testing.T) {
+	w := newLabWorld(t)
+	flaky := &flakyDials{Network: w.site(t, "full-cone"), to: natsAddr}
+	start := time.Now()
+	_, err := node.Start(t.Context(), node.Config{
+		Name: "alpha", Network: flaky, Control: "nats://" + natsAddr + "?insecure=1", Token: "not-the-token-0123456789",
+		Provisioner: &stockNetstack{},
+	})
+	var refusal *control.Error
+	require.ErrorAs(t, err, &refusal)
+	assert.Equal(t, control.CodeBadToken, refusal.Code)
+	assert.Equal(t, 1, flaky.count(), "a refusal is not tried again")
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// TestStartGivesUp: a control that cannot be reached fails Start after a
+// bounded number of tries, saying so.
+func TestStartGivesUp(t *testing.T) {
+	byClock(t, testStartGivesUp, testStartGivesUp)
+}
+
+func testStartGivesUp(t *testing.T) {
+	w := newLabWorld(t)
+	fail := map[int]bool{}
+	for i := 1; i <= 20; i++ {
+		fail[i] = true
+	}
+	flaky := &flakyDials{Network: w.site(t, "full-cone"), to: natsAddr, fail: fail}
+	start := time.Now()
+	_, err := node.Start(t.Context(), node.Config{
+		Name: "alpha", Network: flaky, Control: "nats://" + natsAddr + "?insecure=1", Token: labToken,
+		Provisioner: &stockNetstack{},
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gave up after 6 attempts")
+	assert.Contains(t, err.Error(), "injected")
+	assert.Equal(t, 6, flaky.count())
+	// Five waits between six tries: 0.25 + 0.5 + 1 + 2 + 4 s.
+	assert.GreaterOrEqual(t, time.Since(start), 7750*time.Millisecond, "backs off between tries")
+}
