@@ -33,6 +33,8 @@ type peerEvent struct {
 	// checkDirect: restartCheck has passed since the peer restarted ICE
 	// while we were direct (see restartWhileDirect).
 	checkDirect bool
+	begin       bool // the peer's first event: its first attempt, or idle
+	end         bool // the peer's last event (close): stop everything
 }
 
 // peerEnv is what a peer needs from its node.
@@ -65,15 +67,18 @@ type peerEnv struct {
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
-// path (Bind.SetDirect). All its state is owned by its run goroutine;
-// events reach it through its mailbox.
+// path (Bind.SetDirect). Events reach it through its mailbox, which runs
+// drain on a goroutine while events wait and none once they are handled
+// (mailbox.go): all the actor's state is owned by that one goroutine at a
+// time.
 type peer struct {
 	env    *peerEnv
 	info   control.Peer
 	path   *Path
 	box    mailbox
+	ctx    context.Context // the actor's, ended by close
 	cancel context.CancelFunc
-	done   chan struct{}
+	done   chan struct{} // closed once the end event is handled
 	// epoch is the peer's registration epoch as we know it (see
 	// learnEpoch); unlike the rest, other goroutines write it.
 	epoch atomic.Uint64
@@ -129,70 +134,82 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 		env:         env,
 		info:        info,
 		path:        env.bind.Peer(info.PublicKey),
-		box:         newMailbox(),
+		ctx:         ctx,
 		cancel:      cancel,
 		done:        make(chan struct{}),
 		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
 		kind:        PathRelay,
 	}
+	p.box.drain = p.drain
 	p.epoch.Store(info.Epoch)
 	p.initSignals()
 	p.path.SetLeads(p.controlling)
 	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
-	go p.run(ctx)
+	p.post(peerEvent{begin: true})
 	return p
 }
 
 // post queues an event; it never blocks the caller (a full queue means
-// the peer is far behind, and the event is dropped).
+// the peer is far behind, and the event is dropped; a closing peer drops
+// every event).
 func (p *peer) post(ev peerEvent) {
-	if !p.box.put(ev) {
+	if p.box.put(ev) == full {
 		p.env.log.Warn("peer event queue full", "peer", p.info.Name)
 	}
 }
 
-// handleWaiting handles the events in the mailbox, oldest first, until
-// ctx ends. Events it posts itself wait for the next wake.
-func (p *peer) handleWaiting(ctx context.Context) {
-	for _, ev := range p.box.take() {
-		if ctx.Err() != nil {
-			return
-		}
-		p.handle(ctx, ev)
-	}
-}
-
+// close ends the actor: the attempt running now (if any) is cancelled,
+// the events still waiting are dropped, and the end event stops its
+// timers, signals and agent. It returns once that is done.
 func (p *peer) close() {
 	if p.keepaliveTimer != nil {
 		p.keepaliveTimer.Stop()
 	}
 	p.cancel()
+	p.box.closeWith(peerEvent{end: true})
 	<-p.done
 }
 
-func (p *peer) run(ctx context.Context) {
-	defer close(p.done)
-	defer p.stopAgent()
-	defer p.signals.wait()
-	if p.env.cfg.RelayOnly {
+// drain is the actor's goroutine: it handles the waiting events, oldest
+// first, and returns when none is left (the mailbox starts it again).
+func (p *peer) drain() {
+	for {
+		evs := p.box.next()
+		if evs == nil {
+			return
+		}
+		for _, ev := range evs {
+			switch {
+			case ev.end:
+				p.stopTimers()
+				p.signals.wait()
+				p.stopAgent()
+				close(p.done)
+				return // closeWith refused every event after this one
+			case p.ctx.Err() != nil:
+				// closing: only the end event is left to handle
+			case ev.begin:
+				p.begin(p.ctx)
+			case p.env.cfg.RelayOnly:
+				// no direct attempts: nothing else concerns the actor
+			default:
+				p.handle(p.ctx, ev)
+			}
+		}
+	}
+}
+
+// begin is the actor's first step: the first attempt, or idle until there
+// is traffic (lazy), or nothing at all (relay only).
+func (p *peer) begin(ctx context.Context) {
+	switch {
+	case p.env.cfg.RelayOnly:
 		p.record(PathRelay, netip.AddrPort{}, "direct paths disabled (RelayOnly)")
 		p.setWhy("direct paths are disabled on this node (relay only)", time.Time{})
-		<-ctx.Done()
-		return
-	}
-	if p.lazy() {
+	case p.lazy():
 		p.goIdle(ctx, reasonIdle)
-	} else {
+	default:
 		p.startAttempt(ctx, "first attempt")
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			p.stopTimers()
-			return
-		case <-p.box.wake:
-			p.handleWaiting(ctx)
-		}
 	}
 }
 

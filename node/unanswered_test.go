@@ -34,7 +34,9 @@ func TestUnansweredAttemptEnds(t *testing.T) {
 	for p.agent != nil {
 		select {
 		case <-p.box.wake:
-			p.handleWaiting(ctx)
+			for _, ev := range p.box.take() {
+				p.handle(ctx, ev)
+			}
 		case <-giveUp:
 			t.Fatalf("the attempt was still waiting for the peer after %v (AttemptTimeout %v)", time.Since(start), env.cfg.AttemptTimeout)
 		}
