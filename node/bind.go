@@ -47,6 +47,8 @@ type Bind struct {
 	// unanswered, if set, is told of a handshake initiation sent
 	// through the relay and unanswered (SetRelayUnanswered).
 	unanswered atomic.Pointer[func()]
+	// batch is what BatchSize returns; set before Open.
+	batch int
 }
 
 type relayed struct {
@@ -65,6 +67,7 @@ func NewBind(mux *Mux) *Bind {
 		byAddr:   map[netip.AddrPort]*Path{},
 		sessions: sessions{byIndex: map[uint32]*Path{}},
 		relayIn:  make(chan relayed, muxQueueLen),
+		batch:    bindBatchSize,
 	}
 }
 
@@ -299,9 +302,10 @@ func (b *Bind) SetMark(uint32) error { return nil }
 // and the relay seldom fill. bindBatchSize keeps 2 MiB; BenchmarkPath
 // showed no difference beyond the noise (2026-12-02, load 20: direct 0.22
 // and 0.72 Gbit/s at 128, 0.50 and 0.51 at 16; relay 0.31, 0.45 and 0.34,
-// 0.40).
-func (b *Bind) BatchSize() int { return bindBatchSize }
+// 0.40). Config.Batch sets another.
+func (b *Bind) BatchSize() int { return b.batch }
 
+// bindBatchSize is the Bind's batch unless Config.Batch says otherwise.
 const bindBatchSize = 16
 
 // Send implements conn.Bind.

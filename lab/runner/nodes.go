@@ -302,15 +302,34 @@ func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network
 // node's throughput.
 const labTUNBatch = 16
 
+// Labs of more than largeLab nodes batch labLargeBatch packets (node
+// Config.Batch and the TUN's): at 16, the three read paths' buffers were
+// 3 MiB a node, 2.9 GB of the 4.6 GB live heap of scale-1000 (bench
+// --memprofile, 2026-12-02); at 4 they are 768 KiB.
+const (
+	largeLab      = 100
+	labLargeBatch = 4
+)
+
+// nodeBatch is the WireGuard batch of this lab's in-process nodes.
+func (l *Lab) nodeBatch() int {
+	if len(l.plan.Nodes) > largeLab {
+		return labLargeBatch
+	}
+	return labTUNBatch
+}
+
 // startInProcessNode starts a node on network with a netstack of its own.
 func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
 	pn := c.plan
-	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name), Batch: labTUNBatch}}
+	batch := l.nodeBatch()
+	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name), Batch: batch}}
 	nd, err := node.Start(ctx, node.Config{
 		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
 		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
 		ListenPort:  int(pn.ListenPort), Provisioner: prov, MTU: pn.MTU,
-		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), Logger: l.log, // the node adds node=NAME
+		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), Batch: batch,
+		Logger: l.log, // the node adds node=NAME
 	})
 	if err != nil {
 		if c.roam != nil {
