@@ -12,7 +12,8 @@
 //   - identity.go: the key pair, node ID and address, and the
 //     CredentialStore that keeps them.
 //   - session.go: registration and the control session (peer events,
-//     signals, resync after an outage, re-registration).
+//     signals, resync after an outage, re-registration); retry.go how
+//     Start tries control again when it cannot reach it.
 //   - presence.go: heartbeats, leaving, and how offline peers are kept;
 //     unreachable.go answers packets for them with ICMP host unreachable.
 //   - socket.go: the shared UDP socket, dual-stack on [::] where the
@@ -27,8 +28,9 @@
 //     routing, stale sessions).
 //   - path.go: Path (a peer's current direct address and counters),
 //     PathKind and PathEvent.
-//   - peer.go: the per-peer actor, one goroutine fed by events (through
-//     mailbox.go, memory only while they wait) that picks the path;
+//   - peer.go: the per-peer actor, fed by events through mailbox.go,
+//     which holds memory and runs the actor on a goroutine only while
+//     events wait; it picks the path;
 //     counts.go the node-wide path-switch and ICE-attempt counts;
 //     peer_signal.go its side of signaling (sealing, answering,
 //     adopting), signal_queue.go the queue that carries its signals to
