@@ -208,7 +208,7 @@ func (l *Lab) NATMappings(name string) (string, time.Time, []nat.MappingInfo, er
 	router := pn.NATs[0]
 	now := l.clock.Now()
 	var out []nat.MappingInfo
-	for _, m := range l.f.Router(router).NAT().Mappings(now) {
+	for _, m := range routerMappings(l.f.Router(router), now) {
 		if m.Inside.Addr() == pn.Addr {
 			out = append(out, m)
 		}

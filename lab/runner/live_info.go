@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/nat"
 )
 
 // LiveInfo is what `lattice-lab inspect` shows of a running lab.
@@ -127,12 +128,10 @@ func (l *Lab) Info() LiveInfo {
 			continue
 		}
 		lr := LiveRouter{Name: r.Name(), NAT: pr.Profile, Interfaces: liveIfaces(r.Interfaces())}
-		if n := r.NAT(); n != nil {
-			for _, m := range n.Mappings(now) {
-				lr.Mappings = append(lr.Mappings, LiveMapping{Proto: strings.ToLower(m.Proto.String()), Inside: m.Inside,
-					External: m.External, Remote: m.Remote, Peers: m.Peers, TCPState: m.TCPState,
-					Age: now.Sub(m.Created), ExpiresIn: m.Expires.Sub(now)})
-			}
+		for _, m := range routerMappings(r, now) {
+			lr.Mappings = append(lr.Mappings, LiveMapping{Proto: strings.ToLower(m.Proto.String()), Inside: m.Inside,
+				External: m.External, Remote: m.Remote, Peers: m.Peers, TCPState: m.TCPState,
+				Age: now.Sub(m.Created), ExpiresIn: m.Expires.Sub(now)})
 		}
 		info.Routers = append(info.Routers, lr)
 	}
@@ -148,4 +147,17 @@ func (l *Lab) Info() LiveInfo {
 		info.Nodes = append(info.Nodes, n)
 	}
 	return info
+}
+
+// routerMappings are a router's live mappings: its NAT44's, or its
+// NAT64's (inside endpoints IPv6, external ones the uplink's IPv4), or
+// none.
+func routerMappings(r *fabric.Router, now time.Time) []nat.MappingInfo {
+	if n := r.NAT(); n != nil {
+		return n.Mappings(now)
+	}
+	if n := r.NAT64(); n != nil {
+		return n.Mappings(now)
+	}
+	return nil
 }

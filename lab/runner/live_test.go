@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/lab/nat"
 	"github.com/latticelab/lattice/lab/pcapng"
 	"github.com/latticelab/lattice/lab/topology"
 )
@@ -169,4 +170,50 @@ func FuzzLiveRequest(f *testing.F) {
 		a.Close()
 		<-done
 	})
+}
+
+// TestInfoNAT64Mappings: inspect lists a NAT64 gateway's mappings as it
+// lists a NAT44's: an IPv6-only phone's UDP to an IPv4 server through
+// 64:ff9b::/96 is one mapping, inside the phone's IPv6 endpoint, outside
+// the gateway's IPv4 address.
+func TestInfoNAT64Mappings(t *testing.T) {
+	_, plan, err := topology.Parse("t.yaml", []byte(`name: t
+networks:
+  internet: {cidr: 203.0.113.0/24}
+  mobile: {cidr6: 2001:db8:64::/64, uplink: internet, nat: nat64, public: 203.0.113.64}
+hosts:
+  server: {network: internet, addr: 203.0.113.100}
+  phone: {network: mobile}
+`))
+	require.NoError(t, err)
+	l, err := Up(t.Context(), Config{Plan: plan, StateDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, l.Close()) })
+
+	srv, err := l.hostNet("server").ListenPacket(t.Context(), "udp", "203.0.113.100:7000")
+	require.NoError(t, err)
+	defer srv.Close()
+	pc, err := l.hostNet("phone").ListenPacket(t.Context(), "udp", "[::]:4000")
+	require.NoError(t, err)
+	defer pc.Close()
+	to := netip.AddrPortFrom(nat.Embed64(netip.MustParsePrefix("64:ff9b::/96"), netip.MustParseAddr("203.0.113.100")), 7000)
+	_, err = pc.WriteTo([]byte("hello"), net.UDPAddrFromAddrPort(to))
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	require.NoError(t, srv.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, from, err := srv.ReadFrom(buf)
+	require.NoError(t, err, "the datagram crosses the NAT64")
+
+	var ms []LiveMapping
+	for _, r := range l.Info().Routers {
+		if r.Name == "mobile-nat" {
+			assert.Equal(t, "nat64", r.NAT)
+			ms = r.Mappings
+		}
+	}
+	require.Len(t, ms, 1)
+	assert.Equal(t, "udp", ms[0].Proto)
+	assert.Equal(t, netip.MustParseAddrPort("[2001:db8:64::2]:4000"), ms[0].Inside)
+	assert.Equal(t, from.(*net.UDPAddr).AddrPort(), ms[0].External)
+	assert.Equal(t, netip.MustParseAddr("203.0.113.64"), ms[0].External.Addr())
 }
