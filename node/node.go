@@ -72,12 +72,13 @@ type Config struct {
 	RelayTransport string
 	// ICE tunes path selection.
 	ICE ICEConfig
-	// Batch is how many packets in-process WireGuard reads from the
-	// node's socket, its relay and its interface at once. wireguard-go
-	// holds max(Batch, the interface's batch) 64 KiB buffers for each of
-	// the three for the device's life, so a node costs 3 × Batch × 64 KiB
-	// of heap whatever its traffic: 3 MiB at the default. If zero, 16; a
-	// process that runs hundreds of nodes (the lab) asks for fewer.
+	// Batch is the Bind's batch: how many packets in-process WireGuard
+	// reads from the node's socket and its relay at once. wireguard-go
+	// reads max(Batch, the interface's batch) on each of its three read
+	// paths (socket, relay, interface) and holds that many 64 KiB buffers
+	// for each for the device's life: 3 MiB of heap per node at 16,
+	// whatever its traffic. If zero, 16; a process that runs hundreds of
+	// nodes (the lab) asks for fewer, with an interface batched alike.
 	Batch int
 	// Logger receives the node's logs, each with the node's name; pion's
 	// (component=ice) come at Debug and below, its trace at Debug-4 (see
@@ -218,7 +219,11 @@ func (n *Node) registerIdentity(ctx context.Context) (*control.RegisterResponse,
 	}
 	n.id = id
 	n.log = n.log.With("node", id.Name)
-	resp, err := n.register(ctx)
+	var resp *control.RegisterResponse
+	err = retryControl(ctx, n.log, "registration", func(ctx context.Context) (err error) {
+		resp, err = n.register(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +287,9 @@ func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) er
 // join opens the control session, adds the peers and starts the
 // heartbeat.
 func (n *Node) join(ctx context.Context, resp *control.RegisterResponse) error {
-	if err := n.connectSession(ctx, resp); err != nil {
+	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) error {
+		return n.connectSession(ctx, resp)
+	}); err != nil {
 		return err
 	}
 	// Peers that registered between our registration and the session's

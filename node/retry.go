@@ -15,11 +15,12 @@ import (
 // the control session. Either can fail for a moment (control is
 // restarting, the machine is loaded and a connect times out, a NAT on the
 // way has just rebooted), and a node that gave up at the first timeout
-// left its caller to start it again. So start tries each again, backing
-// off, while the failure is one of getting there; a refusal (a control
-// *Error: a bad token, a bad proof, a name taken) or a NATS authorization
-// failure is the answer and is returned at once, as is the caller's
-// context ending.
+// left its caller to start it again. So start (registerIdentity, join)
+// tries each again, backing off, while the failure is one of getting
+// there; a refusal (a control *Error: a bad token, a bad proof, a name
+// taken) or a NATS authorization failure is the answer and is returned at
+// once, as is the caller's context ending. reregister, which calls the
+// same two steps later, has a backoff loop of its own.
 
 // controlAttempts bounds how often start tries control for one step.
 const controlAttempts = 6
@@ -56,12 +57,20 @@ func retryControl(ctx context.Context, log *slog.Logger, what string, f func(con
 	}
 }
 
+// permanent marks an error another try cannot mend (a bad control URL).
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
 // transientControl reports whether err is a failure to reach control,
-// worth another try, rather than control's answer.
+// worth another try, rather than control's answer or a mistake of ours.
 func transientControl(err error) bool {
-	var refusal *control.Error
+	var (
+		refusal *control.Error
+		ours    permanent
+	)
 	switch {
-	case errors.As(err, &refusal):
+	case errors.As(err, &refusal), errors.As(err, &ours):
 		return false
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false // the caller's context: nats.go wraps it

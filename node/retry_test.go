@@ -107,3 +107,16 @@ func testStartGivesUp(t *testing.T) {
 	// Five waits between six tries: 0.25 + 0.5 + 1 + 2 + 4 s.
 	assert.GreaterOrEqual(t, time.Since(start), 7750*time.Millisecond, "backs off between tries")
 }
+
+// TestStartBadURLNotRetried: a control URL of an unknown scheme is the
+// caller's mistake: Start names it at once, without trying again.
+func TestStartBadURLNotRetried(t *testing.T) {
+	w := newLabWorld(t)
+	start := time.Now()
+	_, err := node.Start(t.Context(), node.Config{
+		Name: "alpha", Network: w.site(t, "full-cone"), Control: "ftp://" + natsAddr, Token: labToken,
+		Provisioner: &stockNetstack{},
+	})
+	require.ErrorContains(t, err, `control URL "ftp://`+natsAddr+`": want tls://, https://, nats:// or http://`)
+	assert.Less(t, time.Since(start), 250*time.Millisecond, "not tried again: the first backoff is 250 ms")
+}

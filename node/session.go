@@ -21,14 +21,9 @@ func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) 
 	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
 		call = control.RegisterHTTP
 	default:
-		return nil, fmt.Errorf("node: control URL %q: want tls://, https://, nats:// or http://", n.cfg.Control)
+		return nil, permanent{fmt.Errorf("node: control URL %q: want tls://, https://, nats:// or http://", n.cfg.Control)}
 	}
-	var resp *control.RegisterResponse
-	err := retryControl(ctx, n.log, "registration", func(ctx context.Context) error {
-		var err error
-		resp, err = call(ctx, n.cfg.Network, n.cfg.Control, req)
-		return err
-	})
+	resp, err := call(ctx, n.cfg.Network, n.cfg.Control, req)
 	if err != nil {
 		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
 	}
@@ -36,13 +31,8 @@ func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) 
 }
 
 func (n *Node) connectSession(ctx context.Context, resp *control.RegisterResponse) error {
-	var s *control.Session
-	err := retryControl(ctx, n.log, "control session", func(ctx context.Context) error {
-		var err error
-		s, err = control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
-			Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
-		})
-		return err
+	s, err := control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
+		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
 	})
 	if err != nil {
 		return fmt.Errorf("node: control session: %w", err)
