@@ -19,8 +19,8 @@ const mailboxMax = 64
 // stack is at least 8 KiB: 8 GB for the million peers of a 1000-node
 // lab, and the GC scans every one of them each cycle). At most one drain
 // runs at a time, so what the actor owns is still touched by one
-// goroutine at a time, in event order. Without one (newMailbox, for
-// tests that drive a peer by hand), put signals wake instead.
+// goroutine at a time, in event order. Without one (tests that drive a
+// peer by hand), put signals wake instead.
 type mailbox struct {
 	mu      sync.Mutex  // guards q, running, closed
 	q       []peerEvent // waiting, oldest first
@@ -29,9 +29,6 @@ type mailbox struct {
 	drain   func()      // the actor, run by put; nil: hand-driven
 	wake    chan struct{}
 }
-
-// newMailbox returns a hand-driven mailbox: put signals wake.
-func newMailbox() mailbox { return mailbox{wake: make(chan struct{}, 1)} }
 
 // putResult is what put did with an event.
 type putResult int

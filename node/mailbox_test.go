@@ -12,6 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// newMailbox returns a hand-driven mailbox, for tests that drive a peer
+// themselves: put signals wake.
+func newMailbox() mailbox { return mailbox{wake: make(chan struct{}, 1)} }
+
 // TestMailbox: events come out oldest first, one wake stands for any
 // number of puts, a full mailbox refuses (and says so), and an emptied
 // one holds no buffer: an idle peer costs its mailbox's header only.
