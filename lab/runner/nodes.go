@@ -294,19 +294,16 @@ func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network
 	return n, nil
 }
 
-// labTUNBatch is the TUN batch of the lab's in-process nodes, the Bind's:
-// wireguard-go keeps that many 64 KiB buffers per read path for each
-// node's life, so netstack's default 64 held about 6 MiB per idle node,
-// most of what a thousand-node lab spent (lattice-lab bench --memprofile
-// on topologies/scale.yaml). The fabric, not the batch, bounds a lab
-// node's throughput.
-const labTUNBatch = 16
-
-// Labs of more than largeLab nodes batch labLargeBatch packets (node
-// Config.Batch and the TUN's): at 16, the three read paths' buffers were
-// 3 MiB a node, 2.9 GB of the 4.6 GB live heap of scale-1000 (bench
-// --memprofile, 2026-12-02); at 4 they are 768 KiB.
+// The WireGuard batch of the lab's in-process nodes, the Bind's and the
+// TUN's (node Config.Batch, netstack Config.Batch): wireguard-go keeps
+// that many 64 KiB buffers on each of a node's three read paths for the
+// node's life. netstack's default 64 held about 6 MiB per idle node; at
+// labBatch it is 3 MiB, and in labs of more than largeLab nodes, at
+// labLargeBatch, 768 KiB: at 16, those buffers were 2.9 GB of the 4.6 GB
+// live heap of scale-1000 (bench --memprofile, 2026-12-02). The fabric,
+// not the batch, bounds a lab node's throughput.
 const (
+	labBatch      = 16
 	largeLab      = 100
 	labLargeBatch = 4
 )
@@ -316,7 +313,7 @@ func (l *Lab) nodeBatch() int {
 	if len(l.plan.Nodes) > largeLab {
 		return labLargeBatch
 	}
-	return labTUNBatch
+	return labBatch
 }
 
 // startInProcessNode starts a node on network with a netstack of its own.
