@@ -21,7 +21,7 @@ import (
 // reply comes back as an *Error.
 func FuzzRegisterExchange(f *testing.F) {
 	priv := key.NewPrivate()
-	c, err := newChallenge([]byte("fuzz secret"), priv.Public(), time.UnixMilli(1_800_000_000_000))
+	c, _, err := newChallenge([]byte("fuzz secret"), priv.Public(), time.UnixMilli(1_800_000_000_000))
 	if err != nil {
 		f.Fatal(err)
 	}

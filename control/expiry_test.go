@@ -252,7 +252,7 @@ func TestRegisterRefusesNewWithoutToken(t *testing.T) {
 	} {
 		pk := tc.key()
 		req := &RegisterRequest{Token: "expired-or-revoked", Name: tc.name, PublicKey: pk.Public()}
-		req.Challenge, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
+		req.Challenge, _, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
 		require.NoError(t, err)
 		req.Proof, err = ProveKey(pk, req.Challenge, tc.name)
 		require.NoError(t, err)

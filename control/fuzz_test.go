@@ -40,7 +40,7 @@ func FuzzVerifyProof(f *testing.F) {
 	// Fixed, not random: every fuzz worker process runs this setup.
 	priv := key.PrivateFromRaw([32]byte{1, 2, 3, 4, 5, 6, 7, 8})
 	now := time.UnixMilli(1_800_000_000_000)
-	c, err := newChallenge(secret, priv.Public(), now)
+	c, _, err := newChallenge(secret, priv.Public(), now)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func FuzzVerifyProof(f *testing.F) {
 // registration reply, a peer page and a challenge never panics.
 func FuzzRegisterReply(f *testing.F) {
 	priv := key.NewPrivate()
-	c, _ := newChallenge([]byte("s"), priv.Public(), time.Now())
+	c, _, _ := newChallenge([]byte("s"), priv.Public(), time.Now())
 	b, _ := json.Marshal(RegisterResponse{Challenge: c})
 	f.Add(b)
 	f.Add([]byte(`{"node_id":"n1","address":"100.64.0.1/10","peers":[],"more_peers":true,"nats":{"user":"n1"}}`))

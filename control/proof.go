@@ -31,9 +31,9 @@ import (
 // control secret and the challenge's own fields, so any instance sharing
 // the secret (through the registry, see secretKeeper) verifies a
 // challenge another one issued. (An instance caches the keys it issued
-// lately, see challenger, to spare a verify the derivation's cost.) A proof is good until the challenge
-// expires; the registry remembers the nonce of the last one used, so the
-// same proof is never accepted twice.
+// lately, see challenger, to spare a verify the derivation's cost.) A
+// proof is good until the challenge expires; the registry remembers the
+// nonce of the last one used, so the same proof is never accepted twice.
 
 // challengeTTL is how long a challenge may be answered.
 const challengeTTL = 30 * time.Second
@@ -84,14 +84,8 @@ func challengeKey(secret []byte, pub key.Public, nonce []byte, expires int64) (*
 	return ecdh.X25519().NewPrivateKey(mac.Sum(nil))
 }
 
-// newChallenge issues a challenge to pub.
-func newChallenge(secret []byte, pub key.Public, now time.Time) (*Challenge, error) {
-	c, _, err := issueChallenge(secret, pub, now)
-	return c, err
-}
-
-// issueChallenge is newChallenge, also returning the challenge's key.
-func issueChallenge(secret []byte, pub key.Public, now time.Time) (*Challenge, *ecdh.PrivateKey, error) {
+// newChallenge issues a challenge to pub, returning it and its key.
+func newChallenge(secret []byte, pub key.Public, now time.Time) (*Challenge, *ecdh.PrivateKey, error) {
 	c := &Challenge{Nonce: make([]byte, challengeNonceBytes), Expires: now.Add(challengeTTL).UnixMilli()}
 	_, _ = rand.Read(c.Nonce)
 	priv, err := challengeKey(secret, pub, c.Nonce, c.Expires)
@@ -146,6 +140,12 @@ func verifyProof(secret []byte, req *RegisterRequest, now time.Time) error {
 	if err := checkChallenge(req, now); err != nil {
 		return err
 	}
+	return verifyDerived(secret, req)
+}
+
+// verifyDerived checks req's proof, its challenge already checked, with
+// the challenge's key derived from secret.
+func verifyDerived(secret []byte, req *RegisterRequest) error {
 	c := req.Challenge
 	priv, err := challengeKey(secret, req.PublicKey, c.Nonce, c.Expires)
 	if err != nil {
@@ -232,7 +232,7 @@ func newChallenger(secret []byte) *challenger {
 
 // issue is newChallenge, remembering the challenge's key.
 func (ch *challenger) issue(pub key.Public, now time.Time) (*Challenge, error) {
-	c, priv, err := issueChallenge(ch.secret, pub, now)
+	c, priv, err := newChallenge(ch.secret, pub, now)
 	if err != nil {
 		return nil, err
 	}
@@ -251,15 +251,10 @@ func (ch *challenger) verify(req *RegisterRequest, now time.Time) error {
 	if err := checkChallenge(req, now); err != nil {
 		return err
 	}
-	c := req.Challenge
-	priv := ch.take(req.PublicKey, c)
-	if priv == nil {
-		var err error
-		if priv, err = challengeKey(ch.secret, req.PublicKey, c.Nonce, c.Expires); err != nil {
-			return errBadProof("challenge key: %v", err)
-		}
+	if priv := ch.take(req.PublicKey, req.Challenge); priv != nil {
+		return verifyWith(priv, req)
 	}
-	return verifyWith(priv, req)
+	return verifyDerived(ch.secret, req)
 }
 
 // take removes and returns the key cached for c issued to pub, nil if

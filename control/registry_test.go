@@ -53,7 +53,7 @@ func TestFailedSendUndone(t *testing.T) {
 		key  key.Private
 	}{{"new", newPriv(t)}, {"kept", k}} {
 		req := &RegisterRequest{Token: testToken, Name: tc.name, PublicKey: tc.key.Public()}
-		req.Challenge, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
+		req.Challenge, _, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
 		require.NoError(t, err)
 		req.Proof, err = ProveKey(tc.key, req.Challenge, tc.name)
 		require.NoError(t, err)
