@@ -12,6 +12,10 @@ import (
 // (BenchmarkIdlePeers: peers without nodes behind them).
 func (n *Node) AddPeerForTest(info control.Peer) { n.addPeer(info) }
 
+// ReregisterForTest runs what the node does when control refuses its
+// session: register again with backoff until it works or the node closes.
+func (n *Node) ReregisterForTest() { n.reregister() }
+
 // PeerCount is how many online peers the node runs.
 func (n *Node) PeerCount() int {
 	n.mu.Lock()

@@ -117,11 +117,16 @@ type Node struct {
 	stopHeartbeat context.CancelFunc
 	heartbeatDone chan struct{}
 
-	// probeLoop's: a kick when a direct path goes silent; stopProbes
-	// ends it and probesDone says it has.
+	// life ends when Close begins (end cancels it, under mu): probeLoop
+	// and reregister run under it. probeKick is a kick when a direct path
+	// goes silent; probesDone says probeLoop has returned, and rereg
+	// counts the reregister calls in flight (added under mu while life
+	// lasts), which Close waits for.
+	life       context.Context
+	end        context.CancelFunc
 	probeKick  chan struct{}
-	stopProbes context.CancelFunc
 	probesDone chan struct{}
+	rereg      sync.WaitGroup
 
 	// switches and ice count every peer's path switches and ICE
 	// attempts (counts.go).
@@ -167,9 +172,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{}, offline: map[string]*offlinePeer{},
 		probeKick: make(chan struct{}, 1), probesDone: make(chan struct{}), stopHeartbeat: func() {}}
-	pctx, stop := context.WithCancel(context.Background())
-	n.stopProbes = stop
-	go n.probeLoop(pctx)
+	n.life, n.end = context.WithCancel(context.Background())
+	go n.probeLoop(n.life)
 	if err := n.start(ctx); err != nil {
 		n.Close()
 		return nil, err
@@ -319,8 +323,11 @@ func (n *Node) Address() netip.Prefix { return n.id.Address }
 // at once (see presence.go), but does not deregister: a restarted node
 // keeps its identity and address.
 func (n *Node) Close() error {
-	n.stopProbes()
+	n.mu.Lock()
+	n.end()
+	n.mu.Unlock()
 	<-n.probesDone
+	n.rereg.Wait()
 	n.leave()
 	n.mu.Lock()
 	n.closed = true

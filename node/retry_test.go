@@ -24,6 +24,9 @@ type flakyDials struct {
 	to   string
 	fail map[int]bool
 
+	// failFrom, if set, fails every dial numbered failFrom or later.
+	failFrom int
+
 	mu    sync.Mutex
 	dials int
 }
@@ -33,8 +36,9 @@ func (f *flakyDials) Dial(ctx context.Context, network, address string) (net.Con
 		f.mu.Lock()
 		f.dials++
 		n := f.dials
+		failFrom := f.failFrom
 		f.mu.Unlock()
-		if f.fail[n] {
+		if f.fail[n] || (failFrom > 0 && n >= failFrom) {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("i/o timeout (injected)")}
 		}
 	}
@@ -119,4 +123,42 @@ func TestStartBadURLNotRetried(t *testing.T) {
 	})
 	require.ErrorContains(t, err, `control URL "ftp://`+natsAddr+`": want tls://, https://, nats:// or http://`)
 	assert.Less(t, time.Since(start), 250*time.Millisecond, "not tried again: the first backoff is 250 ms")
+}
+
+// failAfterNow fails every dial from the next one on.
+func (f *flakyDials) failAfterNow() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failFrom = f.dials + 1
+}
+
+// TestCloseEndsReregister: a node re-registering with a control it cannot
+// reach is between backoff waits when it closes; Close ends the retries at
+// once and waits for them. Before, they slept out their backoff (up to
+// 30 s) on their own goroutine after Close had returned.
+func TestCloseEndsReregister(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
+		w := newLabWorld(t)
+		flaky := &flakyDials{Network: w.site(t, "full-cone"), to: natsAddr}
+		a := startNode(t, nil, "alpha", &stockNetstack{}, func(c *node.Config) { c.Network = flaky })
+		flaky.failAfterNow()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			a.ReregisterForTest()
+		}()
+		// Tries at 0, 1, 3, 7 and 15 s fail; at 20 s it waits for 31 s.
+		time.Sleep(20 * time.Second)
+		tries := flaky.count()
+		start := time.Now()
+		require.NoError(t, a.Close())
+		select {
+		case <-done:
+		default:
+			t.Fatal("Close returned with re-registration still running")
+		}
+		assert.Less(t, time.Since(start), time.Second, "Close waited out a backoff")
+		assert.Equal(t, tries, flaky.count(), "no try after Close")
+		assert.GreaterOrEqual(t, tries, 2+5, "register and session dials, then five failed tries")
+	})
 }

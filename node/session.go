@@ -86,24 +86,29 @@ func (n *Node) deliverSignal(p *peer, payload []byte) {
 
 // reregister registers again with the same identity after control
 // refused the session's credentials, then resyncs the peers. It retries
-// with backoff until it works or the node closes.
+// with backoff until it works or the node closes; Close waits for it.
 func (n *Node) reregister() {
+	n.mu.Lock()
+	if n.life.Err() != nil {
+		n.mu.Unlock()
+		return
+	}
+	n.rereg.Add(1)
+	n.mu.Unlock()
+	defer n.rereg.Done()
 	n.regMu.Lock()
 	defer n.regMu.Unlock()
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
-		n.mu.Lock()
-		closed := n.closed
-		n.mu.Unlock()
-		if closed {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		ctx, cancel := context.WithTimeout(n.life, 15*time.Second)
 		resp, err := n.register(ctx)
 		if err == nil {
 			n.epoch.Store(resp.Epoch)
 			err = n.connectSession(ctx, resp)
 		}
 		cancel()
+		if n.life.Err() != nil {
+			return
+		}
 		if err == nil {
 			if resp.Address != n.id.Address {
 				n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
@@ -113,14 +118,20 @@ func (n *Node) reregister() {
 			return
 		}
 		n.log.Warn("re-register", "err", err, "retry in", delay)
-		time.Sleep(delay)
+		wait := time.NewTimer(delay)
+		select {
+		case <-n.life.Done():
+			wait.Stop()
+			return
+		case <-wait.C:
+		}
 	}
 }
 
 // resync reconciles the peer set with control's after a NATS outage, in
 // which peer events may have been lost.
 func (n *Node) resync() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(n.life, 10*time.Second)
 	defer cancel()
 	peers, err := n.session.Load().Peers(ctx)
 	if err != nil {
