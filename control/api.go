@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/latticelab/lattice/key"
@@ -149,7 +150,19 @@ type Peer struct {
 	// Signals name the receiver's epoch, so one sealed for an earlier
 	// registration is refused after a restart.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// Tags are the tags of the join token the node last registered with
+	// (JoinToken.Tags): an operator's, never the node's own claim.
+	Tags []string `json:"tags,omitempty"`
 }
+
+// Equal reports whether p and q describe the peer alike.
+func (p Peer) Equal(q Peer) bool {
+	return p.NodeID == q.NodeID && p.Name == q.Name && p.PublicKey == q.PublicKey && p.Address == q.Address &&
+		p.Offline == q.Offline && p.Epoch == q.Epoch && slices.Equal(p.Tags, q.Tags)
+}
+
+// HasTag reports whether the peer carries tag.
+func (p Peer) HasTag(tag string) bool { return slices.Contains(p.Tags, tag) }
 
 // PeerEventType says what happened to a peer.
 type PeerEventType string
@@ -196,6 +209,10 @@ type errorReply struct {
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidName reports whether s is a valid node name or tag: 1-63 lowercase
+// letters, digits and inner hyphens.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // Validate checks a request's fields, naming the first bad one.
 func (r *RegisterRequest) Validate() error {
@@ -261,8 +278,11 @@ type Node struct {
 	Epoch uint64 `json:"epoch,omitempty"`
 	// SharedEvents: the node reads SubjectPeerEvents (RegisterRequest).
 	SharedEvents bool `json:"shared_events,omitempty"`
+	// Tags are the tags of the join token of the last registration that
+	// presented a live one (Peer.Tags).
+	Tags []string `json:"tags,omitempty"`
 }
 
 func (n *Node) peer() Peer {
-	return Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address, Epoch: n.Epoch}
+	return Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address, Epoch: n.Epoch, Tags: n.Tags}
 }

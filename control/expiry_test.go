@@ -221,14 +221,15 @@ func TestTokenCheckNamesExpiry(t *testing.T) {
 		{"third-token-0123456789", "bad_token: join token not accepted"},
 		{"forever-token-0123456789", ""},
 	} {
-		err := ts.check(tc.token, now)
+		_, err := ts.check(tc.token, now)
 		if tc.want == "" {
 			assert.NoError(t, err, tc.token)
 			continue
 		}
 		assert.EqualError(t, err, tc.want, tc.token)
 	}
-	assert.NoError(t, ts.check("first-token-0123456789", tokenEpoch), "live before its expiry")
+	_, err := ts.check("first-token-0123456789", tokenEpoch)
+	assert.NoError(t, err, "live before its expiry")
 }
 
 // TestRegisterRefusesNewWithoutToken: register, given the token's refusal
@@ -256,7 +257,7 @@ func TestRegisterRefusesNewWithoutToken(t *testing.T) {
 		require.NoError(t, err)
 		req.Proof, err = ProveKey(pk, req.Challenge, tc.name)
 		require.NoError(t, err)
-		resp, err := env.srv.register(ctx, req, nil, refusal)
+		resp, err := env.srv.register(ctx, req, nil, admission{refuseNew: refusal})
 		if tc.wantErr != nil {
 			assert.Equal(t, tc.wantErr, err, tc.name)
 			continue

@@ -40,9 +40,9 @@ func (s *Server) handleRegister(ctx context.Context, body []byte) (*RegisterResp
 // and its error returned.
 func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]byte) error) (*RegisterResponse, error) {
 	req, err := decodeRequest(body)
-	var tokenErr error
+	var adm admission
 	if err == nil {
-		tokenErr, err = s.admit(ctx, req)
+		adm, err = s.admit(ctx, req)
 	}
 	if err != nil {
 		s.refused.Add(1)
@@ -68,45 +68,51 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
 		return nil, err
 	}
-	resp, err := s.register(ctx, req, send, tokenErr)
+	resp, err := s.register(ctx, req, send, adm)
 	if err != nil {
 		s.refused.Add(1)
 		s.log.Warn("registration failed", "name", req.Name, "err", err)
 		return nil, err
 	}
 	s.registered.Add(1)
-	if tokenErr != nil {
-		s.log.Info("known node re-registered on its proof of key alone", "id", resp.NodeID, "name", req.Name, "token", tokenErr)
+	if adm.refuseNew != nil {
+		s.log.Info("known node re-registered on its proof of key alone", "id", resp.NodeID, "name", req.Name, "token", adm.refuseNew)
 	}
 	return resp, nil
+}
+
+// admission is what admit found: the live token's tags, or, for a known
+// identity without one, refuseNew: the token's refusal, which register
+// gives if the identity is gone by the time it is stored, so a token that
+// no longer admits never creates one.
+type admission struct {
+	tags      []string
+	refuseNew error
 }
 
 // admit decides whether req may go on to prove its key. A live join token
 // admits any identity. Without one (expired, revoked or wrong) only an
 // identity already registered under req's key and name is admitted: the
 // token is for joining, and a node that joined re-registers on its proof
-// of key alone, so an expired token never strands it. Then tokenErr is
-// the token's refusal, which register gives if the identity is gone by
-// the time it is stored: a token that no longer admits never creates one.
-func (s *Server) admit(ctx context.Context, req *RegisterRequest) (tokenErr, err error) {
-	tokenErr = s.tokens.check(req.Token, s.cfg.Now())
+// of key alone, so an expired token never strands it.
+func (s *Server) admit(ctx context.Context, req *RegisterRequest) (admission, error) {
+	tags, tokenErr := s.tokens.check(req.Token, s.cfg.Now())
 	if tokenErr == nil {
-		return nil, nil
+		return admission{tags: tags}, nil
 	}
 	n, err := s.cfg.Store.Get(ctx, nodeID(req.PublicKey))
 	switch {
 	case err == nil && n.Name == req.Name:
-		return tokenErr, nil
+		return admission{refuseNew: tokenErr}, nil
 	case err != nil && !errors.Is(err, ErrNotFound):
-		return nil, fmt.Errorf("look up the registering key: %w", err)
+		return admission{}, fmt.Errorf("look up the registering key: %w", err)
 	}
-	return nil, tokenErr
+	return admission{}, tokenErr
 }
 
-// register stores the node req proved its key for, announces it, then
-// answers it through send (if not nil). A non-nil refuseNew refuses to
-// create a node not registered yet (see admit).
-func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error, refuseNew error) (*RegisterResponse, error) {
+// register stores the node req proved its key for, as adm admitted it
+// (see admit), announces it, then answers it through send (if not nil).
+func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error, adm admission) (*RegisterResponse, error) {
 	id := nodeID(req.PublicKey)
 	mu := &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
 	mu.Lock()
@@ -127,7 +133,7 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 			return nil, fmt.Errorf("issue relay token: %w", err)
 		}
 	}
-	n, prev, err := s.storeNodeRetry(ctx, req, id, hash[:], refuseNew)
+	n, prev, err := s.storeNodeRetry(ctx, req, id, hash[:], adm)
 	if err != nil {
 		return nil, err
 	}
@@ -252,9 +258,9 @@ func (s *Server) maxReply() int {
 // storeNodeRetry is storeNode, again when another instance changed the
 // record between the read and the write (the same key registering on two
 // instances at once), and records the result in the view.
-func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error) (n, prev *Node, err error) {
+func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id string, hash []byte, adm admission) (n, prev *Node, err error) {
 	for try := range 5 {
-		n, prev, err = s.storeNode(ctx, req, id, hash, refuseNew, try > 0)
+		n, prev, err = s.storeNode(ctx, req, id, hash, adm, try > 0)
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrExists) {
 			break
 		}
@@ -266,10 +272,12 @@ func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id st
 }
 
 // storeNode creates or updates id's record for req; prev is the record it
-// replaced (nil: it is new), for undo. It creates none if refuseNew is
-// not nil, and returns refuseNew instead. ask: read the store for id even
-// if the view does not know it.
-func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte, refuseNew error, ask bool) (n, prev *Node, err error) {
+// replaced (nil: it is new), for undo. It creates none if adm.refuseNew is
+// not nil, and returns that instead. A live token's tags replace the
+// record's; a registration on proof alone keeps them. ask: read the store
+// for id even if the view does not know it.
+func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte, adm admission, ask bool) (n, prev *Node, err error) {
+	refuseNew := adm.refuseNew
 	now := s.cfg.Now()
 	// A key the view does not know is new but for one another instance
 	// registered within the watch's delay: Create then fails with
@@ -291,6 +299,9 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		n.SecretHash, n.Registered, n.ProofNonce = hash, now, req.Challenge.Nonce
 		n.SharedEvents = req.SharedEvents
 		n.Epoch = nextEpoch(old.Epoch, now)
+		if refuseNew == nil {
+			n.Tags = adm.tags
+		}
 		if err := s.cfg.Store.Update(ctx, &n); err != nil {
 			return nil, nil, fmt.Errorf("update %s: %w", id, err)
 		}
@@ -301,7 +312,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		return nil, nil, refuseNew
 	}
 	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce,
-		Epoch: nextEpoch(0, now), SharedEvents: req.SharedEvents}
+		Epoch: nextEpoch(0, now), SharedEvents: req.SharedEvents, Tags: adm.tags}
 	addrs := preferredAddrs
 	if s.cfg.addrsFor != nil {
 		addrs = s.cfg.addrsFor

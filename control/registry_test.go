@@ -57,7 +57,7 @@ func TestFailedSendUndone(t *testing.T) {
 		require.NoError(t, err)
 		req.Proof, err = ProveKey(tc.key, req.Challenge, tc.name)
 		require.NoError(t, err)
-		_, err = env.srv.register(ctx, req, failing, nil)
+		_, err = env.srv.register(ctx, req, failing, admission{})
 		require.ErrorContains(t, err, "connection lost")
 	}
 	nodes, err := env.srv.Store().List(ctx)

@@ -50,7 +50,7 @@ func decodeServersRequest(b []byte) (*ServersRequest, error) {
 func (s *Server) handleServers(body []byte) (*ServersResponse, error) {
 	req, err := decodeServersRequest(body)
 	if err == nil {
-		err = s.tokens.check(req.Token, s.cfg.Now())
+		_, err = s.tokens.check(req.Token, s.cfg.Now())
 	}
 	if err != nil {
 		s.log.Info("servers request refused", "err", err)

@@ -46,7 +46,9 @@ type ICEConfig struct {
 	// closed. If zero, 5 minutes.
 	IdleTimeout time.Duration `json:",omitempty"`
 	// AlwaysDirect names peers that are never lazy: their direct path is
-	// negotiated from the start, as without Lazy (routers, servers).
+	// negotiated from the start, as without Lazy (routers, servers). An
+	// entry is a node name, or "tag:" and a tag that the peer's join
+	// token gave it (always.go).
 	AlwaysDirect []string `json:",omitempty"`
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -84,7 +83,7 @@ func (p *Path) LastData() time.Time {
 
 // lazy reports whether this peer's direct path waits for traffic.
 func (p *peer) lazy() bool {
-	return p.env.cfg.Lazy && !slices.Contains(p.env.cfg.AlwaysDirect, p.info.Name)
+	return p.env.cfg.Lazy && !p.env.cfg.alwaysDirect(p.info)
 }
 
 // quietFor is how long no data has gone either way since the peer last
@@ -187,7 +186,7 @@ func (p *peer) setKeepalive(on bool) {
 
 // lazyPeer reports whether info's direct path waits for traffic.
 func (n *Node) lazyPeer(info control.Peer) bool {
-	return n.cfg.ICE.Lazy && !slices.Contains(n.cfg.ICE.AlwaysDirect, info.Name)
+	return n.cfg.ICE.Lazy && !n.cfg.ICE.alwaysDirect(info)
 }
 
 // setKeepalive sets WireGuard's persistent keepalive to pk on or off.

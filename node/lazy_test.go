@@ -193,6 +193,37 @@ func TestLazyAlwaysDirect(t *testing.T) {
 	})
 }
 
+// TestLazyAlwaysDirectByTag: "tag:router" in AlwaysDirect takes every
+// peer whose join token tagged it router direct without traffic, and
+// leaves the others idle; the tag comes from control, not the peer.
+func TestLazyAlwaysDirectByTag(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
+		w := newLabWorld(t)
+		a := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) {
+			lazy(c)
+			c.ICE.AlwaysDirect = []string{node.TagPrefix + "router"}
+		})
+		startNode(t, w.site(t, "restricted-cone"), "gw", &stockNetstack{}, lazy, func(c *node.Config) { c.Token = routerToken })
+		startNode(t, w.site(t, "restricted-cone"), "laptop", &stockNetstack{}, lazy)
+		paths := func() map[string]node.PathKind {
+			out := map[string]node.PathKind{}
+			for _, st := range a.Status() {
+				out[st.Peer.Name] = st.Path
+			}
+			return out
+		}
+		require.Eventually(t, func() bool { return paths()["gw"] == node.PathDirect }, 10*time.Second, 20*time.Millisecond,
+			"the router never went direct: %v", paths())
+		time.Sleep(10 * time.Second)
+		assert.Equal(t, map[string]node.PathKind{"gw": node.PathDirect, "laptop": node.PathRelay}, paths())
+		for _, st := range a.Status() {
+			if st.Peer.Name == "laptop" {
+				assert.Equal(t, "idle", st.ICE.State, "no agent for an untagged lazy peer")
+			}
+		}
+	})
+}
+
 // TestLazyPathMatrix: the ICE theory matrix with lazy peers. Every pair
 // of NAT profiles starts idle on the relay, ends on the predicted path
 // once traffic flows, goes idle again after IdleTimeout of quiet, and

@@ -32,6 +32,9 @@ import (
 
 const labToken = "node-lab-token-0123456789"
 
+// routerToken joins nodes tagged router (control.JoinToken.Tags).
+const routerToken = "node-lab-router-token-0123456789"
+
 // stockNetstack provisions the node's user-space netstack and keeps the
 // overlay network for the test to dial and listen on.
 type stockNetstack struct {
@@ -116,7 +119,7 @@ func (w *labWorld) startControl(t testing.TB) {
 	store, err := control.OpenFileStore(w.storePath)
 	require.NoError(t, err)
 	cfg := control.Config{
-		Network: w.server, Tokens: []control.JoinToken{{Value: labToken}}, Store: store,
+		Network: w.server, Tokens: []control.JoinToken{{Value: labToken}, {Value: routerToken, Tags: []string{"router"}}}, Store: store,
 		// NATS on 443 of the second address: corporate firewalls let it out.
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: w.server, Listen: natsAddr},
 		STUN:         []string{"203.0.113.100:3478"},

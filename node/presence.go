@@ -48,7 +48,7 @@ func (n *Node) peerOffline(info control.Peer) {
 		n.mu.Unlock()
 		return
 	}
-	if off := n.offline[info.NodeID]; off != nil && off.info == info {
+	if off := n.offline[info.NodeID]; off != nil && off.info.Equal(info) {
 		n.mu.Unlock()
 		return
 	}

@@ -144,7 +144,7 @@ func (p *peer) learnEpoch(e uint64) {
 // peer's re-registration, which must not restart it.
 func sameButEpoch(a, b control.Peer) bool {
 	a.Epoch, b.Epoch = 0, 0
-	return a == b
+	return a.Equal(b)
 }
 
 // replayGuard refuses signals older than the newest seen from a peer's

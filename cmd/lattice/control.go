@@ -52,8 +52,11 @@ POST /v1/register over HTTP, then connect to NATS as their own user, which
 may only use its own subjects.
 
 Join tokens come from --token-file: one per line, optionally followed by an
-expiry in RFC 3339 ("tok-123… 2027-01-01T00:00:00Z"); '#' starts a comment.
-The file must not be readable by others.
+expiry in RFC 3339 ("tok-123… 2027-01-01T00:00:00Z") and by tags
+("tok-456… tags=router,db"), which every node joining with that token
+carries: peers see them, and a lazy node's --always-direct tag:router
+negotiates a direct path with them at once. '#' starts a comment. The file
+must not be readable by others.
 
 The registry is a JSON file (--store file:PATH; by default registry.json in
 --state-dir) or a JetStream key-value bucket (--store kv:BUCKET), which lets
@@ -286,7 +289,8 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	return nil
 }
 
-// readTokens parses a token file: "TOKEN [RFC3339-EXPIRY]" per line.
+// readTokens parses a token file: "TOKEN [RFC3339-EXPIRY] [tags=T1,T2]"
+// per line.
 func readTokens(path string) ([]control.JoinToken, error) {
 	b, err := readSecretFile(path)
 	if err != nil {
@@ -304,16 +308,31 @@ func readTokens(path string) ([]control.JoinToken, error) {
 		}
 		fields := strings.Fields(text)
 		t := control.JoinToken{Value: fields[0]}
-		switch len(fields) {
-		case 1:
-		case 2:
-			exp, err := time.Parse(time.RFC3339, fields[1])
+		if len(fields) > 3 {
+			return nil, fmt.Errorf("%s:%d: want TOKEN [EXPIRY] [tags=T1,T2], got %d fields", path, line, len(fields))
+		}
+		for _, f := range fields[1:] {
+			if list, ok := strings.CutPrefix(f, "tags="); ok {
+				if t.Tags != nil {
+					return nil, fmt.Errorf("%s:%d: tags= given twice", path, line)
+				}
+				t.Tags = []string{}
+				for tag := range strings.SplitSeq(list, ",") {
+					if !control.ValidName(tag) {
+						return nil, fmt.Errorf("%s:%d: tag %q: use 1-63 lowercase letters, digits and inner hyphens", path, line, tag)
+					}
+					t.Tags = append(t.Tags, tag)
+				}
+				continue
+			}
+			if !t.Expires.IsZero() {
+				return nil, fmt.Errorf("%s:%d: %q: an expiry was given already; tags go as tags=T1,T2", path, line, f)
+			}
+			exp, err := time.Parse(time.RFC3339, f)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: expiry %q is not RFC 3339 (e.g. 2027-01-01T00:00:00Z)", path, line, fields[1])
+				return nil, fmt.Errorf("%s:%d: expiry %q is not RFC 3339 (e.g. 2027-01-01T00:00:00Z)", path, line, f)
 			}
 			t.Expires = exp
-		default:
-			return nil, fmt.Errorf("%s:%d: want TOKEN [EXPIRY], got %d fields", path, line, len(fields))
 		}
 		if len(t.Value) < 16 {
 			return nil, fmt.Errorf("%s:%d: token is %d characters; use at least 16", path, line, len(t.Value))

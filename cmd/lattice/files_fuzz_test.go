@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"github.com/latticelab/lattice/control"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,9 @@ func FuzzReadTokens(f *testing.F) {
 	f.Add([]byte("short\n"))
 	f.Add([]byte("tok-0123456789abcdef 2027-13-01\n"))
 	f.Add([]byte("tok-0123456789abcdef a b\n"))
+	f.Add([]byte("tok-0123456789abcdef tags=router,db 2027-01-01T00:00:00Z\n"))
+	f.Add([]byte("tok-0123456789abcdef tags=Router,\n"))
+	f.Add([]byte("tok-0123456789abcdef tags=a tags=b\n"))
 	f.Add([]byte("tok-0123456789abcdef\r\nother-token-0123456789\r\n"))
 	f.Add([]byte("#only a comment"))
 	f.Add(append(bytes.Repeat([]byte("x"), bufio.MaxScanTokenSize+1), "\nlast-token-0123456789\n"...))
@@ -72,6 +76,11 @@ func FuzzReadTokens(f *testing.F) {
 			}
 			if !tok.Expires.IsZero() && tok.Expires.Format(time.RFC3339) == "" {
 				t.Fatalf("token %d: expiry %v", i+1, tok.Expires)
+			}
+			for _, tag := range tok.Tags {
+				if !control.ValidName(tag) {
+					t.Fatalf("token %d: tag %q accepted", i+1, tag)
+				}
 			}
 		}
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -20,7 +21,7 @@ func (l *lazyFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&l.lazy, "lazy", false, "negotiate a peer's direct path only while traffic flows to or from it (the relay carries the first packets); for large meshes")
 	f.DurationVar(&l.idleTimeout, "idle-timeout", 5*time.Minute, "with --lazy: quiet time after which a peer's direct path is closed")
-	f.StringSliceVar(&l.alwaysDirect, "always-direct", nil, "with --lazy: peers (node names, comma-separated or repeated) whose direct path is negotiated at once (routers, servers)")
+	f.StringSliceVar(&l.alwaysDirect, "always-direct", nil, "with --lazy: peers whose direct path is negotiated at once (routers, servers): node names, or tag:TAG for every peer whose join token carries TAG; comma-separated or repeated")
 }
 
 // apply checks the flags and sets them in cfg.
@@ -34,8 +35,13 @@ func (l *lazyFlags) apply(cmd *cobra.Command, cfg *node.Config) error {
 	}
 	var names []string
 	for _, n := range l.alwaysDirect {
-		if n = strings.TrimSpace(n); n == "" || sanitizeName(n) != n {
-			return usagef("--always-direct %q: not a node name (lowercase letters, digits, hyphens)", n)
+		n = strings.TrimSpace(n)
+		if tag, ok := strings.CutPrefix(n, node.TagPrefix); ok {
+			if !control.ValidName(tag) {
+				return usagef("--always-direct %q: not a tag (tag: then lowercase letters, digits, hyphens)", n)
+			}
+		} else if n == "" || sanitizeName(n) != n {
+			return usagef("--always-direct %q: not a node name (lowercase letters, digits, hyphens) nor tag:TAG", n)
 		}
 		names = append(names, n)
 	}

@@ -25,17 +25,19 @@ func TestLazyFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, cfg.ICE.Lazy)
 
-	cfg, err = parse("--lazy", "--always-direct", "router, gw-2", "--always-direct", "db", "--idle-timeout", "90s")
+	cfg, err = parse("--lazy", "--always-direct", "router, gw-2", "--always-direct", "db,tag:exit-eu", "--idle-timeout", "90s")
 	require.NoError(t, err)
 	assert.True(t, cfg.ICE.Lazy)
 	assert.Equal(t, 90*time.Second, cfg.ICE.IdleTimeout)
-	assert.Equal(t, []string{"router", "gw-2", "db"}, cfg.ICE.AlwaysDirect)
+	assert.Equal(t, []string{"router", "gw-2", "db", "tag:exit-eu"}, cfg.ICE.AlwaysDirect)
 
 	for args, want := range map[string][]string{
 		"need --lazy":        {"--always-direct", "router"},
 		"at least 1s":        {"--lazy", "--idle-timeout", "10ms"},
 		"not a node name":    {"--lazy", "--always-direct", "Router!"},
 		"not a node name ":   {"--lazy", "--always-direct", "a,,b"},
+		"not a tag":          {"--lazy", "--always-direct", "tag:Exit"},
+		"not a tag ":         {"--lazy", "--always-direct", "tag:"},
 		"need --lazy (idle)": {"--idle-timeout", "1m"},
 	} {
 		_, err := parse(want...)
