@@ -204,26 +204,3 @@ func (r *resolver) statefulConfig(path string, n *NAT) *nat.StatefulConfig {
 	}
 	return &cfg
 }
-
-// ipv4Only reports nodes and services placed where they have no IPv4
-// address: they listen and dial IPv4 only, for now.
-func (r *resolver) ipv4Only() {
-	check := func(path, what string, a netip.Addr) {
-		if a.IsValid() && !a.Is4() {
-			r.errorf(path, "place it on a network with cidr (dual-stack is fine)",
-				"%s would have only the IPv6 address %v: nodes and services speak IPv4 for now", what, a)
-		}
-	}
-	for _, n := range r.p.Nodes {
-		check("nodes."+n.Group, "node "+n.Name, n.Addr)
-	}
-	if c := r.p.Control; c != nil {
-		check("control", "control", c.Addr.Addr())
-	}
-	for _, s := range r.p.Relays {
-		check("relays."+s.Name, "relay "+s.Name, s.Addr.Addr())
-	}
-	for _, s := range r.p.STUN {
-		check("stun."+s.Name, "stun "+s.Name, s.Addr.Addr())
-	}
-}

@@ -25,6 +25,7 @@ type Plan struct {
 	Control     *PlanService
 	Relays      []PlanService
 	STUN        []PlanSTUN
+	DNS         []PlanDNS
 	Nodes       []PlanNode
 	// Token is control's join token.
 	Token string
@@ -71,15 +72,39 @@ type PlanService struct {
 	// Addr is where the service listens (relays: UDP and TCP; STUN: UDP;
 	// control and NATS: TCP).
 	Addr netip.AddrPort
-	// HTTP is control's HTTP registration address, if any.
+	// Addr6 is Addr's IPv6 twin where Addr is the IPv4 address of a
+	// dual-stack network: the service listens there too. Zero otherwise
+	// (Addr is then the service's one address, of either family).
+	Addr6 netip.AddrPort
+	// HTTP is control's HTTP registration address, if any (on Addr6's
+	// address too, where that is set).
 	HTTP netip.AddrPort
+}
+
+// Addrs lists the service's listen addresses: Addr, then Addr6 if set.
+func (s *PlanService) Addrs() []netip.AddrPort {
+	if s.Addr6.IsValid() {
+		return []netip.AddrPort{s.Addr, s.Addr6}
+	}
+	return []netip.AddrPort{s.Addr}
+}
+
+// PlanDNS is a DNS server.
+type PlanDNS struct {
+	PlanService
+	// DNS64 is the /96 AAAA records are synthesized under, if any.
+	DNS64 netip.Prefix
+	// Records map every host, node and service name, NAME.lab, to its
+	// addresses.
+	Records map[string][]netip.Addr
 }
 
 // PlanSTUN is a STUN server.
 type PlanSTUN struct {
 	PlanService
-	// Alternate is the RFC 5780 second address and port, if any.
-	Alternate netip.AddrPort
+	// Alternate is the RFC 5780 second address and port, if any;
+	// Alternate6 its IPv6 twin, as Addr6 is Addr's.
+	Alternate, Alternate6 netip.AddrPort
 }
 
 // PlanNode is one Lattice node.
