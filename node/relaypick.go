@@ -41,10 +41,12 @@ func hostFamilies(n netx.Network) families {
 }
 
 // relayOrder lists the relay addresses to try, in control's order: IPv4
-// ones on a host with IPv4, or, on one with only IPv6 and a NAT64 prefix,
-// at their RFC 6052 embedding in it; IPv6 ones on a host with IPv6.
+// ones on a host with IPv4, IPv6 ones on a host with IPv6, and last, on a
+// host with only IPv6 and a NAT64 prefix, IPv4 ones at their RFC 6052
+// embedding in it (native IPv6 before translation, as RFC 6724 ranks
+// them).
 func relayOrder(relays []control.Relay, f families, nat64 netip.Prefix) []control.Relay {
-	var out []control.Relay
+	var out, translated []control.Relay
 	for _, r := range relays {
 		ap, err := netip.ParseAddrPort(r.Addr)
 		if err != nil {
@@ -57,10 +59,10 @@ func relayOrder(relays []control.Relay, f families, nat64 netip.Prefix) []contro
 			out = append(out, r)
 		case a.Is4() && f.v6 && nat64.IsValid():
 			r.Addr = netip.AddrPortFrom(embed64(nat64, a), ap.Port()).String()
-			out = append(out, r)
+			translated = append(translated, r)
 		}
 	}
-	return out
+	return append(out, translated...)
 }
 
 // embed64 is a in a /96 NAT64 prefix (RFC 6052 section 2.2).

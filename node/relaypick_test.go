@@ -28,7 +28,7 @@ func TestRelayOrder(t *testing.T) {
 		{"dual-stack: control's order", families{true, true}, nat64, []string{"203.0.113.100:443", "[2001:db8::64]:443", "198.51.100.7:443"}},
 		{"IPv4 only", families{v4: true}, netip.Prefix{}, []string{"203.0.113.100:443", "198.51.100.7:443"}},
 		{"IPv6 only", families{v6: true}, netip.Prefix{}, []string{"[2001:db8::64]:443"}},
-		{"IPv6 only behind NAT64", families{v6: true}, nat64, []string{"[64:ff9b::cb00:7164]:443", "[2001:db8::64]:443", "[64:ff9b::c633:6407]:443"}},
+		{"IPv6 only behind NAT64", families{v6: true}, nat64, []string{"[2001:db8::64]:443", "[64:ff9b::cb00:7164]:443", "[64:ff9b::c633:6407]:443"}},
 		{"nothing", families{}, nat64, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,7 +77,7 @@ func TestDialRelayFallsBack(t *testing.T) {
 	var dialed []string
 	dial := func(_ context.Context, r control.Relay, _ RelayAuth, _ func(key.Public, []byte)) (RelayClient, error) {
 		dialed = append(dialed, r.Addr)
-		if r.Addr == "[2001:db8::64]:443" {
+		if r.Addr == "[64:ff9b::cb00:7164]:443" {
 			return &probeCounter{}, nil
 		}
 		return nil, errors.New("connection refused")
@@ -87,7 +87,7 @@ func TestDialRelayFallsBack(t *testing.T) {
 		log: slog.New(slog.DiscardHandler), id: id, bind: NewBind(nil)}
 	resp := &control.RegisterResponse{Relays: []control.Relay{{Addr: "203.0.113.100:443"}, {Addr: "[2001:db8::64]:443"}, {Addr: "[2001:db8::65]:443"}}}
 	require.NoError(t, n.dialRelay(context.Background(), resp))
-	assert.Equal(t, []string{"[64:ff9b::cb00:7164]:443", "[2001:db8::64]:443"}, dialed, "the NAT64 way first, then the next")
+	assert.Equal(t, []string{"[2001:db8::64]:443", "[2001:db8::65]:443", "[64:ff9b::cb00:7164]:443"}, dialed, "native IPv6 first, then through the NAT64")
 	assert.NotNil(t, n.relay)
 
 	n.cfg.NAT64, dialed = netip.Prefix{}, nil

@@ -321,8 +321,15 @@ func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.N
 	pn := c.plan
 	batch := l.nodeBatch()
 	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name), Batch: batch}}
+	via, err := l.nodeReach(ctx, pn)
+	if err != nil {
+		if c.roam != nil {
+			_ = c.roam.Close()
+		}
+		return nil, err
+	}
 	nd, err := node.Start(ctx, node.Config{
-		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
+		Name: c.name, Network: network, Control: via.control, Token: l.plan.Token, NAT64: via.nat64,
 		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
 		ListenPort:  int(pn.ListenPort), Provisioner: prov, MTU: pn.MTU,
 		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), Batch: batch,
