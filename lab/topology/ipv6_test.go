@@ -49,6 +49,8 @@ func TestPlanIPv6(t *testing.T) {
 	assert.Equal(t, "symmetric + IPv6", p.NATLabel(&PlanNode{NATs: []string{"home-nat"}}),
 		"the matrix keeps a dual-stack symmetric site apart from an IPv4-only one")
 	assert.Equal(t, "ipv6-firewall*", p.NATLabel(&PlanNode{NATs: []string{"flat-gw"}}))
+	assert.Equal(t, "ipv6-firewall*", p.NATLabel(&PlanNode{Network: "flat"}), "a node there: the firewall translates nothing, so it is not among NATs")
+	assert.Equal(t, "none", p.NATLabel(&PlanNode{Network: "open"}))
 
 	laptop := p.Host("laptop").Config
 	assert.Equal(t, "192.168.1.2", laptop.Interfaces[0].Addr.String())

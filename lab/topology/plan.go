@@ -205,18 +205,30 @@ func (p *Plan) Group(name string) []*PlanNode {
 // "port-restricted-cone", "full-cone behind cgnat", or "none". A NAT that
 // also routes the node's IPv6 (filtered, RFC 6092) says so, "symmetric +
 // IPv6": nodes there may go direct over IPv6 where the profile alone
-// would not, and the report's NAT matrix keeps the two apart.
+// would not, and the report's NAT matrix keeps the two apart. An
+// ipv6-firewall gateway, which translates nothing and so is not among
+// n.NATs, is named too.
 func (p *Plan) NATLabel(n *PlanNode) string {
-	if len(n.NATs) == 0 {
-		return "none"
-	}
-	labels := make([]string, len(n.NATs))
-	for i, r := range n.NATs {
-		pr := p.Router(r)
-		labels[i] = pr.Profile
-		if pr.Config.NAT != nil && pr.Config.Stateful != nil {
-			labels[i] += " + IPv6"
+	routers := n.NATs
+	if p.Network(n.Network) != nil {
+		routers = nil
+		for net := p.Network(n.Network); net != nil && net.Gateway != ""; net = p.Network(net.Uplink) {
+			if pr := p.Router(net.Gateway); pr != nil && (slices.Contains(n.NATs, net.Gateway) || strings.HasPrefix(pr.Profile, firewall6Profile)) {
+				routers = append(routers, net.Gateway)
+			}
 		}
+	}
+	var labels []string
+	for _, r := range routers {
+		pr := p.Router(r)
+		label := pr.Profile
+		if pr.Config.NAT != nil && pr.Config.Stateful != nil {
+			label += " + IPv6"
+		}
+		labels = append(labels, label)
+	}
+	if len(labels) == 0 {
+		return "none"
 	}
 	return strings.Join(labels, " behind ")
 }
