@@ -256,7 +256,11 @@ func (l *Lab) startGVisorNode(ctx context.Context, c nodeSpec) (runningNode, err
 // forwards reach on its host.
 func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
 	pn, sb := c.plan, c.plan.Sandbox
-	cfg := sandbox.DriverConfig{Name: c.name, ServerURL: l.controlURL(), Token: l.plan.Token,
+	via, err := l.nodeReach(ctx, pn) // the driver has no NAT64 prefix: relays over native IPv6 only
+	if err != nil {
+		return nil, err
+	}
+	cfg := sandbox.DriverConfig{Name: c.name, ServerURL: via.control, Token: l.plan.Token,
 		StateDir: filepath.Join(l.state, "sandboxes", c.name), Network: network, ListenPort: int(pn.ListenPort),
 		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), EgressPolicy: sb.EgressPolicy, Logger: l.log.With("node", c.name),
 		ProxyCredentials: &proxy.Credentials{Username: "agent", Password: "lattice-lab-" + c.name}}
