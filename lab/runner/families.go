@@ -49,7 +49,7 @@ func (l *Lab) nodeReach(ctx context.Context, pn *topology.PlanNode) (reach, erro
 	case c.Addr6.IsValid():
 		return reach{control: controlURLAt(c.Addr6), nat64: prefix}, nil
 	case prefix.IsValid():
-		return reach{control: controlURLAt(netip.AddrPortFrom(embed64(prefix, c.Addr.Addr()), c.Addr.Port())), nat64: prefix}, nil
+		return reach{control: controlURLAt(netip.AddrPortFrom(nat.Embed64(prefix, c.Addr.Addr()), c.Addr.Port())), nat64: prefix}, nil
 	}
 	return reach{}, fmt.Errorf("node has only IPv6 and control only IPv4 (%v), with no NAT64 between", c.Addr.Addr())
 }
@@ -103,7 +103,7 @@ func (l *Lab) advertiseNATS() string {
 		for i := range l.plan.Nodes {
 			if p := l.nat64Of(&l.plan.Nodes[i]); p.IsValid() && !seen[p] {
 				seen[p] = true
-				urls = append(urls, "nats://"+netip.AddrPortFrom(embed64(p, c.Addr.Addr()), c.Addr.Port()).String())
+				urls = append(urls, "nats://"+netip.AddrPortFrom(nat.Embed64(p, c.Addr.Addr()), c.Addr.Port()).String())
 			}
 		}
 	}
@@ -111,11 +111,4 @@ func (l *Lab) advertiseNATS() string {
 		return ""
 	}
 	return strings.Join(urls, ",")
-}
-
-// embed64 is a in a /96 NAT64 prefix (RFC 6052 section 2.2).
-func embed64(p netip.Prefix, a netip.Addr) netip.Addr {
-	b, v4 := p.Addr().As16(), a.As4()
-	copy(b[12:], v4[:])
-	return netip.AddrFrom16(b)
 }
