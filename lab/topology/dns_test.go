@@ -105,6 +105,23 @@ t.yaml:10:3: nodes.phone: node phone reaches relay over IPv6 only, and internet 
 t.yaml:11:3: nodes.iot: node iot has only IPv6 and control only IPv4 (203.0.113.4); give the service's network a cidr6, or put the node's network behind nat: nat64
 t.yaml:12:3: nodes.laptop: node laptop has only IPv4 and relay only IPv6 (2001:db8:3::2); give the service's network a cidr, or the node's a cidr6`,
 		},
+		{
+			name: "kernel hosts",
+			in: `networks:
+  internet: {cidr: 203.0.113.0/24, cidr6: "2001:db8::/64"}
+  old: {cidr: 192.168.1.0/24, uplink: internet, nat: full-cone}
+hosts:
+  server: {network: internet}
+  ns: {kind: netns, network: internet}
+  ns4: {kind: netns, network: old}
+control: {host: server}
+nodes:
+  g: {network: internet, sandbox: gvisor}
+`,
+			want: `2 problems:
+t.yaml:6:3: hosts.ns: host ns is a kernel (netns) host, and those speak IPv4 only; network internet has IPv6; put it on a network without cidr6, or use an in-process host
+t.yaml:10:3: nodes.g: host g is a kernel (netns) host, and those speak IPv4 only; network internet has IPv6; put it on a network without cidr6, or use an in-process host`,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := Parse("t.yaml", []byte(tc.in))

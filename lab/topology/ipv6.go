@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/latticelab/lattice/lab/fabric"
@@ -203,4 +204,26 @@ func (r *resolver) statefulConfig(path string, n *NAT) *nat.StatefulConfig {
 		r.errorf(path, "", "%v", err)
 	}
 	return &cfg
+}
+
+// kernelIPv4 reports kernel (netns) hosts given an IPv6 address: a
+// kernel host's TUN carries IPv4 only, so the fabric would refuse them.
+func (r *resolver) kernelIPv4() {
+	for _, h := range r.p.Hosts {
+		if h.Kind != "netns" {
+			continue
+		}
+		for _, ifc := range h.Config.Interfaces {
+			i := slices.IndexFunc(append([]netip.Addr{ifc.Addr}, ifc.Aliases...), netip.Addr.Is6)
+			if i < 0 {
+				continue
+			}
+			path := "hosts." + h.Config.Name
+			if n := r.p.Node(h.For); n != nil {
+				path = "nodes." + n.Group
+			}
+			r.errorf(path, "put it on a network without cidr6, or use an in-process host",
+				"host %s is a kernel (netns) host, and those speak IPv4 only; network %s has IPv6", h.Config.Name, ifc.Network)
+		}
+	}
 }

@@ -109,6 +109,7 @@ func resolve(t *Topology, src Source, c *strictyaml.Collector) *Plan {
 	r.overlaps()
 	r.overlaps6()
 	r.families()
+	r.kernelIPv4()
 	r.dnsRecords()
 	r.reachability()
 	return r.p
