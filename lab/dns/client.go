@@ -30,7 +30,11 @@ func LookupAAAA(ctx context.Context, n Network, server netip.AddrPort, name stri
 	if err != nil {
 		return nil, fmt.Errorf("dns: lookup %q: %w", name, err)
 	}
-	pc, err := n.ListenPacket(ctx, "udp", "[::]:0")
+	network, local := "udp", "[::]:0"
+	if server.Addr().Is4() {
+		network, local = "udp4", "0.0.0.0:0" // a host without IPv6 refuses [::]
+	}
+	pc, err := n.ListenPacket(ctx, network, local)
 	if err != nil {
 		return nil, fmt.Errorf("dns: lookup %s: %w", name, err)
 	}
