@@ -61,6 +61,7 @@ func TestPlanDNS(t *testing.T) {
 	assert.Equal(t, ips("192.168.1.2"), d.Records["laptop.lab"])
 	assert.Equal(t, ips("2001:db8:2::3"), d.Records["phone.lab"])
 	assert.Equal(t, ips("2001:db8:2::2"), d.Records["resolver.lab"])
+	assert.Equal(t, []string{"dns resolver :53 (DNS64)"}, p.roles()["resolver"], "graphs show it")
 }
 
 // TestDNSErrors: the dns service's and the address families' mistakes,
