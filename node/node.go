@@ -64,6 +64,12 @@ type Config struct {
 	// MTU of the overlay interface. If zero, 1420 (1500 minus WireGuard's
 	// 80 bytes of overhead).
 	MTU int
+	// NAT64 is the /96 prefix of the NAT64 (RFC 6146) the host reaches
+	// IPv4 through, as RFC 7050 discovery finds it: on a host without
+	// IPv4, relays control names by IPv4 address are dialed at that
+	// address in the prefix (RFC 6052). If zero, such a host uses only the
+	// relays' IPv6 addresses.
+	NAT64 netip.Prefix
 	// Relay dials the relay control names. If nil, LRP over Network
 	// (LRPRelay) with RelayTransport.
 	Relay RelayDialer
@@ -147,6 +153,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, errors.New("node: no Provisioner")
 	case cfg.Relay == nil && cfg.RelayTransport != "" && !slices.Contains(relayTransports, cfg.RelayTransport):
 		return nil, fmt.Errorf("node: RelayTransport %q: want one of %s", cfg.RelayTransport, strings.Join(relayTransports, ", "))
+	case cfg.NAT64.IsValid() && (!cfg.NAT64.Addr().Is6() || cfg.NAT64.Addr().Is4In6() || cfg.NAT64.Bits() != 96):
+		return nil, fmt.Errorf("node: NAT64 %v: want an IPv6 /96 (RFC 6052)", cfg.NAT64)
 	}
 	if cfg.Credentials == nil {
 		cfg.Credentials = OpenCredentials("mem:")
@@ -268,24 +276,6 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 	}
 	n.bind.SetRelayUnanswered(n.kickProbes)
 	return pn, nil
-}
-
-// dialRelay connects to the first relay control named, if any.
-func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) error {
-	if len(resp.Relays) == 0 {
-		return nil
-	}
-	dial := n.cfg.Relay
-	if dial == nil {
-		dial = LRPRelay(n.cfg.Network, n.log, n.cfg.RelayTransport)
-	}
-	rc, err := dial(ctx, resp.Relays[0], RelayAuth{Self: n.id.PublicKey(), Token: resp.RelayToken, Renew: n.renewRelayToken}, n.bind.DeliverRelayed)
-	if err != nil {
-		return fmt.Errorf("node: relay %s: %w", resp.Relays[0].Addr, err)
-	}
-	n.relay = rc
-	n.bind.SetRelay(rc)
-	return nil
 }
 
 // join opens the control session, adds the peers and starts the

@@ -5,6 +5,10 @@
 //	quickstart.yaml      control, relay and STUN on the internet; nodes behind a home NAT,
 //	                     a symmetric office NAT and a double NAT (what lattice-lab run runs)
 //	nat-matrix.yaml      a site per NAT profile with two nodes each, for the pair matrix
+//	nat-matrix6.yaml     IPv6-only sites behind RFC 6092 firewalls against a dual-stack site per
+//	                     NAT profile and an IPv4-only one: the IPv6 firewall's pairs
+//	dual-stack.yaml      dual-stack sites, an IPv4-only one and an IPv6-only carrier with NAT64
+//	nat64-mobile.yaml    an IPv6-only phone behind NAT64 and DNS64, IPv4-only everything else
 //	cgnat.yaml           home routers behind a carrier-grade NAT
 //	corporate.yaml       an office that lets out only DNS and web ports
 //	sandbox-pod.yaml     a pod-mode sandbox beside regular peers

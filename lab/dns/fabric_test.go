@@ -77,6 +77,16 @@ func TestDNS64BehindNAT64(t *testing.T) {
 	assert.Equal(t, nat.WellKnownPrefix64, netip.PrefixFrom(disc[0], 96).Masked())
 	got := resolve("server.lab.")
 	require.Equal(t, []netip.Addr{ip("64:ff9b::cb00:7164")}, got)
+	// The same through the lab's stub lookups.
+	at := netip.MustParseAddrPort("[2001:db8:2::53]:53")
+	p, err := Prefix64(ctx, phone, at)
+	require.NoError(t, err)
+	assert.Equal(t, nat.WellKnownPrefix64, p)
+	looked, err := LookupAAAA(ctx, phone, at, "server.lab")
+	require.NoError(t, err)
+	assert.Equal(t, got, looked)
+	_, err = LookupAAAA(ctx, phone, at, "nope.lab")
+	assert.EqualError(t, err, "dns: lookup nope.lab at [2001:db8:2::53]:53: server answered RCodeNameError")
 
 	srv, err := server.ListenPacket(ctx, "udp4", ":7")
 	require.NoError(t, err)

@@ -100,13 +100,16 @@ func (l *Lab) Info() LiveInfo {
 	}
 	svc := map[string][]string{}
 	if c := l.plan.Control; c != nil {
-		svc[c.Host] = append(svc[c.Host], "control "+c.Addr.String())
+		svc[c.Host] = append(svc[c.Host], "control "+addrList(c.Addrs()))
 	}
 	for _, r := range l.plan.Relays {
-		svc[r.Host] = append(svc[r.Host], "relay "+r.Name+" "+r.Addr.String())
+		svc[r.Host] = append(svc[r.Host], "relay "+r.Name+" "+addrList(r.Addrs()))
 	}
 	for _, s := range l.plan.STUN {
-		svc[s.Host] = append(svc[s.Host], "stun "+s.Name+" "+s.Addr.String())
+		svc[s.Host] = append(svc[s.Host], "stun "+s.Name+" "+addrList(s.Addrs()))
+	}
+	for _, d := range l.plan.DNS {
+		svc[d.Host] = append(svc[d.Host], "dns "+d.Name+" "+addrList(d.Addrs()))
 	}
 	for _, ph := range l.plan.Hosts {
 		name := ph.Config.Name

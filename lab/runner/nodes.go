@@ -256,7 +256,11 @@ func (l *Lab) startGVisorNode(ctx context.Context, c nodeSpec) (runningNode, err
 // forwards reach on its host.
 func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network) (runningNode, error) {
 	pn, sb := c.plan, c.plan.Sandbox
-	cfg := sandbox.DriverConfig{Name: c.name, ServerURL: l.controlURL(), Token: l.plan.Token,
+	via, err := l.nodeReach(ctx, pn) // the driver has no NAT64 prefix: relays over native IPv6 only
+	if err != nil {
+		return nil, err
+	}
+	cfg := sandbox.DriverConfig{Name: c.name, ServerURL: via.control, Token: l.plan.Token,
 		StateDir: filepath.Join(l.state, "sandboxes", c.name), Network: network, ListenPort: int(pn.ListenPort),
 		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), EgressPolicy: sb.EgressPolicy, Logger: l.log.With("node", c.name),
 		ProxyCredentials: &proxy.Credentials{Username: "agent", Password: "lattice-lab-" + c.name}}
@@ -321,8 +325,15 @@ func (l *Lab) startInProcessNode(ctx context.Context, c nodeSpec, network netx.N
 	pn := c.plan
 	batch := l.nodeBatch()
 	prov := &stackProvisioner{p: netstack.SandboxProvisioner{Logger: l.log.With("node", c.name), Batch: batch}}
+	via, err := l.nodeReach(ctx, pn)
+	if err != nil {
+		if c.roam != nil {
+			_ = c.roam.Close()
+		}
+		return nil, err
+	}
 	nd, err := node.Start(ctx, node.Config{
-		Name: c.name, Network: network, Control: l.controlURL(), Token: l.plan.Token,
+		Name: c.name, Network: network, Control: via.control, Token: l.plan.Token, NAT64: via.nat64,
 		Credentials: &node.FileCredentials{Path: filepath.Join(l.state, "nodes", c.name+".json")},
 		ListenPort:  int(pn.ListenPort), Provisioner: prov, MTU: pn.MTU,
 		RelayTransport: pn.RelayTransport, ICE: iceConfig(pn), Batch: batch,

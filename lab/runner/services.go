@@ -4,13 +4,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/lab/dns"
 	"github.com/latticelab/lattice/lab/scenario"
+	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
 )
@@ -42,8 +47,8 @@ func (l *Lab) startServices(ctx context.Context) error {
 	return nil
 }
 
-// serviceNames lists the services in start order: STUN and relays before
-// control, which tells nodes about them.
+// serviceNames lists the services in start order: STUN, relays and DNS
+// before control, which tells nodes about STUN and relays.
 func (l *Lab) serviceNames() []string {
 	var out []string
 	for _, s := range l.plan.STUN {
@@ -51,6 +56,9 @@ func (l *Lab) serviceNames() []string {
 	}
 	for _, r := range l.plan.Relays {
 		out = append(out, r.Name)
+	}
+	for _, d := range l.plan.DNS {
+		out = append(out, d.Name)
 	}
 	if l.plan.Control != nil {
 		out = append(out, "control")
@@ -79,22 +87,27 @@ func (l *Lab) StartService(ctx context.Context, name string) error {
 	default:
 		for _, r := range l.plan.Relays {
 			if r.Name == name {
-				c, err = relay.NewServer(relay.ServerConfig{Network: l.hostNet(r.Host), Addr: r.Addr.String(),
+				network := withTwins(l.hostNet(r.Host), map[netip.AddrPort]netip.AddrPort{r.Addr: r.Addr6})
+				c, err = relay.NewServer(relay.ServerConfig{Network: network, Addr: r.Addr.String(),
 					Secret: l.shared.secret, TLS: l.shared.tls, Logger: l.log.With("relay", name)})
-				what = fmt.Sprintf("relay %s on %s %v (QUIC and TCP)", name, r.Host, r.Addr)
+				what = fmt.Sprintf("relay %s on %s %s (QUIC and TCP)", name, r.Host, addrList(r.Addrs()))
 			}
 		}
 		for _, s := range l.plan.STUN {
 			if s.Name == name {
-				var srv *stun.Server
-				srv, err = stun.NewServer(stun.Config{Network: l.hostNet(s.Host), Primary: s.Addr, Alternate: s.Alternate, Logger: l.log})
-				if err == nil {
-					err = srv.Start(ctx)
-				}
-				c = srv
-				what = fmt.Sprintf("stun %s on %s %v", name, s.Host, s.Addr)
+				c, err = l.startSTUN(ctx, s)
+				what = fmt.Sprintf("stun %s on %s %s", name, s.Host, addrList(s.Addrs()))
 				if s.Alternate.IsValid() {
-					what += fmt.Sprintf(" and %v (RFC 5780)", s.Alternate)
+					what += fmt.Sprintf(" and %s (RFC 5780)", addrList([]netip.AddrPort{s.Alternate, s.Alternate6}))
+				}
+			}
+		}
+		for _, d := range l.plan.DNS {
+			if d.Name == name {
+				c, err = l.startDNS(ctx, d)
+				what = fmt.Sprintf("dns %s on %s %s", name, d.Host, addrList(d.Addrs()))
+				if d.DNS64.IsValid() {
+					what += fmt.Sprintf(" (DNS64 %v)", d.DNS64)
 				}
 			}
 		}
@@ -151,20 +164,30 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Each server is announced at each of its addresses, IPv4 first: a
+	// node uses the ones of the families it has (node.relayOrder).
 	var stuns []string
 	for _, s := range l.plan.STUN {
-		stuns = append(stuns, s.Addr.String())
+		for _, a := range s.Addrs() {
+			stuns = append(stuns, a.String())
+		}
 	}
 	var relays []control.Relay
 	for _, r := range l.plan.Relays {
-		relays = append(relays, control.Relay{Addr: r.Addr.String(), Fingerprint: l.shared.fingerprint})
+		for _, a := range r.Addrs() {
+			relays = append(relays, control.Relay{Addr: a.String(), Fingerprint: l.shared.fingerprint})
+		}
 	}
-	host := l.hostNet(p.Host)
+	twins := map[netip.AddrPort]netip.AddrPort{p.Addr: p.Addr6}
+	if p.HTTP.IsValid() && p.Addr6.IsValid() {
+		twins[p.HTTP] = netip.AddrPortFrom(p.Addr6.Addr(), p.HTTP.Port())
+	}
+	host := withTwins(l.hostNet(p.Host), twins)
 	cfg := control.Config{
 		Network: host, Logger: l.log.With("component", "control"),
 		Tokens: l.joinTokens(), Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: host, Listen: p.Addr.String()},
-		STUN:         stuns, Relays: relays,
+		STUN:         stuns, Relays: relays, AdvertiseNATS: l.advertiseNATS(),
 		RelayToken: l.issueRelayToken,
 	}
 	if p.HTTP.IsValid() {
@@ -181,6 +204,70 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 // controlURL is where nodes register: plaintext over the emulated fabric
 // (insecure=1, since its addresses are not loopback), which never leaves
 // the process or the lab's namespaces.
-func (l *Lab) controlURL() string {
-	return "nats://" + l.plan.Control.Addr.String() + "?" + control.ParamInsecure + "=1"
+func (l *Lab) controlURL() string { return controlURLAt(l.plan.Control.Addr) }
+
+func controlURLAt(a netip.AddrPort) string {
+	return "nats://" + a.String() + "?" + control.ParamInsecure + "=1"
+}
+
+// startSTUN starts a STUN server on its IPv4 addresses and, on a
+// dual-stack network, a second one on their IPv6 twins: an RFC 5780
+// server answers each family from addresses of that family.
+func (l *Lab) startSTUN(ctx context.Context, s topology.PlanSTUN) (io.Closer, error) {
+	var all closers
+	for _, addrs := range [][2]netip.AddrPort{{s.Addr, s.Alternate}, {s.Addr6, s.Alternate6}} {
+		if !addrs[0].IsValid() {
+			continue
+		}
+		srv, err := stun.NewServer(stun.Config{Network: l.hostNet(s.Host), Primary: addrs[0], Alternate: addrs[1], Logger: l.log})
+		if err == nil {
+			err = srv.Start(ctx)
+		}
+		if err != nil {
+			return nil, errors.Join(err, all.Close())
+		}
+		all = append(all, srv)
+	}
+	return all, nil
+}
+
+// startDNS serves the topology's names (and DNS64) on each of d's
+// addresses.
+func (l *Lab) startDNS(ctx context.Context, d topology.PlanDNS) (io.Closer, error) {
+	srv, err := dns.New(dns.Config{Records: d.Records, DNS64: d.DNS64, Logger: l.log.With("dns", d.Name)})
+	if err != nil {
+		return nil, err
+	}
+	var all closers
+	for _, a := range d.Addrs() {
+		ln, err := srv.Listen(ctx, l.hostNet(d.Host), a.String())
+		if err != nil {
+			return nil, errors.Join(err, all.Close())
+		}
+		all = append(all, ln)
+	}
+	return all, nil
+}
+
+// closers closes each of its members.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// addrList writes addresses for people: "203.0.113.100:443 and
+// [2001:db8::64]:443", leaving out zero ones.
+func addrList(as []netip.AddrPort) string {
+	var ss []string
+	for _, a := range as {
+		if a.IsValid() {
+			ss = append(ss, a.String())
+		}
+	}
+	return strings.Join(ss, " and ")
 }

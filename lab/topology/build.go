@@ -136,9 +136,14 @@ func (r *resolver) build() {
 		ifcs := make([]fabric.InterfaceConfig, len(as))
 		var routes []fabric.Route
 		for i, a := range as {
-			aliases := a.aliases
-			if a6 := r.nets[a.net].v6(a.addr); a6.IsValid() && a6 != a.addr {
-				aliases = append(append([]netip.Addr(nil), aliases...), a6) // a dual-stack network's twin
+			aliases := append([]netip.Addr(nil), a.aliases...)
+			for _, x := range append([]netip.Addr{a.addr}, a.aliases...) {
+				if a6 := r.nets[a.net].v6(x); a6.IsValid() && a6 != x {
+					aliases = append(aliases, a6) // a dual-stack network's twins
+				}
+			}
+			if len(aliases) == 0 {
+				aliases = nil
 			}
 			ifcs[i] = fabric.InterfaceConfig{Name: a.ifName, Network: a.net, Addr: a.addr, Aliases: aliases, MTU: a.mtu,
 				Egress: a.link.impairments(fabric.Egress), Ingress: a.link.impairments(fabric.Ingress)}

@@ -95,6 +95,9 @@ func (r *resolver) finishServices() {
 		}
 		ps.addr = addr
 		svc := PlanService{Name: ps.name, Host: ps.host, Addr: netip.AddrPortFrom(addr, ps.port)}
+		if a6 := r.twin(ps.host, addr); a6.IsValid() {
+			svc.Addr6 = netip.AddrPortFrom(a6, ps.port)
+		}
 		holder := ps.kind + " " + ps.name
 		if ps.kind == ps.name {
 			holder = ps.kind
@@ -123,6 +126,9 @@ func (r *resolver) finishServices() {
 					r.errorf(ps.path+".alternate", "", "the alternate address must differ from the primary %v", addr)
 				default:
 					st.Alternate = netip.AddrPortFrom(ps.alternate, ps.port+1)
+					if a6 := r.twin(ps.host, ps.alternate); a6.IsValid() {
+						st.Alternate6 = netip.AddrPortFrom(a6, ps.port+1)
+					}
 					bound = append(bound, ps.alternate)
 					ports = append(ports, ps.port+1)
 				}
@@ -133,6 +139,9 @@ func (r *resolver) finishServices() {
 				}
 			}
 			r.p.STUN = append(r.p.STUN, st)
+		case "dns":
+			r.bind(binding{ps.host, "udp", addr, ps.port, holder, ps.path + ".port"})
+			r.p.DNS = append(r.p.DNS, PlanDNS{PlanService: svc, DNS64: ps.dns64})
 		}
 	}
 }

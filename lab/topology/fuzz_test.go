@@ -12,7 +12,11 @@ import (
 // FuzzParse: any input either fails with position errors or yields a
 // plan the fabric accepts as it is.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{world, small, world6, world64, "",
+	for _, s := range []string{world, small, world6, world64, worldDNS, "",
+		`networks: {a: {cidr: 10.0.0.0/24}, b: {cidr6: "2001:db8:1::/64", uplink: a, nat: nat64}}
+dns: {d: {network: b, dns64: "64:ff9b::/96"}}
+control: {network: a}
+nodes: {n: {network: b}}`,
 		`networks: {a: {cidr: 10.0.0.0/24}, b: {cidr6: "2001:db8:1::/64", uplink: a, nat: {profile: nat64, prefix64: "2001:db8:64::/96"}}}`,
 		"networks: {a: {cidr: 10.0.0.0/24}}",
 		`networks: {a: {cidr6: "2001:db8::/64"}, b: {cidr6: "2001:db8:1::/64", uplink: a, nat: ipv6-firewall}}`,

@@ -120,6 +120,13 @@ func (p *Plan) roles() map[string][]string {
 	for _, s := range p.STUN {
 		add(s.Host, fmt.Sprintf("%s :%d", named("stun", s.Name), s.Addr.Port()))
 	}
+	for _, d := range p.DNS {
+		role := fmt.Sprintf("%s :%d", named("dns", d.Name), d.Addr.Port())
+		if d.DNS64.IsValid() {
+			role += " (DNS64)"
+		}
+		add(d.Host, role)
+	}
 	for _, n := range p.Nodes {
 		role := "node " + n.Name
 		switch {

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/latticelab/lattice/lab/fabric"
@@ -205,25 +206,24 @@ func (r *resolver) statefulConfig(path string, n *NAT) *nat.StatefulConfig {
 	return &cfg
 }
 
-// ipv4Only reports nodes and services placed where they have no IPv4
-// address: they listen and dial IPv4 only, for now.
-func (r *resolver) ipv4Only() {
-	check := func(path, what string, a netip.Addr) {
-		if a.IsValid() && !a.Is4() {
-			r.errorf(path, "place it on a network with cidr (dual-stack is fine)",
-				"%s would have only the IPv6 address %v: nodes and services speak IPv4 for now", what, a)
+// kernelIPv4 reports kernel (netns) hosts given an IPv6 address: a
+// kernel host's TUN carries IPv4 only, so the fabric would refuse them.
+func (r *resolver) kernelIPv4() {
+	for _, h := range r.p.Hosts {
+		if h.Kind != "netns" {
+			continue
 		}
-	}
-	for _, n := range r.p.Nodes {
-		check("nodes."+n.Group, "node "+n.Name, n.Addr)
-	}
-	if c := r.p.Control; c != nil {
-		check("control", "control", c.Addr.Addr())
-	}
-	for _, s := range r.p.Relays {
-		check("relays."+s.Name, "relay "+s.Name, s.Addr.Addr())
-	}
-	for _, s := range r.p.STUN {
-		check("stun."+s.Name, "stun "+s.Name, s.Addr.Addr())
+		for _, ifc := range h.Config.Interfaces {
+			i := slices.IndexFunc(append([]netip.Addr{ifc.Addr}, ifc.Aliases...), netip.Addr.Is6)
+			if i < 0 {
+				continue
+			}
+			path := "hosts." + h.Config.Name
+			if n := r.p.Node(h.For); n != nil {
+				path = "nodes." + n.Group
+			}
+			r.errorf(path, "put it on a network without cidr6, or use an in-process host",
+				"host %s is a kernel (netns) host, and those speak IPv4 only; network %s has IPv6", h.Config.Name, ifc.Network)
+		}
 	}
 }

@@ -49,6 +49,8 @@ func TestPlanIPv6(t *testing.T) {
 	assert.Equal(t, "symmetric + IPv6", p.NATLabel(&PlanNode{NATs: []string{"home-nat"}}),
 		"the matrix keeps a dual-stack symmetric site apart from an IPv4-only one")
 	assert.Equal(t, "ipv6-firewall*", p.NATLabel(&PlanNode{NATs: []string{"flat-gw"}}))
+	assert.Equal(t, "ipv6-firewall*", p.NATLabel(&PlanNode{Network: "flat"}), "a node there: the firewall translates nothing, so it is not among NATs")
+	assert.Equal(t, "none", p.NATLabel(&PlanNode{Network: "open"}))
 
 	laptop := p.Host("laptop").Config
 	assert.Equal(t, "192.168.1.2", laptop.Interfaces[0].Addr.String())
@@ -121,9 +123,9 @@ func TestIPv6Errors(t *testing.T) {
 		{"firewall without v6", `networks: {i: {cidr: 10.0.0.0/24}, a: {cidr: 10.1.0.0/24, uplink: i, nat: ipv6-firewall}}`, "has no cidr6"},
 		{"firewall knob", `networks: {i: {cidr6: "2001:db8::/64"}, a: {cidr6: "2001:db8:1::/64", uplink: i, nat: {profile: ipv6-firewall, hairpin: true}}}`, "hairpin does not apply"},
 		{"v6 overlap", `networks: {i: {cidr: 10.0.0.0/24, cidr6: "2001:db8::/64"}, a: {cidr: 10.1.0.0/24, cidr6: "2001:db8::/64", uplink: i, nat: full-cone}}`, "IPv6 is never translated"},
-		{"node v6-only", `networks: {i: {cidr6: "2001:db8::/64"}}
-nodes: {n: {network: i}}
-control: {network: i}`, "nodes and services speak IPv4 for now"},
+		{"node v6-only", `networks: {i: {cidr: 10.0.0.0/24}, a: {cidr6: "2001:db8::/64", uplink: i}}
+nodes: {n: {network: a}}
+control: {network: i}`, "node n has only IPv6 and control only IPv4 (10.0.0.2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := Parse("t.yaml", []byte(tc.src))

@@ -20,6 +20,7 @@ const (
 	DefaultRelayPort = 443
 	DefaultSTUNPort  = 3478
 	DefaultNodePort  = 51820
+	DefaultDNSPort   = 53
 )
 
 // pendingService is a service waiting for its host's addresses.
@@ -31,6 +32,7 @@ type pendingService struct {
 	port, httpPort   uint16
 	alternate        netip.Addr
 	stun             bool
+	dns64            netip.Prefix
 }
 
 // pendingNode is a node waiting for its host's addresses.
@@ -56,6 +58,10 @@ func (r *resolver) services() {
 		if s.Alternate.IsValid() && s.Port == 65535 {
 			r.errorf("stun."+s.Name+".port", "", "with alternate the server also uses port+1, which does not exist")
 		}
+	}
+	for _, s := range t.DNS {
+		r.service(&pendingService{name: s.Name, kind: "dns", path: "dns." + s.Name, port: orPort(s.Port, DefaultDNSPort),
+			dns64: r.dns64(s)}, s.Service)
 	}
 }
 

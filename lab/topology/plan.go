@@ -25,6 +25,7 @@ type Plan struct {
 	Control     *PlanService
 	Relays      []PlanService
 	STUN        []PlanSTUN
+	DNS         []PlanDNS
 	Nodes       []PlanNode
 	// Token is control's join token.
 	Token string
@@ -71,15 +72,39 @@ type PlanService struct {
 	// Addr is where the service listens (relays: UDP and TCP; STUN: UDP;
 	// control and NATS: TCP).
 	Addr netip.AddrPort
-	// HTTP is control's HTTP registration address, if any.
+	// Addr6 is Addr's IPv6 twin where Addr is the IPv4 address of a
+	// dual-stack network: the service listens there too. Zero otherwise
+	// (Addr is then the service's one address, of either family).
+	Addr6 netip.AddrPort
+	// HTTP is control's HTTP registration address, if any (on Addr6's
+	// address too, where that is set).
 	HTTP netip.AddrPort
+}
+
+// Addrs lists the service's listen addresses: Addr, then Addr6 if set.
+func (s *PlanService) Addrs() []netip.AddrPort {
+	if s.Addr6.IsValid() {
+		return []netip.AddrPort{s.Addr, s.Addr6}
+	}
+	return []netip.AddrPort{s.Addr}
+}
+
+// PlanDNS is a DNS server.
+type PlanDNS struct {
+	PlanService
+	// DNS64 is the /96 AAAA records are synthesized under, if any.
+	DNS64 netip.Prefix
+	// Records map every host, node and service name, NAME.lab, to its
+	// addresses.
+	Records map[string][]netip.Addr
 }
 
 // PlanSTUN is a STUN server.
 type PlanSTUN struct {
 	PlanService
-	// Alternate is the RFC 5780 second address and port, if any.
-	Alternate netip.AddrPort
+	// Alternate is the RFC 5780 second address and port, if any;
+	// Alternate6 its IPv6 twin, as Addr6 is Addr's.
+	Alternate, Alternate6 netip.AddrPort
 }
 
 // PlanNode is one Lattice node.
@@ -180,18 +205,30 @@ func (p *Plan) Group(name string) []*PlanNode {
 // "port-restricted-cone", "full-cone behind cgnat", or "none". A NAT that
 // also routes the node's IPv6 (filtered, RFC 6092) says so, "symmetric +
 // IPv6": nodes there may go direct over IPv6 where the profile alone
-// would not, and the report's NAT matrix keeps the two apart.
+// would not, and the report's NAT matrix keeps the two apart. An
+// ipv6-firewall gateway, which translates nothing and so is not among
+// n.NATs, is named too.
 func (p *Plan) NATLabel(n *PlanNode) string {
-	if len(n.NATs) == 0 {
-		return "none"
-	}
-	labels := make([]string, len(n.NATs))
-	for i, r := range n.NATs {
-		pr := p.Router(r)
-		labels[i] = pr.Profile
-		if pr.Config.NAT != nil && pr.Config.Stateful != nil {
-			labels[i] += " + IPv6"
+	routers := n.NATs
+	if p.Network(n.Network) != nil {
+		routers = nil
+		for net := p.Network(n.Network); net != nil && net.Gateway != ""; net = p.Network(net.Uplink) {
+			if pr := p.Router(net.Gateway); pr != nil && (slices.Contains(n.NATs, net.Gateway) || strings.HasPrefix(pr.Profile, firewall6Profile)) {
+				routers = append(routers, net.Gateway)
+			}
 		}
+	}
+	var labels []string
+	for _, r := range routers {
+		pr := p.Router(r)
+		label := pr.Profile
+		if pr.Config.NAT != nil && pr.Config.Stateful != nil {
+			label += " + IPv6"
+		}
+		labels = append(labels, label)
+	}
+	if len(labels) == 0 {
+		return "none"
 	}
 	return strings.Join(labels, " behind ")
 }

@@ -108,7 +108,9 @@ func resolve(t *Topology, src Source, c *strictyaml.Collector) *Plan {
 	r.build()
 	r.overlaps()
 	r.overlaps6()
-	r.ipv4Only()
+	r.families()
+	r.kernelIPv4()
+	r.dnsRecords()
 	r.reachability()
 	return r.p
 }
@@ -161,6 +163,9 @@ func (r *resolver) claimNames() {
 	}
 	for _, s := range t.STUN {
 		r.claim(s.Name, "service", "stun."+s.Name)
+	}
+	for _, s := range t.DNS {
+		r.claim(s.Name, "service", "dns."+s.Name)
 	}
 	for _, n := range t.Nodes {
 		for _, name := range expand(n) {

@@ -28,6 +28,7 @@ type Topology struct {
 	Control *Control `yaml:"control" doc:"The control service, with its embedded NATS server (registration and signaling). Required when there are nodes."`
 	Relays  []Relay  `yaml:"relays,keyed" doc:"LRP relays by name. Nodes are told about every relay." example:"relays: {relay: {host: server, port: 443}}"`
 	STUN    []STUN   `yaml:"stun,keyed" doc:"STUN servers by name, for nodes' server-reflexive candidates." example:"stun: {stun: {host: server, port: 3478}}"`
+	DNS     []DNS    `yaml:"dns,keyed" doc:"DNS servers by name: each answers A and AAAA queries for every host, node and service of the topology as NAME.lab, and with dns64 is the DNS64 an IPv6-only network behind nat: nat64 needs." example:"dns: {dns64: {host: server, dns64: 64:ff9b::/96}}"`
 
 	Defaults NodeDefaults `yaml:"defaults" doc:"Settings every node gets unless it says otherwise."`
 	Nodes    []Node       `yaml:"nodes,keyed" doc:"Lattice nodes by name: regular nodes, or sandboxes when sandbox is set." example:"nodes: {alice: {network: home}, agent: {network: office, sandbox: pod}}"`
@@ -182,6 +183,14 @@ type STUN struct {
 	Service   `yaml:",inline"`
 	Port      uint16     `yaml:"port" min:"1" doc:"UDP port. If zero, 3478."`
 	Alternate netip.Addr `yaml:"alternate" doc:"A second address of the host: the server then also answers on it and on port+1, serving RFC 5780 behaviour discovery."`
+}
+
+// DNS is a DNS server (lab/dns).
+type DNS struct {
+	Name    string `yaml:",key" pattern:"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$" doc:"Names are 1-40 lower-case letters, digits and dashes, starting with a letter."`
+	Service `yaml:",inline"`
+	Port    uint16       `yaml:"port" min:"1" doc:"UDP port. If zero, 53."`
+	DNS64   netip.Prefix `yaml:"dns64" ipv6:"true" doc:"Synthesize AAAA records under this IPv6 /96 for names that have only A records (RFC 6147), and answer ipv4only.arpa (RFC 7050), so that IPv6-only hosts behind a NAT64 with this prefix64 find IPv4-only servers. If omitted, no synthesis." example:"64:ff9b::/96"`
 }
 
 // NodeDefaults apply to every node that does not set them.
