@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/meshtest"
+	"github.com/latticelab/lattice/sandbox/podinit"
 )
 
 // nsWorld is a mesh with a peer "web" (HTTP on 8080, UDP echo on 7) and a
@@ -219,7 +220,7 @@ func TestNamespaceAgentLeavesNothing(t *testing.T) {
 	sleeping := func(p procEntry) bool { return len(p.argv) == 2 && p.argv[0] == "sleep" && p.argv[1] == marker }
 	require.Eventually(t, func() bool { return len(processes(sleeping)) > 0 }, 60*time.Second, 20*time.Millisecond, "the agent never ran:\n%s", &run.out)
 	inits := processes(func(p procEntry) bool {
-		return p.ppid == run.cmd.Process.Pid && len(p.argv) > 0 && p.argv[0] == podInitName
+		return p.ppid == run.cmd.Process.Pid && len(p.argv) > 0 && p.argv[0] == podinit.Arg0
 	})
 	require.Len(t, inits, 1, "the sandbox's init")
 	initPID := inits[0].pid
@@ -245,9 +246,6 @@ func TestNamespaceAgentLeavesNothing(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(tmp, "lattice-resolv-*"))
 	assert.Empty(t, leftovers)
 }
-
-// podInitName is argv[0] of the agent's init.
-const podInitName = "lattice-pod-init"
 
 // procEntry is a process as /proc shows it.
 type procEntry struct {
