@@ -3,6 +3,8 @@ package sandbox
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/latticelab/lattice/sandbox/podinit"
 )
 
 // Isolation is how pod mode keeps its agent apart from the host.
@@ -39,4 +41,4 @@ func ParseIsolation(s string) (Isolation, error) {
 var AgentDNS = netip.MustParseAddr("169.254.0.53")
 
 // AgentInterface is the name of the agent's TUN device.
-const AgentInterface = "lattice0"
+const AgentInterface = podinit.Interface

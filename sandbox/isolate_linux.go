@@ -20,6 +20,7 @@ import (
 	"github.com/latticelab/lattice/audit"
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/runsc"
+	"github.com/latticelab/lattice/sandbox/podinit"
 )
 
 // initTimeout bounds how long the agent's init may take to set its
@@ -65,10 +66,10 @@ func (d *PodDriver) startInit(ctx context.Context, argv, env []string, stdio Std
 		return nil, nil, fmt.Errorf("sandbox: socketpair: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, exe)
-	cmd.Args = append([]string{podInitArg0}, argv...)
+	cmd.Args = append([]string{podinit.Arg0}, argv...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
-	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.ExtraFiles = []*os.File{theirs} // podinit.FD
 	uid, gid := os.Getuid(), os.Getgid()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  agentNamespaces,
@@ -100,23 +101,23 @@ func (d *PodDriver) startInit(ctx context.Context, argv, env []string, stdio Std
 
 // handshake sends the init its config and returns the agent's link it
 // made: the file and the header of its packets.
-func handshake(conn *net.UnixConn, cfg initConfig) (*os.File, initReply, error) {
+func handshake(conn *net.UnixConn, cfg podinit.Config) (*os.File, podinit.Reply, error) {
 	b, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, initReply{}, err
+		return nil, podinit.Reply{}, err
 	}
 	_ = conn.SetDeadline(time.Now().Add(initTimeout))
 	if _, err := conn.Write(b); err != nil {
-		return nil, initReply{}, fmt.Errorf("sandbox: agent init: %w", err)
+		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init: %w", err)
 	}
 	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil || n == 0 {
-		return nil, initReply{}, fmt.Errorf("sandbox: agent init exited before it answered (%v)", err)
+		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init exited before it answered (%v)", err)
 	}
-	var rep initReply
+	var rep podinit.Reply
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {
-		return nil, initReply{}, fmt.Errorf("sandbox: agent init: %w", err)
+		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init: %w", err)
 	}
 	var tun *os.File
 	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
@@ -147,7 +148,7 @@ func (d *PodDriver) probeIsolation(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	tun, rep, herr := handshake(conn, initConfig{Probe: true, Address: "100.64.0.1/10", MTU: netstack.GatewayMTU})
+	tun, rep, herr := handshake(conn, podinit.Config{Probe: true, Addr: [4]byte{100, 64, 0, 1}, Bits: 10, MTU: netstack.GatewayMTU})
 	if tun != nil {
 		tun.Close()
 	}
@@ -171,6 +172,9 @@ func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	addr := d.Node().Address()
+	if !addr.Addr().Is4() {
+		return -1, fmt.Errorf("sandbox: run: agent address %v: the agent's link is IPv4 only", addr)
+	}
 	env := append(os.Environ(), d.identityEnv()...)
 	cmd, conn, err := d.startInit(ctx, argv, env, stdio)
 	if err != nil {
@@ -216,9 +220,9 @@ func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio)
 
 // initConfig is what the agent's init is told: the address, and what to
 // hide.
-func (d *PodDriver) initConfig(addr netip.Prefix) initConfig {
-	cfg := initConfig{
-		Address: addr.String(), MTU: netstack.GatewayMTU,
+func (d *PodDriver) initConfig(addr netip.Prefix) podinit.Config {
+	cfg := podinit.Config{
+		Addr: addr.Addr().As4(), Bits: addr.Bits(), MTU: netstack.GatewayMTU,
 		ResolvConf: fmt.Sprintf("# lattice sandbox %s: peers by name\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", d.cfg.Name, AgentDNS),
 	}
 	if d.cfg.StateDir != "mem:" {

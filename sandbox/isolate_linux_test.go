@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/sandbox"
+	"github.com/latticelab/lattice/sandbox/podinit"
 )
 
 // TestNamespaceAgentOverTUN: run as root, the agent's interface is a TUN
@@ -36,7 +37,7 @@ ls /proc | grep -c '^[0-9]'`
 	assert.NotContains(t, o, "PROXY VARIABLES SET")
 	assert.Contains(t, o, "hello from web, you are "+d.Node().Address().Addr().String()+":")
 	assert.Contains(t, o, "ping ok", "vault, through the relay, answers")
-	if sandbox.LandlockABI() > 0 {
+	if podinit.LandlockABI() > 0 {
 		// Root of its own user and mount namespaces, the agent could
 		// mount; its Landlock domain refuses it.
 		assert.NotContains(t, o, "MOUNTED", "the agent mounted a tmpfs")

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/meshtest"
+	"github.com/latticelab/lattice/sandbox/podinit"
 )
 
 // nsWorld is a mesh with a peer "web" (HTTP on 8080, UDP echo on 7) and a
@@ -201,55 +202,100 @@ func hostAddr(t *testing.T) string {
 
 // TestNamespaceAgentLeavesNothing: the agent's processes (and with them
 // its namespaces and mounts) are gone after it exits, and after the
-// sandbox is killed with SIGKILL while it runs.
+// sandbox is killed with SIGKILL while it runs. It looks only at its own
+// sandbox's processes: the sandbox package's tests, run in parallel, have
+// agents and inits of their own.
 func TestNamespaceAgentLeavesNothing(t *testing.T) {
 	n := newNSWorld(t)
+	// The init makes its resolv.conf in TMPDIR: one of the test's own, so
+	// that other tests' files are not counted.
+	tmp := filepath.Join(filepath.Dir(n.state), "tmp")
+	require.NoError(t, os.Mkdir(tmp, 0o700))
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(tmp, unprivileged, unprivileged))
+	}
 	marker := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	run := startSandboxProc(t, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
+	run := startSandboxProcEnv(t, []string{"TMPDIR=" + tmp}, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
 		"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1", "--", "sh", "-c", "sleep "+marker+" & wait; exit 3")
-	require.Eventually(t, func() bool { return len(processesWith(marker)) > 0 }, 60*time.Second, 20*time.Millisecond, "the agent never ran:\n%s", &run.out)
-	before := processesWith(podInitName)
+	sleeping := func(p procEntry) bool { return len(p.argv) == 2 && p.argv[0] == "sleep" && p.argv[1] == marker }
+	require.Eventually(t, func() bool { return len(processes(sleeping)) > 0 }, 60*time.Second, 20*time.Millisecond, "the agent never ran:\n%s", &run.out)
+	inits := processes(func(p procEntry) bool {
+		return p.ppid == run.cmd.Process.Pid && len(p.argv) > 0 && p.argv[0] == podinit.Arg0
+	})
+	require.Len(t, inits, 1, "the sandbox's init")
+	initPID := inits[0].pid
+
 	require.NoError(t, run.cmd.Process.Signal(syscall.SIGKILL))
 	_ = run.cmd.Wait()
-	assert.Eventually(t, func() bool { return len(processesWith(marker)) == 0 }, 10*time.Second, 20*time.Millisecond,
-		"the agent outlived the sandbox: %v", processesWith(marker))
-	for _, pid := range before {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-		assert.ErrorIs(t, err, os.ErrNotExist, "init %d outlived the sandbox", pid)
-	}
+	mine := func(p procEntry) bool { return strings.Contains(strings.Join(p.argv, " "), marker) }
+	assert.Eventually(t, func() bool { return len(processes(mine)) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"the agent outlived the sandbox: %v", processes(mine))
+	// The init's exit is what takes its namespaces and mounts down; a
+	// zombie has exited, and only the host's init, its new parent, can
+	// reap it now.
+	assert.Eventually(t, func() bool { st := procState(initPID); return st == "" || st == "Z" }, 10*time.Second, 20*time.Millisecond,
+		"init %d outlived the sandbox (state %s)", initPID, procState(initPID))
 
-	run = startSandboxProc(t, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
+	run = startSandboxProcEnv(t, []string{"TMPDIR=" + tmp}, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
 		"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1", "--", "sh", "-c", "(sleep "+marker+" &) ; exit 3")
 	err := run.cmd.Wait()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "output:\n%s", &run.out)
 	assert.Equal(t, 3, ee.ExitCode(), "sandbox run exits with the agent's code")
-	assert.Empty(t, processesWith(marker), "the agent's orphan died with its PID namespace")
-	leftovers, _ := filepath.Glob(filepath.Join(os.TempDir(), "lattice-resolv-*"))
+	assert.Empty(t, processes(mine), "the agent's orphan died with its PID namespace")
+	leftovers, _ := filepath.Glob(filepath.Join(tmp, "lattice-resolv-*"))
 	assert.Empty(t, leftovers)
 }
 
-// podInitName is argv[0] of the agent's init.
-const podInitName = "lattice-pod-init"
+// procEntry is a process as /proc shows it.
+type procEntry struct {
+	pid, ppid int
+	argv      []string
+}
 
-// processesWith lists the processes whose command line contains s.
-func processesWith(s string) []int {
-	var pids []int
+// processes lists the processes other than the test's own that match.
+func processes(match func(procEntry) bool) []procEntry {
+	var ps []procEntry
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+		var p procEntry
+		if _, err := fmt.Sscanf(e.Name(), "%d", &p.pid); err != nil || p.pid == os.Getpid() {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue // gone, or a zombie
+		}
+		p.argv = strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
 		}
-		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
-			pids = append(pids, pid)
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		if i := strings.LastIndexByte(string(st), ')'); i < 0 {
+			continue
+		} else if _, err := fmt.Sscanf(string(st[i+1:]), " %s %d", new(string), &p.ppid); err != nil {
+			continue
+		}
+		if match(p) {
+			ps = append(ps, p)
 		}
 	}
-	return pids
+	return ps
+}
+
+// procState is the state letter of process pid ("R", "S", "Z", ...), or
+// "" if there is no such process.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+3 > len(b) {
+		return ""
+	}
+	return string(b[i+2 : i+3])
 }
 
 // TestNamespaceIsolationRefused: where user namespaces cannot be made (here

@@ -34,9 +34,18 @@ type sandboxProc struct {
 // unprivileged user when the test runs as root.
 func startSandboxProc(t testing.TB, bin string, args ...string) *sandboxProc {
 	t.Helper()
+	return startSandboxProcEnv(t, nil, bin, args...)
+}
+
+// startSandboxProcEnv is startSandboxProc with env added to the test's.
+func startSandboxProcEnv(t testing.TB, env []string, bin string, args ...string) *sandboxProc {
+	t.Helper()
 	p := &sandboxProc{cmd: exec.Command(bin, args...)}
-	p.cmd.Env = append(os.Environ(), execMainEnv+"=1")
+	p.cmd.Env = append(append(os.Environ(), execMainEnv+"=1"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	// A child the sandbox left behind keeps the output pipe open: Wait
+	// returns anyway, and the test says what was left.
+	p.cmd.WaitDelay = 10 * time.Second
 	if os.Geteuid() == 0 {
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: unprivileged, Gid: unprivileged}}
 	}

@@ -1,10 +1,10 @@
-package sandbox
+package podinit
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"path"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -37,9 +37,9 @@ type landlockRuleset struct {
 	handledFS, handledNet, scoped uint64
 }
 
-// landlockABI is the kernel's Landlock ABI version, 0 without Landlock
+// LandlockABI is the kernel's Landlock ABI version, 0 without Landlock
 // (not built, or not enabled at boot).
-func landlockABI() int {
+func LandlockABI() int {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 {
 		return 0
@@ -82,12 +82,12 @@ type landlockRule struct {
 func landlockAllowed(deny []string) ([]landlockRule, error) {
 	onPath, denied := map[string]bool{}, map[string]bool{}
 	for _, p := range deny {
-		if !filepath.IsAbs(p) {
+		if !path.IsAbs(p) {
 			return nil, fmt.Errorf("landlock: %q is not an absolute path", p)
 		}
-		p = filepath.Clean(p)
+		p = path.Clean(p)
 		denied[p] = true
-		for q := p; ; q = filepath.Dir(q) {
+		for q := p; ; q = path.Dir(q) {
 			onPath[q] = true
 			if q == "/" {
 				break
@@ -107,7 +107,7 @@ func landlockAllowed(deny []string) ([]landlockRule, error) {
 			return nil, fmt.Errorf("landlock: listing %s: %w", dir, err)
 		}
 		for _, e := range entries {
-			p := filepath.Join(dir, e.Name())
+			p := path.Join(dir, e.Name())
 			if onPath[p] || e.Type()&os.ModeSymlink != 0 {
 				continue
 			}
@@ -125,7 +125,7 @@ func landlockAllowed(deny []string) ([]landlockRule, error) {
 // the thread that forked it. The thread needs CAP_SYS_ADMIN in its user
 // namespace, which the init (root of its own) has.
 func restrictLandlock(deny []string) (int, error) {
-	abi := landlockABI()
+	abi := LandlockABI()
 	if abi == 0 || len(deny) == 0 {
 		return 0, nil
 	}

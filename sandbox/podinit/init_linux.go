@@ -1,4 +1,4 @@
-package sandbox
+package podinit
 
 import (
 	"encoding/json"
@@ -7,55 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// podInitArg0 is argv[0] of the sandbox's binary re-executed as the
-// agent's init: PID 1 of the agent's PID namespace, root of its user
-// namespace, which sets the namespaces up, passes the TUN device back and
-// runs the agent. Any binary that links this package can serve as init,
-// the lattice command and tests alike, so the check is in init().
-const podInitArg0 = "lattice-pod-init"
-
-// initFD is the init's end of the socketpair to the sandbox.
-const initFD = 3
-
-// initConfig is what the sandbox tells its init.
-type initConfig struct {
-	// Probe: make the link and the mounts, answer and exit, to show
-	// that namespace isolation works here (a masked /proc, as container
-	// runtimes leave it, refuses the PID namespace's /proc).
-	Probe bool `json:"probe,omitempty"`
-	// Address is the agent's (the node's) overlay address and prefix.
-	Address string `json:"address"`
-	MTU     int    `json:"mtu"`
-	// Hide are directories covered with an empty read-only tmpfs (the
-	// state dir); HideFiles files covered with /dev/null (an audit log
-	// kept elsewhere).
-	Hide      []string `json:"hide,omitempty"`
-	HideFiles []string `json:"hide_files,omitempty"`
-	// ResolvConf is bound over /etc/resolv.conf.
-	ResolvConf string `json:"resolv_conf"`
-}
-
-// initReply is the init's answer; the TUN device travels with it.
-type initReply struct {
-	Error string `json:"error,omitempty"`
-	// Kind is the agent's interface, "tun" or "veth"; Header the link
-	// header of its packets as the sandbox reads and writes them.
-	Kind   string `json:"kind,omitempty"`
-	Header []byte `json:"header,omitempty"`
-	// Landlock is the kernel's Landlock ABI the agent will be confined
-	// with (landlock_linux.go), 0 for none.
-	Landlock int `json:"landlock,omitempty"`
-}
-
 func init() {
-	if len(os.Args) > 0 && os.Args[0] == podInitArg0 {
+	if len(os.Args) > 0 && os.Args[0] == Arg0 {
 		os.Exit(podInit(os.Args[1:]))
 	}
 }
@@ -64,7 +23,7 @@ func init() {
 // with the agent's exit code (128+N for signal N), or 125 if it could not
 // start the agent.
 func podInit(argv []string) int {
-	sock := os.NewFile(initFD, "sandbox")
+	sock := os.NewFile(FD, "sandbox")
 	cfg, err := readInitConfig(sock)
 	var link agentLink
 	if err == nil {
@@ -85,8 +44,8 @@ func podInit(argv []string) int {
 	return code
 }
 
-func readInitConfig(sock *os.File) (initConfig, error) {
-	var cfg initConfig
+func readInitConfig(sock *os.File) (Config, error) {
+	var cfg Config
 	buf := make([]byte, 64<<10)
 	n, err := sock.Read(buf)
 	if err != nil {
@@ -99,7 +58,7 @@ func readInitConfig(sock *os.File) (initConfig, error) {
 }
 
 func sendInitReply(sock *os.File, link agentLink, setupErr error) error {
-	rep := initReply{Kind: link.kind, Header: link.header, Landlock: landlockABI()}
+	rep := Reply{Kind: link.kind, Header: link.header, Landlock: LandlockABI()}
 	var oob []byte
 	if setupErr != nil {
 		rep.Error = setupErr.Error()
@@ -119,7 +78,7 @@ func sendInitReply(sock *os.File, link agentLink, setupErr error) error {
 // setupAgentNamespaces configures the namespaces init was born in: the TUN
 // device and its routes, the mounts that hide the sandbox, a /proc for the
 // PID namespace.
-func setupAgentNamespaces(cfg initConfig) (agentLink, error) {
+func setupAgentNamespaces(cfg Config) (agentLink, error) {
 	link, err := setupAgentNetwork(cfg)
 	if err != nil {
 		return link, err
@@ -131,7 +90,7 @@ func setupAgentNamespaces(cfg initConfig) (agentLink, error) {
 	return link, nil
 }
 
-func setupAgentMounts(cfg initConfig) error {
+func setupAgentMounts(cfg Config) error {
 	// Nothing mounted here propagates back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
@@ -161,12 +120,13 @@ func setupAgentMounts(cfg initConfig) error {
 	return nil
 }
 
-// bindResolvConf puts content over /etc/resolv.conf (or what it links
-// to). The file bound is unlinked at once; the mount keeps it alive for as
-// long as the namespace lives, and nothing is left behind.
+// bindResolvConf puts content over /etc/resolv.conf (mount(2) follows a
+// symbolic link there to what it links to). The file bound is unlinked at
+// once; the mount keeps it alive for as long as the namespace lives, and
+// nothing is left behind.
 func bindResolvConf(content string) error {
-	target, err := filepath.EvalSymlinks("/etc/resolv.conf")
-	if err != nil {
+	const target = "/etc/resolv.conf"
+	if _, err := os.Stat(target); err != nil {
 		return fmt.Errorf("resolv.conf: %w (the agent's name server cannot be set)", err)
 	}
 	f, err := os.CreateTemp("", "lattice-resolv-*.conf")

@@ -1,9 +1,8 @@
-package sandbox
+package podinit
 
 import (
 	"encoding/binary"
 	"fmt"
-	"net/netip"
 	"os"
 	"unsafe"
 
@@ -20,7 +19,7 @@ type agentLink struct {
 }
 
 // setupAgentNetwork makes the agent's network namespace: lo up and one
-// interface, AgentInterface, with the overlay address (whose prefix is the
+// interface, Interface, with the overlay address (whose prefix is the
 // overlay's route) and the default route. Every destination goes to the
 // sandbox, which asks the egress policy about each flow: a route that
 // depended on the policy would go stale when the policy is reloaded.
@@ -30,7 +29,7 @@ type agentLink struct {
 // none in the container), it is one end of a veth pair made inside the
 // namespace, and the sandbox gets a packet socket bound to the other end:
 // the socket stays in the namespace it was made in, as a TUN device does.
-func setupAgentNetwork(cfg initConfig) (agentLink, error) {
+func setupAgentNetwork(cfg Config) (agentLink, error) {
 	link, err := setupAgentLink(cfg)
 	if err != nil {
 		return agentLink{}, err
@@ -42,10 +41,9 @@ func setupAgentNetwork(cfg initConfig) (agentLink, error) {
 	return link, nil
 }
 
-func configureAgentInterface(cfg initConfig, kind string) error {
-	addr, err := netip.ParsePrefix(cfg.Address)
-	if err != nil || !addr.Addr().Is4() {
-		return fmt.Errorf("agent address %q: want IPv4/bits", cfg.Address)
+func configureAgentInterface(cfg Config, kind string) error {
+	if cfg.Bits < 0 || cfg.Bits > 32 {
+		return fmt.Errorf("agent address %v/%d: want 0-32 bits", cfg.Addr, cfg.Bits)
 	}
 	ctl, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -55,20 +53,19 @@ func configureAgentInterface(cfg initConfig, kind string) error {
 	if err := setIfFlags(ctl, "lo", unix.IFF_UP); err != nil {
 		return err
 	}
-	if err := ifIoctlAddr(ctl, unix.SIOCSIFADDR, addr.Addr()); err != nil {
+	if err := ifIoctlAddr(ctl, unix.SIOCSIFADDR, cfg.Addr); err != nil {
 		return err
 	}
-	mask := netip.AddrFrom4([4]byte(netipMask(addr)))
-	if err := ifIoctlAddr(ctl, unix.SIOCSIFNETMASK, mask); err != nil {
+	if err := ifIoctlAddr(ctl, unix.SIOCSIFNETMASK, mask4(cfg.Bits)); err != nil {
 		return err
 	}
-	ifr, err := unix.NewIfreq(AgentInterface)
+	ifr, err := unix.NewIfreq(Interface)
 	if err != nil {
 		return err
 	}
 	ifr.SetUint32(uint32(cfg.MTU))
 	if err := unix.IoctlIfreq(ctl, unix.SIOCSIFMTU, ifr); err != nil {
-		return fmt.Errorf("%s: MTU %d: %w", AgentInterface, cfg.MTU, err)
+		return fmt.Errorf("%s: MTU %d: %w", Interface, cfg.MTU, err)
 	}
 	flags := uint16(unix.IFF_UP)
 	if kind == "veth" {
@@ -76,10 +73,10 @@ func configureAgentInterface(cfg initConfig, kind string) error {
 		// MAC address, and the sandbox's packet socket takes them all.
 		flags |= unix.IFF_NOARP
 	}
-	if err := setIfFlags(ctl, AgentInterface, flags); err != nil {
+	if err := setIfFlags(ctl, Interface, flags); err != nil {
 		return err
 	}
-	if err := addDefaultRoute(AgentInterface); err != nil {
+	if err := addDefaultRoute(Interface); err != nil {
 		return err
 	}
 	// The agent's ping uses an ICMP datagram socket, which needs its group
@@ -97,9 +94,10 @@ func configureAgentInterface(cfg initConfig, kind string) error {
 	return nil
 }
 
-func netipMask(p netip.Prefix) []byte {
-	m := make([]byte, p.Addr().BitLen()/8)
-	for i := range p.Bits() {
+// mask4 is the IPv4 netmask of a prefix of bits bits.
+func mask4(bits int) [4]byte {
+	var m [4]byte
+	for i := range bits {
 		m[i/8] |= 0x80 >> (i % 8)
 	}
 	return m
@@ -140,16 +138,16 @@ func setIfFlags(ctl int, name string, flags uint16) error {
 	return nil
 }
 
-func ifIoctlAddr(ctl int, req uint, a netip.Addr) error {
-	ifr, err := unix.NewIfreq(AgentInterface)
+func ifIoctlAddr(ctl int, req uint, a [4]byte) error {
+	ifr, err := unix.NewIfreq(Interface)
 	if err != nil {
 		return err
 	}
-	if err := ifr.SetInet4Addr(a.AsSlice()); err != nil {
+	if err := ifr.SetInet4Addr(a[:]); err != nil {
 		return err
 	}
 	if err := unix.IoctlIfreq(ctl, req, ifr); err != nil {
-		return fmt.Errorf("%s: address %v: %w", AgentInterface, a, err)
+		return fmt.Errorf("%s: address %v: %w", Interface, a, err)
 	}
 	return nil
 }

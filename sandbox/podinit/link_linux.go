@@ -1,4 +1,4 @@
-package sandbox
+package podinit
 
 import (
 	"errors"
@@ -10,15 +10,15 @@ import (
 )
 
 // agentPeerInterface is the sandbox's end of the veth pair.
-const agentPeerInterface = AgentInterface + "p"
+const agentPeerInterface = Interface + "p"
 
 // packetSocketBuffer is the packet socket's buffer each way: a few
 // milliseconds of a fast flow in 64 KB packets (capped by net.core's
 // rmem_max and wmem_max).
 const packetSocketBuffer = 4 << 20
 
-func setupAgentLink(cfg initConfig) (agentLink, error) {
-	tun, err := openTUN(AgentInterface)
+func setupAgentLink(cfg Config) (agentLink, error) {
+	tun, err := openTUN(Interface)
 	if err == nil {
 		return agentLink{file: tun, kind: "tun"}, nil
 	}
@@ -36,8 +36,8 @@ func setupAgentLink(cfg initConfig) (agentLink, error) {
 // that receives the IPv4 frames the agent sends (a socket bound to one
 // protocol, unlike ETH_P_ALL, does not see its own frames go out).
 func openVeth(mtu int) (agentLink, error) {
-	if err := addVeth(AgentInterface, agentPeerInterface, mtu); err != nil {
-		return agentLink{}, fmt.Errorf("creating veth %s: %w", AgentInterface, err)
+	if err := addVeth(Interface, agentPeerInterface, mtu); err != nil {
+		return agentLink{}, fmt.Errorf("creating veth %s: %w", Interface, err)
 	}
 	ctl, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -47,7 +47,7 @@ func openVeth(mtu int) (agentLink, error) {
 	if err := setIfFlags(ctl, agentPeerInterface, unix.IFF_UP|unix.IFF_NOARP); err != nil {
 		return agentLink{}, err
 	}
-	agentMAC, err := hwAddr(ctl, AgentInterface)
+	agentMAC, err := hwAddr(ctl, Interface)
 	if err != nil {
 		return agentLink{}, err
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package podinit
 
 import (
 	"errors"
@@ -22,9 +22,6 @@ import (
 // with no mount hiding it: what the agent would meet if a mount trick had
 // exposed the directory.
 const landlockProbeArg0 = "lattice-landlock-probe"
-
-// LandlockABI is landlockABI for the package's external tests.
-var LandlockABI = landlockABI
 
 func init() {
 	if len(os.Args) == 3 && os.Args[0] == landlockProbeArg0 {
@@ -94,7 +91,7 @@ func threadCPU() time.Duration {
 // remove, rename or link out its files, nor reach them through a symlink,
 // nor mount anything; what lies beside the state dir it keeps.
 func TestLandlockDeniesStateDir(t *testing.T) {
-	if landlockABI() == 0 {
+	if LandlockABI() == 0 {
 		t.Skip("the kernel has no Landlock (not built or not enabled at boot)")
 	}
 	root := t.TempDir()
