@@ -190,6 +190,9 @@ func summary(p *topology.Plan) string {
 	if n := len(p.STUN); n > 0 {
 		svc = append(svc, plural(n, "STUN server"))
 	}
+	if n := len(p.DNS); n > 0 {
+		svc = append(svc, plural(n, "DNS server"))
+	}
 	s := strings.Join(parts, ", ")
 	if len(svc) > 0 {
 		s += "; " + strings.Join(svc, ", ")

@@ -29,6 +29,7 @@ func TestValidateShipped(t *testing.T) {
 	code, out, stderr := run(t, append([]string{"validate"}, files...)...)
 	assert.Equal(t, 0, code, "%s%s", out, stderr)
 	assert.Contains(t, out, "✓ ../../topologies/quickstart.yaml: topology quickstart: 5 networks, 4 routers, 4 hosts, 3 nodes; control, 1 relay, 1 STUN server\n")
+	assert.Contains(t, out, "✓ ../../topologies/nat64-mobile.yaml: topology nat64-mobile: 3 networks, 2 routers, 4 hosts, 2 nodes; control, 1 relay, 1 STUN server, 1 DNS server\n")
 }
 
 func TestValidateProblems(t *testing.T) {
