@@ -25,6 +25,13 @@ import (
 //     completes until the 5 s retry; common over the relay's round trip).
 //     The leading side drops the peer's initiation while its own is
 //     unanswered.
+//   - Peer heard: an initiation sent before the peer could take it (it
+//     had not joined the relay or did not know our key yet: the usual
+//     case when it has just registered) waited for the next resend, up to
+//     300 ms. Once the peer shows it is there (a signal from it, or its
+//     own initiation dropped as crossing ours), ours is sent again at
+//     once, once per initiation. An initiation of ours that WireGuard
+//     gave up for answering the peer's is not resent at all.
 //   - Receiver-index routing: a direct packet from an address that is no
 //     peer's path is matched by its receiver index, one we chose in a
 //     handshake message we sent that peer. This is how a restarted node
@@ -45,6 +52,7 @@ type handshakes struct {
 	hsResponse bool
 	hsTimer    *time.Timer
 	hsTry      int
+	hsKicked   bool // sent again because the peer was heard (kick)
 
 	// leads breaks ties between crossing handshakes (see crossing).
 	leads atomic.Bool
@@ -74,6 +82,7 @@ type sessions struct {
 	strays  map[netip.AddrPort]int64
 	staleRx atomic.Uint64 // transport messages for a session we do not have
 	crossed atomic.Uint64 // the peer's initiations dropped for ours (crossing)
+	kicked  atomic.Uint64 // our initiations sent again because the peer was heard (kick)
 }
 
 const (
@@ -172,6 +181,10 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 			b.noteInitiation(p, buf)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		case isResponse(buf):
+			// Answering the peer's initiation replaced ours in
+			// WireGuard's handshake state: a response to ours would
+			// be refused, so resending it is useless.
+			p.stopResends()
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		}
 	}
@@ -195,6 +208,7 @@ func (b *Bind) noteInitiation(p *Path, pkt []byte) {
 	p.hsSent = time.Now()
 	p.hsResponse = false
 	p.hsTry = 0
+	p.hsKicked = false
 	if p.hsTimer != nil {
 		p.hsTimer.Stop()
 	}
@@ -219,6 +233,29 @@ func (b *Bind) resendInitiation(p *Path) {
 			(*f)()
 		}
 	}
+	_ = b.send(p, [][]byte{pkt})
+}
+
+// PeerHeard tells the Bind that the peer behind p showed it is there: a
+// signal from it came through control. An initiation of ours still
+// unanswered is sent again now (see kick).
+func (b *Bind) PeerHeard(p *Path) { b.kick(p) }
+
+// kick sends our unanswered initiation to p again at once, if it has not
+// been kicked yet: the peer is there now, and the copy sent before may
+// have reached no one (the peer had not joined the relay or did not know
+// our key). A copy the peer did get makes the second a replay that
+// WireGuard ignores (its timestamp is not newer).
+func (b *Bind) kick(p *Path) {
+	p.hsMu.Lock()
+	if p.hsResponse || p.hsInit == nil || p.hsKicked {
+		p.hsMu.Unlock()
+		return
+	}
+	p.hsKicked = true
+	pkt := append([]byte(nil), p.hsInit...)
+	p.hsMu.Unlock()
+	b.kicked.Add(1)
 	_ = b.send(p, [][]byte{pkt})
 }
 
@@ -345,3 +382,7 @@ func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
 // Crossed counts the peers' handshake initiations dropped because ours
 // was on its way (see Path.crossing).
 func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
+
+// Kicked counts our initiations sent again at once because the peer was
+// heard from while they were unanswered (see Bind.kick).
+func (b *Bind) Kicked() uint64 { return b.kicked.Load() }

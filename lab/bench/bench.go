@@ -148,30 +148,9 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 	var first, direct []time.Duration
 	a, b := t.Direct[0], t.Direct[1]
 	for range runs {
-		l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}})
+		fb, td, err := connectOnce(ctx, t, nil)
 		if err != nil {
 			return nil, err
-		}
-		start := time.Now()
-		err = l.StartNodes(ctx, b)
-		if err == nil {
-			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			_, err = l.Ping(pctx, a, b, 1)
-			cancel()
-		}
-		fb := time.Since(start)
-		var td time.Duration
-		if err == nil {
-			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			td, err = l.TimeToDirect(dctx, a, b)
-			cancel()
-		}
-		cerr := l.Close()
-		if err != nil {
-			return nil, err
-		}
-		if cerr != nil {
-			return nil, cerr
 		}
 		first, direct = append(first, fb), append(direct, td)
 	}
@@ -181,6 +160,37 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 		{Name: "connect_direct", Value: median(direct), Unit: "ms", Better: "lower",
 			Note: fmt.Sprintf("median of %d: from both being up to the direct path", runs)},
 	}, nil
+}
+
+// connectOnce is one connect run on a fresh lab: Direct[1] starts while
+// Direct[0] is up; it returns the time to the first answered ping and to
+// the direct path. inspect, if set, sees the lab before it closes.
+func connectOnce(ctx context.Context, t Topologies, inspect func(*runner.Lab)) (firstByte, direct time.Duration, err error) {
+	a, b := t.Direct[0], t.Direct[1]
+	l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}})
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	err = l.StartNodes(ctx, b)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err = l.Ping(pctx, a, b, 1)
+		cancel()
+	}
+	firstByte = time.Since(start)
+	if err == nil {
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		direct, err = l.TimeToDirect(dctx, a, b)
+		cancel()
+	}
+	if err == nil && inspect != nil {
+		inspect(l)
+	}
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	return firstByte, direct, err
 }
 
 func scale(ctx context.Context, p *topology.Plan, say func(string, ...any), atScale func()) ([]Metric, error) {
