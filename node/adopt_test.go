@@ -78,7 +78,7 @@ func loopbackPeer(signal func(context.Context, string, []byte) error, edit func(
 		edit(&env.cfg)
 	}
 	p = &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
-		path: &Path{}, box: newMailbox(), controlling: true}
+		path: &Path{}, box: newMailbox(), controlling: true, attempt: &attempt{}}
 	p.initSignals()
 	return p, ours, theirs
 }

@@ -21,7 +21,7 @@ func TestCrossingInitiations(t *testing.T) {
 
 	p := &Path{}
 	assert.False(t, p.crossing(init), "nothing sent yet")
-	p.hsInit, p.hsSent = []byte{1}, time.Now()
+	p.hs = &resend{init: []byte{1}, sent: time.Now(), timer: time.NewTimer(time.Hour)}
 	assert.False(t, p.crossing(init), "the side that does not lead answers every initiation")
 
 	p.SetLeads(true)
@@ -29,10 +29,12 @@ func TestCrossingInitiations(t *testing.T) {
 	assert.False(t, p.crossing(data), "only initiations")
 	assert.False(t, p.crossing(init[:147]), "only whole initiations")
 
-	p.hsResponse = true
+	hs := p.hs
+	p.stopResends()
 	assert.False(t, p.crossing(init), "ours was answered: a new one from the peer is a rekey")
 
-	p.hsResponse, p.hsSent = false, time.Now().Add(-glareWindow)
+	hs.sent = time.Now().Add(-glareWindow)
+	p.hs = hs
 	assert.False(t, p.crossing(init), "ours has been unanswered too long to hold the peer's back")
 }
 
@@ -117,7 +119,7 @@ func TestKick(t *testing.T) {
 			if tt.void {
 				p.hsMu.Lock()
 				defer p.hsMu.Unlock()
-				assert.Nil(t, p.hsTimer, "no resends of an initiation WireGuard dropped")
+				assert.Nil(t, p.hs, "no resends of an initiation WireGuard dropped")
 			}
 		})
 	}

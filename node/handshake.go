@@ -45,14 +45,10 @@ import (
 
 // handshakes is a Path's share of the workarounds.
 type handshakes struct {
-	// Handshake resends.
-	hsMu       sync.Mutex
-	hsInit     []byte
-	hsSent     time.Time
-	hsResponse bool
-	hsTimer    *time.Timer
-	hsTry      int
-	hsKicked   bool // sent again because the peer was heard (kick)
+	hsMu sync.Mutex // guards hs
+	// hs is our initiation being resent, nil while none waits for an
+	// answer: most of a large lab's idle peers never open a handshake.
+	hs *resend
 
 	// leads breaks ties between crossing handshakes (see crossing).
 	leads atomic.Bool
@@ -66,6 +62,15 @@ type handshakes struct {
 	// onStale and lastStale: see SetStaleHandler.
 	onStale   atomic.Pointer[func()]
 	lastStale atomic.Int64 // Unix ns
+}
+
+// resend is an initiation of ours that waits for its response.
+type resend struct {
+	init   []byte
+	sent   time.Time
+	timer  *time.Timer
+	try    int
+	kicked bool // sent again because the peer was heard (kick)
 }
 
 // sessions is the Bind's share of the workarounds.
@@ -130,7 +135,7 @@ func (p *Path) crossing(pkt []byte) bool {
 	}
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	return p.hsInit != nil && !p.hsResponse && time.Since(p.hsSent) < glareWindow
+	return p.hs != nil && time.Since(p.hs.sent) < glareWindow
 }
 
 // hasIndex reports whether idx is one of our sender indices for p, newest
@@ -144,14 +149,14 @@ func (p *Path) hasIndex(idx uint32) bool {
 	return false
 }
 
-// stopResends cancels pending handshake resends (the peer is gone).
+// stopResends cancels pending handshake resends: answered, the peer is
+// gone, or WireGuard gave the initiation up.
 func (p *Path) stopResends() {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	p.hsResponse = true
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-		p.hsTimer = nil
+	if p.hs != nil {
+		p.hs.timer.Stop()
+		p.hs = nil
 	}
 }
 
@@ -204,29 +209,33 @@ func (b *Bind) noteReceived(p *Path, pkt []byte) {
 func (b *Bind) noteInitiation(p *Path, pkt []byte) {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	p.hsInit = append(p.hsInit[:0], pkt...)
-	p.hsSent = time.Now()
-	p.hsResponse = false
-	p.hsTry = 0
-	p.hsKicked = false
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
+	hs := p.hs
+	if hs == nil {
+		hs = &resend{}
+		p.hs = hs
+	} else {
+		hs.timer.Stop()
 	}
-	p.hsTimer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+	hs.init = append(hs.init[:0], pkt...)
+	hs.sent = time.Now()
+	hs.try = 0
+	hs.kicked = false
+	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
 }
 
 func (b *Bind) resendInitiation(p *Path) {
 	p.hsMu.Lock()
-	if p.hsResponse || p.hsInit == nil {
+	hs := p.hs
+	if hs == nil {
 		p.hsMu.Unlock()
 		return
 	}
-	pkt := append([]byte(nil), p.hsInit...)
-	p.hsTry++
-	if p.hsTry < len(handshakeResends) {
-		p.hsTimer = time.AfterFunc(handshakeResends[p.hsTry]-handshakeResends[p.hsTry-1], func() { b.resendInitiation(p) })
+	pkt := append([]byte(nil), hs.init...)
+	hs.try++
+	if hs.try < len(handshakeResends) {
+		hs.timer = time.AfterFunc(handshakeResends[hs.try]-handshakeResends[hs.try-1], func() { b.resendInitiation(p) })
 	}
-	try := p.hsTry
+	try := hs.try
 	p.hsMu.Unlock()
 	if _, direct := p.Direct(); !direct && try == relayUnansweredTry {
 		if f := b.unanswered.Load(); f != nil {
@@ -248,12 +257,12 @@ func (b *Bind) PeerHeard(p *Path) { b.kick(p) }
 // WireGuard ignores (its timestamp is not newer).
 func (b *Bind) kick(p *Path) {
 	p.hsMu.Lock()
-	if p.hsResponse || p.hsInit == nil || p.hsKicked {
+	if p.hs == nil || p.hs.kicked {
 		p.hsMu.Unlock()
 		return
 	}
-	p.hsKicked = true
-	pkt := append([]byte(nil), p.hsInit...)
+	p.hs.kicked = true
+	pkt := append([]byte(nil), p.hs.init...)
 	p.hsMu.Unlock()
 	b.kicked.Add(1)
 	_ = b.send(p, [][]byte{pkt})
@@ -272,15 +281,7 @@ const relayUnansweredTry = 3
 // none) nothing else would notice before TCP's or NATS' own timeouts.
 func (b *Bind) SetRelayUnanswered(f func()) { b.unanswered.Store(&f) }
 
-func (b *Bind) noteResponse(p *Path) {
-	p.hsMu.Lock()
-	p.hsResponse = true
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-		p.hsTimer = nil
-	}
-	p.hsMu.Unlock()
-}
+func (b *Bind) noteResponse(p *Path) { p.stopResends() }
 
 // noteIndex records the sender index of a handshake message we send p:
 // the peer's responses, cookie replies and transport messages carry it
