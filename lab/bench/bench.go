@@ -148,7 +148,7 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 	var first, direct []time.Duration
 	a, b := t.Direct[0], t.Direct[1]
 	for range runs {
-		fb, td, err := connectOnce(ctx, t, nil)
+		fb, td, err := connectOnce(ctx, t, "", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -164,10 +164,12 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 
 // connectOnce is one connect run on a fresh lab: Direct[1] starts while
 // Direct[0] is up; it returns the time to the first answered ping and to
-// the direct path. inspect, if set, sees the lab before it closes.
-func connectOnce(ctx context.Context, t Topologies, inspect func(*runner.Lab)) (firstByte, direct time.Duration, err error) {
+// the direct path. stateDir is the lab's (runner.Config.StateDir: it may
+// hold the nodes' identities); inspect, if set, sees the lab before it
+// closes.
+func connectOnce(ctx context.Context, t Topologies, stateDir string, inspect func(*runner.Lab)) (firstByte, direct time.Duration, err error) {
 	a, b := t.Direct[0], t.Direct[1]
-	l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}})
+	l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}, StateDir: stateDir})
 	if err != nil {
 		return 0, 0, err
 	}
