@@ -89,8 +89,7 @@ type peer struct {
 	shared     key.Shared
 
 	controlling bool
-	session     uint64 // our current ICE session
-	seq         uint64
+	session     uint64                    // our current ICE session
 	agentRef    atomic.Pointer[ice.Agent] // agent, for Status to read
 	remote      replayGuard
 	signals     signalQueue // our signals on their way to control
