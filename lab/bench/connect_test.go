@@ -31,7 +31,8 @@ import (
 // the bench's ping is answered once more 20 ms after that: 270 ms. When
 // laptop led, its first initiation went out before tablet had joined the
 // relay and waited for a resend: 450 ms. The direct path took 340 ms
-// while tablet's server-reflexive candidate queued behind its host ones.
+// while tablet's server-reflexive candidate queued behind its host ones
+// and pion checked every 50 ms.
 func TestConnectVirtual(t *testing.T) {
 	if ok, why := vtime.Available(); !ok {
 		t.Skip(why)
@@ -47,8 +48,10 @@ func TestConnectVirtual(t *testing.T) {
 		leads                 string
 		firstByte, wantDirect time.Duration
 	}{
-		{"laptop leads", "laptop", 270 * time.Millisecond, 320 * time.Millisecond},
-		{"tablet leads", "tablet", 270 * time.Millisecond, 330 * time.Millisecond},
+		// Direct in 290 ms, or 310 when events at one instant go the
+		// other way (1 run in 8).
+		{"laptop leads", "laptop", 270 * time.Millisecond, 310 * time.Millisecond},
+		{"tablet leads", "tablet", 270 * time.Millisecond, 290 * time.Millisecond},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			state := t.TempDir()
