@@ -63,16 +63,17 @@ func TestConnectVirtual(t *testing.T) {
 				defer dog.Pulse()()
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				fb, direct, err := connectOnce(ctx, topos, state, func(l *runner.Lab) {
+				c, err := connectOnce(ctx, topos, state, func(l *runner.Lab) {
 					for _, p := range [][2]string{{"laptop", "tablet"}, {"tablet", "laptop"}} {
 						st, _ := l.CheckPath(p[0], p[1], "direct") // any path: only the key matters
 						assert.Equal(t, keys[p[1]], st.Peer.PublicKey, "%s runs on the identity written for it", p[1])
 					}
 				})
 				require.NoError(t, err)
-				t.Logf("%s leads: first byte %v, direct %v", tt.leads, fb, direct)
-				assert.LessOrEqual(t, fb.Round(time.Millisecond), tt.firstByte, "first byte")
-				assert.LessOrEqual(t, direct.Round(time.Millisecond), tt.wantDirect, "direct")
+				t.Logf("%s leads: started %v, first byte %v, direct %v", tt.leads, c.started, c.firstByte, c.direct)
+				assert.LessOrEqual(t, c.started.Round(time.Millisecond), 200*time.Millisecond, "tablet's start")
+				assert.LessOrEqual(t, c.firstByte.Round(time.Millisecond), tt.firstByte, "first byte")
+				assert.LessOrEqual(t, c.direct.Round(time.Millisecond), tt.wantDirect, "direct")
 			})
 			require.NoError(t, dog.Stop())
 		})
