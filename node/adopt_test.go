@@ -33,7 +33,7 @@ func TestAdoptPeerSession(t *testing.T) {
 	require.NoError(t, err)
 	p.localCands = []string{"candidate:1 1 udp 2130706431 127.0.0.1 40000 typ host"}
 	const session, old, renewed = 1000, 500, 600
-	p.session, p.seq = session, 3
+	p.session = session
 	now := time.Now().UnixMilli()
 	require.NoError(t, p.remote.admit(&Signal{Kind: SignalCredentials, Session: old, Seq: 1, Time: now}, time.Now()))
 	p.haveRemote, p.boundRemote = true, old
@@ -78,7 +78,7 @@ func loopbackPeer(signal func(context.Context, string, []byte) error, edit func(
 		edit(&env.cfg)
 	}
 	p = &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
-		path: &Path{}, box: newMailbox(), controlling: true}
+		path: &Path{}, box: newMailbox(), controlling: true, attempt: &attempt{}}
 	p.initSignals()
 	return p, ours, theirs
 }

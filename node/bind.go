@@ -155,6 +155,9 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 		p.stale(time.Now().UnixNano())
 	}
 	if drop {
+		// The peer is there (it sent its initiation): ours, which it
+		// would have answered instead, may never have reached it.
+		b.kick(p)
 		return
 	}
 	p.restoreWG() // before WireGuard sees a trimmed peer's packet
@@ -191,7 +194,7 @@ func (b *Bind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
 
 func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 	from := make([]netip.AddrPort, conn.IdealBatchSize)
-	var stale, trimmed []*Path
+	var stale, trimmed, crossed []*Path
 	return func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 		for {
 			n, err := b.mux.ReadWireGuard(stop, bufs, sizes, from[:min(len(bufs), len(from))])
@@ -200,7 +203,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			}
 			out := 0
 			now := time.Now().UnixNano()
-			stale, trimmed = stale[:0], trimmed[:0]
+			stale, trimmed, crossed = stale[:0], trimmed[:0], crossed[:0]
 			b.mu.RLock()
 			for i := range n {
 				pkt := bufs[i][:sizes[i]]
@@ -215,6 +218,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 				} else {
 					drop, isStale := b.checkLocked(p, pkt)
 					if drop {
+						crossed = append(crossed, p)
 						continue
 					}
 					p.lastDirectRx.Store(now)
@@ -238,6 +242,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			b.mu.RUnlock()
 			for _, p := range stale {
 				p.stale(now)
+			}
+			for _, p := range crossed {
+				b.kick(p) // as in DeliverRelayed
 			}
 			// Trimmed peers go back into WireGuard before it reads
 			// their packets (restoreWG takes WireGuard's locks, which

@@ -1,10 +1,13 @@
 package node
 
 import (
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // TestCrossingInitiations: the leading side drops the peer's handshake
@@ -18,7 +21,7 @@ func TestCrossingInitiations(t *testing.T) {
 
 	p := &Path{}
 	assert.False(t, p.crossing(init), "nothing sent yet")
-	p.hsInit, p.hsSent = []byte{1}, time.Now()
+	p.hs = &resend{init: []byte{1}, sent: time.Now(), timer: time.NewTimer(time.Hour)}
 	assert.False(t, p.crossing(init), "the side that does not lead answers every initiation")
 
 	p.SetLeads(true)
@@ -26,9 +29,98 @@ func TestCrossingInitiations(t *testing.T) {
 	assert.False(t, p.crossing(data), "only initiations")
 	assert.False(t, p.crossing(init[:147]), "only whole initiations")
 
-	p.hsResponse = true
+	hs := p.hs
+	p.stopResends()
 	assert.False(t, p.crossing(init), "ours was answered: a new one from the peer is a rekey")
 
-	p.hsResponse, p.hsSent = false, time.Now().Add(-glareWindow)
+	hs.sent = time.Now().Add(-glareWindow)
+	p.hs = hs
 	assert.False(t, p.crossing(init), "ours has been unanswered too long to hold the peer's back")
+}
+
+// recordRelay keeps what the Bind sends through the relay.
+type recordRelay struct {
+	mu   sync.Mutex
+	sent [][]byte
+}
+
+func (r *recordRelay) Send(_ key.Public, pkt []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, append([]byte(nil), pkt...))
+	return nil
+}
+
+// TestKick: an unanswered initiation of ours is sent again at once when
+// the peer is heard (a signal, or its own initiation dropped as crossing
+// ours), once per initiation; not once it was answered, nor once we
+// answered the peer's (WireGuard dropped ours for it).
+func TestKick(t *testing.T) {
+	init := make([]byte, 148)
+	init[0] = 1
+	resp := make([]byte, 92)
+	resp[0] = 2
+	tests := []struct {
+		name string
+		run  func(b *Bind, p *Path)
+		want uint64 // kicks
+		// void: WireGuard dropped our initiation; its resends stop.
+		void bool
+	}{
+		{"nothing sent", func(b *Bind, p *Path) { b.PeerHeard(p) }, 0, false},
+		{"heard", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.PeerHeard(p)
+		}, 1, false},
+		{"heard twice", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.PeerHeard(p)
+			b.PeerHeard(p)
+		}, 1, false},
+		{"a new initiation is kicked again", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.PeerHeard(p)
+			b.noteSent(p, [][]byte{init})
+			b.PeerHeard(p)
+		}, 2, false},
+		{"answered", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.noteReceived(p, resp)
+			b.PeerHeard(p)
+		}, 0, false},
+		{"we answered the peer's", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.noteSent(p, [][]byte{resp})
+			b.PeerHeard(p)
+		}, 0, true},
+		{"crossing initiation dropped", func(b *Bind, p *Path) {
+			p.SetLeads(true)
+			b.noteSent(p, [][]byte{init})
+			b.DeliverRelayed(p.Key, init)
+			assert.Equal(t, uint64(1), b.Crossed())
+			assert.Empty(t, b.relayIn, "dropped")
+		}, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBind(nil)
+			r := &recordRelay{}
+			b.SetRelay(r)
+			p := b.Peer(key.Public{1})
+			defer p.stopResends()
+			tt.run(b, p)
+			assert.Equal(t, tt.want, b.Kicked())
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			assert.GreaterOrEqual(t, uint64(len(r.sent)), tt.want, "kicks go out")
+			for _, pkt := range r.sent {
+				assert.Equal(t, init, pkt)
+			}
+			if tt.void {
+				p.hsMu.Lock()
+				defer p.hsMu.Unlock()
+				assert.Nil(t, p.hs, "no resends of an initiation WireGuard dropped")
+			}
+		})
+	}
 }

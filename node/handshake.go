@@ -25,6 +25,13 @@ import (
 //     completes until the 5 s retry; common over the relay's round trip).
 //     The leading side drops the peer's initiation while its own is
 //     unanswered.
+//   - Peer heard: an initiation sent before the peer could take it (it
+//     had not joined the relay or did not know our key yet: the usual
+//     case when it has just registered) waited for the next resend, up to
+//     300 ms. Once the peer shows it is there (a signal from it, or its
+//     own initiation dropped as crossing ours), ours is sent again at
+//     once, once per initiation. An initiation of ours that WireGuard
+//     gave up for answering the peer's is not resent at all.
 //   - Receiver-index routing: a direct packet from an address that is no
 //     peer's path is matched by its receiver index, one we chose in a
 //     handshake message we sent that peer. This is how a restarted node
@@ -38,13 +45,10 @@ import (
 
 // handshakes is a Path's share of the workarounds.
 type handshakes struct {
-	// Handshake resends.
-	hsMu       sync.Mutex
-	hsInit     []byte
-	hsSent     time.Time
-	hsResponse bool
-	hsTimer    *time.Timer
-	hsTry      int
+	hsMu sync.Mutex // guards hs
+	// hs is our initiation being resent, nil while none waits for an
+	// answer: most of a large lab's idle peers never open a handshake.
+	hs *resend
 
 	// leads breaks ties between crossing handshakes (see crossing).
 	leads atomic.Bool
@@ -58,6 +62,15 @@ type handshakes struct {
 	// onStale and lastStale: see SetStaleHandler.
 	onStale   atomic.Pointer[func()]
 	lastStale atomic.Int64 // Unix ns
+}
+
+// resend is an initiation of ours that waits for its response.
+type resend struct {
+	init   []byte
+	sent   time.Time
+	timer  *time.Timer
+	try    int
+	kicked bool // sent again because the peer was heard (kick)
 }
 
 // sessions is the Bind's share of the workarounds.
@@ -74,6 +87,7 @@ type sessions struct {
 	strays  map[netip.AddrPort]int64
 	staleRx atomic.Uint64 // transport messages for a session we do not have
 	crossed atomic.Uint64 // the peer's initiations dropped for ours (crossing)
+	kicked  atomic.Uint64 // our initiations sent again because the peer was heard (kick)
 }
 
 const (
@@ -121,7 +135,7 @@ func (p *Path) crossing(pkt []byte) bool {
 	}
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	return p.hsInit != nil && !p.hsResponse && time.Since(p.hsSent) < glareWindow
+	return p.hs != nil && time.Since(p.hs.sent) < glareWindow
 }
 
 // hasIndex reports whether idx is one of our sender indices for p, newest
@@ -135,14 +149,14 @@ func (p *Path) hasIndex(idx uint32) bool {
 	return false
 }
 
-// stopResends cancels pending handshake resends (the peer is gone).
+// stopResends cancels pending handshake resends: answered, the peer is
+// gone, or WireGuard gave the initiation up.
 func (p *Path) stopResends() {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	p.hsResponse = true
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-		p.hsTimer = nil
+	if p.hs != nil {
+		p.hs.timer.Stop()
+		p.hs = nil
 	}
 }
 
@@ -172,6 +186,10 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 			b.noteInitiation(p, buf)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		case isResponse(buf):
+			// Answering the peer's initiation replaced ours in
+			// WireGuard's handshake state: a response to ours would
+			// be refused, so resending it is useless.
+			p.stopResends()
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		}
 	}
@@ -191,34 +209,62 @@ func (b *Bind) noteReceived(p *Path, pkt []byte) {
 func (b *Bind) noteInitiation(p *Path, pkt []byte) {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	p.hsInit = append(p.hsInit[:0], pkt...)
-	p.hsSent = time.Now()
-	p.hsResponse = false
-	p.hsTry = 0
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
+	hs := p.hs
+	if hs == nil {
+		hs = &resend{}
+		p.hs = hs
+	} else {
+		hs.timer.Stop()
 	}
-	p.hsTimer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+	hs.init = append(hs.init[:0], pkt...)
+	hs.sent = time.Now()
+	hs.try = 0
+	hs.kicked = false
+	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
 }
 
 func (b *Bind) resendInitiation(p *Path) {
 	p.hsMu.Lock()
-	if p.hsResponse || p.hsInit == nil {
+	hs := p.hs
+	if hs == nil {
 		p.hsMu.Unlock()
 		return
 	}
-	pkt := append([]byte(nil), p.hsInit...)
-	p.hsTry++
-	if p.hsTry < len(handshakeResends) {
-		p.hsTimer = time.AfterFunc(handshakeResends[p.hsTry]-handshakeResends[p.hsTry-1], func() { b.resendInitiation(p) })
+	pkt := append([]byte(nil), hs.init...)
+	hs.try++
+	if hs.try < len(handshakeResends) {
+		hs.timer = time.AfterFunc(handshakeResends[hs.try]-handshakeResends[hs.try-1], func() { b.resendInitiation(p) })
 	}
-	try := p.hsTry
+	try := hs.try
 	p.hsMu.Unlock()
 	if _, direct := p.Direct(); !direct && try == relayUnansweredTry {
 		if f := b.unanswered.Load(); f != nil {
 			(*f)()
 		}
 	}
+	_ = b.send(p, [][]byte{pkt})
+}
+
+// PeerHeard tells the Bind that the peer behind p showed it is there: a
+// signal from it came through control. An initiation of ours still
+// unanswered is sent again now (see kick).
+func (b *Bind) PeerHeard(p *Path) { b.kick(p) }
+
+// kick sends our unanswered initiation to p again at once, if it has not
+// been kicked yet: the peer is there now, and the copy sent before may
+// have reached no one (the peer had not joined the relay or did not know
+// our key). A copy the peer did get makes the second a replay that
+// WireGuard ignores (its timestamp is not newer).
+func (b *Bind) kick(p *Path) {
+	p.hsMu.Lock()
+	if p.hs == nil || p.hs.kicked {
+		p.hsMu.Unlock()
+		return
+	}
+	p.hs.kicked = true
+	pkt := append([]byte(nil), p.hs.init...)
+	p.hsMu.Unlock()
+	b.kicked.Add(1)
 	_ = b.send(p, [][]byte{pkt})
 }
 
@@ -235,15 +281,7 @@ const relayUnansweredTry = 3
 // none) nothing else would notice before TCP's or NATS' own timeouts.
 func (b *Bind) SetRelayUnanswered(f func()) { b.unanswered.Store(&f) }
 
-func (b *Bind) noteResponse(p *Path) {
-	p.hsMu.Lock()
-	p.hsResponse = true
-	if p.hsTimer != nil {
-		p.hsTimer.Stop()
-		p.hsTimer = nil
-	}
-	p.hsMu.Unlock()
-}
+func (b *Bind) noteResponse(p *Path) { p.stopResends() }
 
 // noteIndex records the sender index of a handshake message we send p:
 // the peer's responses, cookie replies and transport messages carry it
@@ -345,3 +383,7 @@ func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
 // Crossed counts the peers' handshake initiations dropped because ours
 // was on its way (see Path.crossing).
 func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
+
+// Kicked counts our initiations sent again at once because the peer was
+// heard from while they were unanswered (see Bind.kick).
+func (b *Bind) Kicked() uint64 { return b.kicked.Load() }

@@ -23,7 +23,8 @@ import (
 // of one core (%cpu: an upper bound for the node, as the lab's control,
 // relay and STUN run in the process too, idle), the Go heap and stacks in
 // use (MiB, the same upper bound) and what the peers added to them
-// (KiB/peer).
+// (KiB/peer, in whole pages; live-B/peer counts the live heap's bytes,
+// which a change of a few bytes per peer moves).
 func BenchmarkIdlePeers(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
@@ -33,7 +34,7 @@ func BenchmarkIdlePeers(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/%d", bc.name, bc.peers), func(b *testing.B) {
 			w := newLabWorld(b)
 			n := startNode(b, w.site(b, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = bc.lazy })
-			base := inUse()
+			base, baseLive := inUse(), heapLive()
 			for i := range bc.peers {
 				n.AddPeerForTest(control.Peer{
 					NodeID: fmt.Sprintf("fake%d", i), Name: fmt.Sprintf("peer-%d", i), PublicKey: key.NewPrivate().Public(),
@@ -49,10 +50,11 @@ func BenchmarkIdlePeers(b *testing.B) {
 				time.Sleep(time.Second)
 			}
 			cpu, wall := cpuTime()-cpu0, time.Since(wall0)
-			used := inUse()
+			used, live := inUse(), heapLive()
 			b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "%cpu")
 			b.ReportMetric(float64(used)/(1<<20), "MiB")
 			b.ReportMetric(float64(int64(used)-int64(base))/1024/float64(bc.peers), "KiB/peer")
+			b.ReportMetric(float64(int64(live)-int64(baseLive))/float64(bc.peers), "live-B/peer")
 		})
 	}
 }
@@ -63,6 +65,14 @@ func inUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse + m.StackInuse
+}
+
+// heapLive is the bytes of live heap objects after a GC.
+func heapLive() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
 
 // cpuTime is the process's user and system CPU time so far.

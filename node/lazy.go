@@ -98,9 +98,11 @@ func (p *peer) quietFor() time.Duration {
 
 // goIdle closes the peer's ICE state and waits on the relay for traffic.
 func (p *peer) goIdle(ctx context.Context, reason string) {
-	p.stopAgent()
-	p.stopTimers()
-	p.failures = 0
+	if p.attempt != nil {
+		p.stopAgent()
+		p.stopTimers()
+		p.attempt = nil // drain makes a new one for the next event
+	}
 	p.idle = true
 	p.setKeepalive(false)
 	if p.env.trim != nil {

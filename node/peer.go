@@ -89,33 +89,21 @@ type peer struct {
 	shared     key.Shared
 
 	controlling bool
-	session     uint64 // our current ICE session
-	seq         uint64
-	agent       *ice.Agent
+	session     uint64                    // our current ICE session
 	agentRef    atomic.Pointer[ice.Agent] // agent, for Status to read
-	attemptDone context.CancelFunc
-	haveRemote  bool   // the current agent got the peer's credentials
-	boundRemote uint64 // the peer's session those credentials belong to
-	ufrag, pwd  string // the current agent's credentials
-	localCands  []string
-	ownAddrs    []netip.AddrPort // our socket's addresses, listed once per attempt (isOwnAddr)
 	remote      replayGuard
 	signals     signalQueue // our signals on their way to control
-	pending     []*Signal   // candidates that came before credentials
-	failures    int
-	retryTimer  *time.Timer
-	checkTimer  *time.Timer // see restartWhileDirect
+	// *attempt is the direct attempts' state: nil while the peer is idle
+	// (lazy.go), so an idle peer does not hold it; drain makes it before
+	// any other event is handled.
+	*attempt
 	// Lazy connections (lazy.go): idle means no ICE state, waiting on
 	// the relay for traffic; activeSince is when the peer last woke.
 	idle        bool
+	keepaliveOn bool // a lazy peer's WireGuard keepalive (setKeepalive)
 	activeSince time.Time
 	idleTimer   *time.Timer
-	offerTimer  *time.Timer // see offerAgain
-	answerTimer *time.Timer // see expireUnanswered
-	offers      int         // credentials sent in the current attempt
-	keepaliveOn bool        // a lazy peer's WireGuard keepalive (setKeepalive)
-	wg          wgState     // in WireGuard's configuration or trimmed (trim.go)
-	connected   uint64      // the last session whose attempt connected
+	wg          wgState // in WireGuard's configuration or trimmed (trim.go)
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.
 	keepaliveTimer *time.Timer
@@ -126,6 +114,25 @@ type peer struct {
 	kind        PathKind
 	history     []PathEvent
 	report      ICEReport
+}
+
+// attempt is a peer's state for its direct attempts, owned by the actor.
+type attempt struct {
+	agent       *ice.Agent
+	attemptDone context.CancelFunc
+	haveRemote  bool   // the current agent got the peer's credentials
+	boundRemote uint64 // the peer's session those credentials belong to
+	ufrag, pwd  string // the current agent's credentials
+	localCands  []string
+	ownAddrs    []netip.AddrPort // our socket's addresses, listed once per attempt (isOwnAddr)
+	pending     []*Signal        // candidates that came before credentials
+	failures    int
+	retryTimer  *time.Timer
+	checkTimer  *time.Timer // see restartWhileDirect
+	offerTimer  *time.Timer // see offerAgain
+	answerTimer *time.Timer // see expireUnanswered
+	offers      int         // credentials sent in the current attempt
+	connected   uint64      // the last session whose attempt connected
 }
 
 func newPeer(env *peerEnv, info control.Peer) *peer {
@@ -179,6 +186,9 @@ func (p *peer) drain() {
 			return
 		}
 		for _, ev := range evs {
+			if p.attempt == nil && !(ev.begin && p.lazy()) {
+				p.attempt = &attempt{}
+			}
 			switch {
 			case ev.end:
 				p.stopTimers()

@@ -10,25 +10,24 @@ import (
 	"github.com/latticelab/lattice/key"
 )
 
-// send seals s under the current session and queues it for control; it
-// does not wait for control's answer.
+// send queues s under the current session for control, which numbers
+// and seals it as it leaves; it does not wait for control's answer.
 func (p *peer) send(ctx context.Context, s *Signal) error {
-	p.seq++
-	s.Session, s.Seq, s.Time = p.session, p.seq, p.env.now().UnixMilli()
+	s.Session = p.session
 	s.PeerEpoch = p.epoch.Load()
 	if p.env.epoch != nil {
 		s.Epoch = p.env.epoch()
 	}
-	b, err := SealSignalShared(p.sharedKey(), s)
-	if err != nil {
-		return err
-	}
-	return p.signals.push(ctx, p.session, b)
+	return p.signals.push(ctx, s)
 }
 
 // initSignals sets up the queue send uses (signal_queue.go).
 func (p *peer) initSignals() {
 	p.signals.send = func(ctx context.Context, b []byte) error { return p.env.signal(ctx, p.info.NodeID, b) }
+	p.signals.seal = func(s *Signal) ([]byte, error) {
+		s.Time = p.env.now().UnixMilli()
+		return SealSignalShared(p.sharedKey(), s)
+	}
 	p.signals.log = p.env.log.With("peer", p.info.Name)
 }
 

@@ -81,6 +81,7 @@ func (n *Node) deliverSignal(p *peer, payload []byte) {
 	// Sealed by the peer: its epoch is news if we missed its last
 	// registration's announcement. A replay carries an older one.
 	p.learnEpoch(s.Epoch)
+	n.bind.PeerHeard(p.path)
 	p.post(peerEvent{signal: s})
 }
 

@@ -24,7 +24,7 @@ type unreachableTUN struct {
 	tun.Device
 
 	offline atomic.Pointer[map[netip.Addr]struct{}] // copy on write
-	trimmed atomic.Pointer[map[netip.Addr]*Path]    // idle peers out of WireGuard (trim.go); copy on write
+	trimmed trimmedPeers                            // idle peers out of WireGuard (trim.go)
 
 	replies   chan []byte // to writeLoop: the stack may not be entered from Read
 	stop      chan struct{}

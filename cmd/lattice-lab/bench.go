@@ -33,7 +33,8 @@ measured to DIR/bench.json and DIR/bench.svg:
   datapath  TCP over WireGuard through a direct pair and a relayed pair
             (--pair's laptop → tablet and laptop → desktop), in Mbit/s
   connect   a node joins a running one: time to the first answered overlay
-            ping and to the direct path (median of --runs)
+            ping (and how much of it the joining node's own start took)
+            and to the direct path (median of --runs)
   scale     every node of --scale's topology started, one at a time, until
             every pair has a WireGuard handshake; with the peak memory
 

@@ -145,42 +145,65 @@ func dataPath(ctx context.Context, t Topologies, size int64) ([]Metric, error) {
 }
 
 func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
-	var first, direct []time.Duration
+	var first, started, direct []time.Duration
 	a, b := t.Direct[0], t.Direct[1]
 	for range runs {
-		l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}})
+		c, err := connectOnce(ctx, t, "", nil)
 		if err != nil {
 			return nil, err
 		}
-		start := time.Now()
-		err = l.StartNodes(ctx, b)
-		if err == nil {
-			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			_, err = l.Ping(pctx, a, b, 1)
-			cancel()
-		}
-		fb := time.Since(start)
-		var td time.Duration
-		if err == nil {
-			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			td, err = l.TimeToDirect(dctx, a, b)
-			cancel()
-		}
-		cerr := l.Close()
-		if err != nil {
-			return nil, err
-		}
-		if cerr != nil {
-			return nil, cerr
-		}
-		first, direct = append(first, fb), append(direct, td)
+		first, started, direct = append(first, c.firstByte), append(started, c.started), append(direct, c.direct)
 	}
 	return []Metric{
 		{Name: "connect_first_byte", Value: median(first), Unit: "ms", Better: "lower",
 			Note: fmt.Sprintf("median of %d: from starting %s (with %s up) to its first answered overlay ping", runs, b, a)},
+		{Name: "connect_node_start", Value: median(started), Unit: "ms", Better: "lower",
+			Note: fmt.Sprintf("median of %d: the part of connect_first_byte %s took to start (registered, relay, control session, peers)", runs, b)},
 		{Name: "connect_direct", Value: median(direct), Unit: "ms", Better: "lower",
 			Note: fmt.Sprintf("median of %d: from both being up to the direct path", runs)},
 	}, nil
+}
+
+// connectTimes are one connect run's figures, each from the joining
+// node's start.
+type connectTimes struct {
+	started   time.Duration // its start returned: registered, relay, session, peers
+	firstByte time.Duration // the bench's ping answered
+	direct    time.Duration // the direct path (Lab.TimeToDirect)
+}
+
+// connectOnce is one connect run on a fresh lab: Direct[1] starts while
+// Direct[0] is up, and Direct[0] pings it. stateDir is the lab's
+// (runner.Config.StateDir: it may hold the nodes' identities); inspect,
+// if set, sees the lab before it closes.
+func connectOnce(ctx context.Context, t Topologies, stateDir string, inspect func(*runner.Lab)) (connectTimes, error) {
+	var c connectTimes
+	a, b := t.Direct[0], t.Direct[1]
+	l, err := runner.Up(ctx, runner.Config{Plan: t.Pair, Nodes: []string{a}, StateDir: stateDir})
+	if err != nil {
+		return c, err
+	}
+	start := time.Now()
+	err = l.StartNodes(ctx, b)
+	c.started = time.Since(start)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err = l.Ping(pctx, a, b, 1)
+		cancel()
+	}
+	c.firstByte = time.Since(start)
+	if err == nil {
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		c.direct, err = l.TimeToDirect(dctx, a, b)
+		cancel()
+	}
+	if err == nil && inspect != nil {
+		inspect(l)
+	}
+	if cerr := l.Close(); err == nil {
+		err = cerr
+	}
+	return c, err
 }
 
 func scale(ctx context.Context, p *topology.Plan, say func(string, ...any), atScale func()) ([]Metric, error) {
