@@ -41,10 +41,11 @@ func hostFamilies(n netx.Network) families {
 }
 
 // relayOrder lists the relay addresses to try, in control's order: IPv4
-// ones on a host with IPv4, IPv6 ones on a host with IPv6, and last, on a
-// host with only IPv6 and a NAT64 prefix, IPv4 ones at their RFC 6052
-// embedding in it (native IPv6 before translation, as RFC 6724 ranks
-// them).
+// ones on a host with IPv4, IPv6 ones on a host with IPv6, loopback ones
+// on any host (every host has loopback, and hostFamilies does not count
+// it), and last, on a host with only IPv6 and a NAT64 prefix, IPv4 ones at
+// their RFC 6052 embedding in it (native IPv6 before translation, as RFC
+// 6724 ranks them).
 func relayOrder(relays []control.Relay, f families, nat64 netip.Prefix) []control.Relay {
 	var out, translated []control.Relay
 	for _, r := range relays {
@@ -55,7 +56,7 @@ func relayOrder(relays []control.Relay, f families, nat64 netip.Prefix) []contro
 		}
 		a := ap.Addr().Unmap()
 		switch {
-		case a.Is6() && f.v6, a.Is4() && f.v4:
+		case a.IsLoopback(), a.Is6() && f.v6, a.Is4() && f.v4:
 			out = append(out, r)
 		case a.Is4() && f.v6 && nat64.IsValid():
 			r.Addr = netip.AddrPortFrom(embed64(nat64, a), ap.Port()).String()

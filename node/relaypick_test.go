@@ -41,6 +41,19 @@ func TestRelayOrder(t *testing.T) {
 	}
 }
 
+// TestRelayOrderLoopback: a relay on loopback is tried from any host,
+// even one whose only addresses are loopback ones (hostFamilies counts
+// none): a whole mesh on one machine (TestDualStackSocketUnmapsIPv4) has
+// no other.
+func TestRelayOrderLoopback(t *testing.T) {
+	relays := []control.Relay{{Addr: "127.0.0.1:4443"}, {Addr: "[::1]:4443"}, {Addr: "203.0.113.100:443"}}
+	var got []string
+	for _, r := range relayOrder(relays, families{}, netip.Prefix{}) {
+		got = append(got, r.Addr)
+	}
+	assert.Equal(t, []string{"127.0.0.1:4443", "[::1]:4443"}, got)
+}
+
 // ifaceNet is a Network with only interfaces.
 type ifaceNet struct {
 	netx.Network

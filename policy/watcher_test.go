@@ -75,9 +75,22 @@ func newWatchFixture(t *testing.T, initial string, interval time.Duration) *watc
 	return f
 }
 
+// write rewrites the file in place (same inode, as an editor that saves in
+// place does) with one write of the whole content from offset 0, then cuts
+// it to length. os.WriteFile truncates first, and on a loaded machine the
+// empty file it leaves stayed for two of the 5 ms polls: the watcher rightly
+// installed it (an empty file is a deny-all policy), and a test waiting for
+// the next write's policy got that one (TestWatcherKeepsPolicyOnBadFile
+// failed so in CI). Torn writes are TestWatcherWaitsForSettledBytes's
+// subject, with polls by hand.
 func (f *watchFixture) write(t *testing.T, content string) {
 	t.Helper()
-	require.NoError(t, os.WriteFile(f.path, []byte(content), 0o600))
+	file, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE, 0o600)
+	require.NoError(t, err)
+	_, err = file.WriteAt([]byte(content), 0)
+	require.NoError(t, err)
+	require.NoError(t, file.Truncate(int64(len(content))))
+	require.NoError(t, file.Close())
 }
 
 // allows reports whether the policy in force allows tcp to addr:1.
