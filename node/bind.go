@@ -315,6 +315,7 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
 	b.noteSent(e.Path, bufs)
+	e.Path.keepForReplay(bufs)
 	return b.send(e.Path, bufs)
 }
 
@@ -323,6 +324,7 @@ func (b *Bind) send(p *Path, bufs [][]byte) error {
 		if err := b.mux.WriteBatch(bufs, a); err != nil {
 			return err
 		}
+		p.noteDirectSent(bufs)
 		for _, buf := range bufs {
 			p.TxDirect.Add(uint64(len(buf)))
 		}
