@@ -22,9 +22,10 @@ type ICEConfig struct {
 	STUN []string
 	// DeadAfter is how long an idle direct path may be silent (no ICE
 	// consent, no WireGuard) before the peer falls back to the relay. If
-	// zero, 20s. Consent checks run every min(5s, DeadAfter/4), ±20%
-	// (RFC 7675). A path carrying traffic is watched harder and falls back
-	// within about a second (liveness.go).
+	// zero, 20s. Consent checks run every min(5s, DeadAfter/4) (RFC 7675;
+	// ±20% above 2 s, where the node sends them rather than pion). A path
+	// carrying traffic is watched harder and falls back within about a
+	// second (liveness.go).
 	DeadAfter time.Duration
 	// RetryMin and RetryMax bound the backoff between direct attempts.
 	// If zero, 2s and 60s.

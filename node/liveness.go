@@ -309,7 +309,7 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	case age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke) >= wait:
 		// Dead by our own checks too: a machine too busy to run this
 		// actor on time sent them late, and gets as long for them.
-		p.directDead(ctx, fmt.Sprintf("direct path stopped answering while carrying traffic (nothing back for %s)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
+		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
 	default:
 		if w.pokes == 0 || now.Sub(w.lastPoke) >= pokeEvery {
 			if w.pokes == 0 {
