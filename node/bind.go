@@ -157,6 +157,9 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 	if drop {
 		return
 	}
+	if isData(pkt) {
+		p.relayRx.Store(time.Now().UnixNano()) // liveness.go
+	}
 	p.restoreWG() // before WireGuard sees a trimmed peer's packet
 	bp := muxPool.Get().(*[]byte)
 	n := copy(*bp, pkt)

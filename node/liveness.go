@@ -14,7 +14,9 @@ import (
 )
 
 // Liveness of a direct path: hard while it carries traffic, rare while it
-// is idle (issue 22: no per-peer-per-second timers for idle peers).
+// is idle (issue 22: no per-peer-per-second timers for idle peers). A path
+// whose data goes unanswered for suspectAfter while the peer's comes
+// through the relay is dead at once: the peer found it dead first.
 //
 //   - Idle: ICE consent (RFC 7675, consent.go) every consentInterval,
 //     ±20%, and the path is dead after DeadAfter without an answer. The
@@ -93,6 +95,9 @@ type liveness struct {
 	kick atomic.Pointer[func()]
 	// rtt is the last consent round trip (ns; 0: none yet).
 	rtt atomic.Int64
+	// relayRx is when WireGuard data last came from the peer through the
+	// relay (Unix ns).
+	relayRx atomic.Int64
 	// replay holds the last data packets sent (see replayRing).
 	replay atomic.Pointer[replayRing]
 }
@@ -306,6 +311,11 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	switch {
 	case age < suspectAfter:
 		p.checkLivenessIn(ctx, suspectAfter-age)
+	case p.path.relayRx.Load() > p.lastAnswer():
+		// The peer has given up on the path: its data comes through the
+		// relay, and ours went unanswered. Waiting out activeDead would
+		// only hold our answers back.
+		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s; the peer sends through the relay)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
 	case age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke) >= wait:
 		// Dead by our own checks too: a machine too busy to run this
 		// actor on time sent them late, and gets as long for them.
