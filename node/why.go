@@ -2,7 +2,6 @@ package node
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -41,14 +40,6 @@ func (p *peer) attemptFailedWhy() string {
 	r := p.report
 	p.mu.Unlock()
 	base := fmt.Sprintf("attempt timed out after %s", p.env.cfg.AttemptTimeout)
-	hasSrflx := func(cands []string) bool {
-		for _, c := range cands {
-			if strings.Contains(c, " srflx ") {
-				return true
-			}
-		}
-		return false
-	}
 	switch {
 	case len(r.RemoteCandidates) == 0:
 		return base + ": the peer sent no candidates"
