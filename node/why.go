@@ -2,6 +2,9 @@ package node
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -40,9 +43,15 @@ func (p *peer) attemptFailedWhy() string {
 	r := p.report
 	p.mu.Unlock()
 	base := fmt.Sprintf("attempt timed out after %s", p.env.cfg.AttemptTimeout)
+	local, remote := candidateFamilies(r.LocalCandidates), candidateFamilies(r.RemoteCandidates)
+	stun := addrFamilies(append(slices.Clone(p.env.cfg.STUN), p.stunServers()...))
 	switch {
 	case len(r.RemoteCandidates) == 0:
 		return base + ": the peer sent no candidates"
+	case local.any() && !local.meets(remote):
+		return fmt.Sprintf("%s: no address family in common (%s here, %s at the peer), and ICE pairs only within one", base, local, remote)
+	case !hasSrflx(r.LocalCandidates) && stun.any() && !local.meets(stun):
+		return fmt.Sprintf("%s: no STUN server of this host's family (%s here, the STUN servers %s), so no public address to offer", base, local, stun)
 	case !hasSrflx(r.LocalCandidates) && len(p.env.cfg.STUN)+len(p.stunServers()) > 0:
 		return base + ": UDP from here looks blocked (no STUN answer)"
 	case !hasSrflx(r.RemoteCandidates):
@@ -50,6 +59,52 @@ func (p *peer) attemptFailedWhy() string {
 	default:
 		return base + ": no candidate pair answered; a NAT on the way filters by address and port, or maps per destination (symmetric)"
 	}
+}
+
+// candidateFamilies are the address families of candidates as pion
+// writes them ("udp4 host 192.0.2.1:51820", "udp6 srflx [2001:db8::1]:…").
+func candidateFamilies(cands []string) families {
+	var f families
+	for _, c := range cands {
+		f.v4 = f.v4 || strings.HasPrefix(c, "udp4 ")
+		f.v6 = f.v6 || strings.HasPrefix(c, "udp6 ")
+	}
+	return f
+}
+
+// addrFamilies are the families of host:port addresses; a name counts as
+// both (its resolver decides).
+func addrFamilies(addrs []string) families {
+	var f families
+	for _, a := range addrs {
+		ap, err := netip.ParseAddrPort(a)
+		switch {
+		case err != nil:
+			f.v4, f.v6 = true, true
+		case ap.Addr().Unmap().Is4():
+			f.v4 = true
+		default:
+			f.v6 = true
+		}
+	}
+	return f
+}
+
+func (f families) any() bool { return f.v4 || f.v6 }
+
+// meets reports whether f and g share a family.
+func (f families) meets(g families) bool { return f.v4 && g.v4 || f.v6 && g.v6 }
+
+func (f families) String() string {
+	switch {
+	case f.v4 && f.v6:
+		return "IPv4 and IPv6"
+	case f.v4:
+		return "IPv4 only"
+	case f.v6:
+		return "IPv6 only"
+	}
+	return "no address"
 }
 
 // stunServers is how many STUN servers the agents use (from control).
