@@ -253,6 +253,20 @@ func (r *resolver) ownOverlap(owner string, ifcs []fabric.InterfaceConfig, repor
 	}
 }
 
+// services are the plan's control, relays and STUN servers: what every
+// node connects to.
+func (p *Plan) services() []PlanService {
+	var out []PlanService
+	if p.Control != nil {
+		out = append(out, *p.Control)
+	}
+	out = append(out, p.Relays...)
+	for _, s := range p.STUN {
+		out = append(out, s.PlanService)
+	}
+	return out
+}
+
 // reachability checks that every node can open connections to the
 // services it needs: up its uplink tree and down again without crossing a
 // NAT inward. With explicit routers the shape is the user's business.
@@ -260,14 +274,7 @@ func (r *resolver) reachability() {
 	if r.explicit || len(r.p.Nodes) == 0 {
 		return
 	}
-	var services []PlanService
-	if r.p.Control != nil {
-		services = append(services, *r.p.Control)
-	}
-	services = append(services, r.p.Relays...)
-	for _, s := range r.p.STUN {
-		services = append(services, s.PlanService)
-	}
+	services := r.p.services()
 	reported := map[[2]string]bool{}
 	for _, n := range r.p.Nodes {
 		for _, s := range services {

@@ -69,14 +69,7 @@ func (r *resolver) dnsRecords() {
 		}
 		add(h.Config.Name, hostAddrs[h.Config.Name]...)
 	}
-	var services []PlanService
-	if r.p.Control != nil {
-		services = append(services, *r.p.Control)
-	}
-	services = append(services, r.p.Relays...)
-	for _, s := range r.p.STUN {
-		services = append(services, s.PlanService)
-	}
+	services := r.p.services()
 	for _, s := range r.p.DNS {
 		services = append(services, s.PlanService)
 	}
@@ -122,14 +115,7 @@ func (r *resolver) dnsRecords() {
 // NAT64 and no other way; a node with IPv4 only never reaches IPv6-only
 // services (nothing here translates IPv4 to IPv6).
 func (r *resolver) families() {
-	var services []PlanService
-	if r.p.Control != nil {
-		services = append(services, *r.p.Control)
-	}
-	services = append(services, r.p.Relays...)
-	for _, s := range r.p.STUN {
-		services = append(services, s.PlanService)
-	}
+	services := r.p.services()
 	reported := map[[2]string]bool{}
 	for _, n := range r.p.Nodes {
 		has4 := n.Addr.Is4()
