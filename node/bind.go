@@ -224,7 +224,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 						crossed = append(crossed, p)
 						continue
 					}
-					p.lastDirectRx.Store(now)
+					p.noteDirectRx(now)
 					if isStale {
 						stale = append(stale, p)
 					}
