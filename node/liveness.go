@@ -160,8 +160,7 @@ type pathWatch struct {
 	// sent on it since (lastDirectRx), it is not proven both ways: the
 	// peer may still send through the relay while it learns of the
 	// nomination, and our data's answers come that way. The traffic watch
-	// gives such a path unprovenGrace more, and does not take the peer's
-	// relayed data for a verdict on it.
+	// calls no such path dead (DeadAfter's consent still does).
 	since int64
 }
 
@@ -174,12 +173,6 @@ func (w *pathWatch) sampleAnswer(d time.Duration) {
 	w.rttvar = (3*w.rttvar + (w.srtt - d).Abs()) / 4
 	w.srtt = (7*w.srtt + d) / 8
 }
-
-// unprovenGrace is what a path not yet proven both ways gets on top of
-// activeDead: the peer's learning of the nomination (a check or a signal
-// away). Not for ever: a path that consent keeps alive while WireGuard's
-// data goes nowhere (a NAT rebooted under it) must still fall back.
-const unprovenGrace = 2 * time.Second
 
 // lateTolerance is how late the watch's timer may fire before the watch
 // takes the machine for starved (see onLiveness).
@@ -378,9 +371,6 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	age := now.Sub(time.Unix(0, u)) - w.late
 	dead, wait := p.activeDead()
 	proven := p.path.lastDirectRx.Load() >= w.since
-	if !proven {
-		dead, wait = dead+unprovenGrace, wait+unprovenGrace
-	}
 	switch {
 	case age < suspectAfter:
 		p.checkLivenessIn(ctx, suspectAfter-age)
@@ -389,7 +379,7 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 		// relay, and ours went unanswered. Waiting out activeDead would
 		// only hold our answers back.
 		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s; the peer sends through the relay)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
-	case age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke)-w.late >= wait:
+	case proven && age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke)-w.late >= wait:
 		// Dead by our own checks too: a machine too busy to run this
 		// actor on time sent them late, and gets as long for them.
 		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
@@ -403,7 +393,7 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 			p.sendConsent()
 		}
 		next := pokeEvery
-		if w.pokes >= 2 {
+		if proven && w.pokes >= 2 {
 			next = min(next, max(dead-age, w.firstPoke.Add(wait+w.late).Sub(now), time.Millisecond))
 		}
 		p.checkLivenessIn(ctx, next)
