@@ -224,7 +224,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 						crossed = append(crossed, p)
 						continue
 					}
-					p.noteDirectRx(now)
+					p.lastDirectRx.Store(now)
 					if isStale {
 						stale = append(stale, p)
 					}

@@ -98,24 +98,12 @@ type liveness struct {
 	// relayRx is when WireGuard data last came from the peer through the
 	// relay (Unix ns).
 	relayRx atomic.Int64
-	// firstAnswer is when the first packet came back on the path after
-	// unanswered was set (Unix ns): how long the path takes to answer
-	// (pathWatch.answerDelay).
-	firstAnswer atomic.Int64
 	// replay holds the last data packets sent (see replayRing).
 	replay atomic.Pointer[replayRing]
 }
 
 // RTT is the direct path's last consent round trip (zero: not measured).
 func (p *Path) RTT() time.Duration { return time.Duration(p.rtt.Load()) }
-
-// noteDirectRx records a packet the Bind matched to the direct path.
-func (p *Path) noteDirectRx(now int64) {
-	p.lastDirectRx.Store(now)
-	if u := p.unanswered.Load(); u != 0 && p.firstAnswer.Load() < u {
-		p.firstAnswer.Store(now)
-	}
-}
 
 // noteDirectSent records WireGuard packets sent on the direct path. Only
 // data counts: keepalives and handshakes are WireGuard's own.
@@ -143,40 +131,7 @@ type pathWatch struct {
 	// and the last one's, and how many.
 	firstPoke, lastPoke time.Time
 	pokes               int
-	// timerLate is how much later than due timer's last firings ran
-	// (ns, added by the timer); late sums it since the path last
-	// answered (see onLiveness).
-	timerLate atomic.Int64
-	late      time.Duration
-	// srtt and rttvar smooth how long the path took to answer data
-	// (RFC 6298's estimator over firstAnswer - unanswered, one sample per
-	// unanswered mark, the last one sampled): a machine or link that
-	// slows down answers later and later, and gets that much longer
-	// before its path is called dead (activeDead); a cut stops answers at
-	// once.
-	srtt, rttvar time.Duration
-	sampled      int64
-	// since is when the path was selected (Unix ns). Until the peer has
-	// sent on it since (lastDirectRx), it is not proven both ways: the
-	// peer may still send through the relay while it learns of the
-	// nomination, and our data's answers come that way. The traffic watch
-	// calls no such path dead (DeadAfter's consent still does).
-	since int64
 }
-
-// sampleAnswer adds one answer delay to the estimate.
-func (w *pathWatch) sampleAnswer(d time.Duration) {
-	if w.srtt == 0 && w.rttvar == 0 {
-		w.srtt, w.rttvar = d, d/2
-		return
-	}
-	w.rttvar = (3*w.rttvar + (w.srtt - d).Abs()) / 4
-	w.srtt = (7*w.srtt + d) / 8
-}
-
-// lateTolerance is how late the watch's timer may fire before the watch
-// takes the machine for starved (see onLiveness).
-const lateTolerance = 50 * time.Millisecond
 
 // watchDirect starts watching the direct path the attempt of the current
 // session just selected.
@@ -192,7 +147,7 @@ func (p *peer) watchDirect(ctx context.Context, res *iceResult) {
 	if s, ok := p.agent.GetSelectedCandidatePairStats(); ok {
 		p.path.rtt.Store(int64(s.CurrentRoundTripTime * float64(time.Second)))
 	}
-	p.watch = &pathWatch{session: p.session, remote: res.remote, since: p.env.now().UnixNano(), creds: consentCreds{
+	p.watch = &pathWatch{session: p.session, remote: res.remote, creds: consentCreds{
 		to: res.addr, localUfrag: p.ufrag, remoteUfrag: ufrag, remotePwd: pwd,
 		controlling: p.controlling, tieBreaker: newTieBreaker(),
 	}}
@@ -329,11 +284,7 @@ func (p *peer) checkLivenessIn(ctx context.Context, d time.Duration) {
 		w.timer.Stop()
 	}
 	session := p.session
-	due := p.env.now().Add(d)
 	w.timer = time.AfterFunc(d, func() {
-		if late := p.env.now().Sub(due); late > lateTolerance {
-			w.timerLate.Add(int64(late))
-		}
 		if ctx.Err() == nil {
 			p.post(peerEvent{liveness: true, session: session})
 		}
@@ -350,36 +301,22 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	}
 	u := p.path.unanswered.Load()
 	if u == 0 || p.lastAnswer() >= u {
-		if f := p.path.firstAnswer.Load(); u != 0 && u != w.sampled && f >= u {
-			w.sampled = u
-			w.sampleAnswer(time.Duration(f - u))
-		}
-		w.pokes, w.late = 0, 0
-		w.timerLate.Store(0)
+		w.pokes = 0
 		p.sleepWatch(ctx, u)
 		return
 	}
 	now := p.env.now()
-	// A timer that fires well after its time says this machine is
-	// starved: the answers may be sitting unread behind the same queue
-	// (in a lab, the peer is starved alike). The path gets that time on
-	// top, so a busy machine does not drop a working path. Measured where
-	// the timer fires, not here: the actor may have been busy with other
-	// events meanwhile, which is no sign of starvation (and on the
-	// virtual clock timers are never late).
-	w.late += time.Duration(w.timerLate.Swap(0))
-	age := now.Sub(time.Unix(0, u)) - w.late
+	age := now.Sub(time.Unix(0, u))
 	dead, wait := p.activeDead()
-	proven := p.path.lastDirectRx.Load() >= w.since
 	switch {
 	case age < suspectAfter:
 		p.checkLivenessIn(ctx, suspectAfter-age)
-	case proven && p.path.relayRx.Load() > p.lastAnswer():
+	case p.path.relayRx.Load() > p.lastAnswer():
 		// The peer has given up on the path: its data comes through the
 		// relay, and ours went unanswered. Waiting out activeDead would
 		// only hold our answers back.
 		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s; the peer sends through the relay)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
-	case proven && age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke)-w.late >= wait:
+	case age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke) >= wait:
 		// Dead by our own checks too: a machine too busy to run this
 		// actor on time sent them late, and gets as long for them.
 		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
@@ -393,8 +330,8 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 			p.sendConsent()
 		}
 		next := pokeEvery
-		if proven && w.pokes >= 2 {
-			next = min(next, max(dead-age, w.firstPoke.Add(wait+w.late).Sub(now), time.Millisecond))
+		if w.pokes >= 2 {
+			next = min(next, max(dead-age, w.firstPoke.Add(wait).Sub(now), time.Millisecond))
 		}
 		p.checkLivenessIn(ctx, next)
 	}
@@ -405,9 +342,6 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 // how long the first check sent meanwhile must have gone unanswered.
 func (p *peer) activeDead() (dead, wait time.Duration) {
 	rtt := p.path.RTT()
-	if w := p.watch; w != nil {
-		rtt = max(rtt, (w.srtt+4*w.rttvar)/4)
-	}
 	return min(max(activeDeadMin, suspectAfter+4*rtt), p.env.cfg.DeadAfter), max(activeDeadMin-suspectAfter, 4*rtt)
 }
 
