@@ -20,23 +20,13 @@ import (
 type ICEConfig struct {
 	// STUN servers for server-reflexive candidates ("host:port").
 	STUN []string
-	// DeadAfter is how long an idle direct path may be silent (no ICE
-	// consent, no WireGuard) before the peer falls back to the relay. If
-	// zero, 20s. Consent checks run every min(5s, DeadAfter/4) (RFC 7675;
-	// ±20% above 2 s, where the node sends them rather than pion). A path
-	// carrying traffic is watched harder and falls back within about a
-	// second (liveness.go).
+	// DeadAfter is how long the direct path may be silent (no ICE consent,
+	// no WireGuard) before the peer falls back to the relay. If zero, 5s.
+	// Consent checks run every min(1s, DeadAfter/4).
 	DeadAfter time.Duration
 	// RetryMin and RetryMax bound the backoff between direct attempts.
 	// If zero, 2s and 60s.
 	RetryMin, RetryMax time.Duration
-	// RetryNoPair bounds the backoff once attempts keep failing with no
-	// candidate pair answering while neither side's candidates change
-	// (NATs that can never meet directly). If zero, 15 minutes, or
-	// RetryMax if that is longer. A direct path lost or an uplink failing
-	// a probe (a NAT reboot, a network change) retries such peers at once,
-	// and the peer's own new attempt is always answered.
-	RetryNoPair time.Duration `json:",omitempty"`
 	// AttemptTimeout bounds one ICE attempt. If zero, 10s.
 	AttemptTimeout time.Duration
 	// Candidates filters the addresses host candidates may use. If nil,
@@ -64,7 +54,7 @@ type ICEConfig struct {
 
 func (c *ICEConfig) defaults() {
 	if c.DeadAfter == 0 {
-		c.DeadAfter = defaultDeadAfter
+		c.DeadAfter = 5 * time.Second
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 2 * time.Second
@@ -75,19 +65,14 @@ func (c *ICEConfig) defaults() {
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 10 * time.Second
 	}
-	if c.RetryNoPair == 0 {
-		c.RetryNoPair = 15 * time.Minute
-	}
-	c.RetryNoPair = max(c.RetryNoPair, c.RetryMax)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = defaultIdleTimeout
 	}
 }
 
 type iceResult struct {
-	addr   netip.AddrPort
-	remote ice.Candidate // the selected pair's remote end
-	err    error
+	addr netip.AddrPort
+	err  error
 }
 
 // startAttempt creates a new ICE agent under a new session and sends our
@@ -113,6 +98,7 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 		return
 	}
 	p.agent = agent
+	p.agentRef.Store(agent)
 	if p.env.ice != nil {
 		p.env.ice.attempts.Add(1)
 	}
@@ -189,7 +175,6 @@ func (p *peer) expireUnanswered(ctx context.Context) {
 }
 
 func (p *peer) stopAgent() {
-	p.stopWatch()
 	for _, t := range []**time.Timer{&p.offerTimer, &p.answerTimer} {
 		if *t != nil {
 			(*t).Stop()
@@ -203,6 +188,7 @@ func (p *peer) stopAgent() {
 	if p.agent != nil {
 		_ = p.agent.Close()
 		p.agent = nil
+		p.agentRef.Store(nil)
 	}
 	p.haveRemote = false
 	p.boundRemote = 0
@@ -235,7 +221,6 @@ func (p *peer) connect(ctx context.Context, ufrag, pwd string) {
 					res.err = fmt.Errorf("selected pair address %q: %v", pair.Remote.Address(), perr)
 				} else {
 					res.addr = netip.AddrPortFrom(ip.Unmap(), uint16(pair.Remote.Port()))
-					res.remote = pair.Remote
 				}
 			}
 		}
@@ -309,17 +294,10 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		urls = append(urls, u)
 	}
 	cfg := n.cfg.ICE
-	// Consent on the selected pair: pion's while its interval is within
-	// pion's tick (2 s), the node's beyond (consent.go, liveness.go), with
-	// the agent's keepalives off and no disconnected or failed state of
-	// its own. An idle path is dead once DeadAfter passes without an
-	// answer: at least three checks must go missing, or a response a
-	// moment late (a busy machine) drops a working path.
-	keepalive, disconnected, failed := time.Duration(0), time.Duration(0), time.Duration(0)
-	if pionConsent(cfg.DeadAfter) {
-		keepalive = consentInterval(cfg.DeadAfter)
-		disconnected, failed = cfg.DeadAfter-keepalive, 2*cfg.DeadAfter
-	}
+	// ICE consent runs every keepalive, and the path is dead once
+	// DeadAfter passes without any: at least three must go missing, or a
+	// response a moment late (a busy machine) drops a working path.
+	keepalive := min(time.Second, cfg.DeadAfter/4)
 	opts := []ice.AgentOption{
 		ice.WithNet(pn),
 		ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(newSharedSrflx(n.udpMux)),
@@ -327,6 +305,7 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		ice.WithNetworkTypes(n.networkTypes),
 		ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
 		ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
+		ice.WithKeepaliveInterval(keepalive),
 		// The controlling agent answers the peer's first check that
 		// gets through a filtering NAT but checks back only at its next
 		// tick; at 50 ms that tick cost a new pair up to 50 ms.
@@ -337,9 +316,8 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		// traffic, so take the first that works.
 		ice.WithSrflxAcceptanceMinWait(20 * time.Millisecond),
 		ice.WithPrflxAcceptanceMinWait(50 * time.Millisecond),
-		ice.WithKeepaliveInterval(keepalive),
-		ice.WithDisconnectedTimeout(disconnected),
-		ice.WithFailedTimeout(failed),
+		ice.WithDisconnectedTimeout(cfg.DeadAfter - keepalive),
+		ice.WithFailedTimeout(2 * cfg.DeadAfter),
 		ice.WithIPFilter(hostCandidateFilter(resp.Address.Addr(), cfg.Candidates)),
 		ice.WithLoggerFactory(n.pionLogs()),
 	}
