@@ -128,7 +128,12 @@ func TestInboundForward(t *testing.T) {
 	target := netip.AddrPortFrom(d.Node().Address().Addr(), 3000).String()
 	var body string
 	eventually(t, 20*time.Second, func() (err error) {
-		body, err = get(ctx, func(ctx context.Context, _, _ string) (net.Conn, error) {
+		// Each try gets 5 s: one connection whose SYN went out before
+		// the peers' first handshake must not spend the whole budget
+		// (the fresh-clone CI saw one try take all 30 s).
+		try, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		body, err = get(try, func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return m.web.Stack.Dial(ctx, "tcp", target)
 		}, "http://"+target+"/")
 		return err
