@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -52,32 +53,32 @@ func (t *twinNet) twin(address string) (netip.AddrPort, bool) {
 
 // Listen implements netx.Network.
 func (t *twinNet) Listen(ctx context.Context, network, address string) (net.Listener, error) {
-	first, err := t.Network.Listen(ctx, network, address)
-	tw, ok := t.twin(address)
-	if err != nil || !ok {
-		return first, err
-	}
-	second, err := t.Network.Listen(ctx, "tcp6", tw.String())
-	if err != nil {
-		_ = first.Close()
-		return nil, fmt.Errorf("listen on the IPv6 twin %v: %w", tw, err)
-	}
-	return newTwinListener(first, second), nil
+	return listenTwin(ctx, t, t.Network.Listen, network, "tcp6", address,
+		func(a, b net.Listener) net.Listener { return newTwinListener(a, b) })
 }
 
 // ListenPacket implements netx.Network.
 func (t *twinNet) ListenPacket(ctx context.Context, network, address string) (net.PacketConn, error) {
-	first, err := t.Network.ListenPacket(ctx, network, address)
+	return listenTwin(ctx, t, t.Network.ListenPacket, network, "udp6", address,
+		func(a, b net.PacketConn) net.PacketConn { return newTwinPacketConn(a, b) })
+}
+
+// listenTwin listens on address with listen and, if it has a twin, on
+// the twin as network6 too, and merges the two.
+func listenTwin[L io.Closer](ctx context.Context, t *twinNet, listen func(context.Context, string, string) (L, error),
+	network, network6, address string, merge func(first, second L) L) (L, error) {
+	first, err := listen(ctx, network, address)
 	tw, ok := t.twin(address)
 	if err != nil || !ok {
 		return first, err
 	}
-	second, err := t.Network.ListenPacket(ctx, "udp6", tw.String())
+	second, err := listen(ctx, network6, tw.String())
 	if err != nil {
 		_ = first.Close()
-		return nil, fmt.Errorf("listen on the IPv6 twin %v: %w", tw, err)
+		var zero L
+		return zero, fmt.Errorf("listen on the IPv6 twin %v: %w", tw, err)
 	}
-	return newTwinPacketConn(first, second), nil
+	return merge(first, second), nil
 }
 
 // twinListener accepts from two listeners.
