@@ -68,6 +68,11 @@ type DriverConfig struct {
 	// Start when Network is the host's, at Run otherwise).
 	Isolation Isolation
 
+	// SingleAgent says Run is called once (lattice sandbox run): in
+	// namespace isolation the agent's init made ahead at Start is then
+	// not replaced when Run takes it. If false, one is kept ready.
+	SingleAgent bool
+
 	// SOCKS5 and HTTPProxy are the proxies' listen addresses ("" for
 	// none). Bind them to 127.0.0.1 unless the agent is elsewhere.
 	SOCKS5, HTTPProxy string

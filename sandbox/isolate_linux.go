@@ -2,17 +2,13 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,117 +40,23 @@ func hideFromAgent() error {
 	return nil
 }
 
-// startInit starts the sandbox's binary as the agent's init with argv as
-// the agent, and returns the command and the sandbox's end of the
-// socketpair. The calling goroutine's thread must stay locked until Wait:
-// Pdeathsig is tied to the thread that started the child.
-func (d *PodDriver) startInit(ctx context.Context, argv, env []string, stdio Stdio) (*exec.Cmd, *net.UnixConn, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: finding the lattice binary for the agent's init: %w", err)
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: socketpair: %w", err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "init"), os.NewFile(uintptr(fds[1]), "init")
-	defer theirs.Close()
-	conn, err := net.FileConn(ours)
-	ours.Close()
-	if err != nil {
-		theirs.Close()
-		return nil, nil, fmt.Errorf("sandbox: socketpair: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, exe)
-	cmd.Args = append([]string{podinit.Arg0}, argv...)
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
-	cmd.ExtraFiles = []*os.File{theirs} // podinit.FD
-	uid, gid := os.Getuid(), os.Getgid()
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  agentNamespaces,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
-		Pdeathsig:   syscall.SIGKILL,
-	}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = termGrace
-	// The maps are written through /proc/CHILD, which belongs to root
-	// while the child (a copy of this process) is not dumpable.
-	d.spawnMu.Lock()
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
-	err = cmd.Start()
-	herr := hideFromAgent()
-	d.spawnMu.Unlock()
-	if err != nil {
-		conn.Close()
-		return nil, nil, namespacesUnavailable(err, readSysctl)
-	}
-	if herr != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		conn.Close()
-		return nil, nil, herr
-	}
-	return cmd, conn.(*net.UnixConn), nil
-}
-
-// handshake sends the init its config and returns the agent's link it
-// made: the file and the header of its packets.
-func handshake(conn *net.UnixConn, cfg podinit.Config) (*os.File, podinit.Reply, error) {
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, podinit.Reply{}, err
-	}
-	_ = conn.SetDeadline(time.Now().Add(initTimeout))
-	if _, err := conn.Write(b); err != nil {
-		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init: %w", err)
-	}
-	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-	if err != nil || n == 0 {
-		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init exited before it answered (%v)", err)
-	}
-	var rep podinit.Reply
-	if err := json.Unmarshal(buf[:n], &rep); err != nil {
-		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init: %w", err)
-	}
-	var tun *os.File
-	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
-		if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
-			_ = unix.SetNonblock(fds[0], true)
-			tun = os.NewFile(uintptr(fds[0]), "/dev/net/tun")
-		}
-	}
-	if rep.Error != "" {
-		if tun != nil {
-			tun.Close()
-		}
-		return nil, rep, fmt.Errorf("sandbox: agent namespaces: %s", rep.Error)
-	}
-	if tun == nil {
-		return nil, rep, errors.New("sandbox: agent init sent no link to the agent")
-	}
-	return tun, rep, nil
-}
-
 // probeIsolation starts an init that only makes its namespaces and TUN
 // device, so that Start refuses where the agent could not be isolated.
 func (d *PodDriver) probeIsolation(ctx context.Context) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd, conn, err := d.startInit(ctx, nil, []string{}, Stdio{})
+	p, err := d.spawnInit()
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	tun, rep, herr := handshake(conn, podinit.Config{Probe: true, Addr: [4]byte{100, 64, 0, 1}, Bits: 10, MTU: netstack.GatewayMTU})
+	tun, rep, herr := p.handshake(ctx, podinit.Config{Probe: true, Addr: [4]byte{100, 64, 0, 1}, Bits: 10, MTU: netstack.GatewayMTU})
 	if tun != nil {
 		tun.Close()
 	}
-	if err := cmd.Wait(); herr == nil && err != nil {
+	if herr != nil {
+		p.close()
+	} else if err := p.wait(ctx); err != nil {
 		herr = fmt.Errorf("sandbox: agent init probe: %w", err)
 	}
+	p.conn.Close()
 	if herr != nil {
 		return fmt.Errorf("%w (or pass --isolation proxy)", herr)
 	}
@@ -164,56 +66,66 @@ func (d *PodDriver) probeIsolation(ctx context.Context) error {
 	return nil
 }
 
-// runIsolated is Run in namespace isolation.
+// runIsolated is Run in namespace isolation: the agent goes to the spare
+// init if there is one (see spare_linux.go), else to one started now.
 func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio) (int, error) {
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return -1, fmt.Errorf("sandbox: run: %w", err)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	addr := d.Node().Address()
 	if !addr.Addr().Is4() {
 		return -1, fmt.Errorf("sandbox: run: agent address %v: the agent's link is IPv4 only", addr)
 	}
-	env := append(os.Environ(), d.identityEnv()...)
-	cmd, conn, err := d.startInit(ctx, argv, env, stdio)
+	dir, err := os.Getwd()
+	if err != nil {
+		return -1, fmt.Errorf("sandbox: run: the agent's working directory: %w", err)
+	}
+	st := podinit.Start{Argv: argv, Env: append(os.Environ(), d.identityEnv()...), Dir: dir}
+	sio, err := openAgentStdio(stdio)
+	if err != nil {
+		return -1, fmt.Errorf("sandbox: run: the agent's stdio: %w", err)
+	}
+	defer sio.close()
+	p, err := d.takeInit(ctx, addr)
 	if err != nil {
 		return -1, err
 	}
-	defer conn.Close()
-	icfg := d.initConfig(addr)
-	tun, link, err := handshake(conn, icfg)
+	start := func(p *agentInit) error {
+		if err := d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in namespaces (pid %d)", argv, p.cmd.Process.Pid)}); err != nil {
+			return err
+		}
+		return p.start(st, sio.files)
+	}
+	err = start(p)
+	if errors.Is(err, errInitGone) {
+		// The agent never ran: give it to an init started now.
+		d.log.Warn("agent init: the init made ahead is gone; starting one now", "reason", err)
+		p.close()
+		if p, err = d.coldInit(ctx, addr); err == nil {
+			err = start(p)
+		}
+	}
 	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		if p != nil {
+			p.close()
+		}
 		return -1, err
 	}
-	gw, err := netstack.NewGateway(netstack.GatewayConfig{
-		Device: tun, LinkHeader: link.Header, Agent: addr.Addr(), Dial: d.agentDial, Ping: d.agentPing, Logger: d.cfg.Logger,
-	})
-	if err != nil {
-		tun.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return -1, err
-	}
-	defer gw.Close()
-	if err := d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in namespaces (pid %d)", argv, cmd.Process.Pid)}); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return -1, err
-	}
-	if len(icfg.Hide)+len(icfg.HideFiles) == 0 {
+	defer p.close()
+	sio.sent()
+	link := p.link
+	if len(p.cfg.Hide)+len(p.cfg.HideFiles) == 0 {
 		link.Landlock = 0 // nothing to deny
 	}
-	d.log.Info("running agent", "argv", argv, "isolation", IsolationNamespace, "link", link.Kind, "landlock", link.Landlock, "pid", cmd.Process.Pid)
-	err = cmd.Wait()
+	d.log.Info("running agent", "argv", argv, "isolation", IsolationNamespace, "link", link.Kind, "landlock", link.Landlock, "pid", p.cmd.Process.Pid)
+	err = p.wait(ctx)
+	sio.finish(termGrace)
 	code, ok := runsc.ExitStatus(err)
 	if !ok {
 		return -1, fmt.Errorf("sandbox: run %s: %w", argv[0], err)
 	}
-	st := gw.Stats()
-	d.log.Info("agent exited", "code", code, "tcp", st.TCP, "udp", st.UDP, "refused", st.Refused, "pings", st.Pings, "dropped", st.Dropped)
+	gs := p.gw.Stats()
+	d.log.Info("agent exited", "code", code, "tcp", gs.TCP, "udp", gs.UDP, "refused", gs.Refused, "pings", gs.Pings, "dropped", gs.Dropped)
 	_ = d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("exited with %d", code)})
 	return code, nil
 }

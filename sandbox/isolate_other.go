@@ -14,3 +14,9 @@ func (d *PodDriver) probeIsolation(context.Context) error { return errNoNamespac
 func (d *PodDriver) runIsolated(context.Context, []string, Stdio) (int, error) {
 	return -1, errNoNamespaces
 }
+
+type spareSlot struct{}
+
+func (d *PodDriver) startSpare() {}
+
+func (d *PodDriver) closeSpare() { d.spareCancel() }

@@ -32,7 +32,13 @@ type PodDriver struct {
 
 	spawnMu sync.Mutex // held while an agent's init is started
 
+	// spareCtx ends at Close, stopping the making of a spare init.
+	spareCtx    context.Context
+	spareCancel context.CancelFunc
+	spareWG     sync.WaitGroup
+
 	mu        sync.Mutex // guards the following fields
+	spare     *spareSlot // the agent's init made ahead (spare_linux.go)
 	servers   []*proxy.Server
 	listeners []net.Listener
 	forwards  []*forwarder
@@ -68,6 +74,7 @@ func NewPod(cfg DriverConfig) (*PodDriver, error) {
 	}
 	cfg.Isolation = iso
 	d := &PodDriver{base: newBase(cfg, ModePod)}
+	d.spareCtx, d.spareCancel = context.WithCancel(context.Background())
 	if cfg.ProxyCredentials != nil {
 		d.creds = *cfg.ProxyCredentials
 	} else {
@@ -144,6 +151,9 @@ func (d *PodDriver) Start(ctx context.Context) (err error) {
 	id := n.Identity()
 	if err := d.record(audit.Event{Kind: "start", Detail: fmt.Sprintf("sandbox %s (%s) at %v, policy %s, isolation %s", id.Name, id.NodeID, id.Address, current().Source(), cfg.Isolation)}); err != nil {
 		return err
+	}
+	if cfg.Isolation == IsolationNamespace && cfg.Network == netx.OS {
+		d.startSpare()
 	}
 	return nil
 }
@@ -272,6 +282,7 @@ func (d *PodDriver) Close() error {
 		d.closed = true
 		servers, forwards := d.servers, d.forwards
 		d.mu.Unlock()
+		d.closeSpare()
 		var errs []error
 		for _, s := range servers {
 			errs = append(errs, s.Close())

@@ -416,6 +416,7 @@ func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, a
 	if _, err := exec.LookPath(args[0]); err != nil {
 		return fmt.Errorf("agent %q: %w", args[0], err)
 	}
+	cfg.SingleAgent = true // no init made ahead for a second agent
 	d, err := startSandbox(cmd, mode, cfg)
 	if err != nil {
 		return err

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -15,14 +17,14 @@ import (
 
 func init() {
 	if len(os.Args) > 0 && os.Args[0] == Arg0 {
-		os.Exit(podInit(os.Args[1:]))
+		os.Exit(podInit())
 	}
 }
 
-// podInit is the init's main; argv is the agent's command line. It exits
-// with the agent's exit code (128+N for signal N), or 125 if it could not
-// start the agent.
-func podInit(argv []string) int {
+// podInit is the init's main. It exits with the agent's exit code (128+N
+// for signal N), 125 if it could not start the agent, or 0 if the sandbox
+// closed the socket without sending one.
+func podInit() int {
 	sock := os.NewFile(FD, "sandbox")
 	cfg, err := readInitConfig(sock)
 	var link agentLink
@@ -32,12 +34,22 @@ func podInit(argv []string) int {
 	if err := sendInitReply(sock, link, err); err != nil {
 		return 125
 	}
+	_ = link.file.Close()
 	if cfg.Probe {
 		return 0
 	}
-	_ = link.file.Close()
+	start, err := readStart(sock)
+	if errors.Is(err, io.EOF) {
+		return 0 // a spare the sandbox let go
+	}
+	if err == nil {
+		err = takeStart(start)
+	}
+	if err := sendInitReply(sock, agentLink{}, err); err != nil {
+		return 125
+	}
 	_ = sock.Close()
-	code, err := superviseAgent(argv, append(append([]string(nil), cfg.Hide...), cfg.HideFiles...))
+	code, err := superviseAgent(start.Argv, append(append([]string(nil), cfg.Hide...), cfg.HideFiles...))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lattice sandbox: %v\n", err)
 	}
@@ -57,22 +69,87 @@ func readInitConfig(sock *os.File) (Config, error) {
 	return cfg, nil
 }
 
+// readStart reads the agent's Start and puts the three files that come
+// with it on the init's stdin, stdout and stderr, which the agent
+// inherits. It returns io.EOF if the sandbox closed the socket.
+func readStart(sock *os.File) (Start, error) {
+	var st Start
+	buf, oob := make([]byte, 256<<10), make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return st, fmt.Errorf("reading the agent's start: %w", err)
+	}
+	if n == 0 && oobn == 0 {
+		return st, io.EOF
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, f...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	if err := json.Unmarshal(buf[:n], &st); err != nil {
+		return st, fmt.Errorf("reading the agent's start: %w", err)
+	}
+	if len(fds) != 3 {
+		return st, fmt.Errorf("reading the agent's start: %d files for its stdio, want 3", len(fds))
+	}
+	for i, fd := range fds {
+		if err := unix.Dup3(fd, i, 0); err != nil {
+			return st, fmt.Errorf("the agent's stdio: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// takeStart makes the agent's environment and working directory the
+// init's own, for superviseAgent.
+func takeStart(st Start) error {
+	if len(st.Argv) == 0 {
+		return errors.New("no command")
+	}
+	os.Clearenv()
+	for _, kv := range st.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			if err := os.Setenv(k, v); err != nil {
+				return fmt.Errorf("the agent's environment: %w", err)
+			}
+		}
+	}
+	if st.Dir != "" {
+		if err := os.Chdir(st.Dir); err != nil {
+			return fmt.Errorf("the agent's working directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// sendInitReply answers the sandbox: the link made (its file passed
+// along) or why not. It returns setupErr, or why the answer could not be
+// sent.
 func sendInitReply(sock *os.File, link agentLink, setupErr error) error {
-	rep := Reply{Kind: link.kind, Header: link.header, Landlock: LandlockABI()}
+	rep := Reply{Kind: link.kind, Header: link.header}
+	if link.file != nil {
+		rep.Landlock = LandlockABI()
+	}
 	var oob []byte
 	if setupErr != nil {
 		rep.Error = setupErr.Error()
-	} else {
+	} else if link.file != nil {
 		oob = unix.UnixRights(int(link.file.Fd()))
 	}
 	b, _ := json.Marshal(rep)
 	if err := unix.Sendmsg(int(sock.Fd()), b, oob, nil, 0); err != nil {
 		return err
 	}
-	if setupErr != nil {
-		return setupErr
-	}
-	return nil
+	return setupErr
 }
 
 // setupAgentNamespaces configures the namespaces init was born in: the TUN

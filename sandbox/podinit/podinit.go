@@ -20,6 +20,13 @@ const Arg0 = "lattice-pod-init"
 
 // FD is the init's end of the socketpair to the sandbox: the first of
 // exec.Cmd's ExtraFiles.
+//
+// The conversation on it: the sandbox sends a Config, the init sets its
+// namespaces up and answers a Reply with the agent's link; then (unless
+// Probe) the sandbox sends a Start with the agent's stdin, stdout and
+// stderr, the init answers a Reply and runs the agent. The sandbox may
+// start an init long before it has an agent for it (a spare); closing the
+// socket instead of sending Start makes the init exit.
 const FD = 3
 
 // Interface is the name of the agent's TUN device.
@@ -46,7 +53,19 @@ type Config struct {
 	ResolvConf string `json:"resolv_conf"`
 }
 
-// Reply is the init's answer; the TUN device travels with it.
+// Start is the agent the init runs; its stdin, stdout and stderr travel
+// with it (SCM_RIGHTS, in that order).
+type Start struct {
+	Argv []string `json:"argv"`
+	// Env is the agent's whole environment.
+	Env []string `json:"env"`
+	// Dir is the agent's working directory, as the agent's mount
+	// namespace shows it.
+	Dir string `json:"dir"`
+}
+
+// Reply is the init's answer to a Config (the TUN device travels with
+// it) and to a Start.
 type Reply struct {
 	Error string `json:"error,omitempty"`
 	// Kind is the agent's interface, "tun" or "veth"; Header the link
