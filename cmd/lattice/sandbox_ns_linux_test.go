@@ -357,3 +357,45 @@ func sandboxStartIn(t *testing.T, unshare, setup, self, natsURL string, extra ..
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	return out.String(), <-done
 }
+
+// TestNamespaceSpareLeavesNothing: a sandbox daemon keeps an agent's init
+// made ahead (a spare), and makes another when an agent takes it; neither
+// a stop nor SIGKILL of the daemon leaves the spare (and with it its
+// namespaces, mounts and resolv.conf) behind.
+func TestNamespaceSpareLeavesNothing(t *testing.T) {
+	n := newNSWorld(t)
+	tmp := filepath.Join(filepath.Dir(n.state), "tmp")
+	require.NoError(t, os.Mkdir(tmp, 0o700))
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(tmp, unprivileged, unprivileged))
+	}
+	start := func() (daemon, spare int) {
+		n.daemon = startSandboxProcEnv(t, []string{"TMPDIR=" + tmp}, n.bin, "sandbox", "start", "--name", "agent", "--server-url", n.w.NATSURL,
+			"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1")
+		n.daemon.wait(t, `control socket (\S+)`)
+		daemon = n.daemon.cmd.Process.Pid
+		inits := func() []procEntry {
+			return processes(func(p procEntry) bool { return p.ppid == daemon && len(p.argv) > 0 && p.argv[0] == podinit.Arg0 })
+		}
+		require.Eventually(t, func() bool { return len(inits()) == 1 }, 30*time.Second, 20*time.Millisecond, "the daemon's spare init: %v", inits())
+		first := inits()[0].pid
+		_, _, code := n.exec(t, "sh", "-c", "exit 4")
+		require.Equal(t, 4, code, "the agent's exit code")
+		require.Eventually(t, func() bool { p := inits(); return len(p) == 1 && p[0].pid != first }, 30*time.Second, 20*time.Millisecond,
+			"the next spare init: %v", inits())
+		return daemon, inits()[0].pid
+	}
+	gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
+
+	_, spare := start()
+	n.daemon.stop(t)
+	assert.True(t, gone(spare), "the spare init %d outlived the daemon's stop (state %s)", spare, procState(spare))
+
+	_, spare = start()
+	require.NoError(t, n.daemon.cmd.Process.Signal(syscall.SIGKILL))
+	_ = n.daemon.cmd.Wait()
+	assert.Eventually(t, func() bool { return gone(spare) }, 10*time.Second, 20*time.Millisecond,
+		"the spare init %d outlived the daemon's SIGKILL (state %s)", spare, procState(spare))
+	leftovers, _ := filepath.Glob(filepath.Join(tmp, "lattice-resolv-*"))
+	assert.Empty(t, leftovers)
+}

@@ -38,9 +38,17 @@ func podInit() int {
 	if cfg.Probe {
 		return 0
 	}
+	// Confined before the agent comes, off its start: package init runs
+	// on the main thread, locked, and the thread stays locked (and the
+	// one superviseAgent forks from) from here on.
+	runtime.LockOSThread()
+	_, lerr := restrictLandlock(append(append([]string(nil), cfg.Hide...), cfg.HideFiles...))
 	start, err := readStart(sock)
 	if errors.Is(err, io.EOF) {
 		return 0 // a spare the sandbox let go
+	}
+	if err == nil {
+		err = lerr
 	}
 	if err == nil {
 		err = takeStart(start)
@@ -49,7 +57,7 @@ func podInit() int {
 		return 125
 	}
 	_ = sock.Close()
-	code, err := superviseAgent(start.Argv, append(append([]string(nil), cfg.Hide...), cfg.HideFiles...))
+	code, err := superviseAgent(start.Argv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lattice sandbox: %v\n", err)
 	}
@@ -229,9 +237,10 @@ func bindResolvConf(content string) error {
 // reconfigure the device or open raw sockets), and the mounts init made
 // are locked, so it cannot unmount what hides the sandbox; and where the
 // kernel has Landlock, it is denied the hidden paths themselves and every
-// mount (restrictLandlock). Init forwards signals and, as PID 1, reaps
-// every orphan until the agent exits.
-func superviseAgent(argv, deny []string) (int, error) {
+// mount (podInit's restrictLandlock, whose thread must be the caller's).
+// Init forwards signals and, as PID 1, reaps every orphan until the agent
+// exits.
+func superviseAgent(argv []string) (int, error) {
 	if len(argv) == 0 {
 		return 125, errors.New("no command")
 	}
@@ -239,13 +248,10 @@ func superviseAgent(argv, deny []string) (int, error) {
 	if err != nil {
 		return 127, fmt.Errorf("agent %q: %w", argv[0], err)
 	}
-	// The agent inherits the domain of the thread that forks it; this
-	// goroutine keeps the thread (and the thread Pdeathsig watches) until
-	// init exits.
+	// The agent inherits the Landlock domain of the thread that forks it;
+	// this goroutine keeps the thread (and the thread Pdeathsig watches)
+	// until init exits.
 	runtime.LockOSThread()
-	if _, err := restrictLandlock(deny); err != nil {
-		return 125, err
-	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
