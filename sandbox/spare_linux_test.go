@@ -89,4 +89,3 @@ func tunFDs(t *testing.T) int {
 	}
 	return n
 }
-
