@@ -186,9 +186,15 @@ func (p *agentInit) start(st podinit.Start, stdio [3]*os.File) error {
 	}
 	_ = p.conn.SetDeadline(time.Now().Add(initTimeout))
 	defer p.conn.SetDeadline(time.Time{})
+	tooBig := func(err error) error {
+		return fmt.Errorf("sandbox: agent start: %d bytes of command line and environment is more than a message to the init can hold (%d): %w", len(b), podinit.MaxStart, err)
+	}
+	if len(b) > podinit.MaxStart {
+		return tooBig(unix.EMSGSIZE)
+	}
 	_, _, err = p.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
 	if errors.Is(err, unix.EMSGSIZE) {
-		return fmt.Errorf("sandbox: agent start: %d bytes of command line and environment is more than a message to the init can hold: %w", len(b), err)
+		return tooBig(err)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (sending it: %v)", errInitGone, err)

@@ -89,3 +89,19 @@ func tunFDs(t *testing.T) int {
 	}
 	return n
 }
+
+// TestAgentStartTooBig: a command line and environment too big for one
+// message to the init is refused with an error that says so, and the
+// next Run works.
+func TestAgentStartTooBig(t *testing.T) {
+	m := newMesh(t)
+	cfg := m.config(t, "agent", t.TempDir())
+	cfg.SOCKS5, cfg.HTTPProxy = "", ""
+	d := startPod(t, cfg)
+	big := strings.Repeat("x", 100<<10)
+	_, err := d.Run(t.Context(), []string{"true", big, big, big}, sandbox.Stdio{})
+	require.ErrorContains(t, err, "more than a message to the init can hold")
+	code, err := d.Run(t.Context(), []string{"sh", "-c", "exit 6"}, sandbox.Stdio{})
+	require.NoError(t, err)
+	assert.Equal(t, 6, code)
+}

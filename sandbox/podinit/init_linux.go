@@ -82,8 +82,8 @@ func readInitConfig(sock *os.File) (Config, error) {
 // inherits. It returns io.EOF if the sandbox closed the socket.
 func readStart(sock *os.File) (Start, error) {
 	var st Start
-	buf, oob := make([]byte, 256<<10), make([]byte, unix.CmsgSpace(3*4))
-	n, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	buf, oob := make([]byte, MaxStart), make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, flags, _, err := unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return st, fmt.Errorf("reading the agent's start: %w", err)
 	}
@@ -103,6 +103,9 @@ func readStart(sock *os.File) (Start, error) {
 			_ = unix.Close(fd)
 		}
 	}()
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		return st, fmt.Errorf("reading the agent's start: over %d bytes of command line and environment, or more than 3 files", len(buf))
+	}
 	if err := json.Unmarshal(buf[:n], &st); err != nil {
 		return st, fmt.Errorf("reading the agent's start: %w", err)
 	}

@@ -53,6 +53,11 @@ type Config struct {
 	ResolvConf string `json:"resolv_conf"`
 }
 
+// MaxStart bounds a Start message: below the kernel's default send
+// buffer (net.core.wmem_default, 212992), which bounds one message on the
+// socket.
+const MaxStart = 192 << 10
+
 // Start is the agent the init runs; its stdin, stdout and stderr travel
 // with it (SCM_RIGHTS, in that order).
 type Start struct {
