@@ -63,6 +63,15 @@ func startPod(t testing.TB, cfg sandbox.DriverConfig) *sandbox.PodDriver {
 	return d
 }
 
+// startNamespacePod starts a sandbox named "agent" on m in namespace
+// isolation, with no proxies and a state dir of its own.
+func startNamespacePod(t testing.TB, m *mesh) *sandbox.PodDriver {
+	t.Helper()
+	cfg := m.config(t, "agent", t.TempDir())
+	cfg.SOCKS5, cfg.HTTPProxy = "", ""
+	return startPod(t, cfg)
+}
+
 // get fetches url with the sandbox's Dial, as an agent's HTTP client
 // going through the sandbox would.
 func get(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), url string) (string, error) {

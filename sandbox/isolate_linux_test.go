@@ -18,9 +18,7 @@ import (
 // namespaces and no proxy variables.
 func TestNamespaceAgentOverTUN(t *testing.T) {
 	m := newMesh(t)
-	cfg := m.config(t, "agent", t.TempDir())
-	cfg.SOCKS5, cfg.HTTPProxy = "", ""
-	d := startPod(t, cfg)
+	d := startNamespacePod(t, m)
 	var out, errOut strings.Builder
 	script := `ip -o link show lattice0; ip route; env | grep -i '_proxy=' && echo PROXY VARIABLES SET
 curl -sS --max-time 20 --retry 10 --retry-all-errors --retry-delay 1 http://web:8080/; echo

@@ -19,10 +19,7 @@ import (
 // its stdio, environment, working directory and exit code as ever, and a
 // new spare is made for the next Run.
 func TestSpareInitKilled(t *testing.T) {
-	m := newMesh(t)
-	cfg := m.config(t, "agent", t.TempDir())
-	cfg.SOCKS5, cfg.HTTPProxy = "", ""
-	d := startPod(t, cfg)
+	d := startNamespacePod(t, newMesh(t))
 	pid := sandbox.SpareInitPID(d)
 	require.NotZero(t, pid, "Start makes a spare init")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
@@ -94,10 +91,7 @@ func tunFDs(t *testing.T) int {
 // message to the init is refused with an error that says so, and the
 // next Run works.
 func TestAgentStartTooBig(t *testing.T) {
-	m := newMesh(t)
-	cfg := m.config(t, "agent", t.TempDir())
-	cfg.SOCKS5, cfg.HTTPProxy = "", ""
-	d := startPod(t, cfg)
+	d := startNamespacePod(t, newMesh(t))
 	big := strings.Repeat("x", 100<<10)
 	_, err := d.Run(t.Context(), []string{"true", big, big, big}, sandbox.Stdio{})
 	require.ErrorContains(t, err, "more than a message to the init can hold")

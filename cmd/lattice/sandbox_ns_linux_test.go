@@ -207,13 +207,7 @@ func hostAddr(t *testing.T) string {
 // agents and inits of their own.
 func TestNamespaceAgentLeavesNothing(t *testing.T) {
 	n := newNSWorld(t)
-	// The init makes its resolv.conf in TMPDIR: one of the test's own, so
-	// that other tests' files are not counted.
-	tmp := filepath.Join(filepath.Dir(n.state), "tmp")
-	require.NoError(t, os.Mkdir(tmp, 0o700))
-	if os.Geteuid() == 0 {
-		require.NoError(t, os.Chown(tmp, unprivileged, unprivileged))
-	}
+	tmp := n.tmpDir(t)
 	marker := fmt.Sprintf("%d.%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	run := startSandboxProcEnv(t, []string{"TMPDIR=" + tmp}, n.bin, "sandbox", "run", "--name", "agent", "--server-url", n.w.NATSURL,
 		"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1", "--", "sh", "-c", "sleep "+marker+" & wait; exit 3")
@@ -245,6 +239,18 @@ func TestNamespaceAgentLeavesNothing(t *testing.T) {
 	assert.Empty(t, processes(mine), "the agent's orphan died with its PID namespace")
 	leftovers, _ := filepath.Glob(filepath.Join(tmp, "lattice-resolv-*"))
 	assert.Empty(t, leftovers)
+}
+
+// tmpDir is a TMPDIR for the sandbox, where its inits make their
+// resolv.conf: the test's own, so that other tests' files are not counted.
+func (n *nsWorld) tmpDir(t *testing.T) string {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(n.state), "tmp")
+	require.NoError(t, os.Mkdir(tmp, 0o700))
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(tmp, unprivileged, unprivileged))
+	}
+	return tmp
 }
 
 // procEntry is a process as /proc shows it.
@@ -364,11 +370,7 @@ func sandboxStartIn(t *testing.T, unshare, setup, self, natsURL string, extra ..
 // namespaces, mounts and resolv.conf) behind.
 func TestNamespaceSpareLeavesNothing(t *testing.T) {
 	n := newNSWorld(t)
-	tmp := filepath.Join(filepath.Dir(n.state), "tmp")
-	require.NoError(t, os.Mkdir(tmp, 0o700))
-	if os.Geteuid() == 0 {
-		require.NoError(t, os.Chown(tmp, unprivileged, unprivileged))
-	}
+	tmp := n.tmpDir(t)
 	start := func() (daemon, spare int) {
 		n.daemon = startSandboxProcEnv(t, []string{"TMPDIR=" + tmp}, n.bin, "sandbox", "start", "--name", "agent", "--server-url", n.w.NATSURL,
 			"--token-file", n.token, "--state-dir", n.state, "--listen-addr", "127.0.0.1")
