@@ -99,3 +99,24 @@ func TestAgentStartTooBig(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 6, code)
 }
+
+// TestAgentWorkingDirectoryHidden: the agent's working directory is the
+// sandbox's by path, in the agent's mount namespace: under the state dir
+// it is the empty tmpfs that hides it there (an inherited one would be
+// the directory itself, credentials and all).
+func TestAgentWorkingDirectoryHidden(t *testing.T) {
+	m := newMesh(t)
+	state := t.TempDir()
+	cfg := m.config(t, "agent", state)
+	cfg.SOCKS5, cfg.HTTPProxy = "", ""
+	d := startPod(t, cfg)
+	require.FileExists(t, filepath.Join(state, "credentials.json"))
+	t.Chdir(state)
+	var out strings.Builder
+	code, err := d.Run(t.Context(), []string{"sh", "-c", "pwd; ls -A"}, sandbox.Stdio{Stdout: &out, Stderr: &out})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	real, err := filepath.EvalSymlinks(state)
+	require.NoError(t, err)
+	assert.Equal(t, real+"\n", out.String(), "the working directory, empty")
+}
