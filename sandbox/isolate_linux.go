@@ -99,7 +99,7 @@ func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio)
 	err = start(p)
 	if errors.Is(err, errInitGone) {
 		// The agent never ran: give it to an init started now.
-		d.log.Warn("agent init: the init made ahead is gone; starting one now", "reason", err)
+		d.log.Warn("agent init: gone before it took the agent; starting another", "reason", err)
 		p.close()
 		if p, err = d.coldInit(ctx, addr); err == nil {
 			err = start(p)
