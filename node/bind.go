@@ -160,6 +160,9 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 		b.kick(p)
 		return
 	}
+	if isData(pkt) {
+		p.relayRx.Store(time.Now().UnixNano()) // liveness.go
+	}
 	p.restoreWG() // before WireGuard sees a trimmed peer's packet
 	bp := muxPool.Get().(*[]byte)
 	n := copy(*bp, pkt)
@@ -322,6 +325,7 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
 	b.noteSent(e.Path, bufs)
+	e.Path.keepForReplay(bufs)
 	return b.send(e.Path, bufs)
 }
 
@@ -330,6 +334,7 @@ func (b *Bind) send(p *Path, bufs [][]byte) error {
 		if err := b.mux.WriteBatch(bufs, a); err != nil {
 			return err
 		}
+		p.noteDirectSent(bufs)
 		for _, buf := range bufs {
 			p.TxDirect.Add(uint64(len(buf)))
 		}

@@ -150,11 +150,7 @@ func (p *peer) status() PeerStatus {
 	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
 	if a, ok := p.path.Direct(); ok {
 		st.Endpoint = a.String()
-		if ag := p.agentRef.Load(); ag != nil {
-			if s, ok := ag.GetSelectedCandidatePairStats(); ok {
-				st.RTT = time.Duration(s.CurrentRoundTripTime * float64(time.Second))
-			}
-		}
+		st.RTT = p.path.RTT()
 	} else {
 		st.Endpoint = "relay"
 	}
