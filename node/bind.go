@@ -113,6 +113,7 @@ func (b *Bind) SetDirect(p *Path, addr netip.AddrPort) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	p.hedge.Store(false)
 	if !addr.IsValid() {
 		p.direct.Store(nil)
 		return
@@ -331,15 +332,27 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 
 func (b *Bind) send(p *Path, bufs [][]byte) error {
 	if a, ok := p.Direct(); ok {
-		if err := b.mux.WriteBatch(bufs, a); err != nil {
+		err := b.mux.WriteBatch(bufs, a)
+		if err == nil {
+			p.noteDirectSent(bufs)
+			for _, buf := range bufs {
+				p.TxDirect.Add(uint64(len(buf)))
+			}
+		}
+		if !p.hedge.Load() {
 			return err
 		}
-		p.noteDirectSent(bufs)
-		for _, buf := range bufs {
-			p.TxDirect.Add(uint64(len(buf)))
+		// A direct path in doubt: the relay carries a copy (liveness.go).
+		if rerr := b.sendRelay(p, bufs); rerr != nil {
+			return errors.Join(err, rerr)
 		}
 		return nil
 	}
+	return b.sendRelay(p, bufs)
+}
+
+// sendRelay sends bufs to p through the relay.
+func (b *Bind) sendRelay(p *Path, bufs [][]byte) error {
 	b.mu.RLock()
 	r := b.relay
 	b.mu.RUnlock()

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,9 +15,7 @@ import (
 )
 
 // Liveness of a direct path: hard while it carries traffic, rare while it
-// is idle (issue 22: no per-peer-per-second timers for idle peers). A path
-// whose data goes unanswered for suspectAfter while the peer's comes
-// through the relay is dead at once: the peer found it dead first.
+// is idle (issue 22: no per-peer-per-second timers for idle peers).
 //
 //   - Idle: ICE consent (RFC 7675, consent.go) every consentInterval,
 //     ±20%, and the path is dead after DeadAfter without an answer. The
@@ -26,9 +25,21 @@ import (
 //     directly after the path last answered (Path.noteDirectSent). If
 //     nothing comes back on the path within suspectAfter, the agent sends
 //     a consent check at once and again every pokeEvery; if still nothing
-//     has come back activeDead after that first unanswered packet, the
-//     path is dead and the peer falls back to the relay. Like Tailscale's
-//     magicsock, which heartbeats a path only while the peer is active.
+//     has come back activeDead after that first unanswered packet (or the
+//     peer's data meanwhile comes through the relay: it doubts the path
+//     too), the path is in doubt: the peer is reported relayed and the
+//     Bind sends every packet both ways, direct and through the relay
+//     (the hedge). The first answer on the path ends the hedge; hedgeDead
+//     of silence ends the path (the relay alone, and a new attempt later).
+//
+// The hedge is what makes a second's bound safe. A path that is only slow
+// to answer (a machine starved of CPU, a peer that still answers through
+// the relay while it learns of the nomination) loses nothing: its packets
+// still go direct, the relay's copies are dropped by WireGuard's replay
+// window, and the path is back within a check's round trip. A dead path
+// costs a second of traffic, not DeadAfter. Like Tailscale's magicsock,
+// which heartbeats a path only while the peer is active and sends both
+// ways while the path is unconfirmed.
 //
 // A path whose traffic stopped costs nothing here: the actor sleeps until
 // the Bind's next direct data packet kicks it.
@@ -52,6 +63,15 @@ const (
 	// before the uplinks are probed (directDead): DeadAfter's old default.
 	probeAfter = 5 * time.Second
 )
+
+// The reasons a hedge begins and ends with (SwitchReason buckets them).
+const (
+	reasonUnanswered    = "direct path unanswered while carrying traffic"
+	reasonAnsweredAgain = "direct path answered again"
+)
+
+// hedgeDead is how long a hedged path may stay silent before it is dead.
+func hedgeDead(deadAfter time.Duration) time.Duration { return min(deadAfter, probeAfter) }
 
 // pionTick is how often a pion agent's loop runs at most: it checks
 // consent on every tick, so it cannot check less often than this.
@@ -100,6 +120,9 @@ type liveness struct {
 	relayRx atomic.Int64
 	// replay holds the last data packets sent (see replayRing).
 	replay atomic.Pointer[replayRing]
+	// hedge is set while the direct path is in doubt: the Bind sends
+	// through the relay too.
+	hedge atomic.Bool
 }
 
 // RTT is the direct path's last consent round trip (zero: not measured).
@@ -131,6 +154,8 @@ type pathWatch struct {
 	// and the last one's, and how many.
 	firstPoke, lastPoke time.Time
 	pokes               int
+	// hedged is when the path went into doubt (zero: it is not).
+	hedged time.Time
 }
 
 // watchDirect starts watching the direct path the attempt of the current
@@ -170,6 +195,7 @@ func (p *peer) stopWatch() {
 		}
 	}
 	p.path.kick.Store(nil)
+	p.path.hedge.Store(false)
 	if p.env.consent != nil {
 		p.env.consent.forget(&w.creds)
 	}
@@ -292,8 +318,9 @@ func (p *peer) checkLivenessIn(ctx context.Context, d time.Duration) {
 }
 
 // onLiveness looks at a direct path that carried data: answered since the
-// first unanswered packet, it sleeps; otherwise it checks consent at once,
-// or falls back to the relay once activeDead has passed.
+// first unanswered packet, it sleeps (and a hedge ends); otherwise it
+// checks consent at once, hedges once activeDead has passed, and drops the
+// path once it has been silent for hedgeDead while hedged.
 func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	w := p.watch
 	if w == nil || session != w.session || session != p.session {
@@ -301,6 +328,9 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	}
 	u := p.path.unanswered.Load()
 	if u == 0 || p.lastAnswer() >= u {
+		if !w.hedged.IsZero() {
+			p.unhedge()
+		}
 		w.pokes = 0
 		p.sleepWatch(ctx, u)
 		return
@@ -311,29 +341,55 @@ func (p *peer) onLiveness(ctx context.Context, session uint64) {
 	switch {
 	case age < suspectAfter:
 		p.checkLivenessIn(ctx, suspectAfter-age)
+		return
+	case !w.hedged.IsZero():
+		if silent := now.Sub(time.Unix(0, p.lastAnswer())); silent >= hedgeDead(p.env.cfg.DeadAfter) {
+			p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s)", silent.Round(10*time.Millisecond)), silent)
+			return
+		}
 	case p.path.relayRx.Load() > p.lastAnswer():
-		// The peer has given up on the path: its data comes through the
-		// relay, and ours went unanswered. Waiting out activeDead would
-		// only hold our answers back.
-		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s; the peer sends through the relay)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
+		// The peer doubts the path too: its data comes through the
+		// relay, and ours went unanswered.
+		p.hedgeDirect(fmt.Sprintf("%s (nothing back for %s; the peer sends through the relay)", reasonUnanswered, age.Round(10*time.Millisecond)))
 	case age >= dead && w.pokes >= 2 && now.Sub(w.firstPoke) >= wait:
-		// Dead by our own checks too: a machine too busy to run this
-		// actor on time sent them late, and gets as long for them.
-		p.directDead(ctx, fmt.Sprintf("direct path went silent while carrying traffic (nothing back for %s)", age.Round(10*time.Millisecond)), now.Sub(time.Unix(0, p.lastAnswer())))
-	default:
-		if w.pokes == 0 || now.Sub(w.lastPoke) >= pokeEvery {
-			if w.pokes == 0 {
-				w.firstPoke = now
-			}
-			w.pokes++
-			w.lastPoke = now
-			p.sendConsent()
+		// Unanswered by our own checks too: a machine too busy to run
+		// this actor on time sent them late, and gets as long for them.
+		p.hedgeDirect(fmt.Sprintf("%s (nothing back for %s)", reasonUnanswered, age.Round(10*time.Millisecond)))
+	}
+	if w.pokes == 0 || now.Sub(w.lastPoke) >= pokeEvery {
+		if w.pokes == 0 {
+			w.firstPoke = now
 		}
-		next := pokeEvery
-		if w.pokes >= 2 {
-			next = min(next, max(dead-age, w.firstPoke.Add(wait).Sub(now), time.Millisecond))
-		}
-		p.checkLivenessIn(ctx, next)
+		w.pokes++
+		w.lastPoke = now
+		p.sendConsent()
+	}
+	next := pokeEvery
+	if w.pokes >= 2 && w.hedged.IsZero() {
+		next = min(next, max(dead-age, w.firstPoke.Add(wait).Sub(now), time.Millisecond))
+	}
+	p.checkLivenessIn(ctx, next)
+}
+
+// hedgeDirect puts the direct path in doubt: the peer is reported
+// relayed, and the Bind sends every packet through the relay as well as
+// directly until the path answers (unhedge) or hedgeDead passes. The
+// packets the path may have swallowed go out again.
+func (p *peer) hedgeDirect(reason string) {
+	p.watch.hedged = p.env.now()
+	p.path.hedge.Store(true)
+	reason += "; sending through the relay too until it answers"
+	p.record(PathRelay, netip.AddrPort{}, reason)
+	p.setWhy(reason, time.Time{})
+	p.replayRecent()
+}
+
+// unhedge ends a hedge: the direct path answered again.
+func (p *peer) unhedge() {
+	p.watch.hedged = time.Time{}
+	p.path.hedge.Store(false)
+	if a, ok := p.path.Direct(); ok {
+		p.record(PathDirect, a, reasonAnsweredAgain)
 	}
 }
 

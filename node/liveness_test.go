@@ -4,12 +4,15 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/link"
 	"github.com/latticelab/lattice/lab/nat"
 	"github.com/latticelab/lattice/node"
 )
@@ -43,6 +46,67 @@ func TestIdleConsentRate(t *testing.T) {
 	})
 }
 
+// trafficFlow is a TCP stream from a to b over the tunnel, 1 KiB every
+// 10 ms: a flow with a packet in flight at any moment. got receives the
+// time of each read at b (dropped when full).
+type trafficFlow struct {
+	got  chan time.Time
+	read atomic.Int64 // bytes b has read
+}
+
+// startFlow starts a flow from na to nb (port 9), stopped at cleanup.
+func startFlow(t *testing.T, na, nb *stockNetstack, to netip.Addr) *trafficFlow {
+	t.Helper()
+	l, err := nb.net.ListenTCP(&net.TCPAddr{Port: 9})
+	require.NoError(t, err)
+	f := &trafficFlow{got: make(chan time.Time, 1024)}
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if n > 0 {
+				f.read.Add(int64(n))
+				select {
+				case f.got <- time.Now():
+				default:
+				}
+			}
+		}
+	}()
+	ctx, cancel := context.WithCancel(t.Context())
+	c, err := na.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(to, 9))
+	require.NoError(t, err)
+	writerDone := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		c.Close()
+		l.Close()
+		<-writerDone
+		<-readerDone
+	})
+	go func() {
+		defer close(writerDone)
+		chunk := make([]byte, 1024)
+		for ctx.Err() == nil {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return f
+}
+
 // TestDeadPathUnderTraffic: a direct path that goes dark while a TCP
 // stream runs over it falls back to the relay within a second of the cut
 // (issue 22.5), though DeadAfter (the idle bound) is 20 s, and the stream
@@ -55,54 +119,7 @@ func TestDeadPathUnderTraffic(t *testing.T) {
 		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
 		waitPath(t, a, node.PathDirect, 10*time.Second)
 		waitPath(t, b, node.PathDirect, 10*time.Second)
-
-		l, err := nb.net.ListenTCP(&net.TCPAddr{Port: 9})
-		require.NoError(t, err)
-		t.Cleanup(func() { l.Close() })
-		got := make(chan time.Time, 1024)
-		readerDone := make(chan struct{})
-		go func() {
-			defer close(readerDone)
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				if n > 0 {
-					select {
-					case got <- time.Now():
-					default:
-					}
-				}
-			}
-		}()
-		ctx, cancel := context.WithCancel(t.Context())
-		c, err := na.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(b.Address().Addr(), 9))
-		require.NoError(t, err)
-		writerDone := make(chan struct{})
-		defer func() {
-			cancel()
-			c.Close()
-			l.Close()
-			<-writerDone
-			<-readerDone
-		}()
-		go func() { // 1 KiB every 10 ms: a flow with a packet in flight at any moment
-			defer close(writerDone)
-			chunk := make([]byte, 1024)
-			for ctx.Err() == nil {
-				if _, err := c.Write(chunk); err != nil {
-					return
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		flow := startFlow(t, na, nb, b.Address().Addr())
 		time.Sleep(time.Second)
 
 		for i, r := range []string{"natlan0", "natlan1"} {
@@ -118,13 +135,13 @@ func TestDeadPathUnderTraffic(t *testing.T) {
 		assert.LessOrEqual(t, detected, time.Second, "dead path under traffic detected after %s", detected)
 
 		// Data flows again once the relay carries it.
-		for len(got) > 0 {
-			<-got
+		for len(flow.got) > 0 {
+			<-flow.got
 		}
 		var resumed time.Duration
 		for resumed == 0 {
 			select {
-			case at := <-got:
+			case at := <-flow.got:
 				if at.After(cut.Add(detected)) {
 					resumed = at.Sub(cut)
 				}
@@ -133,6 +150,67 @@ func TestDeadPathUnderTraffic(t *testing.T) {
 			}
 		}
 		assert.LessOrEqual(t, resumed, 2*time.Second, "the stream resumed %s after the cut", resumed)
+
+		// Still dark 5 s on, the path is dead: the relay alone carries
+		// the flow and the node attempts again later.
+		time.Sleep(6 * time.Second)
+		st := a.Status()[0]
+		assert.Equal(t, "relay", st.Endpoint)
+		assert.Equal(t, uint64(1), a.PathSwitches()[node.SwitchKey{To: node.PathRelay, Reason: "direct_silent"}], "%+v", st.History)
 		t.Logf("cut → relay %s, stream resumed %s after the cut", detected, resumed)
+	})
+}
+
+// TestSlowPathHedges: a direct path that is slow, not dead (here a link
+// whose delay jumps to 800 ms each way for a few seconds; on a real
+// machine, a peer starved of CPU), costs nothing. Once its traffic goes
+// unanswered for the watch's bound, the relay carries a copy of every
+// packet, but the path stays: packets still go direct, the ICE agent
+// lives on, and the first answer makes the peer direct again. Before the
+// hedge, the same watch dropped the path, and the transfer went to the
+// relay until a new attempt, seconds later (lab/runner's
+// TestMetricsTransferReport lost its direct bytes so on a loaded machine).
+func TestSlowPathHedges(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
+		w := newLabWorld(t)
+		na, nb := &stockNetstack{}, &stockNetstack{}
+		ha := w.site(t, "port-restricted-cone")
+		a := startNode(t, ha, "alpha", na)
+		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
+		waitPath(t, a, node.PathDirect, 10*time.Second)
+		waitPath(t, b, node.PathDirect, 10*time.Second)
+		flow := startFlow(t, na, nb, b.Address().Addr())
+		time.Sleep(time.Second)
+
+		attempts := a.ICECounts().Attempts
+		txDirect := a.Status()[0].TxDirect
+		ifc := ha.FabricInterfaces()[0]
+		slow := link.Impairments{Latency: 800 * time.Millisecond}
+		require.NoError(t, ifc.SetImpairments(fabric.Egress, slow))
+		require.NoError(t, ifc.SetImpairments(fabric.Ingress, slow))
+		spike := time.Now()
+		for a.Status()[0].Path != node.PathRelay {
+			require.Less(t, time.Since(spike), 3*time.Second, "never hedged: %+v", a.Status()[0].History)
+			time.Sleep(10 * time.Millisecond)
+		}
+		hedged := a.Status()[0]
+		assert.Equal(t, "relay", hedged.Endpoint)
+		assert.Contains(t, hedged.Why, "sending through the relay too until it answers")
+		time.Sleep(3 * time.Second)
+		require.NoError(t, ifc.SetImpairments(fabric.Egress, link.Impairments{}))
+		require.NoError(t, ifc.SetImpairments(fabric.Ingress, link.Impairments{}))
+
+		st := waitPath(t, a, node.PathDirect, 3*time.Second)
+		read := flow.read.Load()
+		time.Sleep(time.Second)
+		st = a.Status()[0]
+		assert.Equal(t, node.PathDirect, st.Path, "%+v", st.History)
+		assert.Equal(t, attempts, a.ICECounts().Attempts, "the slow path was dropped and attempted again: %+v", st.History)
+		assert.Zero(t, a.PathSwitches()[node.SwitchKey{To: node.PathRelay, Reason: "direct_silent"}], "%+v", st.History)
+		assert.Positive(t, a.PathSwitches()[node.SwitchKey{To: node.PathDirect, Reason: "direct_answered"}], "%+v", st.History)
+		// Every packet went direct throughout: the direct counter grew by
+		// at least what the receiver read.
+		assert.GreaterOrEqual(t, st.TxDirect-txDirect, uint64(read), "direct tx %d, read %d", st.TxDirect-txDirect, read)
+		assert.Greater(t, flow.read.Load(), read, "the flow stopped")
 	})
 }

@@ -148,7 +148,7 @@ func (p *peer) status() PeerStatus {
 	}
 	st.ICE.LocalCandidates = append([]string(nil), p.report.LocalCandidates...)
 	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
-	if a, ok := p.path.Direct(); ok {
+	if a, ok := p.path.Direct(); ok && !p.path.hedge.Load() {
 		st.Endpoint = a.String()
 		st.RTT = p.path.RTT()
 	} else {
