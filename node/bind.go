@@ -330,11 +330,18 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	return b.send(e.Path, bufs)
 }
 
-func (b *Bind) send(p *Path, bufs [][]byte) error {
+func (b *Bind) send(p *Path, bufs [][]byte) error { return b.sendWatched(p, bufs, true) }
+
+// sendWatched sends bufs to p; with watch, data sent directly arms the
+// path's liveness watch (liveness.go). Packets sent again (replay) do not:
+// the peer's WireGuard drops those it already has without an answer.
+func (b *Bind) sendWatched(p *Path, bufs [][]byte, watch bool) error {
 	if a, ok := p.Direct(); ok {
 		err := b.mux.WriteBatch(bufs, a)
 		if err == nil {
-			p.noteDirectSent(bufs)
+			if watch {
+				p.noteDirectSent(bufs)
+			}
 			for _, buf := range bufs {
 				p.TxDirect.Add(uint64(len(buf)))
 			}

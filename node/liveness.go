@@ -477,7 +477,7 @@ func (p *peer) replayRecent() {
 	if len(pkts) == 0 {
 		return
 	}
-	if err := p.env.bind.send(p.path, pkts); err != nil {
+	if err := p.env.bind.sendWatched(p.path, pkts, false); err != nil {
 		p.env.log.Debug("replay", "peer", p.info.Name, "err", err)
 	}
 }
