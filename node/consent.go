@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,14 +24,32 @@ import (
 // goes unanswered (liveness.go). The peer's agent answers them as any
 // check. The answers are ours, not pion's: consentConn takes them out of
 // the STUN stream by transaction ID before pion's UDPMux reads it.
+//
+// Once a direct path has settled (its first consent tick), the agent that
+// found it is closed (retireAgent, liveness.go): pion's loop ticks every
+// 2 s for as long as an agent lives, with nothing left to do once the node
+// checks consent, and its goroutines and buffers stay per peer. The
+// peer's checks on the pair are then answered here (respond), as the agent
+// would have: a Binding success with the source as XOR-MAPPED-ADDRESS,
+// under our password. Only requests that carry our credentials and pass
+// MESSAGE-INTEGRITY are answered; anything else for a retired agent's
+// username is dropped.
 
 // consentTable holds the transaction IDs of our consent requests in
 // flight, by the Path they check.
 type consentTable struct {
 	mux *Mux
 
-	mu      sync.Mutex // guards pending
-	pending map[[stun.TransactionIDSize]byte]consentSent
+	mu         sync.Mutex // guards pending and responders
+	pending    map[[stun.TransactionIDSize]byte]consentSent
+	responders map[string]responder // by our local ufrag
+}
+
+// responder answers the peer's checks for a retired agent.
+type responder struct {
+	path        *Path
+	remoteUfrag string
+	localPwd    string
 }
 
 // consentSent is a request in flight.
@@ -44,7 +63,7 @@ type consentSent struct {
 const maxPending = 4
 
 func newConsentTable(mux *Mux) *consentTable {
-	return &consentTable{mux: mux, pending: map[[stun.TransactionIDSize]byte]consentSent{}}
+	return &consentTable{mux: mux, pending: map[[stun.TransactionIDSize]byte]consentSent{}, responders: map[string]responder{}}
 }
 
 // consentCreds is what a consent request to one peer needs.
@@ -82,13 +101,69 @@ func (t *consentTable) send(p *Path, c *consentCreds) error {
 	return nil
 }
 
-// forget drops c's requests in flight (the watch ends).
+// forget drops c's requests in flight and its responder (the watch ends).
 func (t *consentTable) forget(c *consentCreds) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range c.sent {
 		delete(t.pending, id)
 	}
+	delete(t.responders, c.localUfrag)
+}
+
+// respondFor answers the peer's checks on c's pair from now on, for p,
+// under our password localPwd: its agent is closing.
+func (t *consentTable) respondFor(p *Path, c *consentCreds, localPwd string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.responders[c.localUfrag] = responder{path: p, remoteUfrag: c.remoteUfrag, localPwd: localPwd}
+}
+
+// respond takes b if it is a Binding request to a retired agent's
+// credentials: answered if it carries the peer's and passes its checks,
+// dropped otherwise. A request from the path's direct address counts as
+// the path answering.
+func (t *consentTable) respond(b []byte, from netip.AddrPort) bool {
+	// A Binding request: type 0x0001.
+	if len(b) < 20 || b[0] != 0x00 || b[1] != 0x01 {
+		return false
+	}
+	t.mu.Lock()
+	none := len(t.responders) == 0
+	t.mu.Unlock()
+	if none {
+		return false
+	}
+	req := &stun.Message{Raw: append([]byte(nil), b...)}
+	if req.Decode() != nil {
+		return false
+	}
+	var user stun.Username
+	if user.GetFrom(req) != nil {
+		return false
+	}
+	local, remote, _ := strings.Cut(user.String(), ":")
+	t.mu.Lock()
+	r, ok := t.responders[local]
+	t.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if remote != r.remoteUfrag || stun.Fingerprint.Check(req) != nil || stun.NewShortTermIntegrity(r.localPwd).Check(req) != nil {
+		return true
+	}
+	from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+	resp, err := stun.Build(stun.NewTransactionIDSetter(req.TransactionID), stun.BindingSuccess,
+		&stun.XORMappedAddress{IP: from.Addr().AsSlice(), Port: int(from.Port())},
+		stun.NewShortTermIntegrity(r.localPwd), stun.Fingerprint)
+	if err != nil {
+		return true
+	}
+	if a, ok := r.path.Direct(); ok && a == from {
+		r.path.answered.Store(time.Now().UnixNano())
+	}
+	_ = t.mux.WriteTo(resp.Raw, from)
+	return true
 }
 
 // answer takes b if it answers one of our requests, recording the answer
@@ -128,7 +203,7 @@ func newTieBreaker() uint64 {
 }
 
 // consentConn is the STUN side of the mux as pion's UDPMux reads it, less
-// the answers to our consent requests.
+// the answers to our consent requests and the checks to retired agents.
 type consentConn struct {
 	net.PacketConn
 	table *consentTable
@@ -138,8 +213,15 @@ type consentConn struct {
 func (c *consentConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	for {
 		n, addr, err := c.PacketConn.ReadFrom(b)
-		if err != nil || !c.table.answer(b[:n]) {
+		if err != nil {
 			return n, addr, err
 		}
+		if c.table.answer(b[:n]) {
+			continue
+		}
+		if ua, ok := addr.(*net.UDPAddr); ok && c.table.respond(b[:n], ua.AddrPort()) {
+			continue
+		}
+		return n, addr, err
 	}
 }

@@ -262,6 +262,9 @@ func (p *peer) addRemote(s *Signal) {
 		p.setReport(func(r *ICEReport) { r.SelfCandidates = append(r.SelfCandidates, c.String()) })
 		return
 	}
+	if p.agent == nil {
+		return // retired: the path is settled (liveness.go)
+	}
 	if err := p.agent.AddRemoteCandidate(c); err != nil {
 		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
 	}

@@ -224,12 +224,36 @@ func (p *peer) onConsent(ctx context.Context, session uint64) {
 		p.directDead(ctx, fmt.Sprintf("direct path went silent (no answer for %s)", p.env.cfg.DeadAfter), silent)
 		return
 	}
+	p.retireAgent()
 	// A path that carries WireGuard from the peer needs no check of its
 	// own: the traffic watch covers what we send.
 	if now.Sub(p.path.LastDirectReceive()) >= consentInterval(p.env.cfg.DeadAfter) {
 		p.sendConsent()
 	}
 	p.armConsent(ctx)
+}
+
+// retireAgent closes the agent of a settled direct path (the node checks
+// its consent; consent.go answers the peer's checks in its place). The
+// path, its watch and the attempt's session stay; a new attempt, or the
+// path's end, finds no agent to close.
+func (p *peer) retireAgent() {
+	if p.agent == nil || p.env.consent == nil || p.watch == nil || pionConsent(p.env.cfg.DeadAfter) {
+		return
+	}
+	if p.watch.remote != nil {
+		if r := p.watch.remote.LastReceived(); r.UnixNano() > p.path.answered.Load() {
+			p.path.answered.Store(r.UnixNano())
+		}
+		p.watch.remote = nil
+	}
+	p.env.consent.respondFor(p.path, &p.watch.creds, p.pwd)
+	if p.attemptDone != nil {
+		p.attemptDone()
+		p.attemptDone = nil
+	}
+	_ = p.agent.Close()
+	p.agent = nil
 }
 
 // sendConsent sends one consent request on the direct path.

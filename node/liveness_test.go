@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,7 +185,7 @@ func TestSlowPathHedges(t *testing.T) {
 		time.Sleep(time.Second)
 
 		attempts := a.ICECounts().Attempts
-		txDirect := a.Status()[0].TxDirect
+		txDirect, readBefore := a.Status()[0].TxDirect, flow.read.Load()
 		ifc := ha.FabricInterfaces()[0]
 		slow := link.Impairments{Latency: 800 * time.Millisecond}
 		require.NoError(t, ifc.SetImpairments(fabric.Egress, slow))
@@ -209,8 +211,59 @@ func TestSlowPathHedges(t *testing.T) {
 		assert.Zero(t, a.PathSwitches()[node.SwitchKey{To: node.PathRelay, Reason: "direct_silent"}], "%+v", st.History)
 		assert.Positive(t, a.PathSwitches()[node.SwitchKey{To: node.PathDirect, Reason: "direct_answered"}], "%+v", st.History)
 		// Every packet went direct throughout: the direct counter grew by
-		// at least what the receiver read.
-		assert.GreaterOrEqual(t, st.TxDirect-txDirect, uint64(read), "direct tx %d, read %d", st.TxDirect-txDirect, read)
+		// at least what the receiver read meanwhile.
+		assert.GreaterOrEqual(t, st.TxDirect-txDirect, uint64(read-readBefore), "direct tx %d, read %d", st.TxDirect-txDirect, read-readBefore)
+		assert.Greater(t, read, readBefore, "nothing arrived through the spike")
 		assert.Greater(t, flow.read.Load(), read, "the flow stopped")
+	})
+}
+
+// iceGoroutines counts the goroutines running in pion's ICE agents.
+func iceGoroutines() int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "github.com/pion/ice/v4.(*Agent)") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSettledPathRetiresAgent: once a direct path has settled, the ICE
+// agents that found it are closed (pion's loop ticks every 2 s for as
+// long as an agent lives) and the node answers the peer's consent checks
+// itself: the pair stays direct through ten idle minutes, with no new
+// attempt and no agent goroutine left, and still carries traffic.
+func TestSettledPathRetiresAgent(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
+		w := newLabWorld(t)
+		na, nb := &stockNetstack{}, &stockNetstack{}
+		a := startNode(t, w.site(t, "port-restricted-cone"), "alpha", na)
+		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
+		waitPath(t, a, node.PathDirect, 10*time.Second)
+		waitPath(t, b, node.PathDirect, 10*time.Second)
+		require.Positive(t, iceGoroutines(), "no agent while the path is new")
+		time.Sleep(10 * time.Second) // both sides' first consent ticks
+		assert.Zero(t, iceGoroutines(), "agents still running on a settled path")
+		attempts := []uint64{a.ICECounts().Attempts, b.ICECounts().Attempts}
+		stun := []uint64{a.MuxStats().STUN, b.MuxStats().STUN}
+		time.Sleep(10 * time.Minute)
+		for i, n := range []*node.Node{a, b} {
+			st := n.Status()[0]
+			assert.Equal(t, node.PathDirect, st.Path, "%+v", st.History)
+			assert.Len(t, st.History, 2, "%s switched paths: %+v", n.Identity().Name, st.History)
+			assert.Equal(t, attempts[i], n.ICECounts().Attempts, "%s attempted again", n.Identity().Name)
+			// Each side's checks and the answers to the other's, every
+			// 5 s ±20%, less the checks WireGuard's keepalives (every
+			// 25 s) make needless.
+			assert.Greater(t, n.MuxStats().STUN-stun[i], uint64(2*10*time.Minute/(10*time.Second)), "%s: consent stopped", n.Identity().Name)
+		}
+		flow := startFlow(t, na, nb, b.Address().Addr())
+		time.Sleep(2 * time.Second)
+		assert.Greater(t, flow.read.Load(), int64(100<<10), "no traffic on the settled path")
+		st := a.Status()[0]
+		assert.Equal(t, node.PathDirect, st.Path, "%+v", st.History)
 	})
 }
