@@ -113,6 +113,7 @@ func (b *Bind) SetDirect(p *Path, addr netip.AddrPort) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	p.hedge.Store(false)
 	if !addr.IsValid() {
 		p.direct.Store(nil)
 		return
@@ -159,6 +160,9 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 		// would have answered instead, may never have reached it.
 		b.kick(p)
 		return
+	}
+	if isData(pkt) {
+		p.relayRx.Store(time.Now().UnixNano()) // liveness.go
 	}
 	p.restoreWG() // before WireGuard sees a trimmed peer's packet
 	bp := muxPool.Get().(*[]byte)
@@ -322,19 +326,40 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
 	b.noteSent(e.Path, bufs)
+	e.Path.keepForReplay(bufs)
 	return b.send(e.Path, bufs)
 }
 
-func (b *Bind) send(p *Path, bufs [][]byte) error {
+func (b *Bind) send(p *Path, bufs [][]byte) error { return b.sendWatched(p, bufs, true) }
+
+// sendWatched sends bufs to p; with watch, data sent directly arms the
+// path's liveness watch (liveness.go). Packets sent again (replay) do not:
+// the peer's WireGuard drops those it already has without an answer.
+func (b *Bind) sendWatched(p *Path, bufs [][]byte, watch bool) error {
 	if a, ok := p.Direct(); ok {
-		if err := b.mux.WriteBatch(bufs, a); err != nil {
+		err := b.mux.WriteBatch(bufs, a)
+		if err == nil {
+			if watch {
+				p.noteDirectSent(bufs)
+			}
+			for _, buf := range bufs {
+				p.TxDirect.Add(uint64(len(buf)))
+			}
+		}
+		if !p.hedge.Load() {
 			return err
 		}
-		for _, buf := range bufs {
-			p.TxDirect.Add(uint64(len(buf)))
+		// A direct path in doubt: the relay carries a copy (liveness.go).
+		if rerr := b.sendRelay(p, bufs); rerr != nil {
+			return errors.Join(err, rerr)
 		}
 		return nil
 	}
+	return b.sendRelay(p, bufs)
+}
+
+// sendRelay sends bufs to p through the relay.
+func (b *Bind) sendRelay(p *Path, bufs [][]byte) error {
 	b.mu.RLock()
 	r := b.relay
 	b.mu.RUnlock()

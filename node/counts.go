@@ -15,11 +15,13 @@ type SwitchKey struct {
 }
 
 // SwitchReason maps a PathEvent's reason, free text, to one of a few
-// labels: ice_nominated, peer_offline, peer_registered, idle, relay_only,
-// ice_timeout, direct_silent, other.
+// labels: ice_nominated, direct_answered, peer_offline, peer_registered,
+// idle, relay_only, ice_timeout, direct_unanswered, direct_silent, other.
 func SwitchReason(ev PathEvent) string {
 	r := ev.Reason
 	switch {
+	case ev.To == PathDirect && strings.HasPrefix(r, reasonAnsweredAgain):
+		return "direct_answered"
 	case ev.To == PathDirect:
 		return "ice_nominated"
 	case ev.To == PathOffline:
@@ -32,6 +34,8 @@ func SwitchReason(ev PathEvent) string {
 		return "relay_only"
 	case strings.HasPrefix(r, "attempt timed out"):
 		return "ice_timeout"
+	case strings.HasPrefix(r, reasonUnanswered):
+		return "direct_unanswered"
 	case strings.Contains(r, "silent"):
 		return "direct_silent"
 	}

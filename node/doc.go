@@ -45,6 +45,11 @@
 //     why.go says in words why a peer is relayed (PeerStatus.Why).
 //   - batch.go (batch_linux.go): many datagrams per system call on a real
 //     UDP socket (recvmmsg, sendmmsg, UDP GSO) for the Mux.
+//   - liveness.go: how a direct path is found dead: consent checks while
+//     idle, a watch only while it carries traffic, and the replay of the
+//     last packets when the path switches; consent.go the node's own
+//     consent requests on the selected pair; nopair.go the long backoff
+//     for pairs that never find a pair, and the retries a change starts.
 //   - probe.go: uplink probes when a direct path goes silent.
 //   - status.go: PeerStatus and its assembly; statusjson.go its JSON.
 //   - kernel_linux.go: KernelProvisioner, a kernel TUN device; the

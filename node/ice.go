@@ -20,13 +20,23 @@ import (
 type ICEConfig struct {
 	// STUN servers for server-reflexive candidates ("host:port").
 	STUN []string
-	// DeadAfter is how long the direct path may be silent (no ICE consent,
-	// no WireGuard) before the peer falls back to the relay. If zero, 5s.
-	// Consent checks run every min(1s, DeadAfter/4).
+	// DeadAfter is how long an idle direct path may be silent (no ICE
+	// consent, no WireGuard) before the peer falls back to the relay. If
+	// zero, 20s. Consent checks run every min(5s, DeadAfter/4) (RFC 7675;
+	// ±20% above 2 s, where the node sends them rather than pion). A path
+	// carrying traffic is watched harder and falls back within about a
+	// second (liveness.go).
 	DeadAfter time.Duration
 	// RetryMin and RetryMax bound the backoff between direct attempts.
 	// If zero, 2s and 60s.
 	RetryMin, RetryMax time.Duration
+	// RetryNoPair bounds the backoff once attempts keep failing with no
+	// candidate pair answering while neither side's candidates change
+	// (NATs that can never meet directly). If zero, 15 minutes, or
+	// RetryMax if that is longer. A direct path lost or an uplink failing
+	// a probe (a NAT reboot, a network change) retries such peers at once,
+	// and the peer's own new attempt is always answered.
+	RetryNoPair time.Duration `json:",omitempty"`
 	// AttemptTimeout bounds one ICE attempt. If zero, 10s.
 	AttemptTimeout time.Duration
 	// Candidates filters the addresses host candidates may use. If nil,
@@ -54,7 +64,7 @@ type ICEConfig struct {
 
 func (c *ICEConfig) defaults() {
 	if c.DeadAfter == 0 {
-		c.DeadAfter = 5 * time.Second
+		c.DeadAfter = defaultDeadAfter
 	}
 	if c.RetryMin == 0 {
 		c.RetryMin = 2 * time.Second
@@ -65,14 +75,19 @@ func (c *ICEConfig) defaults() {
 	if c.AttemptTimeout == 0 {
 		c.AttemptTimeout = 10 * time.Second
 	}
+	if c.RetryNoPair == 0 {
+		c.RetryNoPair = 15 * time.Minute
+	}
+	c.RetryNoPair = max(c.RetryNoPair, c.RetryMax)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = defaultIdleTimeout
 	}
 }
 
 type iceResult struct {
-	addr netip.AddrPort
-	err  error
+	addr   netip.AddrPort
+	remote ice.Candidate // the selected pair's remote end
+	err    error
 }
 
 // startAttempt creates a new ICE agent under a new session and sends our
@@ -98,7 +113,6 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 		return
 	}
 	p.agent = agent
-	p.agentRef.Store(agent)
 	if p.env.ice != nil {
 		p.env.ice.attempts.Add(1)
 	}
@@ -175,6 +189,7 @@ func (p *peer) expireUnanswered(ctx context.Context) {
 }
 
 func (p *peer) stopAgent() {
+	p.stopWatch()
 	for _, t := range []**time.Timer{&p.offerTimer, &p.answerTimer} {
 		if *t != nil {
 			(*t).Stop()
@@ -188,7 +203,6 @@ func (p *peer) stopAgent() {
 	if p.agent != nil {
 		_ = p.agent.Close()
 		p.agent = nil
-		p.agentRef.Store(nil)
 	}
 	p.haveRemote = false
 	p.boundRemote = 0
@@ -221,6 +235,7 @@ func (p *peer) connect(ctx context.Context, ufrag, pwd string) {
 					res.err = fmt.Errorf("selected pair address %q: %v", pair.Remote.Address(), perr)
 				} else {
 					res.addr = netip.AddrPortFrom(ip.Unmap(), uint16(pair.Remote.Port()))
+					res.remote = pair.Remote
 				}
 			}
 		}
@@ -246,6 +261,9 @@ func (p *peer) addRemote(s *Signal) {
 		// this agent as wrong-username requests.
 		p.setReport(func(r *ICEReport) { r.SelfCandidates = append(r.SelfCandidates, c.String()) })
 		return
+	}
+	if p.agent == nil {
+		return // retired: the path is settled (liveness.go)
 	}
 	if err := p.agent.AddRemoteCandidate(c); err != nil {
 		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
@@ -294,10 +312,17 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		urls = append(urls, u)
 	}
 	cfg := n.cfg.ICE
-	// ICE consent runs every keepalive, and the path is dead once
-	// DeadAfter passes without any: at least three must go missing, or a
-	// response a moment late (a busy machine) drops a working path.
-	keepalive := min(time.Second, cfg.DeadAfter/4)
+	// Consent on the selected pair: pion's while its interval is within
+	// pion's tick (2 s), the node's beyond (consent.go, liveness.go), with
+	// the agent's keepalives off and no disconnected or failed state of
+	// its own. An idle path is dead once DeadAfter passes without an
+	// answer: at least three checks must go missing, or a response a
+	// moment late (a busy machine) drops a working path.
+	keepalive, disconnected, failed := time.Duration(0), time.Duration(0), time.Duration(0)
+	if pionConsent(cfg.DeadAfter) {
+		keepalive = consentInterval(cfg.DeadAfter)
+		disconnected, failed = cfg.DeadAfter-keepalive, 2*cfg.DeadAfter
+	}
 	opts := []ice.AgentOption{
 		ice.WithNet(pn),
 		ice.WithUDPMux(n.udpMux), ice.WithUDPMuxSrflx(newSharedSrflx(n.udpMux)),
@@ -305,7 +330,6 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		ice.WithNetworkTypes(n.networkTypes),
 		ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
 		ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),
-		ice.WithKeepaliveInterval(keepalive),
 		// The controlling agent answers the peer's first check that
 		// gets through a filtering NAT but checks back only at its next
 		// tick; at 50 ms that tick cost a new pair up to 50 ms.
@@ -316,8 +340,9 @@ func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([
 		// traffic, so take the first that works.
 		ice.WithSrflxAcceptanceMinWait(20 * time.Millisecond),
 		ice.WithPrflxAcceptanceMinWait(50 * time.Millisecond),
-		ice.WithDisconnectedTimeout(cfg.DeadAfter - keepalive),
-		ice.WithFailedTimeout(2 * cfg.DeadAfter),
+		ice.WithKeepaliveInterval(keepalive),
+		ice.WithDisconnectedTimeout(disconnected),
+		ice.WithFailedTimeout(failed),
 		ice.WithIPFilter(hostCandidateFilter(resp.Address.Addr(), cfg.Candidates)),
 		ice.WithLoggerFactory(n.pionLogs()),
 	}

@@ -103,6 +103,7 @@ type Node struct {
 	epoch   atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
 	mux     *Mux
 	udpMux  *ice.UniversalUDPMuxDefault
+	consent *consentTable // our consent requests in flight (consent.go)
 	// networkTypes are the candidate families the socket carries.
 	networkTypes []ice.NetworkType
 	bind         *Bind
@@ -218,6 +219,7 @@ func (n *Node) start(ctx context.Context) error {
 			return n.session.Load().Signal(ctx, to, payload)
 		},
 		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG, switched: n.switches.add, ice: &n.ice,
+		consent: n.consent,
 	}
 	return n.join(ctx, resp)
 }
@@ -269,7 +271,9 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: n.mux.STUNConn(), Net: pn, Logger: n.pionLogs().NewLogger("udpmux")})
+	n.consent = newConsentTable(n.mux)
+	stunConn := &consentConn{PacketConn: n.mux.STUNConn(), table: n.consent}
+	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: stunConn, Net: pn, Logger: n.pionLogs().NewLogger("udpmux")})
 	n.bind = NewBind(n.mux)
 	if n.cfg.Batch > 0 {
 		n.bind.batch = n.cfg.Batch

@@ -52,6 +52,7 @@ type Path struct {
 
 	handshakes // the WireGuard workarounds' state (handshake.go)
 	lazyState  // traffic and wake-up for lazy connections (lazy.go)
+	liveness   // the direct path's watch while it carries traffic (liveness.go)
 	wgRestore  // puts a trimmed peer back into WireGuard (trim.go)
 }
 

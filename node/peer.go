@@ -33,6 +33,10 @@ type peerEvent struct {
 	// checkDirect: restartCheck has passed since the peer restarted ICE
 	// while we were direct (see restartWhileDirect).
 	checkDirect bool
+	liveness    bool // the direct path's watch: data went out, or its timer fired (liveness.go)
+	consent     bool // time for the direct path's next consent check (liveness.go)
+	changed     bool // the node's network may have changed: retry a peer that had no pair (nopair.go)
+	reconnected bool // control is reachable again after an outage: retry any peer waiting (nopair.go)
 	begin       bool // the peer's first event: its first attempt, or idle
 	end         bool // the peer's last event (close): stop everything
 }
@@ -64,6 +68,8 @@ type peerEnv struct {
 	switched func(PathEvent)
 	// ice, if set, counts the peer's ICE attempts and their outcomes.
 	ice *iceCounts
+	// consent sends consent requests on a direct path (consent.go).
+	consent *consentTable
 }
 
 // peer is the per-peer actor: it runs the peer's ICE agents and picks its
@@ -89,8 +95,7 @@ type peer struct {
 	shared     key.Shared
 
 	controlling bool
-	session     uint64                    // our current ICE session
-	agentRef    atomic.Pointer[ice.Agent] // agent, for Status to read
+	session     uint64 // our current ICE session
 	remote      replayGuard
 	signals     signalQueue // our signals on their way to control
 	// *attempt is the direct attempts' state: nil while the peer is idle
@@ -133,6 +138,8 @@ type attempt struct {
 	answerTimer *time.Timer // see expireUnanswered
 	offers      int         // credentials sent in the current attempt
 	connected   uint64      // the last session whose attempt connected
+	noPair      noPairState // attempts that found no pair while nothing changed (nopair.go)
+	watch       *pathWatch  // while direct (liveness.go)
 }
 
 func newPeer(env *peerEnv, info control.Peer) *peer {
@@ -239,6 +246,12 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.onWake(ctx)
 	case ev.idleCheck:
 		p.onIdleCheck(ctx)
+	case ev.liveness:
+		p.onLiveness(ctx, ev.session)
+	case ev.consent:
+		p.onConsent(ctx, ev.session)
+	case ev.changed, ev.reconnected:
+		p.onNetworkChange(ctx, ev.reconnected)
 	case ev.reoffer:
 		p.offerTimer = nil
 		if ev.session == p.session && p.agent != nil && !p.haveRemote {
@@ -264,15 +277,19 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		}
 		if ev.connected.err != nil {
 			p.setReport(func(r *ICEReport) { r.Err = ev.connected.err.Error() })
+			p.noteNoPair()
 			p.fail(ctx, p.attemptFailedWhy())
 			return
 		}
 		p.failures = 0
+		p.noPair = noPairState{}
 		p.connected = ev.session
 		p.countOutcome(true)
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
 		p.setKeepalive(true)
+		p.watchDirect(ctx, ev.connected)
+		p.replayRecent()
 	case ev.state != nil:
 		if ev.session != p.session || p.idle {
 			return
@@ -370,6 +387,7 @@ func (p *peer) fail(ctx context.Context, reason string) {
 	if _, direct := p.path.Direct(); direct {
 		p.env.bind.SetDirect(p.path, netip.AddrPort{})
 		p.record(PathRelay, netip.AddrPort{}, reason)
+		p.replayRecent()
 	}
 	p.stopAgent()
 	p.failures++
@@ -386,7 +404,7 @@ func (p *peer) scheduleRetry(ctx context.Context) time.Time {
 		return p.nextAttempt
 	}
 	d := float64(p.env.cfg.RetryMin) * math.Pow(2, float64(min(p.failures-1, 10)))
-	d = min(d, float64(p.env.cfg.RetryMax))
+	d = min(d, float64(p.retryMax()))
 	d = d/2 + mrand.Float64()*d/2
 	session := p.session
 	p.retryTimer = time.AfterFunc(time.Duration(d), func() {

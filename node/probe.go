@@ -81,5 +81,21 @@ func (n *Node) probeLoop(ctx context.Context) {
 			})
 		}
 		wg.Wait()
+		n.networkChanged()
+	}
+}
+
+// networkChanged tells every peer that the node's network may have
+// changed (a direct path went silent, an uplink was probed): a peer whose
+// attempts found no pair while nothing changed tries again at once
+// (nopair.go). It runs at most once per probeEvery, after the probes.
+func (n *Node) networkChanged() { n.tellPeers(peerEvent{changed: true}) }
+
+// tellPeers posts ev to every peer.
+func (n *Node) tellPeers(ev peerEvent) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.peers {
+		p.post(ev)
 	}
 }

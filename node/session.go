@@ -160,5 +160,6 @@ func (n *Node) resync() {
 	for _, p := range gone {
 		n.removePeer(p)
 	}
+	n.tellPeers(peerEvent{reconnected: true})
 	n.log.Info("resynced peers after reconnect", "peers", len(peers))
 }

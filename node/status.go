@@ -148,13 +148,9 @@ func (p *peer) status() PeerStatus {
 	}
 	st.ICE.LocalCandidates = append([]string(nil), p.report.LocalCandidates...)
 	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
-	if a, ok := p.path.Direct(); ok {
+	if a, ok := p.path.Direct(); ok && !p.path.hedge.Load() {
 		st.Endpoint = a.String()
-		if ag := p.agentRef.Load(); ag != nil {
-			if s, ok := ag.GetSelectedCandidatePairStats(); ok {
-				st.RTT = time.Duration(s.CurrentRoundTripTime * float64(time.Second))
-			}
-		}
+		st.RTT = p.path.RTT()
 	} else {
 		st.Endpoint = "relay"
 	}

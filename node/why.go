@@ -61,12 +61,6 @@ func (p *peer) attemptFailedWhy() string {
 	}
 }
 
-// hasSrflx reports whether cands (pion's strings) hold a server-reflexive
-// candidate.
-func hasSrflx(cands []string) bool {
-	return slices.ContainsFunc(cands, func(c string) bool { return strings.Contains(c, " srflx ") })
-}
-
 // candidateFamilies are the address families of candidates as pion
 // writes them ("udp4 host 192.0.2.1:51820", "udp6 srflx [2001:db8::1]:…").
 func candidateFamilies(cands []string) families {

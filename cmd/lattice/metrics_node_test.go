@@ -180,6 +180,8 @@ func TestSwitchReason(t *testing.T) {
 		{node.PathRelay, "direct paths disabled (RelayOnly)", "relay_only"},
 		{node.PathRelay, "attempt timed out after 10s: no srflx", "ice_timeout"},
 		{node.PathRelay, "direct path went silent (no answer for 5s)", "direct_silent"},
+		{node.PathRelay, "direct path unanswered while carrying traffic (nothing back for 700ms); sending through the relay too until it answers", "direct_unanswered"},
+		{node.PathDirect, "direct path answered again", "direct_answered"},
 		{node.PathOffline, "control: the peer is not running", "peer_offline"},
 		{node.PathRelay, "something new", "other"},
 	} {

@@ -205,7 +205,7 @@ type ICE struct {
 	AttemptTimeout time.Duration `yaml:"attempt_timeout" min:"100ms" max:"1h" doc:"Bound on one ICE attempt. If zero, 10s."`
 	RetryMin       time.Duration `yaml:"retry_min" min:"100ms" max:"1h" doc:"Shortest wait between direct attempts. If zero, 2s."`
 	RetryMax       time.Duration `yaml:"retry_max" min:"100ms" max:"1h" doc:"Longest wait between direct attempts. If zero, 60s."`
-	DeadAfter      time.Duration `yaml:"dead_after" min:"100ms" max:"1h" doc:"Silence after which a direct path falls back to the relay. If zero, 5s."`
+	DeadAfter      time.Duration `yaml:"dead_after" min:"100ms" max:"1h" doc:"Silence after which an idle direct path falls back to the relay (one carrying traffic falls back within about a second). If zero, 20s."`
 	RelayOnly      *bool         `yaml:"relay_only" doc:"Never try a direct path."`
 	Lazy           *bool         `yaml:"lazy" doc:"Negotiate a peer's direct path only while traffic flows to or from it; the relay carries the rest."`
 	IdleTimeout    time.Duration `yaml:"idle_timeout" min:"1s" max:"24h" doc:"With lazy: quiet time after which a peer's direct path closes. If zero, 5m."`
