@@ -48,7 +48,7 @@ scenarios: ## run every scenario file, in virtual time where it can (the rest, a
 
 .PHONY: soak
 
-soak: ## run scenarios/soak/ (20 nodes with churn; the 1-hour soak) in virtual time, one at a time, without -race
+soak: ## run scenarios/soak/ (20 nodes with churn, the 1-hour soak, 200 lazy nodes with churn) in virtual time, one at a time, without -race
 	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -count=1 -tags '$(TAGS)' -timeout 30m -run '^TestSoak$$' -v ./scenarios/ -args -soak
 
 # runsc for gvisor mode, built from the gVisor version go.mod pins, statically:
