@@ -1,6 +1,7 @@
 package node
 
 import (
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +121,61 @@ func TestKick(t *testing.T) {
 				p.hsMu.Lock()
 				defer p.hsMu.Unlock()
 				assert.Nil(t, p.hs, "no resends of an initiation WireGuard dropped")
+			}
+		})
+	}
+}
+
+// TestRelayUp: once the relay connects, an unanswered initiation is sent
+// again, whether or not it was kicked, and without using up its kick;
+// nothing when none is unanswered or the path is direct.
+func TestRelayUp(t *testing.T) {
+	init := make([]byte, 148)
+	init[0] = 1
+	resp := make([]byte, 92)
+	resp[0] = 2
+	tests := []struct {
+		name      string
+		run       func(b *Bind, p *Path)
+		wantSent  int    // through the relay
+		wantKicks uint64 // PeerHeard's afterwards
+	}{
+		{"nothing sent", func(b *Bind, p *Path) { b.RelayUp(p) }, 0, 0},
+		{"unanswered", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.RelayUp(p)
+			b.PeerHeard(p)
+		}, 2, 1},
+		{"kicked already", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.PeerHeard(p)
+			b.RelayUp(p)
+		}, 2, 1},
+		{"answered", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.noteReceived(p, resp)
+			b.RelayUp(p)
+		}, 0, 0},
+		{"direct", func(b *Bind, p *Path) {
+			b.SetDirect(p, netip.MustParseAddrPort("203.0.113.1:51820"))
+			b.noteSent(p, [][]byte{init})
+			b.RelayUp(p)
+		}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBind(nil)
+			r := &recordRelay{}
+			b.SetRelay(r)
+			p := b.Peer(key.Public{1})
+			defer p.stopResends()
+			tt.run(b, p)
+			assert.Equal(t, tt.wantKicks, b.Kicked())
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			assert.Len(t, r.sent, tt.wantSent)
+			for _, pkt := range r.sent {
+				assert.Equal(t, init, pkt)
 			}
 		})
 	}

@@ -97,7 +97,7 @@ func (n *Node) addEarlyPeers(peers []control.Peer) {
 		}
 		n.mu.Unlock()
 		for _, p := range paths {
-			n.bind.PeerHeard(p)
+			n.bind.RelayUp(p)
 		}
 	}()
 }
