@@ -206,10 +206,7 @@ func TestPredialAddress(t *testing.T) {
 func TestConnectPeers(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
-	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
-	require.NoError(t, err)
+	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
 
 	events := make(chan PeerEvent, 4)
 	n := &countingNet{Network: netx.OS}
@@ -224,8 +221,7 @@ func TestConnectPeers(t *testing.T) {
 	require.Len(t, peers, 1)
 	assert.Equal(t, b.NodeID, peers[0].NodeID)
 
-	c, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "gamma", Key: newPriv(t)})
-	require.NoError(t, err)
+	c := mustRegister(ctx, t, env.url, "gamma")
 	select {
 	case ev := <-events:
 		assert.Equal(t, PeerAdded, ev.Type)

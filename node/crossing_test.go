@@ -57,10 +57,7 @@ func (r *recordRelay) Send(_ key.Public, pkt []byte) error {
 // ours), once per initiation; not once it was answered, nor once we
 // answered the peer's (WireGuard dropped ours for it).
 func TestKick(t *testing.T) {
-	init := make([]byte, 148)
-	init[0] = 1
-	resp := make([]byte, 92)
-	resp[0] = 2
+	init, resp := handshakeMessages()
 	tests := []struct {
 		name string
 		run  func(b *Bind, p *Path)
@@ -104,19 +101,10 @@ func TestKick(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := NewBind(nil)
-			r := &recordRelay{}
-			b.SetRelay(r)
-			p := b.Peer(key.Public{1})
-			defer p.stopResends()
+			b, p, sent := relayedPath(t)
 			tt.run(b, p)
 			assert.Equal(t, tt.want, b.Kicked())
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			assert.GreaterOrEqual(t, uint64(len(r.sent)), tt.want, "kicks go out")
-			for _, pkt := range r.sent {
-				assert.Equal(t, init, pkt)
-			}
+			assert.GreaterOrEqual(t, uint64(len(sent(init))), tt.want, "kicks go out")
 			if tt.void {
 				p.hsMu.Lock()
 				defer p.hsMu.Unlock()
@@ -130,10 +118,7 @@ func TestKick(t *testing.T) {
 // again, whether or not it was kicked, and without using up its kick;
 // nothing when none is unanswered or the path is direct.
 func TestRelayUp(t *testing.T) {
-	init := make([]byte, 148)
-	init[0] = 1
-	resp := make([]byte, 92)
-	resp[0] = 2
+	init, resp := handshakeMessages()
 	tests := []struct {
 		name      string
 		run       func(b *Bind, p *Path)
@@ -164,19 +149,37 @@ func TestRelayUp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := NewBind(nil)
-			r := &recordRelay{}
-			b.SetRelay(r)
-			p := b.Peer(key.Public{1})
-			defer p.stopResends()
+			b, p, sent := relayedPath(t)
 			tt.run(b, p)
 			assert.Equal(t, tt.wantKicks, b.Kicked())
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			assert.Len(t, r.sent, tt.wantSent)
-			for _, pkt := range r.sent {
-				assert.Equal(t, init, pkt)
-			}
+			assert.Len(t, sent(init), tt.wantSent)
 		})
+	}
+}
+
+// handshakeMessages are a WireGuard initiation and response, as far as
+// the Bind looks at them (type and length).
+func handshakeMessages() (init, resp []byte) {
+	init, resp = make([]byte, 148), make([]byte, 92)
+	init[0], resp[0] = 1, 2
+	return init, resp
+}
+
+// relayedPath is a Bind with a peer's Path and a relay that records what
+// it is sent; sent returns that, checking each packet is want.
+func relayedPath(t *testing.T) (b *Bind, p *Path, sent func(want []byte) [][]byte) {
+	t.Helper()
+	b = NewBind(nil)
+	r := &recordRelay{}
+	b.SetRelay(r)
+	p = b.Peer(key.Public{1})
+	t.Cleanup(p.stopResends)
+	return b, p, func(want []byte) [][]byte {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, pkt := range r.sent {
+			assert.Equal(t, want, pkt)
+		}
+		return r.sent
 	}
 }
