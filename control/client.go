@@ -50,6 +50,10 @@ type Join struct {
 	Token string
 	Name  string
 	Key   key.Private
+	// Connected, if set, is called once a NATS registration's connection
+	// to control is up: the registration ends two round trips later (a
+	// node dials its session's connection meanwhile, see Predialer).
+	Connected func()
 }
 
 // exchange sends one registration request and returns the answer.
@@ -105,6 +109,9 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 		return nil, fmt.Errorf("register: %w", err)
 	}
 	defer nc.Close()
+	if j.Connected != nil {
+		j.Connected()
+	}
 	resp, err := RegisterOver(ctx, nc, j)
 	if err != nil {
 		return nil, fmt.Errorf("register over NATS: %w", err)
@@ -262,8 +269,46 @@ type Handlers struct {
 }
 
 // Connect opens a node's session with the credentials registration gave.
-// It reconnects by itself, forever, with the same credentials.
+// It reconnects by itself, forever, with the same credentials. When it
+// returns, NATS has the session's subscriptions.
 func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*Session, error) {
+	s, err := dialSession(n, nodeID, creds, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.flush(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// ConnectPeers is Connect then Peers, a round trip shorter: NATS handles
+// a connection's messages in order, so the answer to the peer list, asked
+// right behind the subscriptions, says they are in place as Connect's
+// flush does, and every peer event published after control read the list
+// reaches the session. If the list fails, the session is flushed instead
+// and returned all the same, with the list's error: a caller that can do
+// without the list keeps it.
+func ConnectPeers(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*Session, []Peer, error) {
+	s, err := dialSession(n, nodeID, creds, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	peers, listErr := s.Peers(ctx)
+	if listErr == nil {
+		return s, peers, nil
+	}
+	if err := s.flush(ctx); err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("%w (after %w)", err, listErr)
+	}
+	return s, nil, listErr
+}
+
+// dialSession connects and subscribes, without waiting for NATS to
+// confirm the subscriptions.
+func dialSession(n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*Session, error) {
 	s := &Session{id: nodeID, onPeer: h.Peer, onSignal: h.Signal}
 	opts := []nats.Option{nats.SetCustomDialer(Dialer(n)), nats.UserInfo(creds.User, creds.Password),
 		nats.CustomInboxPrefix(creds.Inbox), nats.Name("lattice-node " + nodeID), nats.MaxReconnects(-1),
@@ -305,13 +350,17 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 		nc.Close()
 		return nil, fmt.Errorf("node %s: subscribe to signals: %w", nodeID, err)
 	}
+	return s, nil
+}
+
+// flush waits (up to 10 s) for NATS to confirm what the session sent.
+func (s *Session) flush(ctx context.Context) error {
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := nc.FlushWithContext(fctx); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("node %s: %w", nodeID, err)
+	if err := s.nc.FlushWithContext(fctx); err != nil {
+		return fmt.Errorf("node %s: %w", s.id, err)
 	}
-	return s, nil
+	return nil
 }
 
 // peerMsg delivers a peer event, from the node's own subject or the

@@ -67,6 +67,14 @@ func startServer(t testing.TB, path string, mutate ...func(*Config)) *testEnv {
 	return &testEnv{srv: srv, store: path, url: srv.NATS().URL(), http: "http://" + srv.HTTPAddr().String()}
 }
 
+// mustRegister registers a new key as name over NATS at url.
+func mustRegister(ctx context.Context, t testing.TB, url, name string) *RegisterResponse {
+	t.Helper()
+	r, err := RegisterNATS(ctx, netx.OS, url, Join{Token: testToken, Name: name, Key: newPriv(t)})
+	require.NoError(t, err)
+	return r
+}
+
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -249,10 +257,7 @@ func permissionErrors(t *testing.T, url, user, pass, inbox string) (*nats.Conn, 
 func TestNodeConfinedToItsSubjects(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
-	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
-	require.NoError(t, err)
+	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
 
 	nc, errs := permissionErrors(t, env.url, a.NATS.User, a.NATS.Password, a.NATS.Inbox)
 	got := make(chan *nats.Msg, 10)
@@ -268,8 +273,7 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 		assert.Contains(t, strings.ToLower(e), "permissions violation")
 	}
 	// And nothing arrives when beta gets news.
-	_, err = RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "gamma", Key: newPriv(t)})
-	require.NoError(t, err)
+	mustRegister(ctx, t, env.url, "gamma")
 	select {
 	case m := <-got:
 		t.Fatalf("alpha read %s", m.Subject)
@@ -278,7 +282,7 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 
 	// A joining client cannot listen to other joiners' replies either.
 	jc, jerrs := permissionErrors(t, env.url, "join.0123456789abcdef0123", testToken, "_INBOX.join.0123456789abcdef0123")
-	_, err = jc.SubscribeSync("_INBOX.>")
+	_, err := jc.SubscribeSync("_INBOX.>")
 	require.NoError(t, err)
 	require.NoError(t, jc.Flush())
 	require.Eventually(t, func() bool { return len(jerrs()) >= 1 }, 5*time.Second, 10*time.Millisecond)
@@ -287,10 +291,7 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 func TestSignaling(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
-	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
-	require.NoError(t, err)
+	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
 	type sig struct {
 		from string
 		data string
@@ -323,10 +324,7 @@ func TestSignaling(t *testing.T) {
 func TestDeregister(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
-	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
-	require.NoError(t, err)
+	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
 	events := make(chan PeerEvent, 1)
 	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
 	require.NoError(t, err)

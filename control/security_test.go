@@ -190,10 +190,7 @@ func TestChallengeExpires(t *testing.T) {
 func TestReplyInjectionRefused(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
-	require.NoError(t, err)
-	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
-	require.NoError(t, err)
+	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
 	got := make(chan string, 16)
 	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{
 		Peer:   func(ev PeerEvent) { got <- "peer " + string(ev.Type) },

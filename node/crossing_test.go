@@ -1,6 +1,7 @@
 package node
 
 import (
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -56,10 +57,7 @@ func (r *recordRelay) Send(_ key.Public, pkt []byte) error {
 // ours), once per initiation; not once it was answered, nor once we
 // answered the peer's (WireGuard dropped ours for it).
 func TestKick(t *testing.T) {
-	init := make([]byte, 148)
-	init[0] = 1
-	resp := make([]byte, 92)
-	resp[0] = 2
+	init, resp := handshakeMessages()
 	tests := []struct {
 		name string
 		run  func(b *Bind, p *Path)
@@ -103,24 +101,85 @@ func TestKick(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := NewBind(nil)
-			r := &recordRelay{}
-			b.SetRelay(r)
-			p := b.Peer(key.Public{1})
-			defer p.stopResends()
+			b, p, sent := relayedPath(t)
 			tt.run(b, p)
 			assert.Equal(t, tt.want, b.Kicked())
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			assert.GreaterOrEqual(t, uint64(len(r.sent)), tt.want, "kicks go out")
-			for _, pkt := range r.sent {
-				assert.Equal(t, init, pkt)
-			}
+			assert.GreaterOrEqual(t, uint64(len(sent(init))), tt.want, "kicks go out")
 			if tt.void {
 				p.hsMu.Lock()
 				defer p.hsMu.Unlock()
 				assert.Nil(t, p.hs, "no resends of an initiation WireGuard dropped")
 			}
 		})
+	}
+}
+
+// TestRelayUp: once the relay connects, an unanswered initiation is sent
+// again, whether or not it was kicked, and without using up its kick;
+// nothing when none is unanswered or the path is direct.
+func TestRelayUp(t *testing.T) {
+	init, resp := handshakeMessages()
+	tests := []struct {
+		name      string
+		run       func(b *Bind, p *Path)
+		wantSent  int    // through the relay
+		wantKicks uint64 // PeerHeard's afterwards
+	}{
+		{"nothing sent", func(b *Bind, p *Path) { b.RelayUp(p) }, 0, 0},
+		{"unanswered", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.RelayUp(p)
+			b.PeerHeard(p)
+		}, 2, 1},
+		{"kicked already", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.PeerHeard(p)
+			b.RelayUp(p)
+		}, 2, 1},
+		{"answered", func(b *Bind, p *Path) {
+			b.noteSent(p, [][]byte{init})
+			b.noteReceived(p, resp)
+			b.RelayUp(p)
+		}, 0, 0},
+		{"direct", func(b *Bind, p *Path) {
+			b.SetDirect(p, netip.MustParseAddrPort("203.0.113.1:51820"))
+			b.noteSent(p, [][]byte{init})
+			b.RelayUp(p)
+		}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, p, sent := relayedPath(t)
+			tt.run(b, p)
+			assert.Equal(t, tt.wantKicks, b.Kicked())
+			assert.Len(t, sent(init), tt.wantSent)
+		})
+	}
+}
+
+// handshakeMessages are a WireGuard initiation and response, as far as
+// the Bind looks at them (type and length).
+func handshakeMessages() (init, resp []byte) {
+	init, resp = make([]byte, 148), make([]byte, 92)
+	init[0], resp[0] = 1, 2
+	return init, resp
+}
+
+// relayedPath is a Bind with a peer's Path and a relay that records what
+// it is sent; sent returns that, checking each packet is want.
+func relayedPath(t *testing.T) (b *Bind, p *Path, sent func(want []byte) [][]byte) {
+	t.Helper()
+	b = NewBind(nil)
+	r := &recordRelay{}
+	b.SetRelay(r)
+	p = b.Peer(key.Public{1})
+	t.Cleanup(p.stopResends)
+	return b, p, func(want []byte) [][]byte {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, pkt := range r.sent {
+			assert.Equal(t, want, pkt)
+		}
+		return r.sent
 	}
 }

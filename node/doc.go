@@ -7,7 +7,8 @@
 // that runs a node goes through it. The pieces, by file:
 //
 //   - node.go: Config, Start and Close; start brings the pieces up in
-//     order (identity, socket, relay, WireGuard, control session);
+//     order (identity, socket, relay, WireGuard, the registration's
+//     peers, control session);
 //     peers.go adds, updates and removes peers as control reports them.
 //   - identity.go: the key pair, node ID and address, and the
 //     CredentialStore that keeps them.

@@ -268,6 +268,24 @@ func (b *Bind) kick(p *Path) {
 	_ = b.send(p, [][]byte{pkt})
 }
 
+// RelayUp tells the Bind its relay connection came up: an initiation to p
+// still unanswered was sent, or kicked, while it was not, and is lost; it
+// is sent again now. It is not p's kick (a signal from the peer still
+// sends it once more).
+func (b *Bind) RelayUp(p *Path) {
+	if _, direct := p.Direct(); direct {
+		return
+	}
+	p.hsMu.Lock()
+	if p.hs == nil {
+		p.hsMu.Unlock()
+		return
+	}
+	pkt := append([]byte(nil), p.hs.init...)
+	p.hsMu.Unlock()
+	_ = b.send(p, [][]byte{pkt})
+}
+
 // relayUnansweredTry is the resend (the third: 700 ms after the
 // initiation) at which an initiation still unanswered through the relay
 // is reported to SetRelayUnanswered's function.

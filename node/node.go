@@ -113,6 +113,11 @@ type Node struct {
 	env          *peerEnv
 	tun          *unreachableTUN
 
+	// sessionUp is closed once session is set: peers added from the
+	// registration's list may signal before (signalControl waits).
+	sessionUp   chan struct{}
+	sessionOnce sync.Once
+
 	mu      sync.Mutex
 	peers   map[string]*peer        // online peers, by node ID
 	early   earlySignals            // signals from nodes not yet peers (early.go)
@@ -134,6 +139,7 @@ type Node struct {
 	probeKick  chan struct{}
 	probesDone chan struct{}
 	rereg      sync.WaitGroup
+	relayKick  sync.WaitGroup // addEarlyPeers' wait for the relay
 
 	// switches and ice count every peer's path switches and ICE
 	// attempts (counts.go).
@@ -180,7 +186,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{cfg: cfg, log: log, peers: map[string]*peer{}, offline: map[string]*offlinePeer{},
-		probeKick: make(chan struct{}, 1), probesDone: make(chan struct{}), stopHeartbeat: func() {}}
+		probeKick: make(chan struct{}, 1), probesDone: make(chan struct{}), stopHeartbeat: func() {},
+		sessionUp: make(chan struct{})}
 	n.life, n.end = context.WithCancel(context.Background())
 	go n.probeLoop(n.life)
 	if err := n.start(ctx); err != nil {
@@ -191,10 +198,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 }
 
 // start brings the node up in the order each step needs the last:
-// identity and registration (the overlay address), the shared socket,
-// the relay, WireGuard, then the control session and the peers.
+// identity and registration (the overlay address and the peers), the
+// shared socket, the relay, WireGuard and the peers, then the control
+// session. The peers are added before the session so that their first
+// handshakes cross the relay while it opens; their signals wait for it.
 func (n *Node) start(ctx context.Context) error {
-	resp, err := n.registerIdentity(ctx)
+	// The session's connection is dialed while the registration's
+	// challenge and proof are under way (control.Predialer).
+	pre := control.NewPredialer(n.cfg.Network, n.cfg.Control)
+	defer pre.Close()
+	resp, err := n.registerIdentity(ctx, pre.Start)
 	if err != nil {
 		return err
 	}
@@ -215,18 +228,16 @@ func (n *Node) start(ctx context.Context) error {
 	n.env = &peerEnv{
 		priv: n.id.Private, pub: n.id.PublicKey(), bind: n.bind, udpMux: n.udpMux, agentOpt: opts,
 		cfg: n.cfg.ICE, log: n.log, now: time.Now, directLost: n.kickProbes, epoch: n.epoch.Load,
-		signal: func(ctx context.Context, to string, payload []byte) error {
-			return n.session.Load().Signal(ctx, to, payload)
-		},
-		keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG, switched: n.switches.add, ice: &n.ice,
+		signal: n.signalControl, keepalive: n.setKeepalive, stun: resp.STUN, trim: n.trimWG, switched: n.switches.add, ice: &n.ice,
 		consent: n.consent,
 	}
-	return n.join(ctx, resp)
+	n.addEarlyPeers(resp.Peers)
+	return n.join(ctx, pre, resp)
 }
 
 // registerIdentity loads (or creates) the identity, registers it and
 // saves what control assigned.
-func (n *Node) registerIdentity(ctx context.Context) (*control.RegisterResponse, error) {
+func (n *Node) registerIdentity(ctx context.Context, connected func()) (*control.RegisterResponse, error) {
 	id, created, err := LoadOrCreate(n.cfg.Credentials, n.cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("node: identity: %w", err)
@@ -235,7 +246,7 @@ func (n *Node) registerIdentity(ctx context.Context) (*control.RegisterResponse,
 	n.log = n.log.With("node", id.Name)
 	var resp *control.RegisterResponse
 	err = retryControl(ctx, n.log, "registration", func(ctx context.Context) (err error) {
-		resp, err = n.register(ctx)
+		resp, err = n.register(ctx, connected)
 		return err
 	})
 	if err != nil {
@@ -282,25 +293,22 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 	return pn, nil
 }
 
-// join opens the control session, adds the peers and starts the
-// heartbeat.
-func (n *Node) join(ctx context.Context, resp *control.RegisterResponse) error {
-	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) error {
-		return n.connectSession(ctx, resp)
+// join opens the control session on nw, brings the peers to control's
+// list as the session sees it and starts the heartbeat.
+func (n *Node) join(ctx context.Context, nw netx.Network, resp *control.RegisterResponse) error {
+	var peers []control.Peer
+	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) (err error) {
+		peers, err = n.connectSession(ctx, nw, resp)
+		return err
 	}); err != nil {
 		return err
 	}
-	// Peers that registered between our registration and the session's
-	// subscription were announced to no one: ask again now that events
-	// flow, and fall back to the registration's list.
-	peers := resp.Peers
-	if fresh, err := n.session.Load().Peers(ctx); err == nil {
-		peers = fresh
-	} else {
-		n.log.Warn("peer list after subscribing", "err", err)
-	}
-	for _, p := range peers {
-		n.setPeer(p)
+	// Peers that registered or left between our registration and the
+	// session's subscriptions were announced to no one: the list asked
+	// once they were in place has them. Without it, the registration's
+	// list stays.
+	if peers != nil {
+		n.reconcile(peers)
 	}
 	n.startHeartbeat()
 	return nil
@@ -322,6 +330,7 @@ func (n *Node) Close() error {
 	n.mu.Unlock()
 	<-n.probesDone
 	n.rereg.Wait()
+	n.relayKick.Wait()
 	n.leave()
 	n.mu.Lock()
 	n.closed = true

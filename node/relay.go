@@ -119,6 +119,10 @@ func (l *lrpClient) Probe(ctx context.Context, timeout time.Duration) error {
 // Transport is "quic", "tcp" or "" while disconnected.
 func (l *lrpClient) Transport() string { return l.c.Transport() }
 
+// WaitConnected returns once the relay connection is up (see
+// relay.Client.WaitConnected).
+func (l *lrpClient) WaitConnected(ctx context.Context) error { return l.c.WaitConnected(ctx) }
+
 func (l *lrpClient) Close() error {
 	l.cancel()
 	err := l.c.Close()

@@ -11,9 +11,9 @@ import (
 )
 
 // register registers the node's identity with control, proving it holds
-// the private key.
-func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) {
-	req := control.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private}
+// the private key; connected, if set, is control.Join.Connected.
+func (n *Node) register(ctx context.Context, connected func()) (*control.RegisterResponse, error) {
+	req := control.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected}
 	var call func(context.Context, netx.Network, string, control.Join) (*control.RegisterResponse, error)
 	switch {
 	case strings.HasPrefix(n.cfg.Control, "nats://"), strings.HasPrefix(n.cfg.Control, "tls://"):
@@ -30,17 +30,76 @@ func (n *Node) register(ctx context.Context) (*control.RegisterResponse, error) 
 	return resp, nil
 }
 
-func (n *Node) connectSession(ctx context.Context, resp *control.RegisterResponse) error {
-	s, err := control.Connect(ctx, n.cfg.Network, resp.NodeID, resp.NATS, control.Handlers{
+// connectSession opens the control session on nw with resp's credentials
+// and returns control's peer list, asked once the session's
+// subscriptions are in place; nil (logged) if only the list failed.
+func (n *Node) connectSession(ctx context.Context, nw netx.Network, resp *control.RegisterResponse) ([]control.Peer, error) {
+	s, peers, err := control.ConnectPeers(ctx, nw, resp.NodeID, resp.NATS, control.Handlers{
 		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
 	})
+	if s == nil {
+		return nil, fmt.Errorf("node: control session: %w", err)
+	}
 	if err != nil {
-		return fmt.Errorf("node: control session: %w", err)
+		n.log.Warn("peer list after subscribing", "err", err)
 	}
 	if old := n.session.Swap(s); old != nil {
 		old.Close()
 	}
-	return nil
+	n.sessionOnce.Do(func() { close(n.sessionUp) })
+	return peers, nil
+}
+
+// signalControl sends a signal to node to through the control session,
+// waiting for start to open it.
+func (n *Node) signalControl(ctx context.Context, to string, payload []byte) error {
+	select {
+	case <-n.sessionUp:
+	case <-ctx.Done():
+		return fmt.Errorf("node: signal %s: no control session yet: %w", to, context.Cause(ctx))
+	}
+	return n.session.Load().Signal(ctx, to, payload)
+}
+
+// relayWaiter is a RelayClient that can say when it is connected.
+type relayWaiter interface {
+	// WaitConnected returns nil once the relay connection is up, or
+	// an error when ctx ends or the relay refused the node for good.
+	WaitConnected(ctx context.Context) error
+	// Transport is "" while the relay is not connected.
+	Transport() string
+}
+
+// addEarlyPeers adds the registration's peers, before the control
+// session (join brings them to its list). WireGuard opens its handshakes
+// to the peers this node leads at once, while the relay connection,
+// dialed just before, is still opening: those first initiations are
+// lost, and the next resend comes 100 ms later. So once the relay
+// connects, each peer's unanswered initiation is sent again.
+func (n *Node) addEarlyPeers(peers []control.Peer) {
+	for _, p := range peers {
+		n.setPeer(p)
+	}
+	w, ok := n.relay.(relayWaiter)
+	if !ok || len(peers) == 0 || w.Transport() != "" {
+		return
+	}
+	n.relayKick.Add(1)
+	go func() {
+		defer n.relayKick.Done()
+		if w.WaitConnected(n.life) != nil {
+			return
+		}
+		n.mu.Lock()
+		paths := make([]*Path, 0, len(n.peers))
+		for _, p := range n.peers {
+			paths = append(paths, p.path)
+		}
+		n.mu.Unlock()
+		for _, p := range paths {
+			n.bind.RelayUp(p)
+		}
+	}()
 }
 
 func (n *Node) onPeerEvent(ev control.PeerEvent) {
@@ -101,10 +160,11 @@ func (n *Node) reregister() {
 	defer n.regMu.Unlock()
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		ctx, cancel := context.WithTimeout(n.life, 15*time.Second)
-		resp, err := n.register(ctx)
+		resp, err := n.register(ctx, nil)
+		var peers []control.Peer
 		if err == nil {
 			n.epoch.Store(resp.Epoch)
-			err = n.connectSession(ctx, resp)
+			peers, err = n.connectSession(ctx, n.cfg.Network, resp)
 		}
 		cancel()
 		if n.life.Err() != nil {
@@ -115,7 +175,11 @@ func (n *Node) reregister() {
 				n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
 			}
 			n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
-			n.resync()
+			if peers != nil {
+				n.reconcile(peers)
+			} else {
+				n.resync()
+			}
 			return
 		}
 		n.log.Warn("re-register", "err", err, "retry in", delay)
@@ -139,6 +203,14 @@ func (n *Node) resync() {
 		n.log.Warn("resync peers after reconnect", "err", err)
 		return
 	}
+	n.reconcile(peers)
+	n.tellPeers(peerEvent{reconnected: true})
+	n.log.Info("resynced peers after reconnect", "peers", len(peers))
+}
+
+// reconcile brings the peer set to control's list: every peer in it set,
+// every other one removed.
+func (n *Node) reconcile(peers []control.Peer) {
 	want := map[string]control.Peer{}
 	for _, p := range peers {
 		want[p.NodeID] = p
@@ -160,6 +232,4 @@ func (n *Node) resync() {
 	for _, p := range gone {
 		n.removePeer(p)
 	}
-	n.tellPeers(peerEvent{reconnected: true})
-	n.log.Info("resynced peers after reconnect", "peers", len(peers))
 }
