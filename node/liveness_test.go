@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -265,5 +267,34 @@ func TestSettledPathRetiresAgent(t *testing.T) {
 		assert.Greater(t, flow.read.Load(), int64(100<<10), "no traffic on the settled path")
 		st := a.Status()[0]
 		assert.Equal(t, node.PathDirect, st.Path, "%+v", st.History)
+	})
+}
+
+// TestConcurrentJoinsSeeEveryPeer: nodes that join at the same moment
+// each end up with every other as a peer. The peer list a joining node
+// asks for and the events of peers registering meanwhile arrive in either
+// order; a list taken before a peer's event must not remove the peer the
+// event added (a 200-node lab starting 16 nodes at a time lost a pair so).
+func TestConcurrentJoinsSeeEveryPeer(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
+		w := newLabWorld(t)
+		const n = 12
+		profiles := []string{"full-cone", "port-restricted-cone", "restricted-cone"}
+		hosts := make([]*fabric.Host, n)
+		for i := range hosts {
+			hosts[i] = w.site(t, profiles[i%len(profiles)])
+		}
+		nodes := make([]*node.Node, n)
+		var wg sync.WaitGroup
+		for i := range nodes {
+			wg.Go(func() {
+				nodes[i] = startNode(t, hosts[i], fmt.Sprintf("n%02d", i), &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = true })
+			})
+		}
+		wg.Wait()
+		time.Sleep(5 * time.Second)
+		for _, nd := range nodes {
+			assert.Len(t, nd.Peers(), n-1, "%s's peers", nd.Identity().Name)
+		}
 	})
 }

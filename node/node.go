@@ -123,6 +123,10 @@ type Node struct {
 	early   earlySignals            // signals from nodes not yet peers (early.go)
 	offline map[string]*offlinePeer // registered peers that are not running, by node ID
 	closed  bool
+	// eventSeq counts the peer events applied; eventAt is the count at
+	// each node's last one (see reconcile).
+	eventSeq uint64
+	eventAt  map[string]uint64
 
 	// heartbeat's (see presence.go): stopHeartbeat ends it and
 	// heartbeatDone says it has.
@@ -297,6 +301,7 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 // list as the session sees it and starts the heartbeat.
 func (n *Node) join(ctx context.Context, nw netx.Network, resp *control.RegisterResponse) error {
 	var peers []control.Peer
+	mark := n.eventMark()
 	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) (err error) {
 		peers, err = n.connectSession(ctx, nw, resp)
 		return err
@@ -308,7 +313,7 @@ func (n *Node) join(ctx context.Context, nw netx.Network, resp *control.Register
 	// once they were in place has them. Without it, the registration's
 	// list stays.
 	if peers != nil {
-		n.reconcile(peers)
+		n.reconcile(peers, mark)
 	}
 	n.startHeartbeat()
 	return nil

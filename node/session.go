@@ -103,6 +103,7 @@ func (n *Node) addEarlyPeers(peers []control.Peer) {
 }
 
 func (n *Node) onPeerEvent(ev control.PeerEvent) {
+	n.notePeerEvent(ev.Peer.NodeID)
 	switch ev.Type {
 	case control.PeerAdded, control.PeerUpdated, control.PeerOnline:
 		n.setPeer(ev.Peer)
@@ -162,6 +163,7 @@ func (n *Node) reregister() {
 		ctx, cancel := context.WithTimeout(n.life, 15*time.Second)
 		resp, err := n.register(ctx, nil)
 		var peers []control.Peer
+		mark := n.eventMark()
 		if err == nil {
 			n.epoch.Store(resp.Epoch)
 			peers, err = n.connectSession(ctx, n.cfg.Network, resp)
@@ -176,7 +178,7 @@ func (n *Node) reregister() {
 			}
 			n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
 			if peers != nil {
-				n.reconcile(peers)
+				n.reconcile(peers, mark)
 			} else {
 				n.resync()
 			}
@@ -198,33 +200,66 @@ func (n *Node) reregister() {
 func (n *Node) resync() {
 	ctx, cancel := context.WithTimeout(n.life, 10*time.Second)
 	defer cancel()
+	mark := n.eventMark()
 	peers, err := n.session.Load().Peers(ctx)
 	if err != nil {
 		n.log.Warn("resync peers after reconnect", "err", err)
 		return
 	}
-	n.reconcile(peers)
+	n.reconcile(peers, mark)
 	n.tellPeers(peerEvent{reconnected: true})
 	n.log.Info("resynced peers after reconnect", "peers", len(peers))
 }
 
-// reconcile brings the peer set to control's list: every peer in it set,
-// every other one removed.
-func (n *Node) reconcile(peers []control.Peer) {
+// notePeerEvent records that an event about node id was applied, in
+// order, so that a peer list asked for before it does not undo it.
+func (n *Node) notePeerEvent(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.eventSeq++
+	if n.eventAt == nil {
+		n.eventAt = map[string]uint64{}
+	}
+	n.eventAt[id] = n.eventSeq
+}
+
+// eventMark is the sequence of the last peer event applied: reconcile
+// with it leaves alone what later events set.
+func (n *Node) eventMark() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.eventSeq
+}
+
+// reconcile brings the peer set to control's list, asked for when the
+// last event applied was mark: every peer in it set, every other one
+// removed, except those an event applied since mark set or removed. The
+// list's answer and events of peers that register meanwhile come on one
+// connection but from different publishers, in either order: a peer
+// announced just after control took the list would otherwise be added
+// by its event, then removed by the older list (nodes starting at once
+// each missed a peer so).
+func (n *Node) reconcile(peers []control.Peer, mark uint64) {
+	newer := func(id string) bool { return n.eventAt[id] > mark } // under n.mu
 	want := map[string]control.Peer{}
 	for _, p := range peers {
 		want[p.NodeID] = p
-		n.setPeer(p)
+		n.mu.Lock()
+		skip := newer(p.NodeID)
+		n.mu.Unlock()
+		if !skip {
+			n.setPeer(p)
+		}
 	}
 	n.mu.Lock()
 	var gone []control.Peer
 	for id, p := range n.peers {
-		if _, ok := want[id]; !ok {
+		if _, ok := want[id]; !ok && !newer(id) {
 			gone = append(gone, p.info)
 		}
 	}
 	for id, p := range n.offline {
-		if _, ok := want[id]; !ok {
+		if _, ok := want[id]; !ok && !newer(id) {
 			gone = append(gone, p.info)
 		}
 	}

@@ -62,6 +62,8 @@ type Lab struct {
 	temp  bool
 	start time.Time
 
+	progressMu sync.Mutex // one progress line at a time (nodes start in parallel)
+
 	mu       sync.Mutex // guards the following fields
 	nodes    map[string]runningNode
 	services map[string]io.Closer
@@ -165,6 +167,8 @@ func (l *Lab) wants(n topology.PlanNode) bool {
 
 func (l *Lab) progress(format string, args ...any) {
 	if l.cfg.Progress != nil {
+		l.progressMu.Lock()
+		defer l.progressMu.Unlock()
 		l.cfg.Progress(fmt.Sprintf(format, args...))
 	}
 }

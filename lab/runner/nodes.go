@@ -148,17 +148,41 @@ func (s *stackProvisioner) Up(ctx context.Context, addr netip.Prefix, mtu int) (
 	return dev, nil
 }
 
-// StartNodes starts the named nodes, one at a time in the order given,
-// and returns when each has registered and serves its overlay test
-// services. A node that fails to start does not keep the others from it.
+// Nodes start one at a time in small labs, so their order (and the
+// overlay addresses control hands out in it) follows the plan. In larger
+// ones startParallel start at once: a node's start is mostly round trips
+// to control (registration, the session, the peer list), and one at a
+// time a thousand nodes spent most of their bring-up waiting on them.
+const (
+	parallelStartFrom = 32
+	startParallel     = 16
+)
+
+// StartNodes starts the named nodes, in the order given (overlapping in a
+// large lab, see startParallel), and returns when each has registered and
+// serves its overlay test services. A node that fails to start does not
+// keep the others from it.
 func (l *Lab) StartNodes(ctx context.Context, names ...string) error {
 	if len(names) == 0 {
 		return nil
 	}
 	start := time.Now()
-	var errs []error
-	for _, name := range names {
-		errs = append(errs, l.startNode(ctx, name))
+	errs := make([]error, len(names))
+	if len(names) < parallelStartFrom {
+		for i, name := range names {
+			errs[i] = l.startNode(ctx, name)
+		}
+	} else {
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, startParallel)
+		for i, name := range names {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				errs[i] = l.startNode(ctx, name)
+			})
+		}
+		wg.Wait()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
