@@ -73,6 +73,9 @@ type Interface struct {
 
 	// handle consumes a batch of received frames; it owns them.
 	handle func(batch [][]byte)
+	// tx is what a router sends while handling a batch received here;
+	// only the receive goroutine touches it (batch.go).
+	tx txBatch
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -123,25 +126,27 @@ func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Inter
 	}
 	var err error
 	ifc.egress, err = link.New(link.Config{
-		Name:        ifc.String() + " egress",
-		Impairments: cfg.Egress,
-		Seed:        f.seedFor(ifc.String() + "/egress"),
-		Flow:        link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
-		Deliver:     n.switchFrame,
-		Release:     n.releaseFrame,
-		Logger:      f.log,
+		Name:         ifc.String() + " egress",
+		Impairments:  cfg.Egress,
+		Seed:         f.seedFor(ifc.String() + "/egress"),
+		Flow:         link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
+		Deliver:      n.switchFrame,
+		DeliverBatch: n.switchBatch,
+		Release:      n.releaseFrame,
+		Logger:       f.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s egress: %w", ErrInvalid, ifc, err)
 	}
 	ifc.ingress, err = link.New(link.Config{
-		Name:        ifc.String() + " ingress",
-		Impairments: cfg.Ingress,
-		Seed:        f.seedFor(ifc.String() + "/ingress"),
-		Flow:        link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
-		Deliver:     ifc.receive,
-		Release:     putFrame,
-		Logger:      f.log,
+		Name:         ifc.String() + " ingress",
+		Impairments:  cfg.Ingress,
+		Seed:         f.seedFor(ifc.String() + "/ingress"),
+		Flow:         link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
+		Deliver:      ifc.receive,
+		DeliverBatch: ifc.receiveBatch,
+		Release:      putFrame,
+		Logger:       f.log,
 	})
 	if err != nil {
 		ifc.egress.Close()
