@@ -287,11 +287,14 @@ func (u *udpStack) sendBatch(src, dst netip.AddrPort, payloads [][]byte) error {
 		return fmt.Errorf("no route to %v: %w", da, syscall.ENETUNREACH)
 	}
 	ifc := rt.ifc
-	out := txFrames.Get().(*[][]byte)
-	defer func() {
-		ifc.transmitFrames(out)
-		txFrames.Put(out)
-	}()
+	var out *[][]byte // frames of a batch, sent as one run; nil for one datagram
+	if len(payloads) > 1 {
+		out = txFrames.Get().(*[][]byte)
+		defer func() {
+			ifc.transmitFrames(out)
+			txFrames.Put(out)
+		}()
+	}
 	var nb *Interface
 	pmtu := -1 // not looked up yet
 	for i, payload := range payloads {
@@ -328,10 +331,16 @@ func (u *udpStack) sendBatch(src, dst netip.AddrPort, payloads [][]byte) error {
 				pmtu = u.pmtu.get(da, u.h.f.clock.Now())
 			}
 			if pmtu > 0 && len(f)-ethHeaderLen > pmtu {
-				ifc.transmitFrames(out) // what went before leaves first
+				if out != nil {
+					ifc.transmitFrames(out) // what went before leaves first
+				}
 				sendFragmented(ifc, f, pmtu)
 				continue
 			}
+		}
+		if out == nil {
+			ifc.transmit(f)
+			continue
 		}
 		*out = append(*out, f)
 	}
