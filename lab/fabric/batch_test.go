@@ -20,18 +20,26 @@ type batchConn interface {
 	WriteBatchTo(bufs [][]byte, addr netip.AddrPort) error
 }
 
+// batchSockets opens a socket on port txPort of a host behind a full-cone
+// NAT and one on the server's rxPort; both close at cleanup.
+func batchSockets(t *testing.T, txPort, rxPort uint16) (w *world, h *Host, tx, rx net.PacketConn) {
+	t.Helper()
+	w = newWorld(t, Config{})
+	h = w.addSite(t, profile(t, "full-cone"), 1).hosts[0]
+	ctx := ctxT(t, 5*time.Second)
+	tx, err := h.ListenPacket(ctx, "udp4", fmt.Sprintf(":%d", txPort))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Close() })
+	rx, err = w.server.ListenPacket(ctx, "udp4", netip.AddrPortFrom(serverIP, rxPort).String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rx.Close() })
+	return w, h, tx, rx
+}
+
 // A batch crosses a NAT router in order, every datagram intact, and a
 // batch read drains what is queued in one call.
 func TestUDPBatchThroughNAT(t *testing.T) {
-	w := newWorld(t, Config{})
-	h := w.addSite(t, profile(t, "full-cone"), 1).hosts[0]
-	ctx := ctxT(t, 5*time.Second)
-	tx, err := h.ListenPacket(ctx, "udp4", ":4000")
-	require.NoError(t, err)
-	defer tx.Close()
-	rx, err := w.server.ListenPacket(ctx, "udp4", serverIP.String()+":5000")
-	require.NoError(t, err)
-	defer rx.Close()
+	w, _, tx, rx := batchSockets(t, 4000, 5000)
 	btx, ok := tx.(batchConn)
 	require.True(t, ok, "a lab socket batches")
 	brx := rx.(batchConn)
@@ -66,15 +74,8 @@ func TestUDPBatchThroughNAT(t *testing.T) {
 }
 
 func TestUDPBatchErrors(t *testing.T) {
-	w := newWorld(t, Config{})
-	h := w.addSite(t, profile(t, "full-cone"), 1).hosts[0]
+	_, h, tx, rx := batchSockets(t, 4001, 5001)
 	ctx := ctxT(t, 5*time.Second)
-	tx, err := h.ListenPacket(ctx, "udp4", ":4001")
-	require.NoError(t, err)
-	defer tx.Close()
-	rx, err := w.server.ListenPacket(ctx, "udp4", serverIP.String()+":5001")
-	require.NoError(t, err)
-	defer rx.Close()
 	dst := netip.AddrPortFrom(serverIP, 5001)
 
 	t.Run("too big midway: the ones before are sent", func(t *testing.T) {
