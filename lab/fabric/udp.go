@@ -328,7 +328,7 @@ func (u *udpStack) sendBatch(src, dst netip.AddrPort, payloads [][]byte) error {
 		u.build(f, src, dst, payload)
 		if da.Is4() {
 			if pmtu < 0 {
-				pmtu = u.pmtu.get(da, u.h.f.clock.Now())
+				pmtu = u.pmtu.get(da, u.h.f.clock)
 			}
 			if pmtu > 0 && len(f)-ethHeaderLen > pmtu {
 				if out != nil {
