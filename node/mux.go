@@ -134,9 +134,12 @@ func NewMux(pc net.PacketConn, log *slog.Logger) *Mux {
 	m := &Mux{pc: pc, batch: newUDPBatch(pc), log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
 	m.stun = &muxConn{m: m, in: make(chan datagram, muxSTUNQueue)}
 	m.loop.Add(1)
-	if m.batch != nil {
+	switch bc, ok := pc.(batchPacketConn); {
+	case m.batch != nil:
 		go m.readBatchLoop()
-	} else {
+	case ok:
+		go m.readRunLoop(bc) // batchconn.go
+	default:
 		go m.readLoop()
 	}
 	return m
@@ -290,6 +293,9 @@ func (m *Mux) WriteTo(b []byte, addr netip.AddrPort) error {
 func (m *Mux) WriteBatch(bufs [][]byte, addr netip.AddrPort) error {
 	if m.batch != nil {
 		return m.batch.write(bufs, addr)
+	}
+	if bc, ok := m.pc.(batchPacketConn); ok {
+		return bc.WriteBatchTo(bufs, addr)
 	}
 	ua := net.UDPAddrFromAddrPort(addr)
 	for _, b := range bufs {

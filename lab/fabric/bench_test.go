@@ -97,13 +97,28 @@ func BenchmarkLoopbackTCP(b *testing.B) {
 }
 
 func BenchmarkFabricUDP(b *testing.B) {
+	tx, rx := punchUDP(b)
+	benchUDP(b, tx, rx, benchPublicB)
+}
+
+// BenchmarkFabricUDPBatch is BenchmarkFabricUDP with the sender writing
+// runs of 16 datagrams per call, as the node's mux does with a WireGuard
+// batch (WriteBatchTo), and the receiver draining with ReadBatchFrom.
+func BenchmarkFabricUDPBatch(b *testing.B) {
+	tx, rx := punchUDP(b)
+	benchUDPBatch(b, tx, rx, benchPublicB, 16)
+}
+
+// punchUDP opens a socket on each NATed host and punches a path between
+// them, as ICE connectivity checks do.
+func punchUDP(b *testing.B) (tx, rx net.PacketConn) {
 	a, c := natPair(b)
 	ctx := ctxT(b, time.Minute)
 	rx, err := c.ListenPacket(ctx, "udp4", benchLocalB.String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	tx, err := a.ListenPacket(ctx, "udp4", benchLocalA.String())
+	tx, err = a.ListenPacket(ctx, "udp4", benchLocalA.String())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,7 +137,7 @@ func BenchmarkFabricUDP(b *testing.B) {
 		}
 	}
 	_ = rx.SetReadDeadline(time.Time{})
-	benchUDP(b, tx, rx, benchPublicB)
+	return tx, rx
 }
 
 func BenchmarkLoopbackUDP(b *testing.B) {
@@ -148,31 +163,69 @@ const udpWindow = 256
 // benchUDP sends b.N 1400-byte datagrams from tx to dst, where rx reads
 // them, and reports the delivered rate in pps and the loss in percent.
 func benchUDP(b *testing.B, tx, rx net.PacketConn, dst netip.AddrPort) {
+	to := net.UDPAddrFromAddrPort(dst)
+	runUDP(b, tx, rx, 1, func(msgs [][]byte) error {
+		_, err := tx.WriteTo(msgs[0], to)
+		return err
+	}, func(buf [][]byte) (int, error) {
+		_, _, err := rx.ReadFrom(buf[0])
+		return 1, err
+	})
+}
+
+// udpBatchConn is a lab socket's batch calls (node/batchconn.go).
+type udpBatchConn interface {
+	ReadBatchFrom(bufs [][]byte, sizes []int, from []netip.AddrPort) (int, error)
+	WriteBatchTo(bufs [][]byte, addr netip.AddrPort) error
+}
+
+// benchUDPBatch is benchUDP sending runs of batch datagrams per call and
+// reading with ReadBatchFrom.
+func benchUDPBatch(b *testing.B, tx, rx net.PacketConn, dst netip.AddrPort, batch int) {
+	btx, brx := tx.(udpBatchConn), rx.(udpBatchConn)
+	sizes, from := make([]int, batch), make([]netip.AddrPort, batch)
+	runUDP(b, tx, rx, batch, func(msgs [][]byte) error {
+		return btx.WriteBatchTo(msgs, dst)
+	}, func(bufs [][]byte) (int, error) {
+		return brx.ReadBatchFrom(bufs, sizes, from)
+	})
+}
+
+// runUDP is the benchmark loop: b.N datagrams sent in runs of batch by
+// send, read by read, with at most udpWindow in flight.
+func runUDP(b *testing.B, tx, rx net.PacketConn, batch int, send func([][]byte) error, read func([][]byte) (int, error)) {
 	defer tx.Close()
 	defer rx.Close()
 	var got atomic.Int64
 	rxDone := make(chan struct{})
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
 	go func() {
 		defer close(rxDone)
-		buf := make([]byte, 2048)
 		for {
-			if _, _, err := rx.ReadFrom(buf); err != nil {
+			n, err := read(bufs)
+			if err != nil {
 				return
 			}
-			got.Add(1)
+			got.Add(int64(n))
 		}
 	}()
-	to := net.UDPAddrFromAddrPort(dst)
 	msg := make([]byte, 1400)
+	msgs := make([][]byte, batch)
+	for i := range msgs {
+		msgs[i] = msg
+	}
 	b.SetBytes(int64(len(msg)))
 	b.ResetTimer()
-	for i := range b.N {
+	for i := 0; i < b.N; i += batch {
 		// A lost datagram would shrink the window for good: give up
 		// waiting after a while, as a sender's timer would.
 		for start := time.Now(); int64(i)-got.Load() > udpWindow && time.Since(start) < 10*time.Millisecond; {
 			runtime.Gosched()
 		}
-		if _, err := tx.WriteTo(msg, to); err != nil {
+		if err := send(msgs[:min(batch, b.N-i)]); err != nil {
 			b.Fatal(err)
 		}
 	}

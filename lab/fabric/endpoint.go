@@ -38,6 +38,11 @@ func newEndpoint(ifc *Interface, udp *udpStack) *endpoint {
 // after ARP gave up.
 func (e *endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	n := 0
+	out := txFrames.Get().(*[][]byte)
+	defer func() {
+		e.ifc.transmitFrames(out) // one run (batch.go)
+		txFrames.Put(out)
+	}()
 	for _, pkt := range pkts.AsSlice() {
 		nh := pkt.EgressRoute.NextHop
 		if nh.BitLen() == 0 {
@@ -60,7 +65,7 @@ func (e *endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		for _, s := range pkt.AsSlices() {
 			off += copy(f[off:], s)
 		}
-		e.ifc.transmit(f)
+		*out = append(*out, f)
 	}
 	return n, nil
 }

@@ -73,6 +73,9 @@ type Interface struct {
 
 	// handle consumes a batch of received frames; it owns them.
 	handle func(batch [][]byte)
+	// tx is what a router sends while handling a batch received here;
+	// only the receive goroutine touches it (batch.go).
+	tx txBatch
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -121,29 +124,19 @@ func newInterface(f *Fabric, owner string, idx int, cfg InterfaceConfig) (*Inter
 		rx:      newRXQueue(f.cfg.RXQueueLen),
 		stop:    make(chan struct{}),
 	}
+	// Each direction draws from its own seed; per-flow streams keep a
+	// flow's loss and jitter independent of other traffic.
+	pipe := func(dir string, im link.Impairments, deliver func([]byte), batch func([][]byte), release func([]byte)) (*link.Pipe, error) {
+		return link.New(link.Config{
+			Name: ifc.String() + " " + dir, Impairments: im, Seed: f.seedFor(ifc.String() + "/" + dir),
+			Flow: link.EthernetFlow, Deliver: deliver, DeliverBatch: batch, Release: release, Logger: f.log,
+		})
+	}
 	var err error
-	ifc.egress, err = link.New(link.Config{
-		Name:        ifc.String() + " egress",
-		Impairments: cfg.Egress,
-		Seed:        f.seedFor(ifc.String() + "/egress"),
-		Flow:        link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
-		Deliver:     n.switchFrame,
-		Release:     n.releaseFrame,
-		Logger:      f.log,
-	})
-	if err != nil {
+	if ifc.egress, err = pipe("egress", cfg.Egress, n.switchFrame, n.switchBatch, n.releaseFrame); err != nil {
 		return nil, fmt.Errorf("%w: %s egress: %w", ErrInvalid, ifc, err)
 	}
-	ifc.ingress, err = link.New(link.Config{
-		Name:        ifc.String() + " ingress",
-		Impairments: cfg.Ingress,
-		Seed:        f.seedFor(ifc.String() + "/ingress"),
-		Flow:        link.EthernetFlow, // a flow's loss and jitter do not depend on other traffic
-		Deliver:     ifc.receive,
-		Release:     putFrame,
-		Logger:      f.log,
-	})
-	if err != nil {
+	if ifc.ingress, err = pipe("ingress", cfg.Ingress, ifc.receive, ifc.receiveBatch, putFrame); err != nil {
 		ifc.egress.Close()
 		return nil, fmt.Errorf("%w: %s ingress: %w", ErrInvalid, ifc, err)
 	}

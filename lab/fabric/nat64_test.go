@@ -241,7 +241,7 @@ func TestNAT64FragmentationNeeded(t *testing.T) {
 		st := w.router.Stats()
 		assert.Equal(t, uint64(1), st.TooBig)
 		assert.Equal(t, uint64(1), st.ICMPSent, "fragmentation needed sent")
-		assert.Equal(t, 1260, w.server.udp.pmtu.get(ip("203.0.113.10"), w.f.Clock().Now()), "the server learnt the size that fits")
+		assert.Equal(t, 1260, w.server.udp.pmtu.get(ip("203.0.113.10"), w.f.Clock()), "the server learnt the size that fits")
 		_, err = srv.WriteTo(make([]byte, 1232), from) // 1260 bytes of IPv4, 1280 of IPv6
 		require.NoError(t, err)
 		require.NoError(t, pc.SetReadDeadline(time.Now().Add(time.Second)))

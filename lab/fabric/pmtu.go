@@ -4,10 +4,13 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/latticelab/lattice/lab/clock"
 )
 
 // A host's UDP sockets keep path MTUs as Linux does for a socket in its
@@ -27,6 +30,10 @@ type pmtuEntry struct {
 
 // pmtuCache is one host's learnt path MTUs.
 type pmtuCache struct {
+	// size is len(m), so that a send to a host that has learnt nothing
+	// (nearly every send) takes neither the lock nor the time.
+	size atomic.Int64
+
 	mu sync.Mutex // guards m
 	m  map[netip.Addr]pmtuEntry
 }
@@ -66,23 +73,30 @@ func (c *pmtuCache) note(f []byte, now time.Time) {
 				delete(c.m, a)
 			}
 		}
+		c.size.Store(int64(len(c.m)))
 		if len(c.m) >= 4096 {
 			return
 		}
 	}
 	c.m[dst] = pmtuEntry{mtu: mtu, expires: now.Add(pmtuExpiry)}
+	c.size.Store(int64(len(c.m)))
 }
 
-// get returns the path MTU learnt for dst, or 0.
-func (c *pmtuCache) get(dst netip.Addr, now time.Time) int {
+// get returns the path MTU learnt for dst, or 0; clk tells the time only
+// when something was learnt.
+func (c *pmtuCache) get(dst netip.Addr, clk clock.Clock) int {
+	if c.size.Load() == 0 {
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[dst]
 	if !ok {
 		return 0
 	}
-	if !now.Before(e.expires) {
+	if !clk.Now().Before(e.expires) {
 		delete(c.m, dst)
+		c.size.Store(int64(len(c.m)))
 		return 0
 	}
 	return e.mtu

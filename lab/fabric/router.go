@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
@@ -177,9 +178,11 @@ func (f *Fabric) AddRouter(cfg RouterConfig) (*Router, error) {
 	for _, ifc := range ifcs {
 		in := ifc
 		in.handle = func(batch [][]byte) {
+			in.tx.begin(f.clock.Now())
 			for _, fr := range batch {
 				r.input(in, fr)
 			}
+			in.tx.end()
 		}
 		in.start()
 	}
@@ -272,7 +275,7 @@ func (r *Router) input(in *Interface, f []byte) {
 		r.inbound64(in, f, p)
 		return
 	}
-	now := r.f.clock.Now()
+	now := r.now(in)
 	if in == r.uplink && r.nat != nil {
 		if res := r.nat.Process(now, p, nat.FromOutside); res.Verdict == nat.Drop {
 			r.drop(in, f, &c.nat, res.Reason)
@@ -311,7 +314,7 @@ func (r *Router) input(in *Interface, f []byte) {
 // of the way out, if any, and sends it.
 func (r *Router) forward(in, out *Interface, rt *routeEntry, f, p []byte) {
 	c := &r.stats
-	now := r.f.clock.Now()
+	now := r.now(in)
 	var note string
 	if out == r.uplink && in != r.uplink {
 		if r.nat != nil {
@@ -361,7 +364,15 @@ func (r *Router) output(in, out *Interface, rt *routeEntry, f, p []byte, note st
 	decTTL(p)
 	writeEth(f, nb.mac, out.mac, etherTypeIPv4)
 	c.forwarded.Add(1)
-	out.transmitNote(f, note)
+	in.tx.add(out, f, note)
+}
+
+// now is the time of the batch being handled on in, else the clock's.
+func (r *Router) now(in *Interface) time.Time {
+	if in.tx.active {
+		return in.tx.now
+	}
+	return r.f.clock.Now()
 }
 
 // localIfc returns the router interface owning dst, if any.

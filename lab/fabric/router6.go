@@ -69,7 +69,7 @@ func (r *Router) input6(in *Interface, f []byte) {
 		r.forward64(in, f, p)
 		return
 	}
-	now := r.f.clock.Now()
+	now := r.now(in)
 	if in == r.uplink && r.stateful != nil {
 		if res := r.stateful.Process(now, p, nat.FromOutside); res.Verdict == nat.Drop {
 			r.drop(in, f, &c.firewall, res.Reason)
@@ -116,7 +116,7 @@ func (r *Router) output6(in, out *Interface, rt *routeEntry, f, p []byte, note s
 	}
 	writeEth(f, nb.mac, out.mac, etherTypeIPv6)
 	c.forwarded.Add(1)
-	out.transmitNote(f, note)
+	in.tx.add(out, f, note)
 }
 
 // local6 answers an ICMPv6 echo request addressed to the router and drops

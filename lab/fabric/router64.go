@@ -28,7 +28,7 @@ import (
 // and releasing f; otherwise f is still the caller's.
 func (r *Router) translate64(in *Interface, f, p []byte, dir nat.Direction) (fr, b []byte, note string) {
 	fr = getFrame(ethHeaderLen + len(p) + 40) // room for the largest growth, an ICMP error's two headers
-	b, res := r.nat64.Translate(r.f.clock.Now(), fr[ethHeaderLen:ethHeaderLen], p, dir)
+	b, res := r.nat64.Translate(r.now(in), fr[ethHeaderLen:ethHeaderLen], p, dir)
 	if res.Verdict == nat.Drop {
 		putFrame(fr)
 		r.drop(in, f, &r.stats.nat, res.Reason)

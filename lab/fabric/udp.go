@@ -236,8 +236,15 @@ func familyOK(local, dst netip.Addr) bool {
 // send transmits one datagram from src (its address may be unspecified) to
 // dst.
 func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
-	if len(payload) > udpMaxPayload {
-		return fmt.Errorf("%d-byte datagram: %w", len(payload), syscall.EMSGSIZE)
+	return u.sendBatch(src, dst, [][]byte{payload})
+}
+
+// sendBatch transmits datagrams from src to dst in order, resolving the
+// route once; what leaves through one interface goes as one run (batch.go).
+// On an error the datagrams before the failing one have been sent.
+func (u *udpStack) sendBatch(src, dst netip.AddrPort, payloads [][]byte) error {
+	if len(payloads) > 0 && len(payloads[0]) > udpMaxPayload {
+		return fmt.Errorf("%d-byte datagram: %w", len(payloads[0]), syscall.EMSGSIZE)
 	}
 	da := dst.Addr().Unmap()
 	if !da.IsValid() || da.Zone() != "" || dst.Port() == 0 {
@@ -262,11 +269,16 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 		if !src.Addr().IsUnspecified() {
 			from = src.Addr()
 		}
-		f := getFrame(ethHeaderLen + hlen + udpHeaderLen + len(payload))
-		writeEth(f, mac{}, mac{}, et)
-		u.build(f, netip.AddrPortFrom(from, src.Port()), dst, payload)
-		if !u.deliver(f) {
-			putFrame(f) // nobody listening: a port unreachable nobody would see
+		for _, payload := range payloads {
+			if len(payload) > udpMaxPayload {
+				return fmt.Errorf("%d-byte datagram: %w", len(payload), syscall.EMSGSIZE)
+			}
+			f := getFrame(ethHeaderLen + hlen + udpHeaderLen + len(payload))
+			writeEth(f, mac{}, mac{}, et)
+			u.build(f, netip.AddrPortFrom(from, src.Port()), dst, payload)
+			if !u.deliver(f) {
+				putFrame(f) // nobody listening: a port unreachable nobody would see
+			}
 		}
 		return nil
 	}
@@ -275,35 +287,63 @@ func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
 		return fmt.Errorf("no route to %v: %w", da, syscall.ENETUNREACH)
 	}
 	ifc := rt.ifc
-	if n := hlen + udpHeaderLen + len(payload); n > ifc.mtu {
-		return fmt.Errorf("%d-byte packet exceeds %s MTU %d: %w", n, ifc, ifc.mtu, syscall.EMSGSIZE)
+	var out *[][]byte // frames of a batch, sent as one run; nil for one datagram
+	if len(payloads) > 1 {
+		out = txFrames.Get().(*[][]byte)
+		defer func() {
+			ifc.transmitFrames(out)
+			txFrames.Put(out)
+		}()
 	}
-	if src.Addr().IsUnspecified() {
-		sa := ifc.addrFor(da)
-		if !sa.IsValid() {
-			return fmt.Errorf("no address of %v's family on %s: %w", da, ifc, syscall.EADDRNOTAVAIL)
+	var nb *Interface
+	pmtu := -1 // not looked up yet
+	for i, payload := range payloads {
+		if len(payload) > udpMaxPayload {
+			return fmt.Errorf("%d-byte datagram: %w", len(payload), syscall.EMSGSIZE)
 		}
-		src = netip.AddrPortFrom(sa, src.Port())
-	}
-	nh := rt.via
-	if !nh.IsValid() {
-		nh = da
-	}
-	nb := ifc.network.neighbor(nh)
-	if nb == nil {
-		u.noNeighbor.Add(1) // as after a failed ARP or neighbour discovery: the datagram is lost
-		return nil
-	}
-	f := getFrame(ethHeaderLen + hlen + udpHeaderLen + len(payload))
-	writeEth(f, nb.mac, ifc.mac, et)
-	u.build(f, src, dst, payload)
-	if da.Is4() {
-		if pmtu := u.pmtu.get(da, u.h.f.clock.Now()); pmtu > 0 && len(f)-ethHeaderLen > pmtu {
-			sendFragmented(ifc, f, pmtu)
-			return nil
+		if n := hlen + udpHeaderLen + len(payload); n > ifc.mtu {
+			return fmt.Errorf("%d-byte packet exceeds %s MTU %d: %w", n, ifc, ifc.mtu, syscall.EMSGSIZE)
 		}
+		if i == 0 {
+			if src.Addr().IsUnspecified() {
+				sa := ifc.addrFor(da)
+				if !sa.IsValid() {
+					return fmt.Errorf("no address of %v's family on %s: %w", da, ifc, syscall.EADDRNOTAVAIL)
+				}
+				src = netip.AddrPortFrom(sa, src.Port())
+			}
+			nh := rt.via
+			if !nh.IsValid() {
+				nh = da
+			}
+			if nb = ifc.network.neighbor(nh); nb == nil {
+				// As after a failed ARP or neighbour discovery: the
+				// datagrams are lost.
+				u.noNeighbor.Add(uint64(len(payloads)))
+				return nil
+			}
+		}
+		f := getFrame(ethHeaderLen + hlen + udpHeaderLen + len(payload))
+		writeEth(f, nb.mac, ifc.mac, et)
+		u.build(f, src, dst, payload)
+		if da.Is4() {
+			if pmtu < 0 {
+				pmtu = u.pmtu.get(da, u.h.f.clock)
+			}
+			if pmtu > 0 && len(f)-ethHeaderLen > pmtu {
+				if out != nil {
+					ifc.transmitFrames(out) // what went before leaves first
+				}
+				sendFragmented(ifc, f, pmtu)
+				continue
+			}
+		}
+		if out == nil {
+			ifc.transmit(f)
+			continue
+		}
+		*out = append(*out, f)
 	}
-	ifc.transmit(f)
 	return nil
 }
 

@@ -101,28 +101,50 @@ func (c *udpConn) takeError() error {
 }
 
 func (c *udpConn) read(b []byte) (int, netip.AddrPort, error) {
+	var (
+		sizes [1]int
+		from  [1]netip.AddrPort
+	)
+	_, err := c.readBatch([][]byte{b}, sizes[:], from[:])
+	return sizes[0], from[0], err
+}
+
+// readBatch waits for a datagram, then fills bufs with it and whatever
+// else is queued, up to len(bufs), under one lock: sizes and from get each
+// one's length (truncated to its buffer, the rest discarded, as recvfrom(2)
+// does) and source. It returns how many it filled.
+func (c *udpConn) readBatch(bufs [][]byte, sizes []int, from []netip.AddrPort) (int, error) {
+	want := min(len(bufs), len(sizes), len(from))
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return 0, netip.AddrPort{}, net.ErrClosed
+			return 0, net.ErrClosed
 		}
 		if err := c.soErr; err != nil {
 			c.soErr = nil
 			c.mu.Unlock()
-			return 0, netip.AddrPort{}, err
+			return 0, err
 		}
-		if d, ok := c.popLocked(); ok {
-			c.mu.Unlock()
-			n := copy(b, d.f[d.off:d.off+d.n]) // the rest is discarded, as recvfrom(2) does
+		n := 0
+		for n < want {
+			d, ok := c.popLocked()
+			if !ok {
+				break
+			}
+			sizes[n] = copy(bufs[n], d.f[d.off:d.off+d.n])
+			from[n] = d.from
 			putFrame(d.f)
-			return n, d.from, nil
+			n++
 		}
 		c.mu.Unlock()
+		if n > 0 || want == 0 {
+			return n, nil
+		}
 		select {
 		case <-c.notify:
 		case <-c.rd.Expired():
-			return 0, netip.AddrPort{}, os.ErrDeadlineExceeded
+			return 0, os.ErrDeadlineExceeded
 		case <-c.done:
 		}
 	}
@@ -147,6 +169,10 @@ func (c *udpConn) Read(b []byte) (int, error) {
 }
 
 func (c *udpConn) write(b []byte, to netip.AddrPort) error {
+	return c.writeBatch([][]byte{b}, to)
+}
+
+func (c *udpConn) writeBatch(bufs [][]byte, to netip.AddrPort) error {
 	select {
 	case <-c.done:
 		return net.ErrClosed
@@ -157,7 +183,32 @@ func (c *udpConn) write(b []byte, to netip.AddrPort) error {
 	if err := c.takeError(); err != nil {
 		return err
 	}
-	return c.u.send(c.local, to, b)
+	return c.u.sendBatch(c.local, to, bufs)
+}
+
+// WriteBatchTo sends each of bufs to addr, in order, as that many WriteTo
+// calls would, but routes once and hands the fabric the frames as one run.
+// On an error, the datagrams before the failing one have been sent.
+func (c *udpConn) WriteBatchTo(bufs [][]byte, addr netip.AddrPort) error {
+	if c.remote.IsValid() {
+		return c.opError("write", udpAddrOrNil(addr), net.ErrWriteToConnected)
+	}
+	if err := c.writeBatch(bufs, netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())); err != nil {
+		return c.opError("write", udpAddrOrNil(addr), err)
+	}
+	return nil
+}
+
+// ReadBatchFrom waits for a datagram as ReadFrom does, then fills bufs
+// with it and whatever else is queued, up to len(bufs), in one go: sizes
+// and from get each one's length and source. It returns how many it
+// filled. A datagram longer than its buffer is truncated.
+func (c *udpConn) ReadBatchFrom(bufs [][]byte, sizes []int, from []netip.AddrPort) (int, error) {
+	n, err := c.readBatch(bufs, sizes, from)
+	if err != nil {
+		return 0, c.opError("read", nil, err)
+	}
+	return n, nil
 }
 
 // WriteTo implements net.PacketConn.

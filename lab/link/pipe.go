@@ -34,8 +34,15 @@ type Config struct {
 	// ownership of its buffer. The pipe calls it from one goroutine at a
 	// time, in delivery order: from Send's caller when the packet is not
 	// delayed, otherwise from the pipe's scheduler goroutine. Deliver must
-	// not block and must not call Send or Close on the same pipe.
+	// not block and must not call Send, SendBatch or Close on the same pipe.
 	Deliver func(pkt []byte)
+
+	// DeliverBatch, if set, receives runs of packets that cross the link
+	// together: a SendBatch that needs no delay, or what the scheduler
+	// finds due at one wake. It owns the packets but not the slice, which
+	// it must not keep. It is called under the same rules as Deliver, and
+	// in its place for those runs. If nil, Deliver gets them one by one.
+	DeliverBatch func(pkts [][]byte)
 
 	// Release receives packets the pipe drops (impairments, a full
 	// queue, Close), so their owner can reuse the buffers. If nil, dropped
@@ -68,10 +75,11 @@ type Stats struct {
 // applies its Impairments and passes survivors to Config.Deliver. All methods
 // are safe for concurrent use.
 type Pipe struct {
-	deliver func([]byte)
-	release func([]byte)
-	log     *slog.Logger
-	epoch   time.Time // origin of nanotime, taken in New
+	deliver      func([]byte)
+	deliverBatch func([][]byte)
+	release      func([]byte)
+	log          *slog.Logger
+	epoch        time.Time // origin of nanotime, taken in New
 
 	shape   atomic.Pointer[shape] // current impairments
 	closed  atomic.Bool           // set with dmu and mu held
@@ -118,12 +126,13 @@ func New(cfg Config) (*Pipe, error) {
 		log = log.With("pipe", cfg.Name)
 	}
 	p := &Pipe{
-		deliver: cfg.Deliver,
-		release: cfg.Release,
-		log:     log,
-		epoch:   time.Now(),
-		wake:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
+		deliver:      cfg.Deliver,
+		deliverBatch: cfg.DeliverBatch,
+		release:      cfg.Release,
+		log:          log,
+		epoch:        time.Now(),
+		wake:         make(chan struct{}, 1),
+		quit:         make(chan struct{}),
 	}
 	p.rng.Seed(cfg.Seed, seedStream)
 	p.seed, p.flow = cfg.Seed, cfg.Flow
@@ -157,6 +166,56 @@ func (p *Pipe) Send(pkt []byte) {
 		p.dmu.Unlock()
 	}
 	p.sendSlow(s, pkt)
+}
+
+// SendBatch is Send for several packets in order, taking ownership of
+// each (not of the slice). On a link without impairments and with nothing
+// pending they go to DeliverBatch in one call, under one lock; otherwise
+// each meets the impairments as it would in Send.
+func (p *Pipe) SendBatch(pkts [][]byte) {
+	s := p.shape.Load()
+	if s.fast && len(pkts) > 0 && fitsMTU(pkts, s.im.MTU) {
+		p.dmu.Lock()
+		if p.pending.Load() == 0 && !p.closed.Load() {
+			p.fastSent += uint64(len(pkts))
+			p.deliverRunLocked(pkts)
+			p.dmu.Unlock()
+			return
+		}
+		p.dmu.Unlock()
+	}
+	for _, pkt := range pkts {
+		p.Send(pkt)
+	}
+}
+
+// fitsMTU reports whether every packet fits mtu (zero: no limit).
+func fitsMTU(pkts [][]byte, mtu int) bool {
+	if mtu == 0 {
+		return true
+	}
+	for _, pkt := range pkts {
+		if len(pkt) > mtu {
+			return false
+		}
+	}
+	return true
+}
+
+// deliverRunLocked passes pkts to DeliverBatch, or one by one to Deliver.
+// p.dmu must be held.
+func (p *Pipe) deliverRunLocked(pkts [][]byte) {
+	if p.deliverBatch == nil {
+		for _, pkt := range pkts {
+			p.deliverLocked(pkt)
+		}
+		return
+	}
+	for _, pkt := range pkts {
+		p.bytes += uint64(len(pkt))
+	}
+	p.delivered += uint64(len(pkts))
+	p.deliverBatch(pkts)
 }
 
 // sendSlow applies every impairment to pkt. Randomness is drawn in a fixed

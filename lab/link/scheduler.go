@@ -265,9 +265,9 @@ func (p *Pipe) deliverDue(early int64, batch [][]byte) int64 {
 		}
 		p.pending.Add(-int64(len(b)))
 		p.mu.Unlock()
-		for i, pkt := range b {
-			p.deliverLocked(pkt)
-			b[i] = nil
+		if len(b) > 0 {
+			p.deliverRunLocked(b)
+			clear(b)
 		}
 		p.dmu.Unlock()
 		if len(b) < maxBatch {
