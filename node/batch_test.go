@@ -87,6 +87,7 @@ func TestMuxWriteBatch(t *testing.T) {
 			}
 			rx := NewMux(listenUDP(t), nil)
 			t.Cleanup(func() { rx.Close() })
+			require.True(t, rx.batch.gro, "the kernel here supports UDP GRO")
 			to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
 			for _, sizes := range [][]int{
 				repeat(40, 1452, 300), {1452, 100, 1452, 1452}, repeat(100, 200), {32},
@@ -101,9 +102,40 @@ func TestMuxWriteBatch(t *testing.T) {
 			}
 			if !wrapped {
 				assert.True(t, tx.batch.gso.Load(), "GSO still on after the sends")
+				// On loopback a GSO send reaches a GRO socket whole.
+				assert.NotZero(t, rx.coalesced.Load(), "runs read as one message and split")
+			} else {
+				assert.Zero(t, rx.coalesced.Load(), "one datagram per send cannot arrive as a run")
 			}
 		})
 	}
+}
+
+func TestSplitGRO(t *testing.T) {
+	msg := []byte("aaabbbccc" + "dd")
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		seg  int
+		want []string
+	}{
+		{"no segment size: one datagram", msg, 0, []string{"aaabbbcccdd"}},
+		{"equal runs, short last", msg, 3, []string{"aaa", "bbb", "ccc", "dd"}},
+		{"segment as long as the message", msg, len(msg), []string{"aaabbbcccdd"}},
+		{"segment longer than the message", msg, 100, []string{"aaabbbcccdd"}},
+		{"empty", nil, 3, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			splitGRO(tc.b, tc.seg, func(b []byte) { got = append(got, string(b)) })
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestGROSegment(t *testing.T) {
+	assert.Zero(t, groSegment(nil), "no control message")
+	assert.Zero(t, groSegment([]byte{1, 2, 3}), "a truncated one")
 }
 
 func listenUDP(t *testing.T) *net.UDPConn {

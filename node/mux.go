@@ -124,6 +124,7 @@ type Mux struct {
 	loop  sync.WaitGroup
 
 	stunN, wgN, other, stunDrop, wgDrop atomic.Uint64
+	coalesced                           atomic.Uint64 // datagrams that arrived in a run (UDP GRO)
 }
 
 // NewMux starts the read loop on pc. Close stops it and closes pc.
@@ -134,9 +135,12 @@ func NewMux(pc net.PacketConn, log *slog.Logger) *Mux {
 	m := &Mux{pc: pc, batch: newUDPBatch(pc), log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
 	m.stun = &muxConn{m: m, in: make(chan datagram, muxSTUNQueue)}
 	m.loop.Add(1)
-	if m.batch != nil {
+	switch {
+	case m.batch != nil && m.batch.gro:
+		go m.readGROLoop()
+	case m.batch != nil:
 		go m.readBatchLoop()
-	} else {
+	default:
 		go m.readLoop()
 	}
 	return m
@@ -204,6 +208,50 @@ func (m *Mux) readBatchLoop() {
 			m.route(datagram{buf: bps[i], n: msgs[i].N, from: addrPortOf(msgs[i].Addr)})
 			bps[i] = muxPool.Get().(*[]byte)
 			msgs[i].Buffers[0] = *bps[i]
+		}
+	}
+}
+
+// readGROLoop is readBatchLoop on a socket with UDP GRO: each message
+// may be a run of datagrams from one sender, read into one of the loop's
+// own 64 KiB buffers and split here, each datagram copied into a pool
+// buffer that route takes over. A copy in user space is cheaper than the
+// kernel's split into a socket buffer per datagram and a recvmmsg slot
+// each, and the queues keep holding datagrams of at most muxBufSize.
+func (m *Mux) readGROLoop() {
+	defer m.loop.Done()
+	msgs := make([]netipv4.Message, groBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, groBufSize)}
+		msgs[i].OOB = make([]byte, groOOBSize)
+	}
+	for {
+		n, err := m.batch.pc.ReadBatch(msgs, 0)
+		if err != nil {
+			if m.readError(err) {
+				return
+			}
+			continue
+		}
+		for i := range n {
+			msg := &msgs[i]
+			if msg.Addr == nil || msg.N == 0 {
+				m.other.Add(1)
+				continue
+			}
+			from := addrPortOf(msg.Addr)
+			seg := groSegment(msg.OOB[:msg.NN])
+			if seg > 0 && seg < msg.N {
+				m.coalesced.Add(uint64((msg.N + seg - 1) / seg))
+			}
+			splitGRO(msg.Buffers[0][:msg.N], seg, func(b []byte) {
+				if len(b) > muxBufSize {
+					m.other.Add(1) // larger than any datagram the node sends
+					return
+				}
+				bp := muxPool.Get().(*[]byte)
+				m.route(datagram{buf: bp, n: copy(*bp, b), from: from})
+			})
 		}
 	}
 }
