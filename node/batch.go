@@ -62,11 +62,12 @@ type batchConn interface {
 }
 
 // newUDPBatch returns a batcher for pc, or nil where pc is not a
-// *net.UDPConn (a lab host's socket). On an IPv6 socket (the node's
+// *net.UDPConn (a lab host's socket); with gro, it turns UDP GRO on where
+// the kernel has it. On an IPv6 socket (the node's
 // dual-stack one) x/net's ipv6 side does the calls where
 // ipv4OnIPv6Socket says the kernel takes the AF_INET addresses it
 // writes for IPv4 destinations.
-func newUDPBatch(pc net.PacketConn) *udpBatch {
+func newUDPBatch(pc net.PacketConn, gro bool) *udpBatch {
 	uc, ok := pc.(*net.UDPConn)
 	if !ok {
 		return nil
@@ -82,7 +83,7 @@ func newUDPBatch(pc net.PacketConn) *udpBatch {
 		}
 		bc = netipv6.NewPacketConn(uc)
 	}
-	u := &udpBatch{pc: bc, gro: enableGRO(uc)}
+	u := &udpBatch{pc: bc, gro: gro && enableGRO(uc)}
 	u.gso.Store(gsoSupported(uc))
 	u.scratch.New = func() any { return &sendScratch{} }
 	return u

@@ -73,8 +73,9 @@ func TestSplitRuns(t *testing.T) {
 // datagram), to a mux on a real socket (recvmmsg), and checks that every
 // datagram arrives whole, in order.
 func TestMuxWriteBatch(t *testing.T) {
-	for _, wrapped := range []bool{false, true} {
-		t.Run(fmt.Sprintf("wrapped=%v", wrapped), func(t *testing.T) {
+	for _, tc := range []struct{ wrapped, gro bool }{{false, true}, {true, true}, {false, false}} {
+		wrapped := tc.wrapped
+		t.Run(fmt.Sprintf("wrapped=%v,gro=%v", wrapped, tc.gro), func(t *testing.T) {
 			var pc net.PacketConn = listenUDP(t)
 			if wrapped {
 				pc = plainConn{pc}
@@ -85,9 +86,9 @@ func TestMuxWriteBatch(t *testing.T) {
 			if !wrapped {
 				assert.True(t, tx.batch.gso.Load(), "the kernel here supports UDP GSO")
 			}
-			rx := NewMux(listenUDP(t), nil)
+			rx := newMux(listenUDP(t), nil, tc.gro)
 			t.Cleanup(func() { rx.Close() })
-			require.True(t, rx.batch.gro, "the kernel here supports UDP GRO")
+			require.Equal(t, tc.gro, rx.batch.gro, "GRO as asked: the kernel here supports it")
 			to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
 			for _, sizes := range [][]int{
 				repeat(40, 1452, 300), {1452, 100, 1452, 1452}, repeat(100, 200), {32},
@@ -102,10 +103,12 @@ func TestMuxWriteBatch(t *testing.T) {
 			}
 			if !wrapped {
 				assert.True(t, tx.batch.gso.Load(), "GSO still on after the sends")
+			}
+			if !wrapped && tc.gro {
 				// On loopback a GSO send reaches a GRO socket whole.
 				assert.NotZero(t, rx.coalesced.Load(), "runs read as one message and split")
 			} else {
-				assert.Zero(t, rx.coalesced.Load(), "one datagram per send cannot arrive as a run")
+				assert.Zero(t, rx.coalesced.Load(), "no runs: one datagram per send, or GRO off")
 			}
 		})
 	}
