@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"sync"
@@ -26,8 +27,11 @@ type fdLink struct {
 	file   *os.File
 	raw    syscall.RawConn
 	mtu    int
-	header []byte            // link header before each packet; see GatewayConfig.LinkHeader
-	filter func([]byte) bool // false: the packet was handled or dropped
+	header []byte // link header before each packet; see GatewayConfig.LinkHeader
+	// filter sees each packet read: head holds its first bytes (at least
+	// its IPv4 header, when it has one), rest the others, size its length
+	// in all. False: the packet was handled or dropped.
+	filter func(head []byte, size int, rest []byte) bool
 
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	wg         sync.WaitGroup
@@ -37,7 +41,18 @@ type fdLink struct {
 
 var _ stack.LinkEndpoint = (*fdLink)(nil)
 
-func newFDLink(f *os.File, mtu int, header []byte, filter func([]byte) bool) (*fdLink, error) {
+// linkHeadSize is how much of a frame the reader puts in a view of its
+// own: a link header and an IPv4 and a TCP header at their largest (60
+// bytes each), rounded to a size of gVisor's chunk pools so that the view
+// is full and the packet buffer appends the rest without copying into it.
+// gVisor's IPv4 endpoint keeps a reference to the view holding the
+// network header while it looks at the header again, and a view that is
+// shared is copied whole (buffer.PullUp clones its chunk): with the
+// headers in their own small view that copy is 256 bytes, not the
+// packet's 64 KiB.
+const linkHeadSize = 256
+
+func newFDLink(f *os.File, mtu int, header []byte, filter func([]byte, int, []byte) bool) (*fdLink, error) {
 	raw, err := f.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("netstack: gateway: device: %w", err)
@@ -47,33 +62,80 @@ func newFDLink(f *os.File, mtu int, header []byte, filter func([]byte) bool) (*f
 
 func (l *fdLink) start() { l.wg.Go(l.read) }
 
-// read delivers packets until the device is closed. Each is read straight
-// into a pooled gVisor view (at most 64 KiB, buffer.MaxChunkSize), which
-// the packet buffer then owns: no copy between the device and the stack.
+// read delivers packets until the device is closed. Each is read with one
+// readv straight into two pooled gVisor views, its headers and the rest
+// (at most 64 KiB, buffer.MaxChunkSize), which the packet buffer then
+// owns: no copy between the device and the stack. A packet that fits the
+// head view leaves the other for the next read, so small packets (the
+// agent's ACKs) do not pay for clearing a 64 KiB chunk.
 func (l *fdLink) read() {
-	size := len(l.header) + l.mtu
+	var body *buffer.View
+	defer func() {
+		if body != nil {
+			body.Release()
+		}
+	}()
 	for {
-		v := buffer.NewViewSize(size)
-		n, err := l.file.Read(v.AsSlice())
+		head := buffer.NewViewSize(linkHeadSize)
+		if body == nil {
+			body = buffer.NewViewSize(len(l.header) + l.mtu - linkHeadSize)
+		}
+		n, err := l.readv(head.AsSlice(), body.AsSlice())
 		if err != nil {
-			v.Release()
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			head.Release()
+			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			return // closed (os.ErrClosed), or the device is gone
 		}
-		v.CapLength(n)
-		pkt, ok := l.strip(v.AsSlice())
+		hn := min(n, head.Size())
+		head.CapLength(hn)
+		var rest []byte
+		if n > hn {
+			rest = body.AsSlice()[:n-hn]
+		}
+		pkt, ok := l.strip(head.AsSlice())
 		d := l.dispatcher.Load()
-		if !ok || !l.filter(pkt) || d == nil {
-			v.Release()
+		if !ok || !l.filter(pkt, len(pkt)+len(rest), rest) || d == nil {
+			head.Release()
 			continue
 		}
-		v.TrimFront(len(l.header))
-		pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+		head.TrimFront(len(l.header))
+		buf := buffer.MakeWithView(head)
+		if rest != nil {
+			body.CapLength(len(rest))
+			if err := buf.Append(body); err != nil {
+				buf.Release()
+				body = nil // the buffer took it over
+				continue
+			}
+			body = nil
+		}
+		pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buf})
 		(*d).DeliverNetworkPacket(ipv4.ProtocolNumber, pb)
 		pb.DecRef()
 	}
+}
+
+// readv reads one packet into head and body, waiting for the device to
+// be readable.
+func (l *fdLink) readv(head, body []byte) (int, error) {
+	var (
+		n    int
+		rerr error
+	)
+	iovs := [][]byte{head, body}
+	err := l.raw.Read(func(fd uintptr) bool {
+		n, rerr = unix.Readv(int(fd), iovs)
+		return rerr != unix.EAGAIN
+	})
+	if err != nil {
+		return 0, err
+	}
+	if rerr == nil && n == 0 {
+		return 0, io.EOF
+	}
+	return n, rerr
 }
 
 // strip removes the link header from a frame: only IPv4 frames pass.
@@ -194,18 +256,22 @@ const (
 	packetEcho                      // an ICMP echo request, for Ping
 )
 
-// classify looks at a packet from the agent: only well-formed IPv4 from
-// the agent's address goes anywhere.
-func classify(b []byte, agent netip.Addr) packetKind {
+// classify looks at a packet from the agent, size bytes long, of which b
+// holds the first (at least its IPv4 header; all of it for ICMP): only
+// well-formed IPv4 from the agent's address goes anywhere.
+func classify(b []byte, size int, agent netip.Addr) packetKind {
 	if len(b) < header.IPv4MinimumSize || header.IPVersion(b) != header.IPv4Version {
 		return packetDrop
 	}
 	ip := header.IPv4(b)
-	if !ip.IsValid(len(b)) || addrFromTCPIP(ip.SourceAddress()) != agent {
+	if !ip.IsValid(size) || len(b) < int(ip.HeaderLength()) || addrFromTCPIP(ip.SourceAddress()) != agent {
 		return packetDrop
 	}
 	if ip.TransportProtocol() != header.ICMPv4ProtocolNumber {
 		return packetDeliver
+	}
+	if len(b) < int(ip.TotalLength()) {
+		return packetDrop // the caller did not gather the whole message
 	}
 	if ip.More() || ip.FragmentOffset() != 0 {
 		return packetDrop // no fragmented pings
@@ -261,13 +327,19 @@ func udpProhibited(id stack.TransportEndpointID) []byte {
 	return out
 }
 
-// inbound is the link's filter.
-func (g *Gateway) inbound(b []byte) bool {
-	switch classify(b, g.cfg.Agent) {
+// inbound is the link's filter. An ICMP message longer than the link's
+// head view (a ping with more data) is gathered into one slice, as echo
+// replies with all of it.
+func (g *Gateway) inbound(head []byte, size int, rest []byte) bool {
+	if len(rest) > 0 && len(head) >= header.IPv4MinimumSize &&
+		header.IPv4(head).TransportProtocol() == header.ICMPv4ProtocolNumber {
+		head = append(head[:len(head):len(head)], rest...)
+	}
+	switch classify(head, size, g.cfg.Agent) {
 	case packetDeliver:
 		return true
 	case packetEcho:
-		g.echo(b)
+		g.echo(head)
 	default:
 		g.stats.dropped.Add(1)
 	}

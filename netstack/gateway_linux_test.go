@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,9 +65,17 @@ func TestGatewayClassify(t *testing.T) {
 		{"truncated icmp", ipv4Packet(gwAgent, gwPeer, icmp, []byte{8, 0}), packetDrop},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, classify(tc.pkt, gwAgent))
+			assert.Equal(t, tc.want, classify(tc.pkt, len(tc.pkt), gwAgent))
 		})
 	}
+	// The link reader passes a packet's first bytes: enough for TCP and
+	// UDP, not for an echo request, which inbound gathers whole first.
+	tcp := ipv4Packet(gwAgent, gwPeer, uint8(header.TCPProtocolNumber), make([]byte, 2000))
+	assert.Equal(t, packetDeliver, classify(tcp[:40], len(tcp), gwAgent), "tcp, headers only")
+	assert.Equal(t, packetDrop, classify(tcp[:40], 30, gwAgent), "longer than the read")
+	ping := ipv4Packet(gwAgent, gwPeer, icmp, echoRequest(7, 1, strings.Repeat("x", 1000)))
+	assert.Equal(t, packetDrop, classify(ping[:256], len(ping), gwAgent), "echo, not gathered")
+	assert.Equal(t, packetEcho, classify(ping, len(ping), gwAgent), "echo, gathered")
 }
 
 func TestEchoReply(t *testing.T) {
@@ -117,7 +126,19 @@ func TestGatewayEcho(t *testing.T) {
 	ip := header.IPv4(buf[:n])
 	assert.Equal(t, gwPeer, addrFromTCPIP(ip.SourceAddress()))
 	assert.Equal(t, uint16(2), header.ICMPv4(ip.Payload()).Sequence(), "only the confirmed ping is answered")
-	require.Eventually(t, func() bool { return g.Stats().Pings == 1 && g.Stats().Dropped == 1 }, 5*time.Second, 10*time.Millisecond, "%+v", g.Stats())
+
+	// A ping longer than the reader's head view is answered with all its data.
+	data := strings.Repeat("0123456789", 100)
+	_, err = agent.Write(ipv4Packet(gwAgent, gwPeer, icmp, echoRequest(1, 3, data)))
+	require.NoError(t, err)
+	n, err = agent.Read(buf)
+	require.NoError(t, err)
+	ip = header.IPv4(buf[:n])
+	require.True(t, ip.IsValid(n))
+	reply := header.ICMPv4(ip.Payload())
+	assert.Equal(t, uint16(3), reply.Sequence())
+	assert.Equal(t, data, string(reply.Payload()))
+	require.Eventually(t, func() bool { return g.Stats().Pings == 2 && g.Stats().Dropped == 1 }, 5*time.Second, 10*time.Millisecond, "%+v", g.Stats())
 	require.NoError(t, g.Close())
 }
 
@@ -125,7 +146,7 @@ func FuzzGatewayClassify(f *testing.F) {
 	f.Add(ipv4Packet(gwAgent, gwPeer, uint8(header.ICMPv4ProtocolNumber), echoRequest(7, 1, "hi")))
 	f.Add(ipv4Packet(gwAgent, gwPeer, uint8(header.TCPProtocolNumber), make([]byte, 20)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if classify(b, gwAgent) == packetEcho {
+		if classify(b, len(b), gwAgent) == packetEcho {
 			rep := echoReply(b)
 			if !header.IPv4(rep).IsChecksumValid() {
 				t.Fatal("reply with a bad IP checksum")

@@ -24,6 +24,7 @@ import (
 type udpBatch struct {
 	pc  batchConn
 	gso atomic.Bool // the kernel takes UDP_SEGMENT; cleared when a send says otherwise
+	gro bool        // the socket has UDP_GRO: a read may be a run of datagrams
 
 	scratch sync.Pool // *sendScratch, one per concurrent Send
 }
@@ -31,6 +32,14 @@ type udpBatch struct {
 const (
 	// recvBatch is how many datagrams one recvmmsg may return.
 	recvBatch = 32
+	// groBatch is how many messages one recvmmsg returns on a socket
+	// with UDP_GRO. Each needs a groBufSize buffer (512 KiB in all), and
+	// each can be a run of up to 64 datagrams (a peer's GSO send, which
+	// on loopback arrives whole, or what the NIC's GRO merged).
+	groBatch = 8
+	// groBufSize holds the largest coalesced message: an IPv4 UDP
+	// datagram's payload at most, which is what GRO stops at.
+	groBufSize = 1 << 16
 	// gsoMaxSegments is UDP_MAX_SEGMENTS on the kernels we run on (64
 	// until Linux 6.9 raised it to 128).
 	gsoMaxSegments = 64
@@ -53,11 +62,12 @@ type batchConn interface {
 }
 
 // newUDPBatch returns a batcher for pc, or nil where pc is not a
-// *net.UDPConn (a lab host's socket). On an IPv6 socket (the node's
+// *net.UDPConn (a lab host's socket); with gro, it turns UDP GRO on where
+// the kernel has it. On an IPv6 socket (the node's
 // dual-stack one) x/net's ipv6 side does the calls where
 // ipv4OnIPv6Socket says the kernel takes the AF_INET addresses it
 // writes for IPv4 destinations.
-func newUDPBatch(pc net.PacketConn) *udpBatch {
+func newUDPBatch(pc net.PacketConn, gro bool) *udpBatch {
 	uc, ok := pc.(*net.UDPConn)
 	if !ok {
 		return nil
@@ -73,7 +83,7 @@ func newUDPBatch(pc net.PacketConn) *udpBatch {
 		}
 		bc = netipv6.NewPacketConn(uc)
 	}
-	u := &udpBatch{pc: bc}
+	u := &udpBatch{pc: bc, gro: gro && enableGRO(uc)}
 	u.gso.Store(gsoSupported(uc))
 	u.scratch.New = func() any { return &sendScratch{} }
 	return u
@@ -143,4 +153,18 @@ func (s *sendScratch) split(bufs [][]byte, addr net.Addr, gso bool) []netipv4.Me
 		i = j
 	}
 	return s.msgs
+}
+
+// splitGRO calls each with every datagram of a coalesced message b whose
+// control message says the datagrams are seg bytes long (the last may be
+// shorter); seg 0 means b is one datagram.
+func splitGRO(b []byte, seg int, each func([]byte)) {
+	if seg <= 0 {
+		seg = len(b)
+	}
+	for len(b) > 0 {
+		k := min(seg, len(b))
+		each(b[:k])
+		b = b[k:]
+	}
 }

@@ -55,3 +55,45 @@ func gsoControl(b []byte, size int) []byte {
 func shouldDisableGSO(err error) bool {
 	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL)
 }
+
+// enableGRO turns UDP_GRO on for the socket and says whether it took: the
+// kernel then hands a run of datagrams from one sender as one message,
+// with a control message giving their size, and on loopback a sender's
+// GSO send arrives whole instead of being split into one socket buffer
+// per datagram. It reads the option back, which kernels before 5.12
+// cannot; wireguard-go leaves GRO off on those too (its GRO had bugs).
+func enableGRO(uc *net.UDPConn) bool {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	on := false
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1) != nil {
+			return
+		}
+		v, err := unix.GetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO)
+		on = err == nil && v == 1
+	})
+	return on
+}
+
+// groOOBSize is the control buffer a read asks for: room for the UDP_GRO
+// message (a 16-bit segment size) and one more, as the kernel may add
+// others.
+var groOOBSize = 2 * unix.CmsgSpace(4)
+
+// groSegment is the segment size in a read's control messages, or 0
+// where there is none (the message is one datagram).
+func groSegment(oob []byte) int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 2 {
+			return int(binary.NativeEndian.Uint16(m.Data))
+		}
+	}
+	return 0
+}

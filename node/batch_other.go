@@ -15,3 +15,12 @@ func gsoSupported(*net.UDPConn) bool { return false }
 func gsoControl(b []byte, _ int) []byte { return b }
 
 func shouldDisableGSO(error) bool { return false }
+
+// enableGRO: UDP GRO is Linux's.
+func enableGRO(*net.UDPConn) bool { return false }
+
+// groSegment is never called where enableGRO is false.
+func groSegment([]byte) int { return 0 }
+
+// groOOBSize is the control buffer a read asks for: none.
+var groOOBSize = 0

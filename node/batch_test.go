@@ -73,8 +73,9 @@ func TestSplitRuns(t *testing.T) {
 // datagram), to a mux on a real socket (recvmmsg), and checks that every
 // datagram arrives whole, in order.
 func TestMuxWriteBatch(t *testing.T) {
-	for _, wrapped := range []bool{false, true} {
-		t.Run(fmt.Sprintf("wrapped=%v", wrapped), func(t *testing.T) {
+	for _, tc := range []struct{ wrapped, gro bool }{{false, true}, {true, true}, {false, false}} {
+		wrapped := tc.wrapped
+		t.Run(fmt.Sprintf("wrapped=%v,gro=%v", wrapped, tc.gro), func(t *testing.T) {
 			var pc net.PacketConn = listenUDP(t)
 			if wrapped {
 				pc = plainConn{pc}
@@ -85,8 +86,9 @@ func TestMuxWriteBatch(t *testing.T) {
 			if !wrapped {
 				assert.True(t, tx.batch.gso.Load(), "the kernel here supports UDP GSO")
 			}
-			rx := NewMux(listenUDP(t), nil)
+			rx := newMux(listenUDP(t), nil, tc.gro)
 			t.Cleanup(func() { rx.Close() })
+			require.Equal(t, tc.gro, rx.batch.gro, "GRO as asked: the kernel here supports it")
 			to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
 			for _, sizes := range [][]int{
 				repeat(40, 1452, 300), {1452, 100, 1452, 1452}, repeat(100, 200), {32},
@@ -102,8 +104,41 @@ func TestMuxWriteBatch(t *testing.T) {
 			if !wrapped {
 				assert.True(t, tx.batch.gso.Load(), "GSO still on after the sends")
 			}
+			if !wrapped && tc.gro {
+				// On loopback a GSO send reaches a GRO socket whole.
+				assert.NotZero(t, rx.coalesced.Load(), "runs read as one message and split")
+			} else {
+				assert.Zero(t, rx.coalesced.Load(), "no runs: one datagram per send, or GRO off")
+			}
 		})
 	}
+}
+
+func TestSplitGRO(t *testing.T) {
+	msg := []byte("aaabbbccc" + "dd")
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		seg  int
+		want []string
+	}{
+		{"no segment size: one datagram", msg, 0, []string{"aaabbbcccdd"}},
+		{"equal runs, short last", msg, 3, []string{"aaa", "bbb", "ccc", "dd"}},
+		{"segment as long as the message", msg, len(msg), []string{"aaabbbcccdd"}},
+		{"segment longer than the message", msg, 100, []string{"aaabbbcccdd"}},
+		{"empty", nil, 3, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			splitGRO(tc.b, tc.seg, func(b []byte) { got = append(got, string(b)) })
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestGROSegment(t *testing.T) {
+	assert.Zero(t, groSegment(nil), "no control message")
+	assert.Zero(t, groSegment([]byte{1, 2, 3}), "a truncated one")
 }
 
 func listenUDP(t *testing.T) *net.UDPConn {

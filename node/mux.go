@@ -124,17 +124,24 @@ type Mux struct {
 	loop  sync.WaitGroup
 
 	stunN, wgN, other, stunDrop, wgDrop atomic.Uint64
+	coalesced                           atomic.Uint64 // datagrams that arrived in a run (UDP GRO)
 }
 
 // NewMux starts the read loop on pc. Close stops it and closes pc.
-func NewMux(pc net.PacketConn, log *slog.Logger) *Mux {
+func NewMux(pc net.PacketConn, log *slog.Logger) *Mux { return newMux(pc, log, true) }
+
+// newMux is NewMux; gro false leaves UDP GRO off (for tests of the read
+// loop kernels without it run).
+func newMux(pc net.PacketConn, log *slog.Logger, gro bool) *Mux {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Mux{pc: pc, batch: newUDPBatch(pc), log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
+	m := &Mux{pc: pc, batch: newUDPBatch(pc, gro), log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
 	m.stun = &muxConn{m: m, in: make(chan datagram, muxSTUNQueue)}
 	m.loop.Add(1)
 	switch bc, ok := pc.(batchPacketConn); {
+	case m.batch != nil && m.batch.gro:
+		go m.readGROLoop()
 	case m.batch != nil:
 		go m.readBatchLoop()
 	case ok:
@@ -191,6 +198,16 @@ func (m *Mux) readBatchLoop() {
 			muxPool.Put(bp)
 		}
 	}()
+	m.readBatches(msgs, func(i int, msg *netipv4.Message) {
+		m.route(datagram{buf: bps[i], n: msg.N, from: addrPortOf(msg.Addr)})
+		bps[i] = muxPool.Get().(*[]byte)
+		msg.Buffers[0] = *bps[i]
+	})
+}
+
+// readBatches reads into msgs until the mux closes and calls each with
+// every message that came from an address.
+func (m *Mux) readBatches(msgs []netipv4.Message, each func(i int, msg *netipv4.Message)) {
 	for {
 		n, err := m.batch.pc.ReadBatch(msgs, 0)
 		if err != nil {
@@ -204,11 +221,43 @@ func (m *Mux) readBatchLoop() {
 				m.other.Add(1)
 				continue
 			}
-			m.route(datagram{buf: bps[i], n: msgs[i].N, from: addrPortOf(msgs[i].Addr)})
-			bps[i] = muxPool.Get().(*[]byte)
-			msgs[i].Buffers[0] = *bps[i]
+			each(i, &msgs[i])
 		}
 	}
+}
+
+// readGROLoop is readBatchLoop on a socket with UDP GRO: each message
+// may be a run of datagrams from one sender, read into one of the loop's
+// own 64 KiB buffers and split here, each datagram copied into a pool
+// buffer that route takes over. A copy in user space is cheaper than the
+// kernel's split into a socket buffer per datagram and a recvmmsg slot
+// each, and the queues keep holding datagrams of at most muxBufSize.
+func (m *Mux) readGROLoop() {
+	defer m.loop.Done()
+	msgs := make([]netipv4.Message, groBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, groBufSize)}
+		msgs[i].OOB = make([]byte, groOOBSize)
+	}
+	m.readBatches(msgs, func(_ int, msg *netipv4.Message) {
+		if msg.N == 0 {
+			m.other.Add(1)
+			return
+		}
+		from := addrPortOf(msg.Addr)
+		seg := groSegment(msg.OOB[:msg.NN])
+		if seg > 0 && seg < msg.N {
+			m.coalesced.Add(uint64((msg.N + seg - 1) / seg))
+		}
+		splitGRO(msg.Buffers[0][:msg.N], seg, func(b []byte) {
+			if len(b) > muxBufSize {
+				m.other.Add(1) // larger than any datagram the node sends
+				return
+			}
+			bp := muxPool.Get().(*[]byte)
+			m.route(datagram{buf: bp, n: copy(*bp, b), from: from})
+		})
+	})
 }
 
 // route hands d to ICE or WireGuard by its kind, or drops it; it owns d's
