@@ -35,8 +35,9 @@ measured to DIR/bench.json and DIR/bench.svg:
   connect   a node joins a running one: time to the first answered overlay
             ping (and how much of it the joining node's own start took)
             and to the direct path (median of --runs)
-  scale     every node of --scale's topology started, one at a time, until
-            every pair has a WireGuard handshake; with the peak memory
+  scale     every node of --scale's topology started (16 at a time from 32
+            nodes) until every pair has a WireGuard handshake, then each
+            node pings 10 random peers; with the peak memory
 
 The figures measure Lattice running in one process on this machine; compare
 them with a baseline from the same machine. With --baseline FILE (an earlier
@@ -159,7 +160,7 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 	fl.Var(sizeFlag{&size}, "bytes", "data path transfer `SIZE` (e.g. 64MiB)")
 	fl.IntVar(&runs, "runs", 5, "connect repetitions")
 	fl.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the benchmarks (go tool pprof) to `FILE`")
-	fl.StringVar(&memProfile, "memprofile", "", "write a heap profile (go tool pprof) to `FILE`: with scale, while its lab is up, after the full mesh or when it failed; else at the end")
+	fl.StringVar(&memProfile, "memprofile", "", "write a heap profile (go tool pprof) to `FILE`: with scale, while its lab is up, after the pings or when it failed; else at the end")
 	return cmd
 }
 
