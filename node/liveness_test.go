@@ -50,6 +50,21 @@ func TestIdleConsentRate(t *testing.T) {
 	})
 }
 
+// directPair starts alpha behind a port-restricted cone NAT (host ha)
+// and beta behind a full cone, and waits until each is direct to the
+// other.
+func directPair(t *testing.T) (w *labWorld, a, b *node.Node, na, nb *stockNetstack, ha *fabric.Host) {
+	t.Helper()
+	w = newLabWorld(t)
+	na, nb = &stockNetstack{}, &stockNetstack{}
+	ha = w.site(t, "port-restricted-cone")
+	a = startNode(t, ha, "alpha", na)
+	b = startNode(t, w.site(t, "full-cone"), "beta", nb)
+	waitPath(t, a, node.PathDirect, 10*time.Second)
+	waitPath(t, b, node.PathDirect, 10*time.Second)
+	return w, a, b, na, nb, ha
+}
+
 // trafficFlow is a TCP stream from a to b over the tunnel, 1 KiB every
 // 10 ms: a flow with a packet in flight at any moment. got receives the
 // time of each read at b (dropped when full).
@@ -117,12 +132,7 @@ func startFlow(t *testing.T, na, nb *stockNetstack, to netip.Addr) *trafficFlow 
 // resumes over the relay within two.
 func TestDeadPathUnderTraffic(t *testing.T) {
 	inVirtualTime(t, func(t *testing.T) {
-		w := newLabWorld(t)
-		na, nb := &stockNetstack{}, &stockNetstack{}
-		a := startNode(t, w.site(t, "port-restricted-cone"), "alpha", na)
-		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
-		waitPath(t, a, node.PathDirect, 10*time.Second)
-		waitPath(t, b, node.PathDirect, 10*time.Second)
+		w, a, b, na, nb, _ := directPair(t)
 		flow := startFlow(t, na, nb, b.Address().Addr())
 		time.Sleep(time.Second)
 
@@ -176,13 +186,7 @@ func TestDeadPathUnderTraffic(t *testing.T) {
 // TestMetricsTransferReport lost its direct bytes so on a loaded machine).
 func TestSlowPathHedges(t *testing.T) {
 	inVirtualTime(t, func(t *testing.T) {
-		w := newLabWorld(t)
-		na, nb := &stockNetstack{}, &stockNetstack{}
-		ha := w.site(t, "port-restricted-cone")
-		a := startNode(t, ha, "alpha", na)
-		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
-		waitPath(t, a, node.PathDirect, 10*time.Second)
-		waitPath(t, b, node.PathDirect, 10*time.Second)
+		_, a, b, na, nb, ha := directPair(t)
 		flow := startFlow(t, na, nb, b.Address().Addr())
 		time.Sleep(time.Second)
 
@@ -240,12 +244,7 @@ func iceGoroutines() int {
 // attempt and no agent goroutine left, and still carries traffic.
 func TestSettledPathRetiresAgent(t *testing.T) {
 	inVirtualTime(t, func(t *testing.T) {
-		w := newLabWorld(t)
-		na, nb := &stockNetstack{}, &stockNetstack{}
-		a := startNode(t, w.site(t, "port-restricted-cone"), "alpha", na)
-		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
-		waitPath(t, a, node.PathDirect, 10*time.Second)
-		waitPath(t, b, node.PathDirect, 10*time.Second)
+		_, a, b, na, nb, _ := directPair(t)
 		require.Positive(t, iceGoroutines(), "no agent while the path is new")
 		time.Sleep(10 * time.Second) // both sides' first consent ticks
 		assert.Zero(t, iceGoroutines(), "agents still running on a settled path")
