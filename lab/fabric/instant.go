@@ -21,11 +21,10 @@ import (
 // other goroutine of the bubble is blocked, which is when everything that
 // instant's running goroutines send has been sent. It then writes the
 // queued capture records and hands the frames on in a canonical order:
-// by network, sending port, IP protocol and address pair (ipPair), and
-// within one pair in the order they were sent, so nothing between two
-// addresses is reordered (the fragments of a datagram, a TCP flight,
-// connections to one server keep their order; ports are not in the key
-// because a non-first fragment has none). What that
+// by network, sending port and flow (ipPair: IP protocol, address pair,
+// and the ports, or a fragment's datagram), and within one flow in the
+// order they were sent, so nothing in a flow is reordered (a TCP flight,
+// the fragments of a datagram keep their order). What that
 // delivery starts at the same instant is queued and ordered again, until
 // the bubble is idle and its clock moves on. Nothing is delayed: the
 // frames cross at the instant they were sent.
@@ -251,10 +250,16 @@ func (in *instants) flushTap(t *tap) {
 	writeRecs(mine)
 }
 
-// ipPair keys an Ethernet frame by what every fragment of an IP packet
-// carries: the EtherType and, for IPv4 and IPv6, the protocol (IPv6's first
-// next header) and the two addresses. FNV-1a, so the key and the order it
-// gives are the same in every process.
+// ipPair keys an Ethernet frame by its flow as far as every fragment of an
+// IP packet carries it: the EtherType and, for IPv4 and IPv6, the protocol
+// (IPv6's first next header) and the two addresses; then, for a TCP or UDP
+// packet that is not fragmented, its two ports, and for a fragment, the
+// datagram's identification (the same in each of its fragments, so they
+// keep their order and nothing overtakes its first fragment). Two
+// connections between the same addresses opened at one instant (a node's
+// registration and its control session dialed ahead) are so ordered by
+// their ports, not by which goroutine ran first. FNV-1a, so the key and the
+// order it gives are the same in every process.
 func ipPair(f []byte) uint64 {
 	const prime = 1099511628211
 	h := uint64(14695981039346656037)
@@ -268,13 +273,31 @@ func ipPair(f []byte) uint64 {
 		return h
 	}
 	mix(f[12:14])
+	ports := func(proto byte, l4 []byte) {
+		if (proto == 6 || proto == 17) && len(l4) >= 4 {
+			mix(l4[:4])
+		}
+	}
 	switch ip := f[ethHeaderLen:]; {
 	case f[12] == 0x08 && f[13] == 0x00 && len(ip) >= 20:
 		mix(ip[9:10])
 		mix(ip[12:20])
+		ihl := int(ip[0]&0x0f) * 4
+		switch fragmented := ip[6]&0x20 != 0 || (ip[6]&0x1f != 0 || ip[7] != 0); {
+		case fragmented:
+			mix(ip[4:6])
+		case ihl >= 20 && len(ip) >= ihl:
+			ports(ip[9], ip[ihl:])
+		}
 	case f[12] == 0x86 && f[13] == 0xdd && len(ip) >= 40:
 		mix(ip[6:7])
 		mix(ip[8:40])
+		switch next := ip[6]; {
+		case next == 44 && len(ip) >= 48: // a fragment header
+			mix(ip[44:48])
+		default:
+			ports(next, ip[40:])
+		}
 	}
 	return h
 }

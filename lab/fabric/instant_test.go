@@ -123,27 +123,35 @@ func captureRecords(t *testing.T, path string) []string {
 }
 
 // TestIPPairKeepsFragmentsTogether: every fragment of a datagram (only the
-// first carries ports) and every port pair between two addresses share a
-// key, so ordering an instant never reorders them; another destination or
-// protocol gets another key.
+// first carries ports) shares a key, by the datagram's identification, and
+// so does every packet of one port pair, so ordering an instant never
+// reorders them; two port pairs between the same addresses (two
+// connections opened at one instant), another destination or another
+// protocol get keys of their own, so their order comes from the key, not
+// from which goroutine sent first.
 func TestIPPairKeepsFragmentsTogether(t *testing.T) {
-	frame := func(proto byte, dst byte, fragOff uint16, ports bool) []byte {
+	frame := func(proto byte, dst byte, fragOff uint16, id uint16, srcPort uint16) []byte {
 		f := make([]byte, ethHeaderLen+28)
 		f[12], f[13] = 0x08, 0x00
 		ip := f[ethHeaderLen:]
 		ip[0], ip[9] = 0x45, proto
+		ip[4], ip[5] = byte(id>>8), byte(id)
 		ip[6], ip[7] = byte(fragOff>>8), byte(fragOff)
 		copy(ip[12:16], []byte{192, 168, 1, 2})
 		copy(ip[16:20], []byte{203, 0, 113, dst})
-		if ports {
-			ip[20], ip[21], ip[22], ip[23] = 0x0f, 0xa0, 0xca, 0x6c
+		if fragOff&0x1fff == 0 {
+			ip[20], ip[21], ip[22], ip[23] = byte(srcPort>>8), byte(srcPort), 0xca, 0x6c
 		}
 		return f
 	}
-	first := ipPair(frame(17, 100, 0x2000, true)) // MF, offset 0
-	assert.Equal(t, first, ipPair(frame(17, 100, 0x00b9, false)), "the last fragment")
-	assert.Equal(t, first, ipPair(frame(17, 100, 0, true)), "another datagram between the same addresses")
-	assert.NotEqual(t, first, ipPair(frame(17, 101, 0, true)), "another destination")
-	assert.NotEqual(t, first, ipPair(frame(6, 100, 0, true)), "another protocol")
-	assert.NotPanics(t, func() { ipPair(nil); ipPair(make([]byte, 15)) })
+	first := ipPair(frame(17, 100, 0x2000, 7, 4000)) // MF, offset 0
+	assert.Equal(t, first, ipPair(frame(17, 100, 0x20b9, 7, 0)), "a middle fragment")
+	assert.Equal(t, first, ipPair(frame(17, 100, 0x0172, 7, 0)), "the last fragment")
+	assert.NotEqual(t, first, ipPair(frame(17, 100, 0x00b9, 8, 0)), "a fragment of another datagram")
+	flow := ipPair(frame(6, 100, 0, 1, 4000))
+	assert.Equal(t, flow, ipPair(frame(6, 100, 0, 2, 4000)), "the next segment of the connection")
+	assert.NotEqual(t, flow, ipPair(frame(6, 100, 0, 1, 4001)), "another connection between the same addresses")
+	assert.NotEqual(t, flow, ipPair(frame(6, 101, 0, 1, 4000)), "another destination")
+	assert.NotEqual(t, flow, ipPair(frame(17, 100, 0, 1, 4000)), "another protocol")
+	assert.NotPanics(t, func() { ipPair(nil); ipPair(make([]byte, 15)); ipPair(make([]byte, ethHeaderLen+20)) })
 }
