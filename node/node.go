@@ -123,9 +123,11 @@ type Node struct {
 	early   earlySignals            // signals from nodes not yet peers (early.go)
 	offline map[string]*offlinePeer // registered peers that are not running, by node ID
 	closed  bool
-	// eventSeq counts the peer events applied; eventAt is the count at
+	// eventSeq counts the peer events applied; while listing (the peer
+	// lists being asked for) is above zero, eventAt holds the count at
 	// each node's last one (see reconcile).
 	eventSeq uint64
+	listing  int
 	eventAt  map[string]uint64
 
 	// heartbeat's (see presence.go): stopHeartbeat ends it and
@@ -301,7 +303,8 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 // list as the session sees it and starts the heartbeat.
 func (n *Node) join(ctx context.Context, nw netx.Network, resp *control.RegisterResponse) error {
 	var peers []control.Peer
-	mark := n.eventMark()
+	mark := n.beginList()
+	defer n.endList()
 	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) (err error) {
 		peers, err = n.connectSession(ctx, nw, resp)
 		return err

@@ -161,27 +161,9 @@ func (n *Node) reregister() {
 	defer n.regMu.Unlock()
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		ctx, cancel := context.WithTimeout(n.life, 15*time.Second)
-		resp, err := n.register(ctx, nil)
-		var peers []control.Peer
-		mark := n.eventMark()
-		if err == nil {
-			n.epoch.Store(resp.Epoch)
-			peers, err = n.connectSession(ctx, n.cfg.Network, resp)
-		}
+		err := n.rejoin(ctx)
 		cancel()
-		if n.life.Err() != nil {
-			return
-		}
-		if err == nil {
-			if resp.Address != n.id.Address {
-				n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
-			}
-			n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
-			if peers != nil {
-				n.reconcile(peers, mark)
-			} else {
-				n.resync()
-			}
+		if err == nil || n.life.Err() != nil {
 			return
 		}
 		n.log.Warn("re-register", "err", err, "retry in", delay)
@@ -195,12 +177,39 @@ func (n *Node) reregister() {
 	}
 }
 
+// rejoin registers again, opens a new session and brings the peers to
+// its list.
+func (n *Node) rejoin(ctx context.Context) error {
+	resp, err := n.register(ctx, nil)
+	if err != nil {
+		return err
+	}
+	n.epoch.Store(resp.Epoch)
+	mark := n.beginList()
+	defer n.endList()
+	peers, err := n.connectSession(ctx, n.cfg.Network, resp)
+	if err != nil || n.life.Err() != nil {
+		return err
+	}
+	if resp.Address != n.id.Address {
+		n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
+	}
+	n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
+	if peers != nil {
+		n.reconcile(peers, mark)
+	} else {
+		n.resync()
+	}
+	return nil
+}
+
 // resync reconciles the peer set with control's after a NATS outage, in
 // which peer events may have been lost.
 func (n *Node) resync() {
 	ctx, cancel := context.WithTimeout(n.life, 10*time.Second)
 	defer cancel()
-	mark := n.eventMark()
+	mark := n.beginList()
+	defer n.endList()
 	peers, err := n.session.Load().Peers(ctx)
 	if err != nil {
 		n.log.Warn("resync peers after reconnect", "err", err)
@@ -211,24 +220,39 @@ func (n *Node) resync() {
 	n.log.Info("resynced peers after reconnect", "peers", len(peers))
 }
 
-// notePeerEvent records that an event about node id was applied, in
-// order, so that a peer list asked for before it does not undo it.
+// notePeerEvent numbers a peer event as it is applied and, while a
+// peer list is being asked for (beginList), records the number under the
+// node it is about, so that the older list does not undo it.
 func (n *Node) notePeerEvent(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.eventSeq++
+	if n.listing == 0 {
+		return
+	}
 	if n.eventAt == nil {
 		n.eventAt = map[string]uint64{}
 	}
 	n.eventAt[id] = n.eventSeq
 }
 
-// eventMark is the sequence of the last peer event applied: reconcile
-// with it leaves alone what later events set.
-func (n *Node) eventMark() uint64 {
+// beginList is called before a peer list is asked for: it returns the
+// mark reconcile takes (the last event applied) and has events recorded
+// until the matching endList.
+func (n *Node) beginList() uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.listing++
 	return n.eventSeq
+}
+
+// endList ends a beginList; the last one drops the recorded events.
+func (n *Node) endList() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.listing--; n.listing == 0 {
+		n.eventAt = nil
+	}
 }
 
 // reconcile brings the peer set to control's list, asked for when the
