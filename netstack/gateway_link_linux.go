@@ -28,10 +28,15 @@ type fdLink struct {
 	raw    syscall.RawConn
 	mtu    int
 	header []byte // link header before each packet; see GatewayConfig.LinkHeader
-	// filter sees each packet read: head holds its first bytes (at least
-	// its IPv4 header, when it has one), rest the others, size its length
-	// in all. False: the packet was handled or dropped.
-	filter func(head []byte, size int, rest []byte) bool
+	vnet   bool   // a virtio_net_hdr before each packet; see GatewayConfig.VnetHdr
+	// filter sees each packet read: vh its virtio_net_hdr (zero without
+	// one), head its first bytes (at least its IPv4 header, when it has
+	// one), rest the others, size its length in all. It answers whether
+	// gVisor gets it, or the direct flow it belongs to; neither: the
+	// packet was handled or dropped.
+	filter func(vh *virtioNetHdr, head []byte, size int, rest []byte) (bool, *directFlow)
+	// direct takes a packet of a direct flow, and owns buf.
+	direct func(f *directFlow, vh *virtioNetHdr, buf buffer.Buffer)
 
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	wg         sync.WaitGroup
@@ -52,12 +57,12 @@ var _ stack.LinkEndpoint = (*fdLink)(nil)
 // packet's 64 KiB.
 const linkHeadSize = 256
 
-func newFDLink(f *os.File, mtu int, header []byte, filter func([]byte, int, []byte) bool) (*fdLink, error) {
+func newFDLink(f *os.File, mtu int, header []byte, vnet bool) (*fdLink, error) {
 	raw, err := f.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("netstack: gateway: device: %w", err)
 	}
-	return &fdLink{file: f, raw: raw, mtu: mtu, header: header, filter: filter}, nil
+	return &fdLink{file: f, raw: raw, mtu: mtu, header: header, vnet: vnet}, nil
 }
 
 func (l *fdLink) start() { l.wg.Go(l.read) }
@@ -75,18 +80,35 @@ func (l *fdLink) read() {
 			body.Release()
 		}
 	}()
+	var (
+		vhb  [virtioNetHdrLen]byte
+		vh   virtioNetHdr
+		iovs [3][]byte
+	)
 	for {
 		head := buffer.NewViewSize(linkHeadSize)
 		if body == nil {
 			body = buffer.NewViewSize(len(l.header) + l.mtu - linkHeadSize)
 		}
-		n, err := l.readv(head.AsSlice(), body.AsSlice())
+		iov := append(iovs[:0], head.AsSlice(), body.AsSlice())
+		if l.vnet {
+			iov = append(iovs[:0], vhb[:], head.AsSlice(), body.AsSlice())
+		}
+		n, err := l.readv(iov)
 		if err != nil {
 			head.Release()
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			return // closed (os.ErrClosed), or the device is gone
+		}
+		if l.vnet {
+			if n < virtioNetHdrLen {
+				head.Release()
+				continue
+			}
+			n -= virtioNetHdrLen
+			vh.decode(vhb[:])
 		}
 		hn := min(n, head.Size())
 		head.CapLength(hn)
@@ -96,7 +118,14 @@ func (l *fdLink) read() {
 		}
 		pkt, ok := l.strip(head.AsSlice())
 		d := l.dispatcher.Load()
-		if !ok || !l.filter(pkt, len(pkt)+len(rest), rest) || d == nil {
+		var (
+			deliver bool
+			flow    *directFlow
+		)
+		if ok {
+			deliver, flow = l.filter(&vh, pkt, len(pkt)+len(rest), rest)
+		}
+		if flow == nil && (!deliver || d == nil) {
 			head.Release()
 			continue
 		}
@@ -111,20 +140,23 @@ func (l *fdLink) read() {
 			}
 			body = nil
 		}
+		if flow != nil {
+			l.direct(flow, &vh, buf)
+			continue
+		}
 		pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buf})
 		(*d).DeliverNetworkPacket(ipv4.ProtocolNumber, pb)
 		pb.DecRef()
 	}
 }
 
-// readv reads one packet into head and body, waiting for the device to
-// be readable.
-func (l *fdLink) readv(head, body []byte) (int, error) {
+// readv reads one packet into iovs, waiting for the device to be
+// readable.
+func (l *fdLink) readv(iovs [][]byte) (int, error) {
 	var (
 		n    int
 		rerr error
 	)
-	iovs := [][]byte{head, body}
 	err := l.raw.Read(func(fd uintptr) bool {
 		n, rerr = unix.Readv(int(fd), iovs)
 		return rerr != unix.EAGAIN
@@ -150,11 +182,29 @@ func (l *fdLink) strip(b []byte) ([]byte, bool) {
 	return b[h:], true
 }
 
-// writev writes one packet made of bufs, after the link header.
+// noVnetHdr is the virtio_net_hdr of a whole packet with its checksums.
+var noVnetHdr [virtioNetHdrLen]byte
+
+// writev writes one packet made of bufs, after the link header (and a
+// virtio_net_hdr saying it is whole).
 func (l *fdLink) writev(bufs [][]byte) error {
+	if l.vnet {
+		return l.writevVnet(noVnetHdr[:], bufs)
+	}
 	if len(l.header) > 0 {
 		bufs = append([][]byte{l.header}, bufs...)
 	}
+	return l.write(bufs)
+}
+
+// writevVnet writes one packet made of bufs after its virtio_net_hdr vh
+// (a link with GatewayConfig.VnetHdr: a TUN device, no link header).
+func (l *fdLink) writevVnet(vh []byte, bufs [][]byte) error {
+	var iovs [8][]byte
+	return l.write(append(append(iovs[:0], vh), bufs...))
+}
+
+func (l *fdLink) write(bufs [][]byte) error {
 	var werr error
 	err := l.raw.Write(func(fd uintptr) bool {
 		_, werr = unix.Writev(int(fd), bufs)
@@ -330,20 +380,23 @@ func udpProhibited(id stack.TransportEndpointID) []byte {
 // inbound is the link's filter. An ICMP message longer than the link's
 // head view (a ping with more data) is gathered into one slice, as echo
 // replies with all of it.
-func (g *Gateway) inbound(head []byte, size int, rest []byte) bool {
+func (g *Gateway) inbound(vh *virtioNetHdr, head []byte, size int, rest []byte) (bool, *directFlow) {
 	if len(rest) > 0 && len(head) >= header.IPv4MinimumSize &&
 		header.IPv4(head).TransportProtocol() == header.ICMPv4ProtocolNumber {
 		head = append(head[:len(head):len(head)], rest...)
 	}
 	switch classify(head, size, g.cfg.Agent) {
 	case packetDeliver:
-		return true
+		if g.direct != nil {
+			return g.direct.outbound(head, rest)
+		}
+		return true, nil
 	case packetEcho:
 		g.echo(head)
 	default:
 		g.stats.dropped.Add(1)
 	}
-	return false
+	return false, nil
 }
 
 // echo asks Ping about an echo request and, if dst answered, replies.

@@ -60,6 +60,21 @@ type GatewayConfig struct {
 	// to the agent (destination, source, EtherType 0x0800); reads whose
 	// EtherType is not IPv4 are dropped. Empty for a TUN device.
 	LinkHeader []byte
+	// VnetHdr says the device is a TUN device made with IFF_VNET_HDR: a
+	// virtio_net_hdr comes before every packet, each way, so that with
+	// offloads on (TUNSETOFFLOAD: TUN_F_CSUM, TUN_F_TSO4) the agent's
+	// kernel hands over TCP segments of up to 64 KB to be cut (TSO) and
+	// takes coalesced ones (GRO). Not with a LinkHeader.
+	VnetHdr bool
+	// Overlay, if set, carries the agent's TCP connections to addresses
+	// in Overlay's prefix (other than its own) as packets between the
+	// device and Overlay's WireGuard path, end to end between the agent's
+	// TCP and the peer's, instead of terminating them in the gateway and
+	// dialling again. Overlay's Config.Egress decides each on its SYN (a
+	// refusal is a reset at once); Dial is not asked. Agent must be
+	// Overlay's address: the agent's flows share it, each with a port of
+	// Overlay's reserved for it (the agent's own when free).
+	Overlay *Stack
 	// MTU is the device's MTU. If zero, GatewayMTU.
 	MTU int
 	// Agent is the agent's IPv4 address: packets from any other source
@@ -85,11 +100,12 @@ type GatewayConfig struct {
 // hands each to Dial, which decides, audits and makes it. ICMP echo
 // requests go to Ping; other packets are dropped.
 type Gateway struct {
-	cfg   GatewayConfig
-	log   *slog.Logger
-	stack *stack.Stack
-	link  *fdLink
-	pings chan struct{} // a slot per echo request in flight
+	cfg    GatewayConfig
+	log    *slog.Logger
+	stack  *stack.Stack
+	link   *fdLink
+	direct *directPath   // nil without GatewayConfig.Overlay
+	pings  chan struct{} // a slot per echo request in flight
 
 	ctx    context.Context // ends at Close; flows' Dials use it
 	cancel context.CancelFunc
@@ -106,9 +122,12 @@ type Gateway struct {
 
 // GatewayStats counts what a Gateway did.
 type GatewayStats struct {
-	// TCP and UDP count the flows handed to Dial; Refused those it
-	// refused.
+	// TCP and UDP count the flows made (handed to Dial, or direct);
+	// Refused those refused.
 	TCP, UDP, Refused uint64
+	// Direct counts the TCP flows carried as packets to the overlay
+	// (GatewayConfig.Overlay).
+	Direct uint64
 	// Pings counts echo requests answered.
 	Pings uint64
 	// Dropped counts packets that were not the agent's IPv4, or were
@@ -117,7 +136,7 @@ type GatewayStats struct {
 }
 
 type gatewayCounters struct {
-	tcp, udp, refused, pings, dropped atomic.Uint64
+	tcp, udp, refused, pings, dropped, direct atomic.Uint64
 }
 
 // NewGateway brings a Gateway up on cfg.Device; it reads from it until
@@ -137,6 +156,12 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if h := len(cfg.LinkHeader); h != 0 && h != header.EthernetMinimumSize {
 		return nil, fmt.Errorf("netstack: gateway: link header of %d bytes: want none or an Ethernet header (14)", h)
 	}
+	if cfg.VnetHdr && len(cfg.LinkHeader) != 0 {
+		return nil, errors.New("netstack: gateway: a virtio_net_hdr with a link header: want one or the other")
+	}
+	if o := cfg.Overlay; o != nil && o.addr.Addr() != cfg.Agent {
+		return nil, fmt.Errorf("netstack: gateway: agent address %v is not the overlay stack's %v", cfg.Agent, o.addr.Addr())
+	}
 	if cfg.MTU < 576 || cfg.MTU > 65535 {
 		return nil, fmt.Errorf("netstack: gateway: MTU %d: want 576..65535", cfg.MTU)
 	}
@@ -150,12 +175,17 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		conns: map[net.Conn]struct{}{},
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	link, err := newFDLink(cfg.Device, cfg.MTU, cfg.LinkHeader, g.inbound)
+	link, err := newFDLink(cfg.Device, cfg.MTU, cfg.LinkHeader, cfg.VnetHdr)
 	if err != nil {
 		g.cancel()
 		return nil, err
 	}
+	link.filter = g.inbound
 	g.link = link
+	if cfg.Overlay != nil {
+		g.direct = newDirectPath(g, cfg.Overlay)
+		link.direct = g.direct.send
+	}
 	if err := g.build(); err != nil {
 		g.cancel()
 		_ = link.close()
@@ -356,7 +386,7 @@ func copyDatagrams(dst, src net.Conn, last *atomic.Int64) {
 // Stats returns the gateway's counters.
 func (g *Gateway) Stats() GatewayStats {
 	c := &g.stats
-	return GatewayStats{TCP: c.tcp.Load(), UDP: c.udp.Load(), Refused: c.refused.Load(), Pings: c.pings.Load(), Dropped: c.dropped.Load()}
+	return GatewayStats{TCP: c.tcp.Load(), UDP: c.udp.Load(), Refused: c.refused.Load(), Direct: c.direct.Load(), Pings: c.pings.Load(), Dropped: c.dropped.Load()}
 }
 
 // Close stops reading the device, cuts every flow, closes the stack and
@@ -376,6 +406,9 @@ func (g *Gateway) Close() error {
 		}
 		err = g.link.close()
 		g.wg.Wait()
+		if g.direct != nil {
+			g.direct.close()
+		}
 		g.stack.Close()
 		g.stack.Wait()
 	})

@@ -46,6 +46,7 @@ type groBatch struct {
 	meta    []pktMeta // by arrival
 	entries []int32   // what to deliver: arrival index of each packet or item head
 	items   []groItem
+	div     divertScratch // packets of direct flows, for their agents
 }
 
 type pktMeta struct {

@@ -8,7 +8,8 @@ import (
 )
 
 // Write implements tun.Device: it hands the IP packets in bufs[i][offset:]
-// to gVisor, coalescing TCP segments on the way (see groBatch). The bytes
+// to gVisor, coalescing TCP segments on the way (see groBatch), except
+// those of direct flows, which go to their agents. The bytes
 // are copied, once; bufs can be reused when Write returns. It always reports
 // len(bufs) written: packets that are not IP are counted and dropped, as a
 // TUN device would. It returns an error wrapping os.ErrClosed once the
@@ -24,16 +25,29 @@ func (a *TUNAdapter) Write(bufs [][]byte, offset int) (int, error) {
 		return 0, errClosed("write")
 	}
 	g := a.groPool.Get().(*groBatch)
+	divert := a.direct != nil && a.direct.count.Load() > 0
 	for _, buf := range bufs {
 		if offset > len(buf) {
 			continue
 		}
-		if p, proto := ipPacket(buf[offset:]); p != nil {
-			g.add(p, proto)
+		p, proto := ipPacket(buf[offset:])
+		if p == nil {
+			continue
 		}
+		if divert && proto == header.IPv4ProtocolNumber {
+			if f := a.direct.lookup(p); f != nil {
+				g.div.flows = append(g.div.flows, f)
+				g.div.pkts = append(g.div.pkts, p)
+				continue
+			}
+		}
+		g.add(p, proto)
 	}
+	diverted := len(g.div.pkts)
+	g.div.flush()
 	a.stats.inPackets.Add(uint64(len(bufs)))
-	a.stats.inDropped.Add(uint64(len(bufs) - len(g.pkts)))
+	a.stats.inDiverted.Add(uint64(diverted))
+	a.stats.inDropped.Add(uint64(len(bufs) - len(g.pkts) - diverted))
 	a.stats.inCoalesced.Add(uint64(g.coalesced()))
 	if dp := a.dispatcher.Load(); dp != nil {
 		a.stats.inDelivered.Add(uint64(g.deliver(*dp)))

@@ -100,6 +100,8 @@ type Stack struct {
 	log    *slog.Logger
 	stack  *stack.Stack
 	tun    *TUNAdapter
+	egress EgressFunc
+	direct *directTable // agents' TCP flows carried as packets (Gateway)
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -136,10 +138,11 @@ func New(cfg Config) (*Stack, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Stack{
-		addr: cfg.Address,
-		mtu:  mtu,
-		log:  log.With("component", "netstack", "addr", cfg.Address.String()),
-		tun:  newTUNAdapterBatch(mtu, batch),
+		addr:   cfg.Address,
+		mtu:    mtu,
+		log:    log.With("component", "netstack", "addr", cfg.Address.String()),
+		tun:    newTUNAdapterBatch(mtu, batch),
+		egress: cfg.Egress,
 	}
 	if err := s.build(); err != nil {
 		s.stack.Close()
@@ -147,6 +150,8 @@ func New(cfg Config) (*Stack, error) {
 		_ = s.tun.Close()
 		return nil, fmt.Errorf("netstack: %w", err)
 	}
+	s.direct = newDirectTable(s.stack, cfg.Address.Addr())
+	s.tun.direct = s.direct
 	n, err := gvnet.New(gvnet.Config{
 		Stack:      s.stack,
 		PreferIPv6: cfg.Address.Addr().Is6(),
@@ -256,6 +261,10 @@ func (s *Stack) Interfaces() ([]netx.Interface, error) {
 		},
 	}, nil
 }
+
+// DirectFlows reports how many agent TCP flows the stack carries as
+// packets (GatewayConfig.Overlay).
+func (s *Stack) DirectFlows() int { return s.direct.Len() }
 
 // Address returns the overlay address the stack was configured with.
 func (s *Stack) Address() netip.Prefix { return s.addr }

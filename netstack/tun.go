@@ -58,6 +58,10 @@ type TUNAdapter struct {
 
 	out handoff[*stack.PacketBuffer] // gVisor → Read
 
+	// direct holds the flows whose packets Write hands to an agent's
+	// link instead of gVisor; nil for an adapter without a Stack.
+	direct *directTable
+
 	// dispatcher is gVisor's receive side, set when the NIC attaches.
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 
@@ -178,11 +182,15 @@ type AdapterStats struct {
 	InPackets, InDelivered, InCoalesced uint64
 	// InDropped counts received packets that were not IP.
 	InDropped uint64
+	// InDiverted counts received packets of direct flows, handed to an
+	// agent's link instead of gVisor.
+	InDiverted uint64
 }
 
 type adapterCounters struct {
 	outPackets, outBytes, outSegments, outDropped  atomic.Uint64
 	inPackets, inDelivered, inCoalesced, inDropped atomic.Uint64
+	inDiverted                                     atomic.Uint64
 }
 
 // Stats returns the adapter's counters.
@@ -193,5 +201,6 @@ func (a *TUNAdapter) Stats() AdapterStats {
 		OutSegments: c.outSegments.Load(), OutDropped: c.outDropped.Load(),
 		InPackets: c.inPackets.Load(), InDelivered: c.inDelivered.Load(),
 		InCoalesced: c.inCoalesced.Load(), InDropped: c.inDropped.Load(),
+		InDiverted: c.inDiverted.Load(),
 	}
 }

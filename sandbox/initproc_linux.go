@@ -113,7 +113,7 @@ func (p *agentInit) prepare(ctx context.Context, cfg podinit.Config, gcfg netsta
 		p.close()
 		return err
 	}
-	gcfg.Device, gcfg.LinkHeader = tun, link.Header
+	gcfg.Device, gcfg.LinkHeader, gcfg.VnetHdr = tun, link.Header, link.VnetHdr
 	gw, err := netstack.NewGateway(gcfg)
 	if err != nil {
 		tun.Close()

@@ -125,7 +125,7 @@ func (d *PodDriver) runIsolated(ctx context.Context, argv []string, stdio Stdio)
 		return -1, fmt.Errorf("sandbox: run %s: %w", argv[0], err)
 	}
 	gs := p.gw.Stats()
-	d.log.Info("agent exited", "code", code, "tcp", gs.TCP, "udp", gs.UDP, "refused", gs.Refused, "pings", gs.Pings, "dropped", gs.Dropped)
+	d.log.Info("agent exited", "code", code, "tcp", gs.TCP, "udp", gs.UDP, "refused", gs.Refused, "direct", gs.Direct, "pings", gs.Pings, "dropped", gs.Dropped)
 	_ = d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("exited with %d", code)})
 	return code, nil
 }

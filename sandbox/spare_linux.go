@@ -46,6 +46,12 @@ func (d *PodDriver) newInit(ctx context.Context, addr netip.Prefix) (*agentInit,
 		return nil, err
 	}
 	gcfg := netstack.GatewayConfig{Agent: addr.Addr(), Dial: d.agentDial, Ping: d.agentPing, Logger: d.cfg.Logger}
+	if s := d.Stack(); s != nil && s.Address().Addr() == addr.Addr() {
+		// The agent's TCP to peers goes end to end through the
+		// overlay's WireGuard path, decided and audited by the stack's
+		// egress hook on its SYN.
+		gcfg.Overlay = s
+	}
 	if err := p.prepare(ctx, d.initConfig(addr), gcfg); err != nil {
 		return nil, err
 	}

@@ -146,7 +146,7 @@ func takeStart(st Start) error {
 // along) or why not. It returns setupErr, or why the answer could not be
 // sent.
 func sendInitReply(sock *os.File, link agentLink, setupErr error) error {
-	rep := Reply{Kind: link.kind, Header: link.header}
+	rep := Reply{Kind: link.kind, Header: link.header, VnetHdr: link.vnet}
 	if link.file != nil {
 		rep.Landlock = LandlockABI()
 	}

@@ -20,7 +20,7 @@ const packetSocketBuffer = 4 << 20
 func setupAgentLink(cfg Config) (agentLink, error) {
 	tun, err := openTUN(Interface)
 	if err == nil {
-		return agentLink{file: tun, kind: "tun"}, nil
+		return agentLink{file: tun, kind: "tun", vnet: true}, nil
 	}
 	if !errors.Is(err, os.ErrPermission) && !errors.Is(err, os.ErrNotExist) {
 		return agentLink{}, err

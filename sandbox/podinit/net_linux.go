@@ -16,6 +16,7 @@ type agentLink struct {
 	file   *os.File
 	kind   string // "tun" or "veth"
 	header []byte // written before each packet, stripped from each read
+	vnet   bool   // a virtio_net_hdr before each packet (Reply.VnetHdr)
 }
 
 // setupAgentNetwork makes the agent's network namespace: lo up and one
@@ -103,8 +104,8 @@ func mask4(bits int) [4]byte {
 	return m
 }
 
-// openTUN makes a TUN device (no packet information header: a read is
-// one IP packet), non-blocking for the Go poller.
+// openTUN makes a TUN device (no packet information header; a
+// virtio_net_hdr before each IP packet), non-blocking for the Go poller.
 func openTUN(name string) (*os.File, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -115,10 +116,17 @@ func openTUN(name string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("creating TUN device %s: %w", name, err)
+	}
+	// Checksum and TCP segmentation offload: the agent's kernel hands
+	// the sandbox TCP segments of up to 64 KB with the pseudo-header in
+	// their checksum, for the sandbox to cut at the overlay's MTU.
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, unix.TUN_F_CSUM|unix.TUN_F_TSO4); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("TUN device %s: offloads: %w", name, err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/net/tun"), nil
 }

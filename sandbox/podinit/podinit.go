@@ -77,6 +77,9 @@ type Reply struct {
 	// header of its packets as the sandbox reads and writes them.
 	Kind   string `json:"kind,omitempty"`
 	Header []byte `json:"header,omitempty"`
+	// VnetHdr: a virtio_net_hdr comes before every packet on the link
+	// (a TUN device made with IFF_VNET_HDR and TCP offloads).
+	VnetHdr bool `json:"vnet_hdr,omitempty"`
 	// Landlock is the kernel's Landlock ABI the agent will be confined
 	// with (landlock_linux.go), 0 for none.
 	Landlock int `json:"landlock,omitempty"`
