@@ -19,6 +19,11 @@ import (
 // decided); a SYN beyond it is refused with a reset.
 const maxDirectFlows = 4096
 
+// minDirectMSS is the smallest segment size taken from the agent's
+// virtio_net_hdr (Linux's TCP_MIN_SND_MSS): a smaller one would have one
+// read cut into thousands of packets.
+const minDirectMSS = 48
+
 // directSweepEvery is how often, at most, a new flow's SYN looks for
 // flows that are over.
 const directSweepEvery = time.Second
@@ -77,7 +82,7 @@ func (d *directPath) outbound(pkt []byte, rest []byte) (bool, *directFlow) {
 		return false, nil
 	}
 	th := header.TCP(pkt[ihl:])
-	if doff := int(th.DataOffset()); doff < header.TCPMinimumSize || ihl+doff > len(pkt) {
+	if doff := int(th.DataOffset()); doff < header.TCPMinimumSize || ihl+doff > len(pkt) || ihl+doff > int(ip.TotalLength()) {
 		d.g.stats.dropped.Add(1)
 		return false, nil
 	}
@@ -98,7 +103,8 @@ func (d *directPath) outbound(pkt []byte, rest []byte) (bool, *directFlow) {
 		f.touch(tcpFlagState(flags, true), now.UnixNano())
 		return false, f
 	case syn:
-		d.open(key, append(append([]byte(nil), pkt...), rest...), f, now)
+		first := append(append([]byte(nil), pkt...), rest...)
+		d.open(key, first[:min(len(first), int(ip.TotalLength()))], f, now)
 		return false, nil
 	}
 	d.g.stats.dropped.Add(1)
@@ -216,13 +222,18 @@ func (d *directPath) close() {
 	}
 }
 
-// send is the link's direct hook: a packet of an allowed flow, its
-// source port already the flow's, goes to WireGuard.
-func (d *directPath) send(f *directFlow, vh *virtioNetHdr, buf buffer.Buffer) {
+// send is the link's direct hook: a packet of an allowed flow (outbound
+// checked its headers), its source port already the flow's, goes to
+// WireGuard; bytes after the IP length are dropped.
+func (d *directPath) send(_ *directFlow, vh *virtioNetHdr, buf buffer.Buffer) {
 	var hb [header.IPv4MaximumHeaderSize + header.TCPMinimumSize]byte
 	n, _ := buf.ReadAt(hb[:], 0)
-	ihl := int(header.IPv4(hb[:n]).HeaderLength())
+	ip := header.IPv4(hb[:n])
+	ihl := int(ip.HeaderLength())
 	doff := int(header.TCP(hb[ihl:n]).DataOffset())
+	if total := int64(ip.TotalLength()); total < buf.Size() {
+		buf.Truncate(total)
+	}
 	d.inject(vh, buf, ihl, doff)
 }
 
@@ -240,7 +251,7 @@ func (d *directPath) inject(vh *virtioNetHdr, buf buffer.Buffer, ihl, doff int) 
 		return
 	}
 	mss := d.s.mtu - ihl - doff
-	if vh.tcpSegment() && vh.gsoSize > 0 {
+	if vh.tcpSegment() && vh.gsoSize >= minDirectMSS {
 		mss = min(mss, int(vh.gsoSize))
 	}
 	pkt.NetworkProtocolNumber = ipv4.ProtocolNumber
@@ -259,16 +270,23 @@ func (d *directPath) inject(vh *virtioNetHdr, buf buffer.Buffer, ihl, doff int) 
 // overlay's TUNAdapter coalesces them for gVisor.
 func (d *directPath) toAgent(flows []*directFlow, pkts [][]byte) {
 	now := time.Now().UnixNano()
+	kept := 0
 	for i, p := range pkts {
 		f := flows[i]
-		ihl := int(header.IPv4(p).HeaderLength())
-		th := header.TCP(p[ihl:])
+		ip := header.IPv4(p)
+		if !ip.IsChecksumValid() {
+			continue // the agent's kernel would drop it; GRO must not mend it
+		}
+		pkts[kept] = p
+		kept++
+		th := header.TCP(p[ip.HeaderLength():])
 		if f.local != f.agent.local {
 			th.SetChecksum(inet.Update(th.Checksum(), f.local, f.agent.local))
 			th.SetDestinationPort(f.agent.local)
 		}
 		f.touch(tcpFlagState(th.Flags(), false), now)
 	}
+	pkts = pkts[:kept]
 	link := d.g.link
 	if !link.vnet {
 		for _, p := range pkts {
