@@ -181,26 +181,64 @@ func (t *directTable) remove(f *directFlow) {
 }
 
 // lookup returns the flow an IPv4 packet from the overlay (validated by
-// ipPacket) belongs to, or nil.
+// ipPacket) belongs to, or nil: a TCP segment of the flow, or an ICMP
+// error quoting one of its segments (a peer offline, RFC 1122 section
+// 4.2.3.9: the agent's connect fails at once).
 func (t *directTable) lookup(p []byte) *directFlow {
 	if t == nil || t.count.Load() == 0 {
 		return nil
 	}
 	ip := header.IPv4(p)
 	ihl := int(ip.HeaderLength())
-	if ip.Protocol() != uint8(header.TCPProtocolNumber) || ip.More() || ip.FragmentOffset() != 0 ||
-		len(p) < ihl+header.TCPMinimumSize || ip.DestinationAddress() != t.addr {
+	if ip.More() || ip.FragmentOffset() != 0 || ip.DestinationAddress() != t.addr {
 		return nil
 	}
-	key := directKey{
-		peerPort: binary.BigEndian.Uint16(p[ihl:]),
-		local:    binary.BigEndian.Uint16(p[ihl+2:]),
+	var key directKey
+	switch ip.Protocol() {
+	case uint8(header.TCPProtocolNumber):
+		if len(p) < ihl+header.TCPMinimumSize {
+			return nil
+		}
+		copy(key.peer[:], p[12:16])
+		key.peerPort = binary.BigEndian.Uint16(p[ihl:])
+		key.local = binary.BigEndian.Uint16(p[ihl+2:])
+	case uint8(header.ICMPv4ProtocolNumber):
+		q, ok := icmpQuotedTCP(p[ihl:])
+		if !ok || header.IPv4(q).SourceAddress() != t.addr {
+			return nil
+		}
+		copy(key.peer[:], q[16:20])
+		qihl := int(header.IPv4(q).HeaderLength())
+		key.local = binary.BigEndian.Uint16(q[qihl:])
+		key.peerPort = binary.BigEndian.Uint16(q[qihl+2:])
+	default:
+		return nil
 	}
-	copy(key.peer[:], p[12:16])
 	t.mu.RLock()
 	f := t.flows[key]
 	t.mu.RUnlock()
 	return f
+}
+
+// icmpQuotedTCP returns the packet an ICMPv4 destination unreachable or
+// time exceeded message quotes, if it is IPv4 TCP with at least its ports
+// (RFC 792: the header and 8 bytes of data).
+func icmpQuotedTCP(icmp []byte) ([]byte, bool) {
+	if len(icmp) < header.ICMPv4MinimumSize {
+		return nil, false
+	}
+	if t := header.ICMPv4(icmp).Type(); t != header.ICMPv4DstUnreachable && t != header.ICMPv4TimeExceeded {
+		return nil, false
+	}
+	q := icmp[header.ICMPv4MinimumSize:]
+	if len(q) < header.IPv4MinimumSize || header.IPVersion(q) != header.IPv4Version {
+		return nil, false
+	}
+	qihl := int(header.IPv4(q).HeaderLength())
+	if qihl < header.IPv4MinimumSize || len(q) < qihl+8 || header.IPv4(q).Protocol() != uint8(header.TCPProtocolNumber) {
+		return nil, false
+	}
+	return q, true
 }
 
 // Len reports how many direct flows the table holds.

@@ -25,6 +25,12 @@ func fuzzGateway(tb testing.TB) (*Gateway, *Stack, int) {
 	tb.Helper()
 	overlay, err := New(Config{Address: addrA})
 	require.NoError(tb, err)
+	return directHarness(tb, overlay)
+}
+
+// directHarness is fuzzGateway on a given overlay stack.
+func directHarness(tb testing.TB, overlay *Stack) (*Gateway, *Stack, int) {
+	tb.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	require.NoError(tb, err)
 	g, err := NewGateway(GatewayConfig{
@@ -134,6 +140,8 @@ func FuzzDirectToAgent(f *testing.F) {
 	f.Add(encodeBatch(segList(edit(stream(back, 3, 800), 1, func(s *seg) { s.flags |= header.TCPFlagFin })).bytes()...))
 	f.Add(encodeBatch(back.with(5, header.TCPFlagRst, nil).bytes(), flowA4.with(1, header.TCPFlagAck, nil).bytes()))
 	f.Add(encodeBatch([]byte{0x45, 0, 0, 20}))
+	unreach := append([]byte{3, 1, 0, 0, 0, 0, 0, 0}, flowA4.with(1, header.TCPFlagSyn, nil).bytes()[:28]...)
+	f.Add(encodeBatch(ipv4Packet(flowA4.dst.Addr(), addrA.Addr(), uint8(header.ICMPv4ProtocolNumber), unreach)))
 	_, overlay, agent := fuzzGateway(f)
 	buf := make([]byte, 1<<17)
 	f.Fuzz(func(t *testing.T, batch []byte) {
@@ -155,6 +163,12 @@ func FuzzDirectToAgent(f *testing.F) {
 			require.True(t, ip.IsValid(len(p)))
 			require.Equal(t, len(p), int(ip.TotalLength()))
 			require.True(t, ip.IsChecksumValid())
+			if ip.Protocol() == uint8(header.ICMPv4ProtocolNumber) {
+				q, ok := icmpQuotedTCP(p[ip.HeaderLength():])
+				require.True(t, ok, "only ICMP errors about the flow")
+				require.Equal(t, flowA4.src.Port(), header.TCP(q[header.IPv4(q).HeaderLength():]).SourcePort())
+				continue
+			}
 			th := header.TCP(p[ip.HeaderLength():])
 			require.Equal(t, flowA4.src.Port(), th.DestinationPort())
 			if vh.gsoType != virtioNetHdrGSONone {

@@ -279,6 +279,10 @@ func (d *directPath) toAgent(flows []*directFlow, pkts [][]byte) {
 		}
 		pkts[kept] = p
 		kept++
+		if ip.Protocol() == uint8(header.ICMPv4ProtocolNumber) {
+			d.icmpToAgent(f, p[ip.HeaderLength():])
+			continue
+		}
 		th := header.TCP(p[ip.HeaderLength():])
 		if f.local != f.agent.local {
 			th.SetChecksum(inet.Update(th.Checksum(), f.local, f.agent.local))
@@ -338,6 +342,23 @@ func (d *directPath) toAgent(flows []*directFlow, pkts [][]byte) {
 	}
 	b.reset()
 	d.gro.Put(b)
+}
+
+// icmpToAgent turns the port an ICMP error quotes (the segment as it left
+// for the peer) back into the agent's, updating the ICMP checksum, which
+// covers the quote.
+func (d *directPath) icmpToAgent(f *directFlow, icmp []byte) {
+	if f.local == f.agent.local {
+		return
+	}
+	q, ok := icmpQuotedTCP(icmp)
+	if !ok {
+		return
+	}
+	port := q[header.IPv4(q).HeaderLength():]
+	h := header.ICMPv4(icmp)
+	h.SetChecksum(inet.Update(h.Checksum(), f.local, f.agent.local))
+	binary.BigEndian.PutUint16(port, f.agent.local)
 }
 
 // clampMSS lowers the MSS option of SYN segment th to at most mss (as

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -303,4 +304,59 @@ func TestTCPReset(t *testing.T) {
 	assert.Equal(t, header.TCPFlagRst|header.TCPFlagAck, p.flags)
 	assert.Equal(t, uint32(78), p.ack, "acknowledges the SYN")
 	assert.True(t, p.csumOK)
+}
+
+// TestDirectICMPError: an ICMP error from the overlay about a direct
+// flow's segment (the node answers host unreachable for an offline peer)
+// reaches the agent, quoting the agent's own port, so its connect fails at
+// once.
+func TestDirectICMPError(t *testing.T) {
+	overlay, err := New(Config{Address: addrA})
+	require.NoError(t, err)
+	ln, err := overlay.Listen(t.Context(), "tcp", ":40000") // the agent's port is taken
+	require.NoError(t, err)
+	defer ln.Close()
+	g, _, agent := directHarness(t, overlay)
+	g.direct.mu.Lock()
+	f := g.direct.flows[directKey{peer: flowA4.dst.Addr().As4(), peerPort: 80, local: 40000}]
+	g.direct.mu.Unlock()
+	require.NotNil(t, f)
+	require.NotEqual(t, uint16(40000), f.local, "translated")
+
+	left := flowA4
+	left.src = netip.AddrPortFrom(left.src.Addr(), f.local)
+	quote := left.with(1, header.TCPFlagSyn, nil).bytes()[:header.IPv4MinimumSize+8]
+	icmp := make([]byte, header.ICMPv4MinimumSize+len(quote))
+	header.ICMPv4(icmp).SetType(header.ICMPv4DstUnreachable)
+	header.ICMPv4(icmp).SetCode(header.ICMPv4HostUnreachable)
+	copy(icmp[header.ICMPv4MinimumSize:], quote)
+	header.ICMPv4(icmp).SetChecksum(^checksum.Checksum(icmp, 0))
+	writeSegsRaw(t, overlay.TUN(), ipv4Packet(flowA4.dst.Addr(), addrA.Addr(), uint8(header.ICMPv4ProtocolNumber), icmp))
+
+	buf := make([]byte, 2048)
+	var n int
+	require.Eventually(t, func() bool {
+		n, err = unix.Read(agent, buf)
+		return err == nil
+	}, 5*time.Second, time.Millisecond)
+	p := header.IPv4(buf[virtioNetHdrLen:n])
+	require.True(t, p.IsValid(len(p)))
+	got := header.ICMPv4(p.Payload())
+	assert.Equal(t, header.ICMPv4DstUnreachable, got.Type())
+	assert.Equal(t, uint16(0xffff), checksum.Checksum(got, 0), "ICMP checksum")
+	q := header.IPv4(got[header.ICMPv4MinimumSize:])
+	assert.Equal(t, uint16(40000), header.TCP(q[q.HeaderLength():]).SourcePort(), "the agent's port")
+	assert.Equal(t, uint64(1), overlay.TUN().Stats().InDiverted)
+}
+
+// writeSegsRaw writes packets to a in one batch, as wireguard-go would.
+func writeSegsRaw(t testing.TB, a *TUNAdapter, pkts ...[]byte) {
+	t.Helper()
+	bufs := make([][]byte, len(pkts))
+	for i, p := range pkts {
+		bufs[i] = append(make([]byte, wgOffset), p...)
+	}
+	n, err := a.Write(bufs, wgOffset)
+	require.NoError(t, err)
+	require.Equal(t, len(pkts), n)
 }
