@@ -49,6 +49,25 @@
 // verifies exactly when theirs did (barring errors that cancel). Outbound
 // checksums are always computed, since the peer may check them.
 //
+// # An agent's link: Gateway and direct flows
+//
+// A Gateway (gateway_linux.go) is the far end of a pod agent's TUN
+// device: a second gVisor stack that terminates the agent's flows and
+// hands each to a Dial. Given GatewayConfig.Overlay, the agent's TCP to
+// overlay peers skips it (direct.go, direct_linux.go): after the overlay
+// stack's egress hook allows the SYN, the flow's packets go from the
+// agent's link into the TUNAdapter's outbound queue as GSO segments (the
+// TUN device hands over 64 KB segments with a virtio_net_hdr; Read cuts
+// them like gVisor's), and Write diverts the peer's packets of the flow
+// (and ICMP errors about it) to the agent's link, coalesced, before gVisor
+// sees them. The agent's kernel TCP and the peer's talk end to end. Each
+// flow reserves its overlay-side tuple in the overlay stack's port
+// manager, so the stack's own connections, listeners and other agents'
+// flows never share it; an agent port in use there is translated.
+//
+//	agent TCP → TUN (TSO) → Gateway filter → TUNAdapter queue → Read (cut) → wireguard-go → peer
+//	peer → wireguard-go → Write (divert, GRO) → agent's TUN
+//
 // TCP is tuned like Linux: SACK, CUBIC, receive buffer moderation, and
 // buffer ranges of net.ipv4.tcp_rmem and tcp_wmem that auto-tuning grows
 // to 6 MB (receive) and 4 MB (send).

@@ -97,8 +97,10 @@ type GatewayConfig struct {
 // Gateway is the far end of an agent's TUN device, as slirp4netns is for a
 // rootless container: a gVisor stack in promiscuous mode that terminates
 // every TCP connection and UDP flow the agent opens, to any address, and
-// hands each to Dial, which decides, audits and makes it. ICMP echo
-// requests go to Ping; other packets are dropped.
+// hands each to Dial, which decides, audits and makes it; with
+// GatewayConfig.Overlay, TCP to overlay peers goes direct instead (see
+// the package doc). ICMP echo requests go to Ping; other packets are
+// dropped.
 type Gateway struct {
 	cfg    GatewayConfig
 	log    *slog.Logger

@@ -15,8 +15,10 @@
 //   - gvisor mode (runsc over the pod's real wg0) is a separate driver.
 //
 // Where egress is enforced: inside the netstack (its Config.Egress hook
-// refuses a denied Dial or datagram at once, before a packet leaves) for
-// overlay destinations, and in the driver's dialer for destinations
+// refuses a denied Dial or datagram at once, before a packet leaves, and
+// a namespaced agent's TCP to a peer on its SYN, which the agent's kernel
+// then carries end to end through the overlay: netstack's direct flows)
+// for overlay destinations, and in the driver's dialer for destinations
 // outside the overlay, which it reaches through the host network. Both
 // ask the same policy. In gvisor mode the pod's kernel enforces it: the
 // eBPF filter on wg0 (Pro, where BPF is available) or egress/iptables'
