@@ -41,7 +41,7 @@ func TestAdoptPeerSession(t *testing.T) {
 	p.onSignal(context.Background(), &Signal{Kind: SignalCredentials, Session: renewed, Seq: 1, Time: now,
 		PeerSession: session, Ufrag: "peerufragpeerufrag", Pwd: "peerpasswordpeerpassword"})
 
-	p.signals.wait() // signals leave through the queue
+	p.queue().wait() // signals leave through the queue
 	assert.Same(t, agent, p.agent, "the running agent stays")
 	assert.EqualValues(t, session, p.session, "no new session of ours")
 	assert.EqualValues(t, renewed, p.boundRemote, "bound to the peer's new session")
@@ -79,6 +79,5 @@ func loopbackPeer(signal func(context.Context, string, []byte) error, edit func(
 	}
 	p = &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
 		path: &Path{}, box: newMailbox(), controlling: true, attempt: &attempt{}}
-	p.initSignals()
 	return p, ours, theirs
 }

@@ -103,7 +103,7 @@ func (p *peer) startAttempt(ctx context.Context, why string) {
 	_, _ = rand.Read(b[:])
 	// Sessions only grow, so the peer can tell a restart from a replay.
 	p.session = max(p.session+1, uint64(p.env.now().UnixMilli())<<16|uint64(binary.BigEndian.Uint16(b[:2])))
-	p.signals.session.Store(p.session)
+	p.queue().session.Store(p.session)
 	session := p.session
 	agent, err := ice.NewAgentWithOptions(p.env.agentOpt...)
 	if err != nil {

@@ -37,9 +37,7 @@ type noPairState struct {
 // noteNoPair records a failed attempt: another with no pair and the same
 // candidates as the last, or something else (which starts over).
 func (p *peer) noteNoPair() {
-	p.mu.Lock()
-	r := p.report
-	p.mu.Unlock()
+	r := p.iceReport()
 	if !hasSrflx(r.LocalCandidates) || !hasSrflx(r.RemoteCandidates) {
 		// No STUN answer on one side: UDP blocked, which a firewall may
 		// lift at any time; the ordinary backoff applies.

@@ -38,7 +38,7 @@ func TestNoPairBackoff(t *testing.T) {
 			cfg.defaults()
 			p := &peer{env: &peerEnv{cfg: cfg, log: slog.New(slog.DiscardHandler)}, attempt: &attempt{}}
 			for _, a := range tc.attempts {
-				p.report = ICEReport{LocalCandidates: a.local, RemoteCandidates: a.remote}
+				p.report = &ICEReport{LocalCandidates: a.local, RemoteCandidates: a.remote}
 				p.noteNoPair()
 			}
 			assert.Equal(t, tc.want, p.retryMax())

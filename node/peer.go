@@ -90,14 +90,16 @@ type peer struct {
 	epoch atomic.Uint64
 	// shared is the box key signals to and from the peer are sealed
 	// with, computed on first use (sharedKey) and kept for the peer's
-	// life: a peer whose key changes is a new peer (addPeer).
-	sharedOnce sync.Once
-	shared     key.Shared
+	// life: a peer whose key changes is a new peer (addPeer). A peer
+	// that never signals (most of a large lazy mesh) has none.
+	shared atomic.Pointer[key.Shared]
 
-	controlling bool
-	session     uint64 // our current ICE session
-	remote      replayGuard
-	signals     signalQueue // our signals on their way to control
+	session uint64 // our current ICE session
+	remote  replayGuard
+	// sigq is our signals' queue on their way to control, made on the
+	// first signal (queue): a peer that never attempts, as most of a
+	// large lazy mesh, does not hold one.
+	sigq atomic.Pointer[signalQueue]
 	// *attempt is the direct attempts' state: nil while the peer is idle
 	// (lazy.go), so an idle peer does not hold it; drain makes it before
 	// any other event is handled.
@@ -106,6 +108,7 @@ type peer struct {
 	// the relay for traffic; activeSince is when the peer last woke.
 	idle        bool
 	keepaliveOn bool // a lazy peer's WireGuard keepalive (setKeepalive)
+	controlling bool // we lead the pair's handshakes and ICE
 	activeSince time.Time
 	idleTimer   *time.Timer
 	wg          wgState // in WireGuard's configuration or trimmed (trim.go)
@@ -118,7 +121,7 @@ type peer struct {
 	nextAttempt time.Time  // when the next direct attempt runs, if scheduled
 	kind        PathKind
 	history     []PathEvent
-	report      ICEReport
+	report      *ICEReport // nil until an attempt reports (setReport)
 }
 
 // attempt is a peer's state for its direct attempts, owned by the actor.
@@ -156,7 +159,6 @@ func newPeer(env *peerEnv, info control.Peer) *peer {
 	}
 	p.box.drain = p.drain
 	p.epoch.Store(info.Epoch)
-	p.initSignals()
 	p.path.SetLeads(p.controlling)
 	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
 	p.post(peerEvent{begin: true})
@@ -199,7 +201,9 @@ func (p *peer) drain() {
 			switch {
 			case ev.end:
 				p.stopTimers()
-				p.signals.wait()
+				if q := p.sigq.Load(); q != nil {
+					q.wait()
+				}
 				p.stopAgent()
 				close(p.done)
 				return // closeWith refused every event after this one

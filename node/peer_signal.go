@@ -18,25 +18,41 @@ func (p *peer) send(ctx context.Context, s *Signal) error {
 	if p.env.epoch != nil {
 		s.Epoch = p.env.epoch()
 	}
-	return p.signals.push(ctx, s)
+	return p.queue().push(ctx, s)
 }
 
-// initSignals sets up the queue send uses (signal_queue.go).
-func (p *peer) initSignals() {
-	p.signals.send = func(ctx context.Context, b []byte) error { return p.env.signal(ctx, p.info.NodeID, b) }
-	p.signals.seal = func(s *Signal) ([]byte, error) {
-		s.Time = p.env.now().UnixMilli()
-		return SealSignalShared(p.sharedKey(), s)
+// queue is the peer's signal queue (signal_queue.go), made on first use.
+// Safe for any goroutine.
+func (p *peer) queue() *signalQueue {
+	if q := p.sigq.Load(); q != nil {
+		return q
 	}
-	p.signals.log = p.env.log.With("peer", p.info.Name)
+	q := &signalQueue{
+		send: func(ctx context.Context, b []byte) error { return p.env.signal(ctx, p.info.NodeID, b) },
+		seal: func(s *Signal) ([]byte, error) {
+			s.Time = p.env.now().UnixMilli()
+			return SealSignalShared(p.sharedKey(), s)
+		},
+		log: p.env.log.With("peer", p.info.Name),
+	}
+	if !p.sigq.CompareAndSwap(nil, q) {
+		return p.sigq.Load()
+	}
+	return q
 }
 
 // sharedKey is the box key shared with the peer. One X25519 per peer
 // rather than one per signal: it was a tenth of a busy mesh's CPU.
 // Safe for any goroutine.
 func (p *peer) sharedKey() *key.Shared {
-	p.sharedOnce.Do(func() { p.shared = p.env.priv.Shared(p.info.PublicKey) })
-	return &p.shared
+	if k := p.shared.Load(); k != nil {
+		return k
+	}
+	k := p.env.priv.Shared(p.info.PublicKey)
+	if !p.shared.CompareAndSwap(nil, &k) {
+		return p.shared.Load() // another goroutine's, the same key
+	}
+	return &k
 }
 
 func (p *peer) onSignal(ctx context.Context, s *Signal) {
@@ -163,8 +179,21 @@ func (p *peer) record(kind PathKind, addr netip.AddrPort, reason string) {
 	p.env.log.Info("path", "peer", p.info.Name, "to", kind, "addr", addr, "reason", reason)
 }
 
+// iceReport is the last attempt's report (the zero one before any).
+func (p *peer) iceReport() ICEReport {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.report == nil {
+		return ICEReport{}
+	}
+	return *p.report
+}
+
 func (p *peer) setReport(f func(*ICEReport)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f(&p.report)
+	if p.report == nil {
+		p.report = &ICEReport{}
+	}
+	f(p.report)
 }

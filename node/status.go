@@ -141,13 +141,16 @@ func (p *peer) status() PeerStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := PeerStatus{
-		Peer: p.info, Path: p.kind, History: append([]PathEvent(nil), p.history...), ICE: p.report,
+		Peer: p.info, Path: p.kind, History: append([]PathEvent(nil), p.history...),
 		TxDirect: p.path.TxDirect.Load(), TxRelay: p.path.TxRelay.Load(),
 		RxDirect: p.path.RxDirect.Load(), RxRelay: p.path.RxRelay.Load(),
 		Why: p.whyLocked(p.env.now()),
 	}
-	st.ICE.LocalCandidates = append([]string(nil), p.report.LocalCandidates...)
-	st.ICE.RemoteCandidates = append([]string(nil), p.report.RemoteCandidates...)
+	if r := p.report; r != nil {
+		st.ICE = *r
+		st.ICE.LocalCandidates = append([]string(nil), r.LocalCandidates...)
+		st.ICE.RemoteCandidates = append([]string(nil), r.RemoteCandidates...)
+	}
 	if a, ok := p.path.Direct(); ok && !p.path.hedge.Load() {
 		st.Endpoint = a.String()
 		st.RTT = p.path.RTT()

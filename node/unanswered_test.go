@@ -25,7 +25,7 @@ func TestUnansweredAttemptEnds(t *testing.T) {
 		cancel()
 		p.stopTimers()
 		p.stopAgent()
-		p.signals.wait()
+		p.queue().wait()
 	}()
 	start := time.Now()
 	p.startAttempt(ctx, "test")

@@ -39,9 +39,7 @@ func (p *peer) whyLocked(now time.Time) string {
 // attemptFailedWhy explains an ICE attempt that found no pair, from the
 // candidates both sides had.
 func (p *peer) attemptFailedWhy() string {
-	p.mu.Lock()
-	r := p.report
-	p.mu.Unlock()
+	r := p.iceReport()
 	base := fmt.Sprintf("attempt timed out after %s", p.env.cfg.AttemptTimeout)
 	local, remote := candidateFamilies(r.LocalCandidates), candidateFamilies(r.RemoteCandidates)
 	stun := addrFamilies(append(slices.Clone(p.env.cfg.STUN), p.stunServers()...))

@@ -41,7 +41,7 @@ func TestAttemptFailedWhy(t *testing.T) {
 			cfg := ICEConfig{}
 			cfg.defaults()
 			p := &peer{env: &peerEnv{cfg: cfg, log: slog.New(slog.DiscardHandler), stun: tc.stun}}
-			p.report = ICEReport{LocalCandidates: tc.local, RemoteCandidates: tc.remote}
+			p.report = &ICEReport{LocalCandidates: tc.local, RemoteCandidates: tc.remote}
 			assert.Equal(t, "attempt timed out after 10s: "+tc.want, p.attemptFailedWhy())
 		})
 	}

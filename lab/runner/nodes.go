@@ -328,17 +328,23 @@ func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network
 // node's life. netstack's default 64 held about 6 MiB per idle node; at
 // labBatch it is 3 MiB, and in labs of more than largeLab nodes, at
 // labLargeBatch, 768 KiB: at 16, those buffers were 2.9 GB of the 4.6 GB
-// live heap of scale-1000 (bench --memprofile, 2026-12-02). The fabric,
-// not the batch, bounds a lab node's throughput.
+// live heap of scale-1000 (bench --memprofile, 2026-12-02). In labs of
+// more than hugeLab nodes the batch is 1 (192 KiB a node): at 4,
+// scale-1000's pings left 1.5 GB of those buffers live (2026-12-06). The
+// fabric, not the batch, bounds a lab node's throughput.
 const (
 	labBatch      = 16
 	largeLab      = 100
 	labLargeBatch = 4
+	hugeLab       = 500
 )
 
 // nodeBatch is the WireGuard batch of this lab's in-process nodes.
 func (l *Lab) nodeBatch() int {
-	if len(l.plan.Nodes) > largeLab {
+	switch n := len(l.plan.Nodes); {
+	case n > hugeLab:
+		return 1
+	case n > largeLab:
 		return labLargeBatch
 	}
 	return labBatch
