@@ -97,6 +97,10 @@ func (p *peer) quietFor() time.Duration {
 }
 
 // goIdle closes the peer's ICE state and waits on the relay for traffic.
+// idleReport is every idle peer's ICE report: most of a large lazy mesh
+// is idle, and a report each was 136 bytes a peer. Never written.
+var idleReport = ICEReport{State: "idle"}
+
 func (p *peer) goIdle(ctx context.Context, reason string) {
 	if p.attempt != nil {
 		p.stopAgent()
@@ -111,7 +115,9 @@ func (p *peer) goIdle(ctx context.Context, reason string) {
 	p.env.bind.SetDirect(p.path, netip.AddrPort{})
 	p.record(PathRelay, netip.AddrPort{}, reason)
 	p.setWhy(reason, time.Time{})
-	p.setReport(func(r *ICEReport) { *r = ICEReport{State: "idle"} })
+	p.mu.Lock()
+	p.report = &idleReport // shared: setReport copies it before a change
+	p.mu.Unlock()
 	decided := p.path.lastData.Load()
 	wake := func() {
 		if ctx.Err() == nil {

@@ -192,8 +192,12 @@ func (p *peer) iceReport() ICEReport {
 func (p *peer) setReport(f func(*ICEReport)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.report == nil {
+	switch p.report {
+	case nil:
 		p.report = &ICEReport{}
+	case &idleReport:
+		r := idleReport
+		p.report = &r
 	}
 	f(p.report)
 }
