@@ -174,8 +174,9 @@ type Container struct {
 	waited  chan struct{} // closed when cmd has exited
 	waitErr error         // cmd.Wait's, once waited is closed
 
-	mu   sync.Mutex // guards the following fields
-	gate *os.File   // the held start's FIFO (our end); nil once opened or called off
+	mu      sync.Mutex // guards the following fields
+	gate    *os.File   // the held start's FIFO (our end), until Close
+	started bool       // Start has written to gate
 
 	closeOnce sync.Once
 	closeErr  error
@@ -268,7 +269,7 @@ func (c *Container) Start(hosts []HostEntry) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gate == nil {
+	if c.gate == nil || c.started {
 		return fmt.Errorf("runsc: start %s: not held, or called off", c.id)
 	}
 	// In place: the gofer bind-mounted this inode when runsc created the
@@ -276,12 +277,12 @@ func (c *Container) Start(hosts []HostEntry) error {
 	if err := os.WriteFile(filepath.Join(c.bundle, hostsFile), b, 0o644); err != nil {
 		return fmt.Errorf("runsc: hosts file: %w", err)
 	}
-	_, err = c.gate.Write([]byte{gate.Open})
-	c.gate.Close()
-	c.gate = nil
-	if err != nil {
+	// Our end stays open: the hook may not have opened the FIFO yet (runsc
+	// still booting), and a FIFO's data goes when its last end closes.
+	if _, err := c.gate.Write([]byte{gate.Open}); err != nil {
 		return fmt.Errorf("runsc: start %s: %w", c.id, err)
 	}
+	c.started = true
 	return nil
 }
 
@@ -296,7 +297,7 @@ func (c *Container) closeGate() bool {
 	}
 	c.gate.Close()
 	c.gate = nil
-	return true
+	return !c.started
 }
 
 // Exited is closed once `runsc run` has exited: a prepared container
@@ -315,7 +316,11 @@ func (c *Container) Wait(ctx context.Context) (int, error) {
 	case <-c.waited:
 		err = c.waitErr
 	case <-ctx.Done():
-		c.closeGate()
+		if c.closeGate() {
+			// Called off before its start: runsc destroys it.
+			<-c.waited
+			return -1, fmt.Errorf("runsc: run %s: %w", c.id, ctx.Err())
+		}
 		m.log.Info("stopping container", "id", c.id)
 		_ = m.kill(c.id, "TERM")
 		select {

@@ -281,16 +281,23 @@ func BenchmarkSandboxStart(b *testing.B) {
 		var total time.Duration
 		for i := range b.N {
 			state := b.TempDir()
+			args := []string{"sandbox", "run", "--mode", "gvisor"}
+			if testing.Verbose() {
+				args = append(args, "-v") // the sandbox's phases, with times, in the log below
+			}
 			start := time.Now()
-			_, stderr, code := p.runB(b, "sandbox", "run", "--mode", "gvisor", "--name", fmt.Sprintf("start-%d", i), "--server-url", w.NATSURL,
+			_, stderr, code := p.runB(b, append(args, "--name", fmt.Sprintf("start-%d", i), "--server-url", w.NATSURL,
 				"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--",
-				agent, "fetch", fmt.Sprintf("http://%s:8080/", web.Addr()), "exit", "0")
+				agent, "fetch", fmt.Sprintf("http://%s:8080/", web.Addr()), "exit", "0")...)
 			if code != 0 {
 				b.Fatalf("exit %d: %s", code, stderr)
 			}
 			select {
 			case at := <-arrived:
 				total += at.Sub(start)
+				if testing.Verbose() {
+					b.Logf("start %d: started %s, request %s (%v)\n%s", i, start.Format(time.StampMicro), at.Format(time.StampMicro), at.Sub(start), stderr)
+				}
 			default:
 				b.Fatal("the agent's request never arrived")
 			}
