@@ -362,6 +362,44 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 	assert.Contains(t, stdout, "fetch "+url+": hello from the lab")
 }
 
+// TestSandboxGVisorFailsAfterRegistration: when phase 1 fails after
+// control has assigned the identity (here wg0 cannot be made: its name is
+// too long), the agent's container runsc was already booting is called
+// off: no container, process, mount or cgroup of it is left, and the
+// agent never ran.
+func TestSandboxGVisorFailsAfterRegistration(t *testing.T) {
+	p := newPod(t, 4)
+	w := meshtest.StartOn(t, p.host)
+	agent := buildAgent(t)
+	state := t.TempDir()
+	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "failmid", "--server-url", w.NATSURL,
+		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--interface", "wg-name-too-long0", "--",
+		agent, "gvisor", "exit", "0")
+	require.NotEqual(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stderr, "msg=registered", "the failure came after registration")
+	assert.Contains(t, stderr, "held=true", "the container was being made")
+	assert.NotContains(t, stdout, "gvisor:", "the agent never ran")
+
+	list, err := exec.Command(mustRunsc(t), "--root", filepath.Join(state, "runsc", "state"), "list", "--quiet").Output()
+	require.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(string(list)), "no container left")
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	for _, pc := range procs {
+		if b, err := os.ReadFile(pc); err == nil && bytes.Contains(b, []byte(state)) {
+			t.Errorf("a process is left: %s: %q", pc, b)
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	require.NoError(t, err)
+	assert.NotContains(t, string(mounts), state, "no mount left in the state dir")
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/lattice-failmid-*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/lattice-failmid-*")
+	assert.Empty(t, append(cgroups, more...), "no cgroup left")
+	bundles, _ := filepath.Glob(filepath.Join(state, "runsc", "bundles", "*"))
+	assert.Empty(t, bundles, "no bundle left")
+}
+
 // TestSandboxGVisorNeedsRoot: without root, gvisor mode says so and what
 // to use instead, before touching anything.
 func TestSandboxGVisorNeedsRoot(t *testing.T) {
