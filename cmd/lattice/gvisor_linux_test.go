@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -36,6 +37,7 @@ import (
 type pod struct {
 	ns         string
 	host, addr netip.Addr
+	lastCPU    time.Duration // user+system time of the last run, its children included
 }
 
 func newPod(t *testing.T, subnet byte) *pod { return newPodTB(t, subnet) }
@@ -89,6 +91,7 @@ func (p *pod) runB(t testing.TB, args ...string) (stdout, stderr string, code in
 		<-done
 		t.Fatalf("lattice in the pod did not finish:\n%s\n%s", &o, &e)
 	}
+	p.lastCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return o.String(), e.String(), cmd.ProcessState.ExitCode()
 }
 
@@ -261,6 +264,10 @@ func mustRunsc(t *testing.T) string {
 	return p
 }
 
+// benchPlatform, if set, is the runsc platform BenchmarkSandboxStart's
+// sandboxes use (-sandbox.platform=ptrace), to compare them side by side.
+var benchPlatform = flag.String("sandbox.platform", "", "BenchmarkSandboxStart: runsc platform (systrap or ptrace); if empty, the sandbox's default")
+
 // BenchmarkSandboxStart/gvisor: from starting `lattice sandbox run --mode
 // gvisor` in a pod to the agent's first request arriving at a peer over
 // wg0: registration, wg0, rules, runsc start, the agent's connect.
@@ -278,12 +285,15 @@ func BenchmarkSandboxStart(b *testing.B) {
 			fmt.Fprint(w, "ok")
 		}))
 		agent := buildAgentB(b)
-		var total time.Duration
+		var total, cpu time.Duration
 		for i := range b.N {
 			state := b.TempDir()
 			args := []string{"sandbox", "run", "--mode", "gvisor"}
 			if testing.Verbose() {
 				args = append(args, "-v") // the sandbox's phases, with times, in the log below
+			}
+			if *benchPlatform != "" {
+				args = append(args, "--platform", *benchPlatform)
 			}
 			start := time.Now()
 			_, stderr, code := p.runB(b, append(args, "--name", fmt.Sprintf("start-%d", i), "--server-url", w.NATSURL,
@@ -295,15 +305,41 @@ func BenchmarkSandboxStart(b *testing.B) {
 			select {
 			case at := <-arrived:
 				total += at.Sub(start)
+				cpu += p.lastCPU
 				if testing.Verbose() {
-					b.Logf("start %d: started %s, request %s (%v)\n%s", i, start.Format(time.StampMicro), at.Format(time.StampMicro), at.Sub(start), stderr)
+					b.Logf("start %d: started %s, request %s (%v), CPU %v\n%s%s", i, start.Format(time.StampMicro), at.Format(time.StampMicro), at.Sub(start),
+						p.lastCPU, stderr, bootTimes(filepath.Join(state, "runsc", "logs")))
 				}
 			default:
 				b.Fatal("the agent's request never arrived")
 			}
 		}
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms")
+		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms")
 	})
+}
+
+// bootTimes is the milestones of runsc's boot timing table (its sandbox
+// log, written at info level) in the runsc log directory dir: when the
+// sandbox process started, was ready, got the start signal, had compiled
+// its seccomp filter and started the agent.
+func bootTimes(dir string) string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.boot.log"))
+	var out strings.Builder
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, m := range []string{"╭─ runsc boot", "notifying parent", "start signal received", "seccomp program compiled", "kernel started"} {
+				if strings.Contains(line, m) && strings.HasPrefix(line, "[") {
+					fmt.Fprintf(&out, "runsc boot: %s %s\n", line[1:strings.IndexByte(line, ']')], m)
+				}
+			}
+		}
+	}
+	return out.String()
 }
 
 // TestSandboxGVisorBehindLabNAT: the pod is a kernel host of the lab
