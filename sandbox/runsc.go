@@ -33,11 +33,12 @@ type RunscDriver struct {
 	pol    *policy.Policy
 	egress *kernelEgress
 
-	agent    *agentPlan // set by Prepare
-	prepWG   sync.WaitGroup
-	prepMu   sync.Mutex // guards the following fields
-	prepared *preparedAgent
-	closing  bool
+	agent       *agentPlan // set by Prepare
+	prepWG      sync.WaitGroup
+	prepMu      sync.Mutex // guards the following fields
+	prepared    *preparedAgent
+	prepStarted bool // prepared was set once (it may since have been taken)
+	closing     bool
 
 	closeOnce sync.Once
 	closeErr  error

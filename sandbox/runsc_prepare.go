@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -38,10 +39,10 @@ type preparedAgent struct {
 // set up.
 func (d *RunscDriver) Prepare(argv []string, stdio Stdio) error {
 	if len(argv) == 0 {
-		return fmt.Errorf("sandbox: prepare: no command")
+		return errors.New("sandbox: prepare: no command")
 	}
 	if d.Node() != nil {
-		return fmt.Errorf("sandbox: prepare: after Start")
+		return errors.New("sandbox: prepare: after Start")
 	}
 	path, err := agentPath(argv[0])
 	if err != nil {
@@ -59,9 +60,10 @@ func (d *RunscDriver) prepare(id node.Identity) {
 	}
 	d.prepMu.Lock()
 	defer d.prepMu.Unlock()
-	if d.closing || d.prepared != nil {
-		return
+	if d.closing || d.prepStarted {
+		return // once: a later save (a re-registration) finds the agent started
 	}
+	d.prepStarted = true
 	p := &preparedAgent{ready: make(chan struct{}), id: id}
 	d.prepared = p
 	plan := d.agent
