@@ -13,8 +13,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/latticelab/lattice/runsc/gate"
 )
 
 // GVisorVersion is the gVisor module version Lattice pins in go.mod; `make
@@ -139,51 +142,232 @@ type Stdio struct {
 // deleted afterwards, whatever happened. When ctx ends, the agent gets
 // SIGTERM, then SIGKILL after grace.
 func (m *Manager) Run(ctx context.Context, spec Spec, stdio Stdio) (int, error) {
-	if !validID.MatchString(spec.ID) {
-		return -1, fmt.Errorf("runsc: container name %q: use letters, digits, '.', '_' and '-'", spec.ID)
-	}
-	if m.mayExist(spec.ID) && m.exists(spec.ID) {
-		return -1, fmt.Errorf("%w: %q (left by a crash?); remove it with: %s --root %s delete --force %s",
-			ErrExists, spec.ID, m.bin, m.stateRoot(), spec.ID)
-	}
-	bundle := filepath.Join(m.root, "bundles", spec.ID)
-	if err := m.writeBundle(bundle, spec); err != nil {
+	c, err := m.launch(spec, stdio, false)
+	if err != nil {
 		return -1, err
 	}
-	defer os.RemoveAll(bundle)
-	defer m.Delete(spec.ID)
+	return c.Wait(ctx)
+}
 
-	args := append(m.globalArgs(spec.ID), "run", "--bundle", bundle, spec.ID)
-	cmd := exec.Command(m.bin, args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
-	m.log.Info("starting container", "id", spec.ID, "args", spec.Args, "platform", m.platform)
-	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("runsc: run %s: %w", spec.ID, err)
+// Prepare creates container spec.ID with its start held: `runsc run`
+// boots the sandbox (most of a container's start: the sandbox process,
+// the platform, the memory manager) and then waits in a createRuntime
+// hook (package gate) until Start or Close. The agent runs nothing
+// before Start, so a caller prepares while it sets up what the agent's
+// network needs, and starts once that is in place.
+//
+// A prepared container's /etc/hosts is always the bundle's file
+// (localhost and spec.Hosts), rewritten by Start with the entries known
+// then: the names an agent sees are taken when it starts.
+func (m *Manager) Prepare(spec Spec, stdio Stdio) (*Container, error) {
+	return m.launch(spec, stdio, true)
+}
+
+// Container is a container being run by `runsc run`: one Run, or one
+// Prepare and its Start and Wait. Wait or Close deletes it.
+type Container struct {
+	m      *Manager
+	id     string
+	bundle string
+	cmd    *exec.Cmd
+
+	waited  chan struct{} // closed when cmd has exited
+	waitErr error         // cmd.Wait's, once waited is closed
+
+	mu      sync.Mutex // guards the following fields
+	gate    *os.File   // the held start's FIFO (our end), until Close
+	started bool       // Start has written to gate
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// ID is the container's ID.
+func (c *Container) ID() string { return c.id }
+
+// launch writes the bundle and starts `runsc run`; with held, the start
+// waits on the gate.
+func (m *Manager) launch(spec Spec, stdio Stdio, held bool) (_ *Container, err error) {
+	if !validID.MatchString(spec.ID) {
+		return nil, fmt.Errorf("runsc: container name %q: use letters, digits, '.', '_' and '-'", spec.ID)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	if m.mayExist(spec.ID) && m.exists(spec.ID) {
+		return nil, fmt.Errorf("%w: %q (left by a crash?); remove it with: %s --root %s delete --force %s",
+			ErrExists, spec.ID, m.bin, m.stateRoot(), spec.ID)
+	}
+	c := &Container{m: m, id: spec.ID, bundle: filepath.Join(m.root, "bundles", spec.ID), waited: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.closeGate()
+			_ = os.RemoveAll(c.bundle)
+		}
+	}()
+	var hook *ociHook
+	if held {
+		spec.hostsMount = true
+		if hook, err = c.makeGate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.writeBundle(c.bundle, spec, hook); err != nil {
+		return nil, err
+	}
+	args := append(m.globalArgs(spec.ID), "run", "--bundle", c.bundle, spec.ID)
+	c.cmd = exec.Command(m.bin, args...)
+	c.cmd.Stdin, c.cmd.Stdout, c.cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	m.log.Info("starting container", "id", spec.ID, "args", spec.Args, "platform", m.platform, "held", held)
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("runsc: run %s: %w", spec.ID, err)
+	}
+	go func() {
+		c.waitErr = c.cmd.Wait()
+		close(c.waited)
+	}()
+	return c, nil
+}
+
+// heldExit bounds how long Close lets a called-off container's `runsc
+// run` destroy it (the gate hook fails at once; runsc may still be
+// booting the sandbox) before killing it.
+const heldExit = 30 * time.Second
+
+// gateFIFO is the held start's FIFO in the bundle directory.
+const gateFIFO = "start.fifo"
+
+// makeGate makes the FIFO the gate hook reads and opens our end of it
+// read-write: a writer exists from now on, so the hook's read blocks
+// until Start writes (or Close closes: end of file, the hook fails).
+func (c *Container) makeGate() (*ociHook, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("runsc: finding this binary for the start hook: %w", err)
+	}
+	if err := os.RemoveAll(c.bundle); err != nil {
+		return nil, fmt.Errorf("runsc: bundle: %w", err)
+	}
+	if err := os.MkdirAll(c.bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("runsc: bundle: %w", err)
+	}
+	p := filepath.Join(c.bundle, gateFIFO)
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		return nil, fmt.Errorf("runsc: start gate: %w", err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("runsc: start gate: %w", err)
+	}
+	c.gate = f
+	return &ociHook{Path: exe, Args: []string{gate.Arg0, p}}, nil
+}
+
+// Start lets a prepared container's agent start, with hosts as its
+// /etc/hosts entries (after localhost). It does not wait for the agent.
+func (c *Container) Start(hosts []HostEntry) error {
+	b, err := hostsContent(hosts)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gate == nil || c.started {
+		return fmt.Errorf("runsc: start %s: not held, or called off", c.id)
+	}
+	// In place: the gofer bind-mounted this inode when runsc created the
+	// container; the sentry reads it only once the agent opens it.
+	if err := os.WriteFile(filepath.Join(c.bundle, hostsFile), b, 0o644); err != nil {
+		return fmt.Errorf("runsc: hosts file: %w", err)
+	}
+	// Our end stays open: the hook may not have opened the FIFO yet (runsc
+	// still booting), and a FIFO's data goes when its last end closes.
+	if _, err := c.gate.Write([]byte{gate.Open}); err != nil {
+		return fmt.Errorf("runsc: start %s: %w", c.id, err)
+	}
+	c.started = true
+	return nil
+}
+
+// closeGate calls a held start off: the hook reads end of file and fails,
+// and runsc destroys the container. It reports whether the start was
+// still held.
+func (c *Container) closeGate() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gate == nil {
+		return false
+	}
+	c.gate.Close()
+	c.gate = nil
+	return !c.started
+}
+
+// Exited is closed once `runsc run` has exited: a prepared container
+// that exits before Start failed to be created.
+func (c *Container) Exited() <-chan struct{} { return c.waited }
+
+// Wait waits for the container's PID 1 to exit and returns its exit code
+// (128+N if signal N ended it), then deletes the container. When ctx
+// ends, the agent gets SIGTERM, then SIGKILL after grace. A held
+// container that is never started waits until Close.
+func (c *Container) Wait(ctx context.Context) (int, error) {
+	defer c.Close()
+	m := c.m
 	var err error
 	select {
-	case err = <-waited:
+	case <-c.waited:
+		err = c.waitErr
 	case <-ctx.Done():
-		m.log.Info("stopping container", "id", spec.ID)
-		_ = m.kill(spec.ID, "TERM")
-		select {
-		case err = <-waited:
-		case <-time.After(5 * time.Second):
-			_ = m.kill(spec.ID, "KILL")
-			_ = cmd.Process.Kill()
-			err = <-waited
+		if c.closeGate() {
+			// Called off before its start: runsc destroys it.
+			<-c.waited
+			return -1, fmt.Errorf("runsc: run %s: %w", c.id, ctx.Err())
 		}
+		m.log.Info("stopping container", "id", c.id)
+		_ = m.kill(c.id, "TERM")
+		select {
+		case <-c.waited:
+		case <-time.After(5 * time.Second):
+			_ = m.kill(c.id, "KILL")
+			_ = c.cmd.Process.Kill()
+			<-c.waited
+		}
+		err = c.waitErr
 	}
 	code, ok := ExitStatus(err)
 	switch {
 	case !ok:
-		return -1, fmt.Errorf("runsc: run %s: %w", spec.ID, err)
-	case code == 128 && m.failedToStart(spec.ID):
-		return -1, fmt.Errorf("runsc: container %s did not start; see %s", spec.ID, m.logPath(spec.ID))
+		return -1, fmt.Errorf("runsc: run %s: %w", c.id, err)
+	case code == 128 && m.failedToStart(c.id):
+		return -1, fmt.Errorf("runsc: container %s did not start; see %s", c.id, m.logPath(c.id))
 	}
 	return code, nil
+}
+
+// Close stops the container if it runs (a held one is called off, a
+// started one killed), waits for `runsc run` to exit and deletes the
+// container and its bundle. It is idempotent.
+func (c *Container) Close() error {
+	c.closeOnce.Do(func() {
+		if c.closeGate() {
+			select {
+			case <-c.waited:
+			case <-time.After(heldExit):
+			}
+		}
+		select {
+		case <-c.waited:
+		default:
+			_ = c.m.kill(c.id, "KILL")
+			select {
+			case <-c.waited:
+			case <-time.After(5 * time.Second):
+				_ = c.cmd.Process.Kill()
+				<-c.waited
+			}
+		}
+		c.closeErr = c.m.Delete(c.id)
+		_ = os.RemoveAll(c.bundle)
+	})
+	return c.closeErr
 }
 
 // ExitStatus is a finished command's exit status as a shell reports it
@@ -267,9 +451,14 @@ func (m *Manager) List() ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
-func (m *Manager) writeBundle(dir string, spec Spec) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("runsc: bundle: %w", err)
+// writeBundle writes the bundle for spec into dir, with hook, if not
+// nil, as its createRuntime hook. A bundle without a hook starts empty;
+// one with a hook keeps the gate FIFO made in it.
+func (m *Manager) writeBundle(dir string, spec Spec, hook *ociHook) error {
+	if hook == nil {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("runsc: bundle: %w", err)
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
 		return fmt.Errorf("runsc: bundle: %w", err)
@@ -277,6 +466,9 @@ func (m *Manager) writeBundle(dir string, spec Spec) error {
 	oci, err := spec.oci(dir)
 	if err != nil {
 		return err
+	}
+	if hook != nil {
+		oci.Hooks = &ociHooks{CreateRuntime: []ociHook{*hook}}
 	}
 	b, err := json.MarshalIndent(oci, "", "  ")
 	if err != nil {

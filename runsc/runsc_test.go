@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/runsc/gate"
 )
 
 var (
@@ -283,4 +285,113 @@ func TestMayExist(t *testing.T) {
 	assert.True(t, m.mayExist("web"))
 	assert.True(t, m.mayExist("we"), "a prefix of a live ID asks runsc")
 	assert.False(t, m.mayExist("api"))
+}
+
+// TestPrepare: a prepared container's sandbox boots but its agent does
+// not run until Start, which also fills its /etc/hosts; it then runs and
+// exits as Run's would, and nothing is left.
+func TestPrepare(t *testing.T) {
+	m := needRunsc(t)
+	var out, errOut syncBuffer
+	c, err := m.Prepare(Spec{ID: "held", Args: []string{staticAgent(t), "cat", "/etc/hosts"}}, Stdio{Stdout: &out, Stderr: &errOut})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	require.Eventually(t, func() bool { return gateWaiting(c) }, 20*time.Second, 50*time.Millisecond, "the sandbox boots and the hook waits")
+	// Held: the agent must not run, however long we wait for it.
+	select {
+	case <-c.Exited():
+		t.Fatalf("runsc run exited while held: %s", errOut.String())
+	case <-time.After(time.Second):
+	}
+	assert.Empty(t, out.String(), "the agent ran before Start")
+
+	hosts := []HostEntry{{Addr: netip.MustParseAddr("100.64.0.2"), Names: []string{"web", "web.lattice"}}}
+	require.NoError(t, c.Start(hosts))
+	assert.ErrorContains(t, c.Start(hosts), "not held", "a second Start")
+	code, err := c.Wait(t.Context())
+	require.NoError(t, err, errOut.String())
+	assert.Equal(t, 0, code, errOut.String())
+	want, err := hostsContent(hosts)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), out.String(), "the hosts Start gave, not Prepare's (none)")
+	assertGone(t, m, c)
+}
+
+// TestPrepareClose: a prepared container called off, while its sandbox
+// boots or once it waits, leaves no container, bundle, hook or runsc
+// process behind, and its log says why.
+func TestPrepareClose(t *testing.T) {
+	m := needRunsc(t)
+	for _, tc := range []struct {
+		name   string
+		booted bool
+	}{{"while booting", false}, {"held", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "off-" + strings.ReplaceAll(tc.name, " ", "-")
+			var errOut syncBuffer
+			c, err := m.Prepare(Spec{ID: id, Args: []string{staticAgent(t), "hello", "0"}}, Stdio{Stderr: &errOut})
+			require.NoError(t, err)
+			if tc.booted {
+				require.Eventually(t, func() bool { return gateWaiting(c) }, 20*time.Second, 50*time.Millisecond)
+			}
+			require.NoError(t, c.Close())
+			assert.NotContains(t, errOut.String(), "pid 1", "the agent never ran")
+			assertGone(t, m, c)
+			code, err := c.Wait(t.Context())
+			assert.NoError(t, err, "Wait after Close reports how runsc ended")
+			assert.NotEqual(t, 0, code)
+		})
+	}
+}
+
+// assertGone checks that nothing of c is left: not the container, not its
+// bundle, not a process naming its bundle (runsc, its gofer and sandbox,
+// the gate hook).
+func assertGone(t *testing.T, m *Manager, c *Container) {
+	t.Helper()
+	ids, err := m.List()
+	require.NoError(t, err)
+	assert.NotContains(t, ids, c.ID())
+	assert.NoDirExists(t, c.bundle)
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(c.bundle)) {
+			t.Errorf("a process is left: %s: %q", p, b)
+		}
+	}
+}
+
+// gateWaiting reports whether c's gate hook runs: runsc has booted the
+// sandbox and holds the start. (runsc state would block on the lock
+// runsc run holds meanwhile.)
+func gateWaiting(c *Container) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.HasPrefix(b, []byte(gate.Arg0+"\x00"+filepath.Join(c.bundle, gateFIFO))) {
+			return true
+		}
+	}
+	return false
+}
+
+// syncBuffer is a bytes.Buffer safe to write from exec's copying
+// goroutine while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -40,6 +40,10 @@ type Spec struct {
 	// that change while the agent runs are not seen. If empty, the agent
 	// sees the host's /etc/hosts.
 	Hosts []HostEntry
+
+	// hostsMount mounts the hosts file even with no Hosts (a prepared
+	// container's, which Start fills).
+	hostsMount bool
 }
 
 // HostEntry is one line of the container's /etc/hosts: Names resolve to
@@ -100,6 +104,19 @@ type ociSpec struct {
 	Hostname string     `json:"hostname"`
 	Mounts   []ociMount `json:"mounts"`
 	Linux    ociLinux   `json:"linux"`
+	Hooks    *ociHooks  `json:"hooks,omitempty"`
+}
+
+// ociHooks are the runtime's hooks; runsc runs createRuntime's after it
+// has booted the sandbox and before the agent starts, and destroys the
+// container if one fails.
+type ociHooks struct {
+	CreateRuntime []ociHook `json:"createRuntime,omitempty"`
+}
+
+type ociHook struct {
+	Path string   `json:"path"`
+	Args []string `json:"args,omitempty"`
 }
 
 type ociProcess struct {
@@ -165,7 +182,7 @@ func (s Spec) oci(bundle string) (*ociSpec, error) {
 		return nil, fmt.Errorf("runsc: agent %q: want an absolute path", firstOr(s.Args))
 	}
 	var hosts []byte
-	if len(s.Hosts) > 0 {
+	if len(s.Hosts) > 0 || s.hostsMount {
 		var err error
 		if hosts, err = hostsContent(s.Hosts); err != nil {
 			return nil, err

@@ -213,8 +213,9 @@ func (k *kernelEgress) refresh() error {
 
 // restore replaces chain's rules in one iptables-restore transaction: a
 // flush and re-append would leave it empty, allowing everything, in
-// between. The chain is created if it does not exist.
-func (k *kernelEgress) restore(tool, chain string, rules [][]string) error {
+// between. The chain is created if it does not exist. more are further
+// lines of the same transaction (a hook into a built-in chain).
+func (k *kernelEgress) restore(tool, chain string, rules [][]string, more ...string) error {
 	var b strings.Builder
 	b.WriteString("*filter\n:" + chain + " - [0:0]\n")
 	for _, r := range rules {
@@ -223,6 +224,9 @@ func (k *kernelEgress) restore(tool, chain string, rules [][]string) error {
 			b.WriteString(" " + iptables.Quote(arg))
 		}
 		b.WriteString("\n")
+	}
+	for _, l := range more {
+		b.WriteString(l + "\n")
 	}
 	b.WriteString("COMMIT\n")
 	if err := k.run(tool, []string{"--noflush", "-w", "5"}, b.String()); err != nil {

@@ -81,16 +81,15 @@ func (k *kernelEgress) families() []family {
 // in OUTPUT, so it sees every packet the pod sends.
 func (k *kernelEgress) installDefaults() error {
 	for _, f := range k.families() {
-		if err := k.restore(f.restore, defaultsChain, defaultRules(k.pol, k.self, f.v6)); err != nil {
+		// The chain and its hook in one transaction: one process each, on
+		// the sandbox's start path, and never a chain without its hook.
+		if err := k.restore(f.restore, defaultsChain, defaultRules(k.pol, k.self, f.v6), "-I OUTPUT 1 -j "+defaultsChain); err != nil {
 			return err
 		}
 		if f.v6 {
 			k.defaults6 = true
 		} else {
 			k.defaults = true
-		}
-		if err := k.ipt(f.ipt, "-I", "OUTPUT", "1", "-j", defaultsChain); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -102,6 +101,11 @@ func (k *kernelEgress) removeDefaults() {
 		if f.v6 && !k.defaults6 || !f.v6 && !k.defaults {
 			continue
 		}
+		script := "*filter\n-D OUTPUT -j " + defaultsChain + "\n-F " + defaultsChain + "\n-X " + defaultsChain + "\nCOMMIT\n"
+		if k.run(f.restore, []string{"--noflush", "-w", "5"}, script) == nil {
+			continue
+		}
+		// Not all there (someone removed a part): each step on its own.
 		_ = k.ipt(f.ipt, "-D", "OUTPUT", "-j", defaultsChain)
 		_ = k.ipt(f.ipt, "-F", defaultsChain)
 		_ = k.ipt(f.ipt, "-X", defaultsChain)

@@ -110,4 +110,14 @@ func TestKernelDefaultsRefuse(t *testing.T) {
 	out, err := exec.Command("ip", "netns", "exec", ns, "ip6tables", "-S", defaultsChain).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.True(t, strings.Contains(string(out), "64:ff9b::7f00:0/104"), "NAT64 of loopback in ip6tables:\n%s", out)
+
+	// The hook removed by someone else: the chain still goes.
+	out, err = exec.Command("ip", "netns", "exec", ns, "iptables", "-D", "OUTPUT", "-j", defaultsChain).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	named.removeDefaults()
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		out, err := exec.Command("ip", "netns", "exec", ns, tool, "-S").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.NotContains(t, string(out), defaultsChain, tool)
+	}
 }

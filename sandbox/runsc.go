@@ -33,6 +33,13 @@ type RunscDriver struct {
 	pol    *policy.Policy
 	egress *kernelEgress
 
+	agent       *agentPlan // set by Prepare
+	prepWG      sync.WaitGroup
+	prepMu      sync.Mutex // guards the following fields
+	prepared    *preparedAgent
+	prepStarted bool // prepared was set once (it may since have been taken)
+	closing     bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -101,6 +108,9 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("sandbox: egress policy: %w", err)
 		}
 	}
+	if d.agent != nil {
+		creds = &identityHook{CredentialStore: creds, saved: d.prepare}
+	}
 	prov, err := kernelProvisioner(cfg.Interface, cfg.Logger)
 	if err != nil {
 		return err
@@ -131,6 +141,8 @@ type recordSink func(audit.Event) error
 func (r recordSink) Write(ev audit.Event) error { return r(ev) }
 
 // Run implements IsolationDriver: phase 2, the agent as PID 1 in runsc.
+// The agent Prepare named starts in the container made for it while
+// Start ran; any other argv gets a container made now.
 func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int, error) {
 	if len(argv) == 0 {
 		return -1, errors.New("sandbox: run: no command")
@@ -139,28 +151,74 @@ func (d *RunscDriver) Run(ctx context.Context, argv []string, stdio Stdio) (int,
 	if n == nil {
 		return -1, errors.New("sandbox: run: not started")
 	}
-	path, err := exec.LookPath(argv[0])
+	c, err := d.takePrepared(ctx, argv, stdio, n.Identity())
 	if err != nil {
-		return -1, fmt.Errorf("sandbox: agent %q: %w", argv[0], err)
+		return -1, err
+	}
+	if c == nil {
+		return d.runCold(ctx, argv, stdio, n.Identity())
+	}
+	if err := d.beforeAgent(argv, c.ID()); err != nil {
+		_ = c.Close()
+		return -1, err
+	}
+	if err := c.Start(peerHosts(d.peers())); err != nil {
+		_ = c.Close()
+		return -1, fmt.Errorf("sandbox: %w", err)
+	}
+	return d.agentExited(c.Wait(ctx))
+}
+
+// runCold runs argv in a container made now.
+func (d *RunscDriver) runCold(ctx context.Context, argv []string, stdio Stdio, id node.Identity) (int, error) {
+	path, err := agentPath(argv[0])
+	if err != nil {
+		return -1, err
+	}
+	spec := d.agentSpec(path, argv, id)
+	if err := d.beforeAgent(argv, spec.ID); err != nil {
+		return -1, err
+	}
+	spec.Hosts = peerHosts(d.peers())
+	return d.agentExited(d.mgr.Run(ctx, spec, runsc.Stdio{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr}))
+}
+
+// agentPath is the agent binary's absolute path.
+func agentPath(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: agent %q: %w", name, err)
 	}
 	if path, err = filepath.Abs(path); err != nil {
-		return -1, fmt.Errorf("sandbox: agent %q: %w", argv[0], err)
+		return "", fmt.Errorf("sandbox: agent %q: %w", name, err)
 	}
-	id := n.Identity()
-	spec := runsc.Spec{ID: d.ContainerID(), Args: append([]string{path}, argv[1:]...), Env: []string{
+	return path, nil
+}
+
+// agentSpec is the container for the agent at path with argv's arguments
+// and the sandbox's identity in its environment; Hosts is left to the
+// caller (it is taken when the agent starts).
+func (d *RunscDriver) agentSpec(path string, argv []string, id node.Identity) runsc.Spec {
+	return runsc.Spec{ID: d.ContainerID(), Args: append([]string{path}, argv[1:]...), Env: []string{
 		"LATTICE_SANDBOX=" + id.Name, "LATTICE_NODE_ID=" + id.NodeID, "LATTICE_ADDRESS=" + id.Address.Addr().String(),
-	}, Hosts: peerHosts(d.peers())}
+	}}
+}
+
+// beforeAgent brings the egress rules up to date and audits the agent's
+// start: the last steps before it may run.
+func (d *RunscDriver) beforeAgent(argv []string, container string) error {
 	if d.egress != nil {
 		// The chain follows peer changes once a second; bring it up to
 		// date now, so a peer the agent can name is one its rules know.
 		if err := d.egress.refresh(); err != nil {
-			return -1, fmt.Errorf("sandbox: egress rules: %w", err)
+			return fmt.Errorf("sandbox: egress rules: %w", err)
 		}
 	}
-	if err := d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, spec.ID)}); err != nil {
-		return -1, err // unaudited, the agent does not run
-	}
-	code, err := d.mgr.Run(ctx, spec, runsc.Stdio{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr})
+	// Unaudited, the agent does not run.
+	return d.record(audit.Event{Kind: "agent", Detail: fmt.Sprintf("run %v in runsc container %s", argv, container)})
+}
+
+func (d *RunscDriver) agentExited(code int, err error) (int, error) {
 	if err != nil {
 		return code, fmt.Errorf("sandbox: %w", err)
 	}
@@ -204,7 +262,7 @@ func (d *RunscDriver) Status() Status {
 func (d *RunscDriver) Close() error {
 	d.closeOnce.Do(func() {
 		var errs []error
-		errs = append(errs, d.mgr.Delete(d.ContainerID()))
+		errs = append(errs, d.closePrepared(), d.mgr.Delete(d.ContainerID()))
 		if d.egress != nil {
 			d.egress.remove()
 		}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -36,6 +37,7 @@ import (
 type pod struct {
 	ns         string
 	host, addr netip.Addr
+	lastCPU    time.Duration // user+system time of the last run, its children included
 }
 
 func newPod(t *testing.T, subnet byte) *pod { return newPodTB(t, subnet) }
@@ -89,6 +91,7 @@ func (p *pod) runB(t testing.TB, args ...string) (stdout, stderr string, code in
 		<-done
 		t.Fatalf("lattice in the pod did not finish:\n%s\n%s", &o, &e)
 	}
+	p.lastCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return o.String(), e.String(), cmd.ProcessState.ExitCode()
 }
 
@@ -261,6 +264,10 @@ func mustRunsc(t *testing.T) string {
 	return p
 }
 
+// benchPlatform, if set, is the runsc platform BenchmarkSandboxStart's
+// sandboxes use (-sandbox.platform=ptrace), to compare them side by side.
+var benchPlatform = flag.String("sandbox.platform", "", "BenchmarkSandboxStart: runsc platform (systrap or ptrace); if empty, the sandbox's default")
+
 // BenchmarkSandboxStart/gvisor: from starting `lattice sandbox run --mode
 // gvisor` in a pod to the agent's first request arriving at a peer over
 // wg0: registration, wg0, rules, runsc start, the agent's connect.
@@ -278,25 +285,61 @@ func BenchmarkSandboxStart(b *testing.B) {
 			fmt.Fprint(w, "ok")
 		}))
 		agent := buildAgentB(b)
-		var total time.Duration
+		var total, cpu time.Duration
 		for i := range b.N {
 			state := b.TempDir()
+			args := []string{"sandbox", "run", "--mode", "gvisor"}
+			if testing.Verbose() {
+				args = append(args, "-v") // the sandbox's phases, with times, in the log below
+			}
+			if *benchPlatform != "" {
+				args = append(args, "--platform", *benchPlatform)
+			}
 			start := time.Now()
-			_, stderr, code := p.runB(b, "sandbox", "run", "--mode", "gvisor", "--name", fmt.Sprintf("start-%d", i), "--server-url", w.NATSURL,
+			_, stderr, code := p.runB(b, append(args, "--name", fmt.Sprintf("start-%d", i), "--server-url", w.NATSURL,
 				"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--",
-				agent, "fetch", fmt.Sprintf("http://%s:8080/", web.Addr()), "exit", "0")
+				agent, "fetch", fmt.Sprintf("http://%s:8080/", web.Addr()), "exit", "0")...)
 			if code != 0 {
 				b.Fatalf("exit %d: %s", code, stderr)
 			}
 			select {
 			case at := <-arrived:
 				total += at.Sub(start)
+				cpu += p.lastCPU
+				if testing.Verbose() {
+					b.Logf("start %d: started %s, request %s (%v), CPU %v\n%s%s", i, start.Format(time.StampMicro), at.Format(time.StampMicro), at.Sub(start),
+						p.lastCPU, stderr, bootTimes(filepath.Join(state, "runsc", "logs")))
+				}
 			default:
 				b.Fatal("the agent's request never arrived")
 			}
 		}
 		b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms")
+		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms")
 	})
+}
+
+// bootTimes is the milestones of runsc's boot timing table (its sandbox
+// log, written at info level) in the runsc log directory dir: when the
+// sandbox process started, was ready, got the start signal, had compiled
+// its seccomp filter and started the agent.
+func bootTimes(dir string) string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.boot.log"))
+	var out strings.Builder
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, m := range []string{"╭─ runsc boot", "notifying parent", "start signal received", "seccomp program compiled", "kernel started"} {
+				if strings.Contains(line, m) && strings.HasPrefix(line, "[") {
+					fmt.Fprintf(&out, "runsc boot: %s %s\n", line[1:strings.IndexByte(line, ']')], m)
+				}
+			}
+		}
+	}
+	return out.String()
 }
 
 // TestSandboxGVisorBehindLabNAT: the pod is a kernel host of the lab
@@ -353,6 +396,44 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 		"--token", meshtest.Token, "--state-dir", t.TempDir(), "--", agent, "fetch", url, "gvisor", "exit", "0")
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "fetch "+url+": hello from the lab")
+}
+
+// TestSandboxGVisorFailsAfterRegistration: when phase 1 fails after
+// control has assigned the identity (here wg0 cannot be made: its name is
+// too long), the agent's container runsc was already booting is called
+// off: no container, process, mount or cgroup of it is left, and the
+// agent never ran.
+func TestSandboxGVisorFailsAfterRegistration(t *testing.T) {
+	p := newPod(t, 4)
+	w := meshtest.StartOn(t, p.host)
+	agent := buildAgent(t)
+	state := t.TempDir()
+	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "failmid", "--server-url", w.NATSURL,
+		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--interface", "wg-name-too-long0", "--",
+		agent, "gvisor", "exit", "0")
+	require.NotEqual(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stderr, "msg=registered", "the failure came after registration")
+	assert.Contains(t, stderr, "held=true", "the container was being made")
+	assert.NotContains(t, stdout, "gvisor:", "the agent never ran")
+
+	list, err := exec.Command(mustRunsc(t), "--root", filepath.Join(state, "runsc", "state"), "list", "--quiet").Output()
+	require.NoError(t, err)
+	assert.Empty(t, strings.TrimSpace(string(list)), "no container left")
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	for _, pc := range procs {
+		if b, err := os.ReadFile(pc); err == nil && bytes.Contains(b, []byte(state)) {
+			t.Errorf("a process is left: %s: %q", pc, b)
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	require.NoError(t, err)
+	assert.NotContains(t, string(mounts), state, "no mount left in the state dir")
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/lattice-failmid-*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/lattice-failmid-*")
+	assert.Empty(t, append(cgroups, more...), "no cgroup left")
+	bundles, _ := filepath.Glob(filepath.Join(state, "runsc", "bundles", "*"))
+	assert.Empty(t, bundles, "no bundle left")
 }
 
 // TestSandboxGVisorNeedsRoot: without root, gvisor mode says so and what

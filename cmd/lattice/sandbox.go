@@ -393,11 +393,18 @@ LATTICE_ADDRESS and LATTICE_NODE_ID.`,
 }
 
 // startSandbox makes the mode's driver and starts it; on error nothing is
-// left running.
-func startSandbox(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig) (sandbox.IsolationDriver, error) {
+// left running. agent, if not nil, is the agent Run will be given, for a
+// driver that makes ready for it while it starts (gvisor mode).
+func startSandbox(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, agent []string, stdio sandbox.Stdio) (sandbox.IsolationDriver, error) {
 	d, err := sandbox.New(mode, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if p, ok := d.(agentPreparer); ok && agent != nil {
+		if err := p.Prepare(agent, stdio); err != nil {
+			_ = d.Close()
+			return nil, err
+		}
 	}
 	if err := d.Start(cmd.Context()); err != nil {
 		_ = d.Close()
@@ -405,6 +412,14 @@ func startSandbox(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfi
 	}
 	return d, nil
 }
+
+// agentPreparer is a driver that makes ready for its agent while it
+// starts (sandbox.RunscDriver.Prepare).
+type agentPreparer interface {
+	Prepare(argv []string, stdio sandbox.Stdio) error
+}
+
+var _ agentPreparer = (*sandbox.RunscDriver)(nil)
 
 // runAgent starts a sandbox, runs args as its agent, tears the sandbox
 // down and passes the agent's exit code on.
@@ -417,7 +432,8 @@ func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, a
 		return fmt.Errorf("agent %q: %w", args[0], err)
 	}
 	cfg.SingleAgent = true // no init made ahead for a second agent
-	d, err := startSandbox(cmd, mode, cfg)
+	stdio := sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()}
+	d, err := startSandbox(cmd, mode, cfg, args, stdio)
 	if err != nil {
 		return err
 	}
@@ -431,7 +447,7 @@ func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, a
 		}
 		defer stopMetrics()
 	}
-	code, err := d.Run(cmd.Context(), args, sandbox.Stdio{Stdin: cmd.InOrStdin(), Stdout: cmd.OutOrStdout(), Stderr: cmd.ErrOrStderr()})
+	code, err := d.Run(cmd.Context(), args, stdio)
 	if err != nil {
 		return err
 	}

@@ -321,6 +321,25 @@ func Remove(iface string, run RunFunc) (bool, error) {
 
 func removeFamily(run RunFunc, tool, iface string) (found bool, _ error) {
 	chain := ChainName(iface)
+	all := []string{chain, chain + "-D", chain + "-P", chain + "-R"}
+	// What New left, once hooked, is gone in one transaction: one process
+	// rather than a dozen. Anything else (a chain or hook missing, a hook
+	// twice) makes it fail as a whole, and each step is then tried alone.
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, hook := range hooks {
+		b.WriteString("-D " + hook + " -o " + iface + " -j " + chain + "\n")
+	}
+	for _, c := range all {
+		b.WriteString("-F " + c + "\n")
+	}
+	for _, c := range all {
+		b.WriteString("-X " + c + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	if run(tool+"-restore", []string{"--noflush", "-w", "5"}, b.String()) == nil {
+		return true, nil
+	}
 	ipt := func(args ...string) error { return run(tool, append([]string{"-w", "5"}, args...), "") }
 	for _, hook := range hooks {
 		// A hook inserted twice (two runs racing) is deleted twice.
@@ -329,7 +348,6 @@ func removeFamily(run RunFunc, tool, iface string) (found bool, _ error) {
 		}
 	}
 	var errs []error
-	all := []string{chain, chain + "-D", chain + "-P", chain + "-R"}
 	for _, c := range all {
 		_ = ipt("-F", c)
 	}

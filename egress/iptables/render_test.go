@@ -272,13 +272,32 @@ func TestRestoreScript(t *testing.T) {
 
 // TestFilterCommands: New writes the rules in one restore per family and
 // hooks them once; an unchanged Reload runs nothing; Close unhooks and
-// deletes every chain.
+// deletes every chain in one restore, or step by step when a part is gone.
 func TestFilterCommands(t *testing.T) {
-	var log []string
+	var log, scripts []string
 	existing := map[string]bool{}
 	run := func(tool string, args []string, stdin string) error {
 		cmd := tool + " " + strings.Join(args, " ")
 		log = append(log, cmd)
+		if stdin != "" {
+			scripts = append(scripts, stdin)
+			// A restore's deletions: all there, or the transaction fails.
+			var dels []string
+			for _, l := range strings.Split(stdin, "\n") {
+				if rest, ok := strings.CutPrefix(l, "-D "); ok {
+					dels = append(dels, strings.TrimSuffix(tool, "-restore")+rest)
+				}
+			}
+			for _, d := range dels {
+				if !existing[d] {
+					return fmt.Errorf("no such rule")
+				}
+			}
+			for _, d := range dels {
+				delete(existing, d)
+			}
+			return nil
+		}
 		switch {
 		case strings.Contains(cmd, " -C "):
 			return fmt.Errorf("no such rule")
@@ -309,13 +328,29 @@ func TestFilterCommands(t *testing.T) {
 	log = nil
 	require.NoError(t, f.Reload(pol, nil))
 	assert.Empty(t, log, "unchanged")
+	log, scripts = nil, nil
 	require.NoError(t, f.Close())
+	assert.Equal(t, []string{"iptables-restore --noflush -w 5"}, log, "unhooked and deleted in one transaction")
+	require.Len(t, scripts, 1)
+	assert.Equal(t, "*filter\n-D OUTPUT -o lt0 -j LATTICE-lt0\n-D FORWARD -o lt0 -j LATTICE-lt0\n"+
+		"-F LATTICE-lt0\n-F LATTICE-lt0-D\n-F LATTICE-lt0-P\n-F LATTICE-lt0-R\n"+
+		"-X LATTICE-lt0\n-X LATTICE-lt0-D\n-X LATTICE-lt0-P\n-X LATTICE-lt0-R\nCOMMIT\n", scripts[0])
+	assert.Empty(t, existing, "every hook removed")
+	assert.ErrorIs(t, f.Reload(pol, nil), ErrClosed)
+	assert.NoError(t, f.Close())
+
+	// A hook gone already (removed by hand): the transaction fails, and
+	// each step is tried on its own.
+	f, err = New(Config{Interface: "lt0", Policy: pol, Run: run, IPv6: &no})
+	require.NoError(t, err)
+	delete(existing, "iptablesFORWARD -o lt0 -j LATTICE-lt0")
+	log = nil
+	require.NoError(t, f.Close())
+	assert.Equal(t, "iptables-restore --noflush -w 5", log[0])
 	assert.Contains(t, log, "iptables -w 5 -D OUTPUT -o lt0 -j LATTICE-lt0")
 	assert.Contains(t, log, "iptables -w 5 -D FORWARD -o lt0 -j LATTICE-lt0")
 	assert.Contains(t, log, "iptables -w 5 -X LATTICE-lt0-R")
 	assert.Empty(t, existing, "every hook removed")
-	assert.ErrorIs(t, f.Reload(pol, nil), ErrClosed)
-	assert.NoError(t, f.Close())
 
 	_, err = New(Config{Interface: "a b", Run: run})
 	assert.EqualError(t, err, `iptables: interface "a b": want a Linux interface name`)
