@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/latticelab/lattice/internal/atomicfile"
 	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/internal/edition"
+	"github.com/latticelab/lattice/internal/pagetrim"
 	"github.com/latticelab/lattice/proxy"
 	"github.com/latticelab/lattice/sandbox"
 )
@@ -289,11 +292,35 @@ $LATTICE_TOKEN or --token.`,
 		}
 		defer stopMetrics()
 		reloadOnHUP(cmd.Context(), d)
-		<-cmd.Context().Done()
+		idle(cmd.Context(), cfg.Logger)
 		fmt.Fprintln(out, "sandbox: stopped")
 		return nil
 	}
 	return cmd
+}
+
+// settleTime is how long a started sandbox waits before it gives back
+// what it needed only to start: its peers' first ICE checks and
+// WireGuard handshakes take place within it.
+const settleTime = 5 * time.Second
+
+// idle waits for ctx to end, giving back start-up's pages once the
+// sandbox has settled (internal/pagetrim).
+func idle(ctx context.Context, log *slog.Logger) {
+	settle := time.NewTimer(settleTime)
+	defer settle.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-settle.C:
+	}
+	st, err := pagetrim.Release()
+	if err != nil {
+		log.Warn("releasing start-up pages", "err", err)
+	} else {
+		log.Debug("start-up pages released", "unmapped_bytes", st.Unmapped, "skipped_mappings", st.Skipped)
+	}
+	<-ctx.Done()
 }
 
 // isolationNote says what an isolation means for agents run with exec.
