@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -126,7 +127,9 @@ func NewManager(cfg Config) (*Manager, error) {
 // Binary is the runsc in use.
 func (m *Manager) Binary() string { return m.bin }
 
-var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+// validID is compiled at first use, not at every start of every binary
+// that links runsc.
+var validID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`) })
 
 // Stdio is where the agent reads and writes.
 type Stdio struct {
@@ -139,7 +142,7 @@ type Stdio struct {
 // deleted afterwards, whatever happened. When ctx ends, the agent gets
 // SIGTERM, then SIGKILL after grace.
 func (m *Manager) Run(ctx context.Context, spec Spec, stdio Stdio) (int, error) {
-	if !validID.MatchString(spec.ID) {
+	if !validID().MatchString(spec.ID) {
 		return -1, fmt.Errorf("runsc: container name %q: use letters, digits, '.', '_' and '-'", spec.ID)
 	}
 	if m.mayExist(spec.ID) && m.exists(spec.ID) {
