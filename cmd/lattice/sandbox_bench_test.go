@@ -30,7 +30,9 @@ var idleBinDir = flag.String("idle-bindir", "", "BenchmarkSandboxIdle: measure D
 // directory instead (another commit's).
 //
 // The sandbox gives back its start-up pages 5 s in; what it uses comes
-// back as it runs. MiB and the other metrics are at 150 s, past the
+// back as it runs, a page cache folio at a time: the binaries here are
+// go build's output, in small folios (a copy made with write() is held
+// in large ones, and comes back whole; docs/PERFORMANCE.md). MiB and the other metrics are at 150 s, past the
 // runtime's first forced collection (at 2 min), which maps the function
 // tables of every goroutine's frames; 20s-MiB is VmRSS at 20 s. anon-MiB is
 // the process's private memory (heap, stacks), file-MiB the resident
