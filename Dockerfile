@@ -1,13 +1,15 @@
-# The lattice image: one static binary, nothing else (no shell, no libc, no
-# package manager), run as nobody. The binary is built on the host, because
-# no registry is reachable to pull a Go toolchain image:
+# The lattice image: two static binaries, nothing else (no shell, no libc,
+# no package manager), run as nobody: lattice, and lattice-sandbox, the
+# sandbox command alone, which `lattice sandbox` runs when it lies beside
+# it (an idle sandbox then maps a third less). They are built on the host,
+# because no registry is reachable to pull a Go toolchain image:
 #
 #   make image                  # lattice:dev      (community edition)
 #   make EDITION=pro image      # lattice:dev-pro  (Pro edition)
 #
 # which runs, in effect:
 #
-#   CGO_ENABLED=0 go build [-tags pro] -trimpath -o bin/image/lattice ./cmd/lattice
+#   CGO_ENABLED=0 go build [-tags pro] -trimpath -o bin/image/ ./cmd/lattice ./cmd/lattice-sandbox
 #   docker build --build-arg EDITION=... -t lattice:dev .
 #
 # The root filesystem can be mounted read-only: everything that writes takes
@@ -24,6 +26,7 @@ LABEL org.opencontainers.image.title="lattice" \
       org.opencontainers.image.source="https://github.com/latticelab/lattice" \
       io.lattice.edition="${EDITION}"
 COPY bin/image/lattice /lattice
+COPY bin/image/lattice-sandbox /lattice-sandbox
 # An empty directory from the context; --chown applies to it, not to its parents.
 COPY --chown=65534:65534 bin/image/var/ /var/lib/lattice/
 USER 65534:65534

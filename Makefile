@@ -17,6 +17,8 @@ help: ## list targets
 
 build: ## build the binaries into bin/ (EDITION=pro for the Pro edition)
 	$(GO) build -tags '$(TAGS)' -o $(BIN)/ ./cmd/...
+	@# lattice-sandbox static, as in the image: an idle sandbox maps no libc.
+	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -o $(BIN)/ ./cmd/lattice-sandbox
 
 deps: ## install what the tests need (tshark) when missing
 	@scripts/deps.sh
@@ -76,9 +78,9 @@ lab: ## run lattice-lab on the default topology
 clean:
 	rm -rf $(BIN)
 
-# The container image: FROM scratch, the static binary, user nobody. The
-# binary goes to bin/image/ whatever BIN says: the Dockerfile and
-# .dockerignore name that path.
+# The container image: FROM scratch, the static binaries, user nobody.
+# They go to bin/image/ whatever BIN says: the Dockerfile and .dockerignore
+# name that path. /lattice sandbox runs /lattice-sandbox beside it.
 IMAGE ?= lattice:dev$(if $(filter pro,$(EDITION)),-pro,)
 # The e2e suite builds its own image (Pro) and runs in about a minute, plus
 # up to four minutes to compile the static binary on a cold build cache.
@@ -88,7 +90,7 @@ E2E_TIMEOUT ?= 15m
 
 image: ## build the FROM-scratch image lattice:dev (EDITION=pro: lattice:dev-pro)
 	mkdir -p bin/image/var
-	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '-s -w' -o bin/image/lattice ./cmd/lattice
+	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -trimpath -ldflags '-s -w' -o bin/image/ ./cmd/lattice ./cmd/lattice-sandbox
 	docker build --build-arg EDITION=$(EDITION) -t $(IMAGE) .
 
 test-e2e: ## run the image in real containers (test/; skips without a Docker engine)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -20,16 +21,16 @@ import (
 func TestLostAnswerTakenBack(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
-	events := make(chan PeerEvent, 4)
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
+	events := make(chan controlapi.PeerEvent, 4)
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
 	require.NoError(t, err)
 	defer sa.Close()
 
 	lost := errors.New("the answer was lost on the way")
 	answers := 0
-	_, err = register(ctx, Join{Token: testToken, Name: "beta", Key: newPriv(t)}, func(ctx context.Context, body []byte) ([]byte, error) {
+	_, err = controlapi.Register(ctx, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)}, func(ctx context.Context, body []byte) ([]byte, error) {
 		var out []byte
 		_, err := env.srv.registerAndSend(ctx, body, func(b []byte) error {
 			answers++
@@ -42,7 +43,7 @@ func TestLostAnswerTakenBack(t *testing.T) {
 		return out, err
 	})
 	require.ErrorIs(t, err, lost)
-	var got []PeerEvent
+	var got []controlapi.PeerEvent
 	for len(got) < 2 {
 		select {
 		case ev := <-events:
@@ -51,8 +52,8 @@ func TestLostAnswerTakenBack(t *testing.T) {
 			t.Fatalf("events so far: %+v", got)
 		}
 	}
-	assert.Equal(t, PeerAdded, got[0].Type)
-	assert.Equal(t, PeerRemoved, got[1].Type, "the registration taken back")
+	assert.Equal(t, controlapi.PeerAdded, got[0].Type)
+	assert.Equal(t, controlapi.PeerRemoved, got[1].Type, "the registration taken back")
 	assert.Equal(t, got[0].Peer.NodeID, got[1].Peer.NodeID)
 	assert.Equal(t, "beta", got[1].Peer.Name)
 	_, err = env.srv.cfg.Store.Get(ctx, got[0].Peer.NodeID)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -84,18 +85,18 @@ func benchRegister(b *testing.B, store string, pre int) {
 	conns := make([]*nats.Conn, registerClients)
 	for i := range conns {
 		user := fmt.Sprintf("%s%020d", joinPrefix, i)
-		nc, err := nats.Connect(url, nats.SetCustomDialer(Dialer(netx.OS)),
-			nats.UserInfo(user, testToken), nats.CustomInboxPrefix(InboxPrefix+"."+user))
+		nc, err := nats.Connect(url, nats.SetCustomDialer(controlapi.Dialer(netx.OS)),
+			nats.UserInfo(user, testToken), nats.CustomInboxPrefix(controlapi.InboxPrefix+"."+user))
 		require.NoError(b, err)
 		defer nc.Close()
 		conns[i] = nc
 	}
-	joins := make([]Join, b.N)
+	joins := make([]controlapi.Join, b.N)
 	pubs := make([]key.Public, b.N) // a node knows its public key
 	for i := range joins {
 		k := key.NewPrivate()
 		pubs[i] = k.Public()
-		joins[i] = Join{Token: testToken, Name: "n" + nodeID(pubs[i])[1:12], Key: k}
+		joins[i] = controlapi.Join{Token: testToken, Name: "n" + nodeID(pubs[i])[1:12], Key: k}
 	}
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
@@ -147,15 +148,15 @@ func cpuTime() time.Duration {
 // (a node decodes its own; here every client shares the benchmark's two
 // cores with control, and decoding ~115 peers per registration would
 // measure encoding/json instead).
-func registerLight(ctx context.Context, nc *nats.Conn, j Join, pub key.Public) error {
+func registerLight(ctx context.Context, nc *nats.Conn, j controlapi.Join, pub key.Public) error {
 	type light struct {
-		Challenge *Challenge `json:"challenge"`
-		NodeID    string     `json:"node_id"`
-		Error     *Error     `json:"error"`
+		Challenge *controlapi.Challenge `json:"challenge"`
+		NodeID    string                `json:"node_id"`
+		Error     *controlapi.Error     `json:"error"`
 	}
-	ask := func(req *RegisterRequest) (*light, error) {
+	ask := func(req *controlapi.RegisterRequest) (*light, error) {
 		body, _ := json.Marshal(req)
-		m, err := nc.RequestWithContext(ctx, SubjectRegister, body)
+		m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
 		if err != nil {
 			return nil, err
 		}
@@ -168,13 +169,13 @@ func registerLight(ctx context.Context, nc *nats.Conn, j Join, pub key.Public) e
 		}
 		return &l, nil
 	}
-	req := &RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: pub, SharedEvents: true}
+	req := &controlapi.RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: pub, SharedEvents: true}
 	first, err := ask(req)
 	if err != nil {
 		return err
 	}
 	req.Challenge = first.Challenge
-	if req.Proof, err = ProveKey(j.Key, first.Challenge, j.Name); err != nil {
+	if req.Proof, err = controlapi.ProveKey(j.Key, first.Challenge, j.Name); err != nil {
 		return err
 	}
 	resp, err := ask(req)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -92,23 +93,23 @@ func TestAuthCalloutConfinesNodes(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { srv.Close() })
 
-	a, err := RegisterNATS(ctx, netx.OS, url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, url, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err, "a joining client is let in by the callout")
-	b, err := RegisterNATS(ctx, netx.OS, url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
+	b, err := controlapi.RegisterNATS(ctx, netx.OS, url, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 	signals := make(chan string, 4)
-	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{Signal: func(from string, p []byte) { signals <- from + ":" + string(p) }})
+	sb, err := controlapi.Connect(ctx, netx.OS, b.NodeID, b.NATS, controlapi.Handlers{Signal: func(from string, p []byte) { signals <- from + ":" + string(p) }})
 	require.NoError(t, err)
 	defer sb.Close()
 
 	nc, errs := permissionErrors(t, url, a.NATS.User, a.NATS.Password, a.NATS.Inbox)
 	got := make(chan *nats.Msg, 10)
-	for _, subj := range []string{NodeSubject(b.NodeID, LeafPeers), NodeSubject(b.NodeID, LeafSignalIn), "lattice.v1.>", "_INBOX." + b.NodeID + ".>"} {
+	for _, subj := range []string{controlapi.NodeSubject(b.NodeID, controlapi.LeafPeers), controlapi.NodeSubject(b.NodeID, controlapi.LeafSignalIn), "lattice.v1.>", "_INBOX." + b.NodeID + ".>"} {
 		_, err := nc.ChanSubscribe(subj, got)
 		require.NoError(t, err)
 	}
-	require.NoError(t, nc.Publish(NodeSubject(b.NodeID, LeafSignalIn), []byte("forged")))
-	require.NoError(t, nc.Publish(NodeSubject(b.NodeID, LeafSignalOut), []byte("as beta")))
+	require.NoError(t, nc.Publish(controlapi.NodeSubject(b.NodeID, controlapi.LeafSignalIn), []byte("forged")))
+	require.NoError(t, nc.Publish(controlapi.NodeSubject(b.NodeID, controlapi.LeafSignalOut), []byte("as beta")))
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool { return len(errs()) >= 6 }, 5*time.Second, 10*time.Millisecond, "violations: %v", errs())
 	for _, e := range errs() {
@@ -116,7 +117,7 @@ func TestAuthCalloutConfinesNodes(t *testing.T) {
 	}
 
 	// What alpha may do works: a signal to beta, through control.
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{})
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer sa.Close()
 	require.NoError(t, sa.Signal(ctx, b.NodeID, []byte("offer")))

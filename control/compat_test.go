@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -51,10 +52,10 @@ func TestRegistryWrittenByOldCodeLoads(t *testing.T) {
 func TestWireKeyForm(t *testing.T) {
 	pub, err := key.ParsePublic(goldenPub)
 	require.NoError(t, err)
-	b, err := json.Marshal(RegisterRequest{Token: "t", Name: "web-1", PublicKey: pub})
+	b, err := json.Marshal(controlapi.RegisterRequest{Token: "t", Name: "web-1", PublicKey: pub})
 	require.NoError(t, err)
 	assert.Equal(t, `{"token":"t","name":"web-1","public_key":"`+goldenPub+`"}`, string(b))
-	b, err = json.Marshal(Peer{NodeID: "n1", Name: "web-1", PublicKey: pub, Address: netip.MustParsePrefix("100.64.12.34/10")})
+	b, err = json.Marshal(controlapi.Peer{NodeID: "n1", Name: "web-1", PublicKey: pub, Address: netip.MustParsePrefix("100.64.12.34/10")})
 	require.NoError(t, err)
 	assert.Equal(t, `{"node_id":"n1","name":"web-1","public_key":"`+goldenPub+`","address":"100.64.12.34/10"}`, string(b))
 }
@@ -64,16 +65,16 @@ func TestWireKeyForm(t *testing.T) {
 func TestChallengeWireForm(t *testing.T) {
 	pub, err := key.ParsePublic(goldenPub)
 	require.NoError(t, err)
-	c := &Challenge{Key: pub, Nonce: make([]byte, 16), Expires: 1_800_000_000_000}
-	b, err := json.Marshal(RegisterRequest{Token: "t", Name: "web-1", PublicKey: pub, Challenge: c, Proof: make([]byte, 32)})
+	c := &controlapi.Challenge{Key: pub, Nonce: make([]byte, 16), Expires: 1_800_000_000_000}
+	b, err := json.Marshal(controlapi.RegisterRequest{Token: "t", Name: "web-1", PublicKey: pub, Challenge: c, Proof: make([]byte, 32)})
 	require.NoError(t, err)
 	assert.Equal(t, `{"token":"t","name":"web-1","public_key":"`+goldenPub+`",`+
 		`"challenge":{"key":"`+goldenPub+`","nonce":"AAAAAAAAAAAAAAAAAAAAAA==","expires":1800000000000},`+
 		`"proof":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}`, string(b))
-	b, err = json.Marshal(RegisterResponse{Challenge: c, Peers: []Peer{}})
+	b, err = json.Marshal(controlapi.RegisterResponse{Challenge: c, Peers: []controlapi.Peer{}})
 	require.NoError(t, err)
 	assert.Contains(t, string(b), `"challenge":{"key":"`+goldenPub+`"`)
-	b, err = json.Marshal(PeerPage{Peers: []Peer{}, More: true})
+	b, err = json.Marshal(controlapi.PeerPage{Peers: []controlapi.Peer{}, More: true})
 	require.NoError(t, err)
 	assert.Equal(t, `{"peers":[],"more":true}`, string(b))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -54,7 +55,7 @@ func startServer(t testing.TB, path string, mutate ...func(*Config)) *testEnv {
 		Store:        st,
 		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
 		HTTPListen:   "127.0.0.1:0",
-		Relays:       []Relay{{Addr: "127.0.0.1:4443"}},
+		Relays:       []controlapi.Relay{{Addr: "127.0.0.1:4443"}},
 		STUN:         []string{"127.0.0.1:3478"},
 		RelayToken:   func(k key.Public, now time.Time) (string, error) { return "relay-token-for-" + k.String()[:8], nil },
 	}
@@ -68,9 +69,9 @@ func startServer(t testing.TB, path string, mutate ...func(*Config)) *testEnv {
 }
 
 // mustRegister registers a new key as name over NATS at url.
-func mustRegister(ctx context.Context, t testing.TB, url, name string) *RegisterResponse {
+func mustRegister(ctx context.Context, t testing.TB, url, name string) *controlapi.RegisterResponse {
 	t.Helper()
-	r, err := RegisterNATS(ctx, netx.OS, url, Join{Token: testToken, Name: name, Key: newPriv(t)})
+	r, err := controlapi.RegisterNATS(ctx, netx.OS, url, controlapi.Join{Token: testToken, Name: name, Key: newPriv(t)})
 	require.NoError(t, err)
 	return r
 }
@@ -86,7 +87,7 @@ func TestRegisterNATSAndHTTP(t *testing.T) {
 	ctx := ctxT(t)
 	ka, kb := newPriv(t), newPriv(t)
 
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: ka})
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "alpha", Key: ka})
 	require.NoError(t, err)
 	assert.True(t, Overlay.Contains(a.Address.Addr()), "address %v outside %v", a.Address, Overlay)
 	assert.Equal(t, 10, a.Address.Bits())
@@ -96,20 +97,20 @@ func TestRegisterNATSAndHTTP(t *testing.T) {
 	assert.Equal(t, env.url, a.NATS.URL)
 
 	// alpha connects and waits for news of beta.
-	events := make(chan PeerEvent, 4)
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
+	events := make(chan controlapi.PeerEvent, 4)
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
 	require.NoError(t, err)
 	defer sa.Close()
 
-	b, err := RegisterHTTP(ctx, netx.OS, env.http, Join{Token: testToken, Name: "beta", Key: kb})
+	b, err := controlapi.RegisterHTTP(ctx, netx.OS, env.http, controlapi.Join{Token: testToken, Name: "beta", Key: kb})
 	require.NoError(t, err)
 	require.Len(t, b.Peers, 1)
-	assert.Equal(t, Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka.Public(), Address: a.Address, Epoch: a.Epoch}, b.Peers[0])
+	assert.Equal(t, controlapi.Peer{NodeID: a.NodeID, Name: "alpha", PublicKey: ka.Public(), Address: a.Address, Epoch: a.Epoch}, b.Peers[0])
 	assert.NotEqual(t, a.Address, b.Address)
 
 	select {
 	case ev := <-events:
-		assert.Equal(t, PeerAdded, ev.Type)
+		assert.Equal(t, controlapi.PeerAdded, ev.Type)
 		assert.Equal(t, "beta", ev.Peer.Name)
 		assert.Equal(t, kb.Public(), ev.Peer.PublicKey)
 	case <-ctx.Done():
@@ -126,7 +127,7 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "registry.json")
 	k := newPriv(t)
 	env := startServer(t, path)
-	first, err := RegisterNATS(ctxT(t), netx.OS, env.url, Join{Token: testToken, Name: "laptop", Key: k})
+	first, err := controlapi.RegisterNATS(ctxT(t), netx.OS, env.url, controlapi.Join{Token: testToken, Name: "laptop", Key: k})
 	require.NoError(t, err)
 	require.NoError(t, env.srv.Close())
 
@@ -139,7 +140,7 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the registry holds secret hashes")
 
 	env = startServer(t, path)
-	again, err := RegisterHTTP(ctxT(t), netx.OS, env.http, Join{Token: testToken, Name: "laptop", Key: k})
+	again, err := controlapi.RegisterHTTP(ctxT(t), netx.OS, env.http, controlapi.Join{Token: testToken, Name: "laptop", Key: k})
 	require.NoError(t, err)
 	assert.Equal(t, first.NodeID, again.NodeID)
 	assert.Equal(t, first.Address, again.Address)
@@ -147,9 +148,9 @@ func TestSameKeySameAddressAcrossRestart(t *testing.T) {
 	assert.Greater(t, again.Epoch, first.Epoch, "and a later epoch")
 
 	// The old secret no longer works; the new one does.
-	_, err = Connect(ctxT(t), netx.OS, first.NodeID, first.NATS, Handlers{})
+	_, err = controlapi.Connect(ctxT(t), netx.OS, first.NodeID, first.NATS, controlapi.Handlers{})
 	require.Error(t, err)
-	s, err := Connect(ctxT(t), netx.OS, again.NodeID, again.NATS, Handlers{})
+	s, err := controlapi.Connect(ctxT(t), netx.OS, again.NodeID, again.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	s.Close()
 }
@@ -165,16 +166,16 @@ func TestBadTokens(t *testing.T) {
 		{"expired-token-0123456789", "expired"},
 		{testToken[:len(testToken)-1], "not accepted"},
 	} {
-		req := Join{Token: tc.token, Name: "mallory", Key: newPriv(t)}
-		_, err := RegisterHTTP(ctx, netx.OS, env.http, req)
-		var e *Error
+		req := controlapi.Join{Token: tc.token, Name: "mallory", Key: newPriv(t)}
+		_, err := controlapi.RegisterHTTP(ctx, netx.OS, env.http, req)
+		var e *controlapi.Error
 		require.ErrorAs(t, err, &e, "HTTP with %q", tc.token)
-		assert.Equal(t, CodeBadToken, e.Code)
+		assert.Equal(t, controlapi.CodeBadToken, e.Code)
 		assert.Contains(t, e.Message, tc.want)
 
-		_, err = RegisterNATS(ctx, netx.OS, env.url, req)
+		_, err = controlapi.RegisterNATS(ctx, netx.OS, env.url, req)
 		require.ErrorAs(t, err, &e, "NATS with %q", tc.token)
-		assert.Equal(t, CodeBadToken, e.Code)
+		assert.Equal(t, controlapi.CodeBadToken, e.Code)
 	}
 	nodes, err := env.srv.cfg.Store.List(ctx)
 	require.NoError(t, err)
@@ -185,14 +186,14 @@ func TestBadRegistrations(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
 	k := newPriv(t)
-	_, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "taken", Key: k})
+	_, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "taken", Key: k})
 	require.NoError(t, err)
 
-	post := func(body string) (int, *Error) {
+	post := func(body string) (int, *controlapi.Error) {
 		resp, err := http.Post(env.http+"/v1/register", "application/json", strings.NewReader(body))
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		var er errorReply
+		var er controlapi.ErrorReply
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&er))
 		require.NotNil(t, er.Error, "status %d without an error body", resp.StatusCode)
 		return resp.StatusCode, er.Error
@@ -211,7 +212,7 @@ func TestBadRegistrations(t *testing.T) {
 		{"bad name", `{"token":"` + testToken + `","name":"Bad Name!","public_key":` + key + `}`, 400, `name "Bad Name!"`},
 		{"long name", `{"token":"` + testToken + `","name":"` + strings.Repeat("a", 64) + `","public_key":` + key + `}`, 400, "1-63"},
 		{"huge token", `{"token":"` + strings.Repeat("t", 600) + `","name":"x","public_key":` + key + `}`, 400, "at most 512"},
-		{"oversized", `{"token":"` + strings.Repeat("t", MaxRequestBytes) + `"}`, 413, "over 16384 bytes"},
+		{"oversized", `{"token":"` + strings.Repeat("t", controlapi.MaxRequestBytes) + `"}`, 413, "over 16384 bytes"},
 		{"proof without challenge", `{"token":"` + testToken + `","name":"x","public_key":` + key + `,"proof":"AAAA"}`, 400, "challenge and proof come together"},
 		{"forged proof", `{"token":"` + testToken + `","name":"x","public_key":` + key + `,"challenge":{"key":` + key + `,"nonce":"AAAAAAAAAAAAAAAAAAAAAA==","expires":` + fmt.Sprint(time.Now().Add(10*time.Second).UnixMilli()) + `},"proof":"` + strings.Repeat("A", 43) + `="}`, 401, "not issued by this control"},
 		{"no token", `{"name":"x","public_key":` + key + `}`, 401, "no join token"},
@@ -222,10 +223,10 @@ func TestBadRegistrations(t *testing.T) {
 			assert.Contains(t, e.Message, tc.want)
 		})
 	}
-	_, err = RegisterHTTP(ctx, netx.OS, env.http, Join{Token: testToken, Name: "taken", Key: newPriv(t)})
-	var e *Error
+	_, err = controlapi.RegisterHTTP(ctx, netx.OS, env.http, controlapi.Join{Token: testToken, Name: "taken", Key: newPriv(t)})
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, CodeNameTaken, e.Code)
+	assert.Equal(t, controlapi.CodeNameTaken, e.Code)
 	assert.Contains(t, e.Message, "belongs to another node")
 	nodes, err := env.srv.cfg.Store.List(ctx)
 	require.NoError(t, err)
@@ -261,12 +262,12 @@ func TestNodeConfinedToItsSubjects(t *testing.T) {
 
 	nc, errs := permissionErrors(t, env.url, a.NATS.User, a.NATS.Password, a.NATS.Inbox)
 	got := make(chan *nats.Msg, 10)
-	for _, subj := range []string{NodeSubject(b.NodeID, LeafPeers), NodeSubject(b.NodeID, LeafSignalIn), "lattice.v1.>", "_INBOX." + b.NodeID + ".>"} {
+	for _, subj := range []string{controlapi.NodeSubject(b.NodeID, controlapi.LeafPeers), controlapi.NodeSubject(b.NodeID, controlapi.LeafSignalIn), "lattice.v1.>", "_INBOX." + b.NodeID + ".>"} {
 		_, err := nc.ChanSubscribe(subj, got)
 		require.NoError(t, err)
 	}
-	require.NoError(t, nc.Publish(NodeSubject(b.NodeID, LeafSignalIn), []byte("forged")))
-	require.NoError(t, nc.Publish(SubjectRegister, []byte("{}")))
+	require.NoError(t, nc.Publish(controlapi.NodeSubject(b.NodeID, controlapi.LeafSignalIn), []byte("forged")))
+	require.NoError(t, nc.Publish(controlapi.SubjectRegister, []byte("{}")))
 	require.NoError(t, nc.Flush())
 	require.Eventually(t, func() bool { return len(errs()) >= 6 }, 5*time.Second, 10*time.Millisecond, "violations: %v", errs())
 	for _, e := range errs() {
@@ -297,10 +298,10 @@ func TestSignaling(t *testing.T) {
 		data string
 	}
 	got := make(chan sig, 1)
-	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{Signal: func(from string, p []byte) { got <- sig{from, string(p)} }})
+	sb, err := controlapi.Connect(ctx, netx.OS, b.NodeID, b.NATS, controlapi.Handlers{Signal: func(from string, p []byte) { got <- sig{from, string(p)} }})
 	require.NoError(t, err)
 	defer sb.Close()
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{})
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer sa.Close()
 
@@ -312,12 +313,12 @@ func TestSignaling(t *testing.T) {
 		t.Fatal("no signal")
 	}
 	err = sa.Signal(ctx, "nobody", []byte("x"))
-	var e *Error
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, CodeNotFound, e.Code)
-	err = sa.Signal(ctx, b.NodeID, make([]byte, MaxSignalBytes+1))
+	assert.Equal(t, controlapi.CodeNotFound, e.Code)
+	err = sa.Signal(ctx, b.NodeID, make([]byte, controlapi.MaxSignalBytes+1))
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, CodeBadRequest, e.Code)
+	assert.Equal(t, controlapi.CodeBadRequest, e.Code)
 	assert.Equal(t, uint64(1), env.srv.Stats().SignalsRelayed)
 }
 
@@ -325,20 +326,20 @@ func TestDeregister(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
 	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
-	events := make(chan PeerEvent, 1)
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
+	events := make(chan controlapi.PeerEvent, 1)
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
 	require.NoError(t, err)
 	defer sa.Close()
-	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{})
+	sb, err := controlapi.Connect(ctx, netx.OS, b.NodeID, b.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	require.NoError(t, sb.Deregister(ctx))
 	sb.Close()
 	ev := <-events
-	assert.Equal(t, PeerRemoved, ev.Type)
+	assert.Equal(t, controlapi.PeerRemoved, ev.Type)
 	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
 	_, err = env.srv.cfg.Store.Get(ctx, b.NodeID)
 	require.ErrorIs(t, err, ErrNotFound)
-	_, err = Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{})
+	_, err = controlapi.Connect(ctx, netx.OS, b.NodeID, b.NATS, controlapi.Handlers{})
 	require.Error(t, err, "a deregistered node's credentials are revoked")
 }
 
@@ -411,17 +412,17 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	srv := start()
 	ctx := ctxT(t)
 	k := newPriv(t)
-	first, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: k})
+	first, err := controlapi.RegisterNATS(ctx, netx.OS, srv.NATS().URL(), controlapi.Join{Token: testToken, Name: "kv-node", Key: k})
 	require.NoError(t, err)
-	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: newPriv(t)})
-	var e *Error
+	_, err = controlapi.RegisterNATS(ctx, netx.OS, srv.NATS().URL(), controlapi.Join{Token: testToken, Name: "kv-node", Key: newPriv(t)})
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e, "the name is claimed in the bucket")
-	assert.Equal(t, CodeNameTaken, e.Code)
+	assert.Equal(t, controlapi.CodeNameTaken, e.Code)
 	require.NoError(t, srv.Close())
 
 	srv = start()
 	defer srv.Close()
-	again, err := RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: k})
+	again, err := controlapi.RegisterNATS(ctx, netx.OS, srv.NATS().URL(), controlapi.Join{Token: testToken, Name: "kv-node", Key: k})
 	require.NoError(t, err)
 	assert.Equal(t, first.Address, again.Address)
 	assert.Equal(t, first.NodeID, again.NodeID)
@@ -430,11 +431,11 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	assert.Len(t, nodes, 1)
 
 	// Deregistration frees address and name in the bucket.
-	s, err := Connect(ctx, netx.OS, again.NodeID, again.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, again.NodeID, again.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	require.NoError(t, s.Deregister(ctx))
 	s.Close()
-	_, err = RegisterNATS(ctx, netx.OS, srv.NATS().URL(), Join{Token: testToken, Name: "kv-node", Key: newPriv(t)})
+	_, err = controlapi.RegisterNATS(ctx, netx.OS, srv.NATS().URL(), controlapi.Join{Token: testToken, Name: "kv-node", Key: newPriv(t)})
 	require.NoError(t, err, "the name is free again")
 }
 
@@ -444,32 +445,32 @@ func TestPresence(t *testing.T) {
 	const ttl = time.Second
 	env := startServer(t, "", func(c *Config) { c.PresenceTTL = ttl })
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
 	assert.Equal(t, ttl.Milliseconds(), a.PresenceTTLMillis)
-	events := make(chan PeerEvent, 16)
-	sa, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
+	events := make(chan controlapi.PeerEvent, 16)
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
 	require.NoError(t, err)
 	defer sa.Close()
-	next := func(within time.Duration) PeerEvent {
+	next := func(within time.Duration) controlapi.PeerEvent {
 		t.Helper()
 		select {
 		case ev := <-events:
 			return ev
 		case <-time.After(within):
 			t.Fatalf("no peer event within %v", within)
-			return PeerEvent{}
+			return controlapi.PeerEvent{}
 		}
 	}
 	// Beta registers once alpha listens: the announcement, which follows
 	// beta's answer, is then sure to reach alpha, and is consumed here.
-	b, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
+	b, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
-	require.Equal(t, PeerAdded, next(time.Second).Type)
-	sb, err := Connect(ctx, netx.OS, b.NodeID, b.NATS, Handlers{})
+	require.Equal(t, controlapi.PeerAdded, next(time.Second).Type)
+	sb, err := controlapi.Connect(ctx, netx.OS, b.NodeID, b.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer sb.Close()
-	peerB := func() Peer {
+	peerB := func() controlapi.Peer {
 		t.Helper()
 		peers, err := sa.Peers(ctx)
 		require.NoError(t, err)
@@ -485,11 +486,11 @@ func TestPresence(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, sb.Presence(ctx, false))
 	ev := next(time.Second)
-	for ev.Type == PeerOnline && time.Since(start) < time.Second {
+	for ev.Type == controlapi.PeerOnline && time.Since(start) < time.Second {
 		ev = next(time.Second)
 	}
 	assert.Less(t, time.Since(start), ttl, "the goodbye is announced at once, not after the TTL")
-	assert.Equal(t, PeerOffline, ev.Type)
+	assert.Equal(t, controlapi.PeerOffline, ev.Type)
 	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
 	assert.Equal(t, b.Address, ev.Peer.Address, "an offline node keeps its address")
 	assert.True(t, ev.Peer.Offline)
@@ -500,7 +501,7 @@ func TestPresence(t *testing.T) {
 	// Back: online again.
 	require.NoError(t, sb.Presence(ctx, true))
 	ev = next(time.Second)
-	assert.Equal(t, PeerOnline, ev.Type)
+	assert.Equal(t, controlapi.PeerOnline, ev.Type)
 	assert.False(t, ev.Peer.Offline)
 	assert.False(t, peerB().Offline)
 
@@ -518,17 +519,17 @@ func TestPresence(t *testing.T) {
 	// An unclean stop: no goodbye, no heartbeats; offline after the TTL.
 	last := time.Now()
 	ev = next(2 * ttl)
-	assert.Equal(t, PeerOffline, ev.Type)
+	assert.Equal(t, controlapi.PeerOffline, ev.Type)
 	assert.Equal(t, b.NodeID, ev.Peer.NodeID)
 	assert.GreaterOrEqual(t, time.Since(last), ttl)
 
-	var e *Error
+	var e *controlapi.Error
 	err = sb.Presence(ctx, true)
 	require.NoError(t, err)
-	assert.Equal(t, PeerOnline, next(time.Second).Type)
+	assert.Equal(t, controlapi.PeerOnline, next(time.Second).Type)
 	// Garbage is refused by name.
-	r, err := sb.Conn().RequestWithContext(ctx, NodeSubject(b.NodeID, LeafPresence), []byte("{"))
+	r, err := sb.Conn().RequestWithContext(ctx, controlapi.NodeSubject(b.NodeID, controlapi.LeafPresence), []byte("{"))
 	require.NoError(t, err)
-	require.ErrorAs(t, decodeReply(r.Data, &struct{}{}), &e)
-	assert.Equal(t, CodeBadRequest, e.Code)
+	require.ErrorAs(t, controlapi.DecodeReply(r.Data, &struct{}{}), &e)
+	assert.Equal(t, controlapi.CodeBadRequest, e.Code)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -46,13 +47,13 @@ func expiringServer(t *testing.T, path string, clock *testClock, tokens ...JoinT
 
 type registrar struct {
 	name string
-	reg  func(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error)
+	reg  func(ctx context.Context, n netx.Network, url string, j controlapi.Join) (*controlapi.RegisterResponse, error)
 	url  func(*testEnv) string
 }
 
 var registrars = []registrar{
-	{"nats", RegisterNATS, func(e *testEnv) string { return e.url }},
-	{"http", RegisterHTTP, func(e *testEnv) string { return e.http }},
+	{"nats", controlapi.RegisterNATS, func(e *testEnv) string { return e.url }},
+	{"http", controlapi.RegisterHTTP, func(e *testEnv) string { return e.http }},
 }
 
 // TestExpiredTokenKeepsKnownIdentity: a node that joined while the token
@@ -66,7 +67,7 @@ func TestExpiredTokenKeepsKnownIdentity(t *testing.T) {
 			path := t.TempDir() + "/registry.json"
 			env := expiringServer(t, path, clock)
 			ctx := ctxT(t)
-			j := Join{Token: expiringToken, Name: "dave", Key: newPriv(t)}
+			j := controlapi.Join{Token: expiringToken, Name: "dave", Key: newPriv(t)}
 			first, err := r.reg(ctx, netx.OS, r.url(env), j)
 			require.NoError(t, err)
 
@@ -76,7 +77,7 @@ func TestExpiredTokenKeepsKnownIdentity(t *testing.T) {
 			assert.Equal(t, first.NodeID, again.NodeID)
 			assert.Equal(t, first.Address, again.Address)
 			assert.Greater(t, again.Epoch, first.Epoch)
-			s, err := Connect(ctx, netx.OS, again.NodeID, again.NATS, Handlers{})
+			s, err := controlapi.Connect(ctx, netx.OS, again.NodeID, again.NATS, controlapi.Handlers{})
 			require.NoError(t, err, "with credentials NATS accepts")
 			s.Close()
 
@@ -99,8 +100,8 @@ func TestExpiredTokenAdmitsNoNewIdentity(t *testing.T) {
 	clock := newTestClock(tokenEpoch)
 	env := expiringServer(t, "", clock)
 	ctx := ctxT(t)
-	dave := Join{Token: expiringToken, Name: "dave", Key: newPriv(t)}
-	_, err := RegisterNATS(ctx, netx.OS, env.url, dave)
+	dave := controlapi.Join{Token: expiringToken, Name: "dave", Key: newPriv(t)}
+	_, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, dave)
 	require.NoError(t, err)
 	before, err := env.srv.cfg.Store.List(ctx)
 	require.NoError(t, err)
@@ -109,19 +110,19 @@ func TestExpiredTokenAdmitsNoNewIdentity(t *testing.T) {
 	for _, r := range registrars {
 		for _, tc := range []struct {
 			name string
-			join Join
+			join controlapi.Join
 			want string
 		}{
-			{"new key", Join{Token: expiringToken, Name: "carol", Key: newPriv(t)}, "join token expired at 2026-12-02T00:30:00Z"},
-			{"known name, new key", Join{Token: expiringToken, Name: "dave", Key: newPriv(t)}, "join token expired at 2026-12-02T00:30:00Z"},
-			{"known key, new name", Join{Token: expiringToken, Name: "dave2", Key: dave.Key}, "join token expired at 2026-12-02T00:30:00Z"},
-			{"unknown token", Join{Token: "never-issued-0123456789", Name: "carol", Key: newPriv(t)}, "join token not accepted"},
+			{"new key", controlapi.Join{Token: expiringToken, Name: "carol", Key: newPriv(t)}, "join token expired at 2026-12-02T00:30:00Z"},
+			{"known name, new key", controlapi.Join{Token: expiringToken, Name: "dave", Key: newPriv(t)}, "join token expired at 2026-12-02T00:30:00Z"},
+			{"known key, new name", controlapi.Join{Token: expiringToken, Name: "dave2", Key: dave.Key}, "join token expired at 2026-12-02T00:30:00Z"},
+			{"unknown token", controlapi.Join{Token: "never-issued-0123456789", Name: "carol", Key: newPriv(t)}, "join token not accepted"},
 		} {
 			t.Run(r.name+"/"+tc.name, func(t *testing.T) {
 				_, err := r.reg(ctx, netx.OS, r.url(env), tc.join)
-				var e *Error
+				var e *controlapi.Error
 				require.ErrorAs(t, err, &e)
-				assert.Equal(t, CodeBadToken, e.Code)
+				assert.Equal(t, controlapi.CodeBadToken, e.Code)
 				assert.Equal(t, tc.want, e.Message)
 			})
 		}
@@ -139,26 +140,26 @@ func TestExpiredTokenDeregisteredMidway(t *testing.T) {
 	env := expiringServer(t, "", clock)
 	ctx := ctxT(t)
 	k := newPriv(t)
-	reg, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: expiringToken, Name: "dave", Key: k})
+	reg, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: expiringToken, Name: "dave", Key: k})
 	require.NoError(t, err)
 	clock.set(tokenEpoch.Add(time.Hour))
 
-	req := RegisterRequest{Token: expiringToken, Name: "dave", PublicKey: k.Public()}
+	req := controlapi.RegisterRequest{Token: expiringToken, Name: "dave", PublicKey: k.Public()}
 	first, err := ask(t, joinConn(t, env.url), req)
 	require.NoError(t, err, "a known identity gets its challenge")
 	require.NotNil(t, first.Challenge)
-	s, err := Connect(ctx, netx.OS, reg.NodeID, reg.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, reg.NodeID, reg.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	require.NoError(t, s.Deregister(ctx))
 	s.Close()
 
 	req.Challenge = first.Challenge
-	req.Proof, err = ProveKey(k, first.Challenge, "dave")
+	req.Proof, err = controlapi.ProveKey(k, first.Challenge, "dave")
 	require.NoError(t, err)
 	_, err = ask(t, joinConn(t, env.url), req)
-	var e *Error
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, CodeBadToken, e.Code)
+	assert.Equal(t, controlapi.CodeBadToken, e.Code)
 	assert.Contains(t, e.Message, "join token expired")
 	nodes, err := env.srv.cfg.Store.List(ctx)
 	require.NoError(t, err)
@@ -171,16 +172,16 @@ func TestExpiredTokenDeregisteredMidway(t *testing.T) {
 func TestJoinerWithoutTokenConfined(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
-	a, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
 	user := "join.0123456789abcdef0123"
 	jc, errs := permissionErrors(t, env.url, user, "not-a-token-at-all", "_INBOX."+user)
 	got := make(chan string, 8)
-	for _, subj := range []string{"_INBOX.>", NodeSubject(a.NodeID, LeafPeers), NodeSubject(a.NodeID, LeafSignalIn), ">"} {
+	for _, subj := range []string{"_INBOX.>", controlapi.NodeSubject(a.NodeID, controlapi.LeafPeers), controlapi.NodeSubject(a.NodeID, controlapi.LeafSignalIn), ">"} {
 		_, err := jc.Subscribe(subj, func(m *nats.Msg) { got <- m.Subject })
 		require.NoError(t, err)
 	}
-	for _, subj := range []string{NodeSubject(a.NodeID, LeafSignalOut), NodeSubject(a.NodeID, LeafDeregister), "$JS.API.INFO", "lattice.v1.other"} {
+	for _, subj := range []string{controlapi.NodeSubject(a.NodeID, controlapi.LeafSignalOut), controlapi.NodeSubject(a.NodeID, controlapi.LeafDeregister), "$JS.API.INFO", "lattice.v1.other"} {
 		require.NoError(t, jc.Publish(subj, []byte("{}")))
 	}
 	require.NoError(t, jc.Flush())
@@ -188,7 +189,7 @@ func TestJoinerWithoutTokenConfined(t *testing.T) {
 	for _, e := range errs() {
 		assert.Contains(t, strings.ToLower(e), "permissions violation")
 	}
-	_, err = RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
+	_, err = controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 	select {
 	case m := <-got:
@@ -200,8 +201,8 @@ func TestJoinerWithoutTokenConfined(t *testing.T) {
 	assert.Len(t, nodes, 2, "alpha still registered, nothing deregistered")
 
 	// Its registration is answered, with the reason it is refused.
-	_, err = RegisterOver(ctx, jc, Join{Token: "not-a-token-at-all", Name: "mallory", Key: newPriv(t)})
-	var e *Error
+	_, err = controlapi.RegisterOver(ctx, jc, controlapi.Join{Token: "not-a-token-at-all", Name: "mallory", Key: newPriv(t)})
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, "bad_token: join token not accepted", e.Error())
 }
@@ -240,9 +241,9 @@ func TestRegisterRefusesNewWithoutToken(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
 	k := newPriv(t)
-	first, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "kept", Key: k})
+	first, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "kept", Key: k})
 	require.NoError(t, err)
-	refusal := &Error{Code: CodeBadToken, Message: "join token expired at 2026-12-02T00:30:00Z"}
+	refusal := &controlapi.Error{Code: controlapi.CodeBadToken, Message: "join token expired at 2026-12-02T00:30:00Z"}
 	for _, tc := range []struct {
 		name    string
 		key     func() key.Private
@@ -252,10 +253,10 @@ func TestRegisterRefusesNewWithoutToken(t *testing.T) {
 		{"kept", func() key.Private { return k }, nil},
 	} {
 		pk := tc.key()
-		req := &RegisterRequest{Token: "expired-or-revoked", Name: tc.name, PublicKey: pk.Public()}
+		req := &controlapi.RegisterRequest{Token: "expired-or-revoked", Name: tc.name, PublicKey: pk.Public()}
 		req.Challenge, _, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
 		require.NoError(t, err)
-		req.Proof, err = ProveKey(pk, req.Challenge, tc.name)
+		req.Proof, err = controlapi.ProveKey(pk, req.Challenge, tc.name)
 		require.NoError(t, err)
 		resp, err := env.srv.register(ctx, req, nil, admission{refuseNew: refusal})
 		if tc.wantErr != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // Peer events are deltas: one change is one PeerEvent of a few hundred
@@ -17,14 +19,14 @@ import (
 // such node, not one per node.
 
 // publishEvent announces ev to every node but ev's own.
-func (s *Server) publishEvent(ev PeerEvent) {
+func (s *Server) publishEvent(ev controlapi.PeerEvent) {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		s.log.Error("encode peer event", "err", err)
 		return
 	}
-	if err := s.nc.Publish(SubjectPeerEvents, b); err != nil {
-		s.log.Warn("peer event", "to", SubjectPeerEvents, "err", err)
+	if err := s.nc.Publish(controlapi.SubjectPeerEvents, b); err != nil {
+		s.log.Warn("peer event", "to", controlapi.SubjectPeerEvents, "err", err)
 	} else if i := slices.Index(PeerEventTypes[:], ev.Type); i >= 0 {
 		s.events[i].Add(1)
 	}
@@ -32,7 +34,7 @@ func (s *Server) publishEvent(ev PeerEvent) {
 		if id == ev.Peer.NodeID {
 			continue
 		}
-		if err := s.nc.Publish(NodeSubject(id, LeafPeers), b); err != nil {
+		if err := s.nc.Publish(controlapi.NodeSubject(id, controlapi.LeafPeers), b); err != nil {
 			s.log.Warn("peer event", "to", id, "err", err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // BenchmarkPeerEventFanout measures one peer change reaching 10,000
@@ -60,9 +62,9 @@ func benchFanout(b *testing.B, shared bool) {
 		require.NoError(b, err)
 		defer nc.Close()
 		for i := c; i < nodes; i += conns {
-			subj := SubjectPeerEvents
+			subj := controlapi.SubjectPeerEvents
 			if !shared {
-				subj = NodeSubject(ids[i], LeafPeers)
+				subj = controlapi.NodeSubject(ids[i], controlapi.LeafPeers)
 			}
 			_, err := nc.Subscribe(subj, handler)
 			require.NoError(b, err)
@@ -80,7 +82,7 @@ func benchFanout(b *testing.B, shared bool) {
 			want = nodes
 		}
 		target.Store(int64(i+1) * want)
-		srv.publishEvent(PeerEvent{Type: PeerUpdated, Peer: changed.peer()})
+		srv.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: changed.peer()})
 		select {
 		case <-done:
 		case <-ctx.Done():

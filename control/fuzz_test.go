@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -21,7 +22,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeRequest(b)
 		if err != nil {
-			if _, ok := err.(*Error); !ok {
+			if _, ok := err.(*controlapi.Error); !ok {
 				t.Fatalf("error %v is not an *Error", err)
 			}
 			return
@@ -44,8 +45,8 @@ func FuzzVerifyProof(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	proof, _ := ProveKey(priv, c, "laptop")
-	good, _ := json.Marshal(RegisterRequest{Token: testToken, Name: "laptop", PublicKey: priv.Public(), Challenge: c, Proof: proof})
+	proof, _ := controlapi.ProveKey(priv, c, "laptop")
+	good, _ := json.Marshal(controlapi.RegisterRequest{Token: testToken, Name: "laptop", PublicKey: priv.Public(), Challenge: c, Proof: proof})
 	f.Add(good)
 	f.Add([]byte(`{"token":"` + testToken + `","name":"x","public_key":"` + priv.Public().String() + `","challenge":{"key":"AAAA","nonce":"","expires":1},"proof":"AA=="}`))
 	f.Add([]byte(`{"challenge":{"nonce":null},"proof":null}`))
@@ -61,8 +62,8 @@ func FuzzVerifyProof(f *testing.F) {
 			}
 			return
 		}
-		var e *Error
-		if !errors.As(err, &e) || e.Code != CodeBadProof {
+		var e *controlapi.Error
+		if !errors.As(err, &e) || e.Code != controlapi.CodeBadProof {
 			t.Fatalf("refusal %v is not a bad_proof *Error", err)
 		}
 	})
@@ -73,18 +74,18 @@ func FuzzVerifyProof(f *testing.F) {
 func FuzzRegisterReply(f *testing.F) {
 	priv := key.NewPrivate()
 	c, _, _ := newChallenge([]byte("s"), priv.Public(), time.Now())
-	b, _ := json.Marshal(RegisterResponse{Challenge: c})
+	b, _ := json.Marshal(controlapi.RegisterResponse{Challenge: c})
 	f.Add(b)
 	f.Add([]byte(`{"node_id":"n1","address":"100.64.0.1/10","peers":[],"more_peers":true,"nats":{"user":"n1"}}`))
 	f.Add([]byte(`{"peers":[{"node_id":"n2","public_key":"` + priv.Public().String() + `"}],"more":true}`))
 	f.Add([]byte(`{"error":{"code":"bad_proof","message":"x"}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var resp RegisterResponse
-		if decodeReply(b, &resp) == nil && resp.Challenge != nil {
-			_, _ = ProveKey(priv, resp.Challenge, "laptop")
+		var resp controlapi.RegisterResponse
+		if controlapi.DecodeReply(b, &resp) == nil && resp.Challenge != nil {
+			_, _ = controlapi.ProveKey(priv, resp.Challenge, "laptop")
 		}
-		var page PeerPage
-		_ = decodeReply(b, &page)
+		var page controlapi.PeerPage
+		_ = controlapi.DecodeReply(b, &page)
 	})
 }
 
@@ -92,19 +93,19 @@ func FuzzRegisterReply(f *testing.F) {
 // subject outside the requester's inbox.
 func FuzzAllowedReply(f *testing.F) {
 	f.Add("lattice.v1.node.nabc.peers.get", "_INBOX.nabc.x")
-	f.Add(SubjectRegister, "_INBOX.join.0123456789abcdef0123.x")
+	f.Add(controlapi.SubjectRegister, "_INBOX.join.0123456789abcdef0123.x")
 	f.Add("lattice.v1.node.nabc.signal.out", "lattice.v1.node.nother.signal.in")
 	f.Fuzz(func(t *testing.T, subject, reply string) {
 		if !allowedReply(subject, reply) || reply == "" {
 			return
 		}
-		if subject == SubjectRegister {
-			if !strings.HasPrefix(reply, InboxPrefix+"."+joinPrefix) {
+		if subject == controlapi.SubjectRegister {
+			if !strings.HasPrefix(reply, controlapi.InboxPrefix+"."+joinPrefix) {
 				t.Fatalf("register reply %q allowed", reply)
 			}
 			return
 		}
-		if !strings.HasPrefix(reply, InboxPrefix+"."+nodeOf(subject)+".") || !strings.HasPrefix(subject, subjectNodes) {
+		if !strings.HasPrefix(reply, controlapi.InboxPrefix+"."+nodeOf(subject)+".") || !strings.HasPrefix(subject, subjectNodes) {
 			t.Fatalf("%s: reply %q allowed", subject, reply)
 		}
 	})

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // serveHTTP starts POST /v1/register, POST /v1/servers and GET /healthz
@@ -67,16 +69,16 @@ func (s *Server) HTTPURL() string {
 }
 
 func (s *Server) httpRegister(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, controlapi.MaxRequestBytes))
 	if err != nil {
 		s.refused.Add(1)
-		writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("request over %d bytes", MaxRequestBytes)}})
+		writeJSON(w, http.StatusRequestEntityTooLarge, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("request over %d bytes", controlapi.MaxRequestBytes)}})
 		return
 	}
 	resp, err := s.handleRegister(r.Context(), body)
 	if err != nil {
 		e := asError(err)
-		writeJSON(w, httpStatus(e.Code), errorReply{e})
+		writeJSON(w, httpStatus(e.Code), controlapi.ErrorReply{Error: e})
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -85,13 +87,13 @@ func (s *Server) httpRegister(w http.ResponseWriter, r *http.Request) {
 func (s *Server) httpServers(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxServersRequestBytes))
 	if err != nil {
-		writeJSON(w, http.StatusRequestEntityTooLarge, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("servers request over %d bytes", maxServersRequestBytes)}})
+		writeJSON(w, http.StatusRequestEntityTooLarge, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("servers request over %d bytes", maxServersRequestBytes)}})
 		return
 	}
 	resp, err := s.handleServers(body)
 	if err != nil {
 		e := asError(err)
-		writeJSON(w, httpStatus(e.Code), errorReply{e})
+		writeJSON(w, httpStatus(e.Code), controlapi.ErrorReply{Error: e})
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -99,15 +101,15 @@ func (s *Server) httpServers(w http.ResponseWriter, r *http.Request) {
 
 func httpStatus(code string) int {
 	switch code {
-	case CodeBadRequest:
+	case controlapi.CodeBadRequest:
 		return http.StatusBadRequest
-	case CodeBadToken, CodeBadProof:
+	case controlapi.CodeBadToken, controlapi.CodeBadProof:
 		return http.StatusUnauthorized
-	case CodeNameTaken:
+	case controlapi.CodeNameTaken:
 		return http.StatusConflict
-	case CodeFull:
+	case controlapi.CodeFull:
 		return http.StatusServiceUnavailable
-	case CodeNotFound:
+	case controlapi.CodeNotFound:
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/latticelab/lattice/internal/atomicfile"
 )
 
 // The FileStore's journal. The registry file (PATH) is a snapshot; every
@@ -170,7 +172,7 @@ func openJournal(path string, size int64) (*journal, error) {
 		f.Close()
 		return nil, fmt.Errorf("registry journal %s: %w", path, err)
 	}
-	_ = syncDir(filepath.Dir(path)) // its name, when just created; not every file system syncs directories
+	_ = atomicfile.SyncDir(filepath.Dir(path)) // its name, when just created; not every file system syncs directories
 	return &journal{path: path, f: f, size: size}, nil
 }
 
@@ -294,7 +296,7 @@ func (j *journal) swapTail(beforeRename func()) error {
 	if err := os.Rename(tmp.Name(), j.path); err != nil {
 		return fmt.Errorf("registry journal %s: new journal after snapshot: %w", j.path, err)
 	}
-	_ = syncDir(dir) // not every file system syncs directories
+	_ = atomicfile.SyncDir(dir) // not every file system syncs directories
 	// The journal on disk is the tail now; appends must go there.
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -309,20 +311,6 @@ func (j *journal) swapTail(beforeRename func()) error {
 func (j *journal) close() error {
 	if err := j.f.Close(); err != nil {
 		return fmt.Errorf("registry journal %s: %w", j.path, err)
-	}
-	return nil
-}
-
-// syncDir makes a directory's entries (a file created or renamed in it)
-// durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
@@ -47,14 +48,14 @@ func TestRegisterInLab(t *testing.T) {
 	defer srv.Close()
 	assert.Equal(t, "nats://203.0.113.100:4222", srv.NATS().URL())
 
-	var resps []*control.RegisterResponse
+	var resps []*controlapi.RegisterResponse
 	for i, h := range hosts {
-		req := control.Join{Token: token, Name: h.Name(), Key: key.NewPrivate()}
-		var r *control.RegisterResponse
+		req := controlapi.Join{Token: token, Name: h.Name(), Key: key.NewPrivate()}
+		var r *controlapi.RegisterResponse
 		if i%2 == 0 {
-			r, err = control.RegisterNATS(ctx, h, "nats://203.0.113.100:4222?insecure=1", req) // the lab fabric: plaintext by consent
+			r, err = controlapi.RegisterNATS(ctx, h, "nats://203.0.113.100:4222?insecure=1", req) // the lab fabric: plaintext by consent
 		} else {
-			r, err = control.RegisterHTTP(ctx, h, "http://203.0.113.100:8080?insecure=1", req)
+			r, err = controlapi.RegisterHTTP(ctx, h, "http://203.0.113.100:8080?insecure=1", req)
 		}
 		require.NoError(t, err, "register %s", h.Name())
 		assert.Len(t, r.Peers, i)
@@ -63,10 +64,10 @@ func TestRegisterInLab(t *testing.T) {
 
 	got := make(chan string, 1)
 	last := resps[2]
-	s2, err := control.Connect(ctx, hosts[2], last.NodeID, last.NATS, control.Handlers{Signal: func(from string, p []byte) { got <- from + ":" + string(p) }})
+	s2, err := controlapi.Connect(ctx, hosts[2], last.NodeID, last.NATS, controlapi.Handlers{Signal: func(from string, p []byte) { got <- from + ":" + string(p) }})
 	require.NoError(t, err)
 	defer s2.Close()
-	s0, err := control.Connect(ctx, hosts[0], resps[0].NodeID, resps[0].NATS, control.Handlers{})
+	s0, err := controlapi.Connect(ctx, hosts[0], resps[0].NodeID, resps[0].NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer s0.Close()
 	require.NoError(t, s0.Signal(ctx, last.NodeID, []byte("candidates")))
@@ -96,10 +97,10 @@ func TestSessionProbeAfterNATReboot(t *testing.T) {
 	require.NoError(t, err)
 	defer srv.Close()
 	k := key.NewPrivate()
-	r, err := control.RegisterNATS(ctx, site.Host, "nats://203.0.113.100:443?insecure=1", control.Join{Token: token, Name: "n", Key: k})
+	r, err := controlapi.RegisterNATS(ctx, site.Host, "nats://203.0.113.100:443?insecure=1", controlapi.Join{Token: token, Name: "n", Key: k})
 	require.NoError(t, err)
 	reconnected := make(chan struct{}, 1)
-	s, err := control.Connect(ctx, site.Host, r.NodeID, r.NATS, control.Handlers{Reconnected: func() {
+	s, err := controlapi.Connect(ctx, site.Host, r.NodeID, r.NATS, controlapi.Handlers{Reconnected: func() {
 		select {
 		case reconnected <- struct{}{}:
 		default:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -102,7 +103,7 @@ func clusterOptions(opts *server.Options, c *NATSCluster) error {
 	if err != nil || p < 0 || p > 65535 {
 		return fmt.Errorf("cluster listen %q: bad port", c.Listen)
 	}
-	if c.Secret == "" && !IsLoopbackHost(host) {
+	if c.Secret == "" && !controlapi.IsLoopbackHost(host) {
 		return fmt.Errorf("cluster listen %s is not loopback: routes need a shared secret", c.Listen)
 	}
 	name := c.Name
@@ -134,9 +135,13 @@ type authenticator struct {
 	secrets     func(id string) []byte // a node's secret hash, nil if unknown
 }
 
+const controlUser = "lattice-control"
+
+// joinPrefix begins a joining client's NATS user, subjectNodes every
+// node subject (controlapi's names, shortened for the server's code).
 const (
-	controlUser = "lattice-control"
-	joinPrefix  = "join."
+	joinPrefix   = controlapi.JoinPrefix
+	subjectNodes = controlapi.NodeSubjectPrefix
 )
 
 // Check implements server.Authentication.
@@ -163,12 +168,12 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 func (a *authenticator) decide(user, pass string) *server.Permissions {
 	if strings.HasPrefix(user, joinPrefix) {
 		id := strings.TrimPrefix(user, joinPrefix)
-		if !validInboxID(id) || len(pass) > MaxTokenBytes {
+		if !validInboxID(id) || len(pass) > controlapi.MaxTokenBytes {
 			return nil
 		}
 		return &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{SubjectRegister, SubjectServers}},
-			Subscribe: &server.SubjectPermission{Allow: []string{InboxPrefix + "." + user + ".>"}},
+			Publish:   &server.SubjectPermission{Allow: []string{controlapi.SubjectRegister, controlapi.SubjectServers}},
+			Subscribe: &server.SubjectPermission{Allow: []string{controlapi.InboxPrefix + "." + user + ".>"}},
 		}
 	}
 	if user == controlUser || user == "" {
@@ -189,7 +194,7 @@ func nodePermissions(id string) *server.Permissions {
 	own := subjectNodes + id + ".>"
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{own}},
-		Subscribe: &server.SubjectPermission{Allow: []string{own, InboxPrefix + "." + id + ".>", SubjectPeerEvents}},
+		Subscribe: &server.SubjectPermission{Allow: []string{own, controlapi.InboxPrefix + "." + id + ".>", controlapi.SubjectPeerEvents}},
 	}
 }
 

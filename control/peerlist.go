@@ -5,33 +5,23 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // The peer list of a large mesh does not fit one NATS message (64 KiB is
 // about 465 peers), so it comes in pages, in node ID order.
-
-// PeerListRequest asks for the page of peers after After (a node ID; empty
-// for the first page).
-type PeerListRequest struct {
-	After string `json:"after,omitempty"`
-}
-
-// PeerPage is a page of the peer list; More says another follows.
-type PeerPage struct {
-	Peers []Peer `json:"peers"`
-	More  bool   `json:"more,omitempty"`
-}
 
 func (s *Server) onPeerList(m *nats.Msg) {
 	if !s.replyAllowed(m) {
 		return
 	}
 	self := nodeOf(m.Subject)
-	var req PeerListRequest
+	var req controlapi.PeerListRequest
 	paged := len(m.Data) > 0
 	if paged {
 		if err := json.Unmarshal(m.Data, &req); err != nil {
-			s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: "malformed peer list request: " + err.Error()}})
+			s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: "malformed peer list request: " + err.Error()}})
 			return
 		}
 	}
@@ -42,9 +32,9 @@ func (s *Server) onPeerList(m *nats.Msg) {
 		peers, _, more, err := s.view.page("", self, limit, s.offline)
 		switch {
 		case err != nil:
-			s.reply(m, errorReply{asError(err)})
+			s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		case more:
-			s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("%d peers do not fit one message; ask by page (PeerListRequest)", s.view.len()-1)}})
+			s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("%d peers do not fit one message; ask by page (PeerListRequest)", s.view.len()-1)}})
 		default:
 			_ = s.respond(m, peers)
 		}
@@ -52,7 +42,7 @@ func (s *Server) onPeerList(m *nats.Msg) {
 	}
 	b, err := s.encodePeerPage(req.After, self, limit)
 	if err != nil {
-		s.reply(m, errorReply{asError(err)})
+		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		return
 	}
 	_ = s.respond(m, b)

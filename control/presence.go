@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // Presence is separate from identity. A registered node keeps its ID, key
@@ -25,11 +27,6 @@ import (
 
 // DefaultPresenceTTL is Config.PresenceTTL's default.
 const DefaultPresenceTTL = 15 * time.Second
-
-// PresenceRequest is a node's heartbeat (Online) or its goodbye.
-type PresenceRequest struct {
-	Online bool `json:"online"`
-}
 
 // presenceLoop expires nodes whose heartbeats stopped, until ctx ends.
 func (s *Server) presenceLoop(ctx context.Context) {
@@ -54,7 +51,7 @@ func (s *Server) presenceLoop(ctx context.Context) {
 		for _, id := range expired {
 			s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
 		}
-		s.announcePresence(ctx, expired, PeerOffline)
+		s.announcePresence(ctx, expired, controlapi.PeerOffline)
 	}
 }
 
@@ -93,37 +90,37 @@ func (s *Server) onPresence(m *nats.Msg) {
 		return
 	}
 	id := nodeOf(m.Subject)
-	var req PresenceRequest
+	var req controlapi.PresenceRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
-		s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: "malformed presence: " + err.Error()}})
+		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: "malformed presence: " + err.Error()}})
 		return
 	}
 	if s.secretHash(id) == nil {
-		s.reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
+		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
 		return
 	}
 	ctx := context.Background()
 	switch {
 	case req.Online && s.markOnline(id):
 		s.log.Info("node online", "id", id)
-		s.announcePresence(ctx, []string{id}, PeerOnline)
+		s.announcePresence(ctx, []string{id}, controlapi.PeerOnline)
 	case !req.Online && s.markOffline(id):
 		s.log.Info("node offline: it left", "id", id)
-		s.announcePresence(ctx, []string{id}, PeerOffline)
+		s.announcePresence(ctx, []string{id}, controlapi.PeerOffline)
 	}
 	s.reply(m, struct{}{})
 }
 
 // announcePresence tells every other node that the nodes ids went online
 // or offline: one event each (fanout.go).
-func (s *Server) announcePresence(_ context.Context, ids []string, t PeerEventType) {
+func (s *Server) announcePresence(_ context.Context, ids []string, t controlapi.PeerEventType) {
 	for _, id := range ids {
 		n := s.view.get(id)
 		if n == nil {
 			continue // deregistered meanwhile
 		}
 		p := n.peer()
-		p.Offline = t == PeerOffline
-		s.publishEvent(PeerEvent{Type: t, Peer: p})
+		p.Offline = t == controlapi.PeerOffline
+		s.publishEvent(controlapi.PeerEvent{Type: t, Peer: p})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -40,16 +41,6 @@ const challengeTTL = 30 * time.Second
 
 // challengeNonceBytes is the length of Challenge.Nonce.
 const challengeNonceBytes = 16
-
-// Challenge is control's question to a registering node.
-type Challenge struct {
-	// Key is control's X25519 public key for this challenge only.
-	Key key.Public `json:"key"`
-	// Nonce makes the challenge unique (16 random bytes).
-	Nonce []byte `json:"nonce"`
-	// Expires is when control stops accepting answers (Unix ms).
-	Expires int64 `json:"expires"`
-}
 
 // secretKeeper is an ability of a Store that several control instances
 // share: it keeps one random secret they all use to verify each other's
@@ -85,8 +76,8 @@ func challengeKey(secret []byte, pub key.Public, nonce []byte, expires int64) (*
 }
 
 // newChallenge issues a challenge to pub, returning it and its key.
-func newChallenge(secret []byte, pub key.Public, now time.Time) (*Challenge, *ecdh.PrivateKey, error) {
-	c := &Challenge{Nonce: make([]byte, challengeNonceBytes), Expires: now.Add(challengeTTL).UnixMilli()}
+func newChallenge(secret []byte, pub key.Public, now time.Time) (*controlapi.Challenge, *ecdh.PrivateKey, error) {
+	c := &controlapi.Challenge{Nonce: make([]byte, challengeNonceBytes), Expires: now.Add(challengeTTL).UnixMilli()}
 	_, _ = rand.Read(c.Nonce)
 	priv, err := challengeKey(secret, pub, c.Nonce, c.Expires)
 	if err != nil {
@@ -96,47 +87,15 @@ func newChallenge(secret []byte, pub key.Public, now time.Time) (*Challenge, *ec
 	return c, priv, nil
 }
 
-// proofMAC is the proof for c, name and pub given the X25519 shared secret.
-func proofMAC(shared []byte, c *Challenge, name string, pub key.Public) []byte {
-	mac := hmac.New(sha256.New, shared)
-	mac.Write([]byte("lattice register proof v1\x00"))
-	mac.Write(pub[:])
-	mac.Write(c.Key[:])
-	mac.Write(c.Nonce)
-	mac.Write(binary.BigEndian.AppendUint64(nil, uint64(c.Expires)))
-	mac.Write([]byte{byte(len(name))})
-	mac.Write([]byte(name))
-	return mac.Sum(nil)
-}
-
-// ProveKey answers c for a node named name holding priv.
-func ProveKey(priv key.Private, c *Challenge, name string) ([]byte, error) {
-	raw := priv.Reveal()
-	sk, err := ecdh.X25519().NewPrivateKey(raw[:])
-	if err != nil {
-		return nil, fmt.Errorf("prove key: %w", err)
-	}
-	pk, err := ecdh.X25519().NewPublicKey(c.Key[:])
-	if err != nil {
-		return nil, fmt.Errorf("prove key: challenge key: %w", err)
-	}
-	shared, err := sk.ECDH(pk)
-	if err != nil {
-		return nil, fmt.Errorf("prove key: %w", err)
-	}
-	// sk's public key is computed already: priv.Public() would do it again.
-	return proofMAC(shared, c, name, key.Public(sk.PublicKey().Bytes())), nil
-}
-
 // errBadProof is the refusal of every proof that does not verify; the
 // message names what was wrong, never the expected value.
 func errBadProof(format string, a ...any) error {
-	return &Error{Code: CodeBadProof, Message: "proof of key: " + fmt.Sprintf(format, a...)}
+	return &controlapi.Error{Code: controlapi.CodeBadProof, Message: "proof of key: " + fmt.Sprintf(format, a...)}
 }
 
 // verifyProof checks req's answer to its challenge, re-deriving the
 // challenge's key from secret.
-func verifyProof(secret []byte, req *RegisterRequest, now time.Time) error {
+func verifyProof(secret []byte, req *controlapi.RegisterRequest, now time.Time) error {
 	if err := checkChallenge(req, now); err != nil {
 		return err
 	}
@@ -145,7 +104,7 @@ func verifyProof(secret []byte, req *RegisterRequest, now time.Time) error {
 
 // verifyDerived checks req's proof, its challenge already checked, with
 // the challenge's key derived from secret.
-func verifyDerived(secret []byte, req *RegisterRequest) error {
+func verifyDerived(secret []byte, req *controlapi.RegisterRequest) error {
 	c := req.Challenge
 	priv, err := challengeKey(secret, req.PublicKey, c.Nonce, c.Expires)
 	if err != nil {
@@ -156,7 +115,7 @@ func verifyDerived(secret []byte, req *RegisterRequest) error {
 
 // checkChallenge makes the checks of req's challenge and proof that need
 // no key.
-func checkChallenge(req *RegisterRequest, now time.Time) error {
+func checkChallenge(req *controlapi.RegisterRequest, now time.Time) error {
 	c := req.Challenge
 	switch {
 	case c == nil:
@@ -178,7 +137,7 @@ func checkChallenge(req *RegisterRequest, now time.Time) error {
 // with the challenge's is free (NewPrivateKey computed it) and names a
 // substituted key; the MAC alone would refuse it too, as it binds c.Key
 // and is keyed with priv's shared secret, whatever c.Key says.
-func verifyWith(priv *ecdh.PrivateKey, req *RegisterRequest) error {
+func verifyWith(priv *ecdh.PrivateKey, req *controlapi.RegisterRequest) error {
 	c := req.Challenge
 	if subtle.ConstantTimeCompare(priv.PublicKey().Bytes(), c.Key[:]) != 1 {
 		return errBadProof("challenge not issued by this control for this key")
@@ -191,7 +150,7 @@ func verifyWith(priv *ecdh.PrivateKey, req *RegisterRequest) error {
 	if err != nil {
 		return errBadProof("public key of low order cannot prove anything")
 	}
-	if !hmac.Equal(proofMAC(shared, c, req.Name, req.PublicKey), req.Proof) {
+	if !hmac.Equal(controlapi.ProofMAC(shared, c, req.Name, req.PublicKey), req.Proof) {
 		return errBadProof("does not verify with this public key")
 	}
 	return nil
@@ -231,7 +190,7 @@ func newChallenger(secret []byte) *challenger {
 }
 
 // issue is newChallenge, remembering the challenge's key.
-func (ch *challenger) issue(pub key.Public, now time.Time) (*Challenge, error) {
+func (ch *challenger) issue(pub key.Public, now time.Time) (*controlapi.Challenge, error) {
 	c, priv, err := newChallenge(ch.secret, pub, now)
 	if err != nil {
 		return nil, err
@@ -247,7 +206,7 @@ func (ch *challenger) issue(pub key.Public, now time.Time) (*Challenge, error) {
 }
 
 // verify is verifyProof, with the challenge's key from the cache if held.
-func (ch *challenger) verify(req *RegisterRequest, now time.Time) error {
+func (ch *challenger) verify(req *controlapi.RegisterRequest, now time.Time) error {
 	if err := checkChallenge(req, now); err != nil {
 		return err
 	}
@@ -259,7 +218,7 @@ func (ch *challenger) verify(req *RegisterRequest, now time.Time) error {
 
 // take removes and returns the key cached for c issued to pub, nil if
 // there is none.
-func (ch *challenger) take(pub key.Public, c *Challenge) *ecdh.PrivateKey {
+func (ch *challenger) take(pub key.Public, c *controlapi.Challenge) *ecdh.PrivateKey {
 	nonce := [challengeNonceBytes]byte(c.Nonce)
 	ch.mu.Lock()
 	defer ch.mu.Unlock()

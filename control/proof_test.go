@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -25,7 +26,7 @@ func TestChallengerCache(t *testing.T) {
 
 	// forge answers c with a challenge key of its own making, for whose
 	// private half it can compute the MAC against the node's public key.
-	forge := func(t *testing.T, c *Challenge) (*Challenge, []byte) {
+	forge := func(t *testing.T, c *controlapi.Challenge) (*controlapi.Challenge, []byte) {
 		t.Helper()
 		eph, err := ecdh.X25519().GenerateKey(rand.Reader)
 		require.NoError(t, err)
@@ -34,13 +35,13 @@ func TestChallengerCache(t *testing.T) {
 		require.NoError(t, err)
 		shared, err := eph.ECDH(pk)
 		require.NoError(t, err)
-		f := &Challenge{Key: key.Public(eph.PublicKey().Bytes()), Nonce: c.Nonce, Expires: c.Expires}
-		return f, proofMAC(shared, f, "n", np)
+		f := &controlapi.Challenge{Key: key.Public(eph.PublicKey().Bytes()), Nonce: c.Nonce, Expires: c.Expires}
+		return f, controlapi.ProofMAC(shared, f, "n", np)
 	}
 	tests := []struct {
 		name     string
 		verifier func(issuer *challenger) *challenger
-		answer   func(t *testing.T, c *Challenge) (RegisterRequest, error)
+		answer   func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error)
 		wantErr  string
 		wantHit  bool // the issuer's cached key was used
 	}{
@@ -61,9 +62,9 @@ func TestChallengerCache(t *testing.T) {
 		{
 			name:     "forged challenge key, cached",
 			verifier: func(issuer *challenger) *challenger { return issuer },
-			answer: func(t *testing.T, c *Challenge) (RegisterRequest, error) {
+			answer: func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error) {
 				f, proof := forge(t, c)
-				return RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: f, Proof: proof}, nil
+				return controlapi.RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: f, Proof: proof}, nil
 			},
 			wantErr: "not issued by this control",
 			wantHit: true,
@@ -71,38 +72,38 @@ func TestChallengerCache(t *testing.T) {
 		{
 			name:     "forged challenge key, re-derived",
 			verifier: func(*challenger) *challenger { return newChallenger(secret) },
-			answer: func(t *testing.T, c *Challenge) (RegisterRequest, error) {
+			answer: func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error) {
 				f, proof := forge(t, c)
-				return RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: f, Proof: proof}, nil
+				return controlapi.RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: f, Proof: proof}, nil
 			},
 			wantErr: "not issued by this control",
 		},
 		{
 			name:     "another key's challenge",
 			verifier: func(issuer *challenger) *challenger { return issuer },
-			answer: func(t *testing.T, c *Challenge) (RegisterRequest, error) {
-				proof, err := ProveKey(other, c, "n")
-				return RegisterRequest{Name: "n", PublicKey: other.Public(), Challenge: c, Proof: proof}, err
+			answer: func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error) {
+				proof, err := controlapi.ProveKey(other, c, "n")
+				return controlapi.RegisterRequest{Name: "n", PublicKey: other.Public(), Challenge: c, Proof: proof}, err
 			},
 			wantErr: "not issued by this control",
 		},
 		{
 			name:     "expiry moved",
 			verifier: func(issuer *challenger) *challenger { return issuer },
-			answer: func(t *testing.T, c *Challenge) (RegisterRequest, error) {
+			answer: func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error) {
 				moved := *c
 				moved.Expires--
-				proof, err := ProveKey(node, &moved, "n")
-				return RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: &moved, Proof: proof}, err
+				proof, err := controlapi.ProveKey(node, &moved, "n")
+				return controlapi.RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: &moved, Proof: proof}, err
 			},
 			wantErr: "not issued by this control",
 		},
 		{
 			name:     "another name",
 			verifier: func(issuer *challenger) *challenger { return issuer },
-			answer: func(t *testing.T, c *Challenge) (RegisterRequest, error) {
-				proof, err := ProveKey(node, c, "n")
-				return RegisterRequest{Name: "m", PublicKey: node.Public(), Challenge: c, Proof: proof}, err
+			answer: func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error) {
+				proof, err := controlapi.ProveKey(node, c, "n")
+				return controlapi.RegisterRequest{Name: "m", PublicKey: node.Public(), Challenge: c, Proof: proof}, err
 			},
 			wantErr: "does not verify",
 			wantHit: true,
@@ -115,9 +116,9 @@ func TestChallengerCache(t *testing.T) {
 			require.NoError(t, err)
 			answer := tt.answer
 			if answer == nil {
-				answer = func(t *testing.T, c *Challenge) (RegisterRequest, error) {
-					proof, err := ProveKey(node, c, "n")
-					return RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: c, Proof: proof}, err
+				answer = func(t *testing.T, c *controlapi.Challenge) (controlapi.RegisterRequest, error) {
+					proof, err := controlapi.ProveKey(node, c, "n")
+					return controlapi.RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: c, Proof: proof}, err
 				}
 			}
 			req, err := answer(t, c)
@@ -150,7 +151,7 @@ func TestChallengerBounded(t *testing.T) {
 	ch := newChallenger([]byte("bounded"))
 	now := time.UnixMilli(1_800_000_000_000)
 	node := key.NewPrivate()
-	var first, last *Challenge
+	var first, last *controlapi.Challenge
 	for i := range challengeCacheSize + 10 {
 		c, err := ch.issue(node.Public(), now)
 		require.NoError(t, err)
@@ -160,10 +161,10 @@ func TestChallengerBounded(t *testing.T) {
 		last = c
 	}
 	require.Len(t, ch.keys, challengeCacheSize)
-	for _, c := range []*Challenge{first, last} {
-		proof, err := ProveKey(node, c, "n")
+	for _, c := range []*controlapi.Challenge{first, last} {
+		proof, err := controlapi.ProveKey(node, c, "n")
 		require.NoError(t, err)
-		require.NoError(t, ch.verify(&RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: c, Proof: proof}, now))
+		require.NoError(t, ch.verify(&controlapi.RegisterRequest{Name: "n", PublicKey: node.Public(), Challenge: c, Proof: proof}, now))
 	}
 	assert.Len(t, ch.keys, challengeCacheSize-1, "the last one was taken from the cache, the first was not in it")
 }

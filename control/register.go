@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // A registration is answered before anything of it is announced: control
@@ -25,20 +27,20 @@ func (s *Server) onRegister(m *nats.Msg) {
 	}
 	_, err := s.registerAndSend(context.Background(), m.Data, func(b []byte) error { return s.respond(m, b) })
 	if err != nil {
-		s.reply(m, errorReply{asError(err)})
+		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 	}
 }
 
 // handleRegister is the registration both transports share; the caller
 // sends the answer (HTTP), so a failure to send it is not seen here.
-func (s *Server) handleRegister(ctx context.Context, body []byte) (*RegisterResponse, error) {
+func (s *Server) handleRegister(ctx context.Context, body []byte) (*controlapi.RegisterResponse, error) {
 	return s.registerAndSend(ctx, body, nil)
 }
 
 // registerAndSend registers the node body asks for. send, if not nil,
 // delivers the encoded answer; if it fails, the registration is undone
 // and its error returned.
-func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]byte) error) (*RegisterResponse, error) {
+func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]byte) error) (*controlapi.RegisterResponse, error) {
 	req, err := decodeRequest(body)
 	var adm admission
 	if err == nil {
@@ -54,7 +56,7 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		if err != nil {
 			return nil, err
 		}
-		resp := &RegisterResponse{Challenge: c, Peers: []Peer{}}
+		resp := &controlapi.RegisterResponse{Challenge: c, Peers: []controlapi.Peer{}}
 		if send != nil {
 			b, _ := json.Marshal(resp)
 			if err := send(b); err != nil {
@@ -95,7 +97,7 @@ type admission struct {
 // identity already registered under req's key and name is admitted: the
 // token is for joining, and a node that joined re-registers on its proof
 // of key alone, so an expired token never strands it.
-func (s *Server) admit(ctx context.Context, req *RegisterRequest) (admission, error) {
+func (s *Server) admit(ctx context.Context, req *controlapi.RegisterRequest) (admission, error) {
 	tags, tokenErr := s.tokens.check(req.Token, s.cfg.Now())
 	if tokenErr == nil {
 		return admission{tags: tags}, nil
@@ -112,14 +114,14 @@ func (s *Server) admit(ctx context.Context, req *RegisterRequest) (admission, er
 
 // register stores the node req proved its key for, as adm admitted it
 // (see admit), announces it, then answers it through send (if not nil).
-func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([]byte) error, adm admission) (*RegisterResponse, error) {
+func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, send func([]byte) error, adm admission) (*controlapi.RegisterResponse, error) {
 	id := nodeID(req.PublicKey)
 	mu := &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
 	mu.Lock()
 	defer mu.Unlock()
 	secret := randomSecret()
 	hash := sha256.Sum256([]byte(secret))
-	resp := &RegisterResponse{
+	resp := &controlapi.RegisterResponse{
 		NodeID: id,
 		Relays: s.cfg.Relays,
 		STUN:   s.cfg.STUN,
@@ -152,11 +154,11 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 	// removal overtaken by the late "add" left the node in every peer's
 	// list). If the answer then fails, a second event takes it back.
 	s.markOnline(id)
-	event := PeerAdded
+	event := controlapi.PeerAdded
 	if prev != nil {
-		event = PeerUpdated
+		event = controlapi.PeerUpdated
 	}
-	s.publishEvent(PeerEvent{Type: event, Peer: n.peer()})
+	s.publishEvent(controlapi.PeerEvent{Type: event, Peer: n.peer()})
 	if send != nil {
 		err = send(b)
 	} else { // HTTP encodes resp itself
@@ -166,9 +168,9 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 		uerr := s.undoStore(ctx, id, prev)
 		if prev == nil {
 			s.markOffline(id)
-			s.publishEvent(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
+			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
 		} else {
-			s.publishEvent(PeerEvent{Type: PeerUpdated, Peer: prev.peer()})
+			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: prev.peer()})
 		}
 		if uerr != nil {
 			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
@@ -182,13 +184,13 @@ func (s *Server) register(ctx context.Context, req *RegisterRequest, send func([
 
 // credsFor are id's NATS credentials: every server URL, and the shared
 // event subject when the node reads it.
-func (s *Server) credsFor(id, secret string, shared bool) NATSCreds {
-	c := NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: InboxPrefix + "." + id}
+func (s *Server) credsFor(id, secret string, shared bool) controlapi.NATSCreds {
+	c := controlapi.NATSCreds{URL: s.natsURL(), User: id, Password: secret, Inbox: controlapi.InboxPrefix + "." + id}
 	if urls := s.natsURLs(); len(urls) > 1 {
 		c.URLs = urls
 	}
 	if shared {
-		c.Events = SubjectPeerEvents
+		c.Events = controlapi.SubjectPeerEvents
 	}
 	return c
 }
@@ -208,8 +210,8 @@ const firstPageBytes = 16 << 10
 // resp's encoding as they are, in one buffer sized for the page: going
 // through json.Marshal again would re-validate every byte of them.
 // resp.Peers is left empty.
-func (s *Server) encodeRegistration(resp *RegisterResponse, id string, limit int) (b []byte, sent int, err error) {
-	resp.Peers, resp.MorePeers = []Peer{}, false
+func (s *Server) encodeRegistration(resp *controlapi.RegisterResponse, id string, limit int) (b []byte, sent int, err error) {
+	resp.Peers, resp.MorePeers = []controlapi.Peer{}, false
 	head, err := json.Marshal(resp)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode registration: %w", err)
@@ -258,7 +260,7 @@ func (s *Server) maxReply() int {
 // storeNodeRetry is storeNode, again when another instance changed the
 // record between the read and the write (the same key registering on two
 // instances at once), and records the result in the view.
-func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id string, hash []byte, adm admission) (n, prev *Node, err error) {
+func (s *Server) storeNodeRetry(ctx context.Context, req *controlapi.RegisterRequest, id string, hash []byte, adm admission) (n, prev *Node, err error) {
 	for try := range 5 {
 		n, prev, err = s.storeNode(ctx, req, id, hash, adm, try > 0)
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrExists) {
@@ -276,7 +278,7 @@ func (s *Server) storeNodeRetry(ctx context.Context, req *RegisterRequest, id st
 // not nil, and returns that instead. A live token's tags replace the
 // record's; a registration on proof alone keeps them. ask: read the store
 // for id even if the view does not know it.
-func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string, hash []byte, adm admission, ask bool) (n, prev *Node, err error) {
+func (s *Server) storeNode(ctx context.Context, req *controlapi.RegisterRequest, id string, hash []byte, adm admission, ask bool) (n, prev *Node, err error) {
 	refuseNew := adm.refuseNew
 	now := s.cfg.Now()
 	// A key the view does not know is new but for one another instance
@@ -290,7 +292,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 	switch {
 	case err == nil:
 		if old.Name != req.Name {
-			return nil, nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("this key is registered as %q; deregister it to change its name", old.Name)}
+			return nil, nil, &controlapi.Error{Code: controlapi.CodeNameTaken, Message: fmt.Sprintf("this key is registered as %q; deregister it to change its name", old.Name)}
 		}
 		if bytes.Equal(old.ProofNonce, req.Challenge.Nonce) {
 			return nil, nil, errBadProof("this proof was used already; register again")
@@ -324,7 +326,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		case errors.Is(err, ErrAddressTaken):
 			continue
 		case errors.Is(err, ErrNameTaken):
-			return nil, nil, &Error{Code: CodeNameTaken, Message: fmt.Sprintf("name %q belongs to another node", req.Name)}
+			return nil, nil, &controlapi.Error{Code: controlapi.CodeNameTaken, Message: fmt.Sprintf("name %q belongs to another node", req.Name)}
 		case errors.Is(err, ErrExists), errors.Is(err, ErrConflict):
 			return nil, nil, err
 		case err != nil:
@@ -332,7 +334,7 @@ func (s *Server) storeNode(ctx context.Context, req *RegisterRequest, id string,
 		}
 		return n, nil, nil
 	}
-	return nil, nil, &Error{Code: CodeFull, Message: fmt.Sprintf("no free address in %v", Overlay)}
+	return nil, nil, &controlapi.Error{Code: controlapi.CodeFull, Message: fmt.Sprintf("no free address in %v", Overlay)}
 }
 
 // nextEpoch follows prev: the registration time in Unix ms, and always

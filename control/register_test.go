@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -49,8 +50,8 @@ func TestEncodeRegistrationIsMarshal(t *testing.T) {
 					self = n.ID
 				}
 			}
-			resp := &RegisterResponse{NodeID: self, Address: netip.MustParsePrefix("100.64.9.9/10"), Relays: []Relay{{Addr: "relay:443"}},
-				STUN: []string{"stun:3478"}, NATS: NATSCreds{URL: "nats://x", User: self, Password: "p", Inbox: InboxPrefix + "." + self}, Epoch: 7}
+			resp := &controlapi.RegisterResponse{NodeID: self, Address: netip.MustParsePrefix("100.64.9.9/10"), Relays: []controlapi.Relay{{Addr: "relay:443"}},
+				STUN: []string{"stun:3478"}, NATS: controlapi.NATSCreds{URL: "nats://x", User: self, Password: "p", Inbox: controlapi.InboxPrefix + "." + self}, Epoch: 7}
 			b, sent, err := s.encodeRegistration(resp, self, tt.limit)
 			if tt.wantError != "" {
 				require.ErrorContains(t, err, tt.wantError)
@@ -67,11 +68,11 @@ func TestEncodeRegistrationIsMarshal(t *testing.T) {
 				assert.Less(t, sent, tt.nodes-1)
 			}
 
-			var got RegisterResponse
+			var got controlapi.RegisterResponse
 			require.NoError(t, json.Unmarshal(b, &got))
 			require.Len(t, got.Peers, sent)
 			want := *resp
-			want.Peers = make([]Peer, 0, sent)
+			want.Peers = make([]controlapi.Peer, 0, sent)
 			for _, id := range s.view.ids {
 				if len(want.Peers) == sent {
 					break

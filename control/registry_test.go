@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -23,14 +24,14 @@ import (
 // huge relay list) fails with an error saying so, and leaves nothing in
 // the registry (finding 6).
 func TestUnsendableAnswerNotStored(t *testing.T) {
-	var relays []Relay
+	var relays []controlapi.Relay
 	for i := range 700 {
-		relays = append(relays, Relay{Addr: fmt.Sprintf("relay-%03d.%s.example:443", i, strings.Repeat("x", 60))})
+		relays = append(relays, controlapi.Relay{Addr: fmt.Sprintf("relay-%03d.%s.example:443", i, strings.Repeat("x", 60))})
 	}
 	env := startServer(t, "", func(c *Config) { c.Relays = relays })
 	ctx := ctxT(t)
-	_, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "big", Key: newPriv(t)})
-	var e *Error
+	_, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "big", Key: newPriv(t)})
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e, "the node is told, not left waiting: %v", err)
 	assert.Contains(t, e.Message, "over the 65536 a NATS message may carry")
 	nodes, err := env.srv.Store().List(ctx)
@@ -45,17 +46,17 @@ func TestFailedSendUndone(t *testing.T) {
 	env := startServer(t, "")
 	ctx := ctxT(t)
 	k := newPriv(t)
-	old, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "kept", Key: k})
+	old, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "kept", Key: k})
 	require.NoError(t, err)
 	failing := func([]byte) error { return errors.New("connection lost") }
 	for _, tc := range []struct {
 		name string
 		key  key.Private
 	}{{"new", newPriv(t)}, {"kept", k}} {
-		req := &RegisterRequest{Token: testToken, Name: tc.name, PublicKey: tc.key.Public()}
+		req := &controlapi.RegisterRequest{Token: testToken, Name: tc.name, PublicKey: tc.key.Public()}
 		req.Challenge, _, err = newChallenge(env.srv.challengeSecret, req.PublicKey, time.Now())
 		require.NoError(t, err)
-		req.Proof, err = ProveKey(tc.key, req.Challenge, tc.name)
+		req.Proof, err = controlapi.ProveKey(tc.key, req.Challenge, tc.name)
 		require.NoError(t, err)
 		_, err = env.srv.register(ctx, req, failing, admission{})
 		require.ErrorContains(t, err, "connection lost")
@@ -63,7 +64,7 @@ func TestFailedSendUndone(t *testing.T) {
 	nodes, err := env.srv.Store().List(ctx)
 	require.NoError(t, err)
 	require.Len(t, nodes, 1)
-	s, err := Connect(ctx, netx.OS, old.NodeID, old.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, old.NodeID, old.NATS, controlapi.Handlers{})
 	require.NoError(t, err, "the old secret is back")
 	s.Close()
 }
@@ -82,11 +83,11 @@ func TestManyRegistrationsAnswered(t *testing.T) {
 	nc := joinConn(t, env.url)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	var last *RegisterResponse
+	var last *controlapi.RegisterResponse
 	start := time.Now()
 	for i := range total {
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-		r, err := RegisterOver(rctx, nc, Join{Token: testToken, Name: fmt.Sprintf("n%04d", i), Key: key.NewPrivate()})
+		r, err := controlapi.RegisterOver(rctx, nc, controlapi.Join{Token: testToken, Name: fmt.Sprintf("n%04d", i), Key: key.NewPrivate()})
 		rcancel()
 		require.NoError(t, err, "registration %d", i+1)
 		last = r
@@ -99,7 +100,7 @@ func TestManyRegistrationsAnswered(t *testing.T) {
 	b, err := json.Marshal(last.Peers)
 	require.NoError(t, err)
 	assert.LessOrEqual(t, len(b), firstPageBytes, "the first page is bounded, whatever the registry's size")
-	s, err := Connect(ctx, netx.OS, last.NodeID, last.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, last.NodeID, last.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer s.Close()
 	peers, err := s.Peers(ctx)
@@ -111,10 +112,10 @@ func TestManyRegistrationsAnswered(t *testing.T) {
 		seen[p.NodeID] = true
 	}
 	// A node that asks without paging is told why it gets nothing.
-	r, err := s.Conn().RequestWithContext(ctx, NodeSubject(last.NodeID, LeafPeerList), nil)
+	r, err := s.Conn().RequestWithContext(ctx, controlapi.NodeSubject(last.NodeID, controlapi.LeafPeerList), nil)
 	require.NoError(t, err)
-	var e *Error
-	require.ErrorAs(t, decodeReply(r.Data, &[]Peer{}), &e)
+	var e *controlapi.Error
+	require.ErrorAs(t, controlapi.DecodeReply(r.Data, &[]controlapi.Peer{}), &e)
 	assert.Contains(t, e.Message, "ask by page")
 }
 
@@ -145,11 +146,11 @@ func TestMassExpiryListsOnce(t *testing.T) {
 	}
 	const ttl = time.Second
 	env := startServer(t, "", func(c *Config) { c.Store, c.PresenceTTL = st, ttl })
-	w, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "watcher", Key: newPriv(t)})
+	w, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "watcher", Key: newPriv(t)})
 	require.NoError(t, err)
 	var offline atomic.Int64
-	sw, err := Connect(ctx, netx.OS, w.NodeID, w.NATS, Handlers{Peer: func(ev PeerEvent) {
-		if ev.Type == PeerOffline {
+	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) {
+		if ev.Type == controlapi.PeerOffline {
 			offline.Add(1)
 		}
 	}})

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -26,9 +27,9 @@ func TestRelayTokenRenewal(t *testing.T) {
 	})
 	ctx := ctxT(t)
 	k := newPriv(t)
-	r, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "renew", Key: k})
+	r, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "renew", Key: k})
 	require.NoError(t, err)
-	s, err := Connect(ctx, netx.OS, r.NodeID, r.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer s.Close()
 
@@ -44,14 +45,14 @@ func TestRelayTokenRenewal(t *testing.T) {
 	assert.WithinDuration(t, time.Now().Add(25*time.Hour), issued, time.Minute, "issued at control's time now")
 
 	none := startServer(t, "", func(c *Config) { c.RelayToken = nil })
-	r2, err := RegisterNATS(ctx, netx.OS, none.url, Join{Token: testToken, Name: "norelay", Key: newPriv(t)})
+	r2, err := controlapi.RegisterNATS(ctx, netx.OS, none.url, controlapi.Join{Token: testToken, Name: "norelay", Key: newPriv(t)})
 	require.NoError(t, err)
-	s2, err := Connect(ctx, netx.OS, r2.NodeID, r2.NATS, Handlers{})
+	s2, err := controlapi.Connect(ctx, netx.OS, r2.NodeID, r2.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer s2.Close()
 	_, err = s2.RelayToken(ctx)
-	var e *Error
+	var e *controlapi.Error
 	require.ErrorAs(t, err, &e)
-	assert.Equal(t, CodeNotFound, e.Code)
+	assert.Equal(t, controlapi.CodeNotFound, e.Code)
 	assert.Contains(t, e.Message, "issues no relay tokens")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -55,10 +56,10 @@ func TestReplicasNeverShareAnAddress(t *testing.T) {
 	errs := make(chan error, nodes)
 	for i := range nodes {
 		wg.Go(func() {
-			j := Join{Token: testToken, Name: fmt.Sprintf("node-%02d", i), Key: key.NewPrivate()}
+			j := controlapi.Join{Token: testToken, Name: fmt.Sprintf("node-%02d", i), Key: key.NewPrivate()}
 			var err error
 			for range 3 { // a client may retry (a timeout on a loaded machine)
-				if _, err = RegisterNATS(ctx, netx.OS, c.url(i%3), j); err == nil {
+				if _, err = controlapi.RegisterNATS(ctx, netx.OS, c.url(i%3), j); err == nil {
 					return
 				}
 			}
@@ -141,11 +142,11 @@ func TestEmbeddedNATSCluster(t *testing.T) {
 		require.NoError(t, errs[i], "control %d", i)
 		t.Cleanup(func() { srvs[i].Close() })
 	}
-	r, err := RegisterNATS(ctx, netx.OS, advertise[0], Join{Token: testToken, Name: "roamer", Key: key.NewPrivate()})
+	r, err := controlapi.RegisterNATS(ctx, netx.OS, advertise[0], controlapi.Join{Token: testToken, Name: "roamer", Key: key.NewPrivate()})
 	require.NoError(t, err)
 	assert.Equal(t, advertise, stripQuery(r.NATS.URLs), "every server's URL")
 	require.NoError(t, srvs[0].Close())
-	s, err := Connect(ctx, netx.OS, r.NodeID, r.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
 	require.NoError(t, err, "the session connects to a server still up, which knows the node")
 	defer s.Close()
 	require.NoError(t, s.Presence(ctx, true))

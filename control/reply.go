@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // Control answers a request on its reply subject, which the requester
@@ -25,8 +27,8 @@ func allowedReply(subject, reply string) bool {
 	if reply == "" {
 		return true
 	}
-	if subject == SubjectRegister || subject == SubjectServers {
-		rest, ok := strings.CutPrefix(reply, InboxPrefix+"."+joinPrefix)
+	if subject == controlapi.SubjectRegister || subject == controlapi.SubjectServers {
+		rest, ok := strings.CutPrefix(reply, controlapi.InboxPrefix+"."+joinPrefix)
 		if !ok {
 			return false
 		}
@@ -37,7 +39,7 @@ func allowedReply(subject, reply string) bool {
 	if id == "" || !strings.HasPrefix(subject, subjectNodes) {
 		return false
 	}
-	tail, ok := strings.CutPrefix(reply, InboxPrefix+"."+id+".")
+	tail, ok := strings.CutPrefix(reply, controlapi.InboxPrefix+"."+id+".")
 	return ok && tail != ""
 }
 
@@ -58,7 +60,7 @@ func (s *Server) replyAllowed(m *nats.Msg) bool {
 func (s *Server) reply(m *nats.Msg, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		b, _ = json.Marshal(errorReply{&Error{Code: CodeInternal, Message: err.Error()}})
+		b, _ = json.Marshal(controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeInternal, Message: err.Error()}})
 	}
 	_ = s.respond(m, b)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -23,14 +24,14 @@ func TestRegistrationDoesNotScan(t *testing.T) {
 	st := &countingStore{FileStore: NewMemStore()}
 	env := startServer(t, "", func(c *Config) { c.Store = st })
 	require.Equal(t, int64(1), st.lists.Load(), "one List at startup, to load the view")
-	var resps []*RegisterResponse
+	var resps []*controlapi.RegisterResponse
 	for _, name := range []string{"a", "b", "c"} {
-		r, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: name, Key: newPriv(t)})
+		r, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: name, Key: newPriv(t)})
 		require.NoError(t, err)
 		resps = append(resps, r)
 	}
 	assert.Len(t, resps[2].Peers, 2, "the third node's answer carries the first two")
-	s, err := Connect(ctx, netx.OS, resps[0].NodeID, resps[0].NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, resps[0].NodeID, resps[0].NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer s.Close()
 	peers, err := s.Peers(ctx)
@@ -48,15 +49,15 @@ func TestSharedPeerEvents(t *testing.T) {
 	env := startServer(t, "")
 	type got struct {
 		mu  sync.Mutex
-		evs []PeerEvent
+		evs []controlapi.PeerEvent
 	}
 	var current [2]got
 	for i := range current {
-		r, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: []string{"cur-a", "cur-b"}[i], Key: newPriv(t)})
+		r, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: []string{"cur-a", "cur-b"}[i], Key: newPriv(t)})
 		require.NoError(t, err)
-		require.Equal(t, SubjectPeerEvents, r.NATS.Events, "control offers the shared events")
+		require.Equal(t, controlapi.SubjectPeerEvents, r.NATS.Events, "control offers the shared events")
 		g := &current[i]
-		s, err := Connect(ctx, netx.OS, r.NodeID, r.NATS, Handlers{Peer: func(ev PeerEvent) {
+		s, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) {
 			g.mu.Lock()
 			g.evs = append(g.evs, ev)
 			g.mu.Unlock()
@@ -67,26 +68,26 @@ func TestSharedPeerEvents(t *testing.T) {
 	// An older client: no SharedEvents, subscribed to its own subject.
 	oldKey := newPriv(t)
 	jc := joinConn(t, env.url)
-	first, err := ask(t, jc, RegisterRequest{Token: testToken, Name: "old", PublicKey: oldKey.Public()})
+	first, err := ask(t, jc, controlapi.RegisterRequest{Token: testToken, Name: "old", PublicKey: oldKey.Public()})
 	require.NoError(t, err)
-	proof, err := ProveKey(oldKey, first.Challenge, "old")
+	proof, err := controlapi.ProveKey(oldKey, first.Challenge, "old")
 	require.NoError(t, err)
-	old, err := ask(t, jc, RegisterRequest{Token: testToken, Name: "old", PublicKey: oldKey.Public(), Challenge: first.Challenge, Proof: proof})
+	old, err := ask(t, jc, controlapi.RegisterRequest{Token: testToken, Name: "old", PublicKey: oldKey.Public(), Challenge: first.Challenge, Proof: proof})
 	require.NoError(t, err)
 	assert.Empty(t, old.NATS.Events, "no shared events for a node that did not ask")
 	oc, err := nats.Connect(old.NATS.URL, nats.UserInfo(old.NATS.User, old.NATS.Password), nats.CustomInboxPrefix(old.NATS.Inbox))
 	require.NoError(t, err)
 	defer oc.Close()
-	oldEvents, err := oc.SubscribeSync(NodeSubject(old.NodeID, LeafPeers))
+	oldEvents, err := oc.SubscribeSync(controlapi.NodeSubject(old.NodeID, controlapi.LeafPeers))
 	require.NoError(t, err)
 	require.NoError(t, oc.Flush())
 
 	before := env.srv.Conn().Stats().OutMsgs
-	_, err = RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "newcomer", Key: newPriv(t)})
+	_, err = controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "newcomer", Key: newPriv(t)})
 	require.NoError(t, err)
 	m, err := oldEvents.NextMsg(5 * time.Second)
 	require.NoError(t, err, "the older node gets its own copy")
-	var ev PeerEvent
+	var ev controlapi.PeerEvent
 	require.NoError(t, json.Unmarshal(m.Data, &ev))
 	assert.Equal(t, "newcomer", ev.Peer.Name)
 	for i := range current {
@@ -95,7 +96,7 @@ func TestSharedPeerEvents(t *testing.T) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			for _, ev := range g.evs {
-				if ev.Type == PeerAdded && ev.Peer.Name == "newcomer" {
+				if ev.Type == controlapi.PeerAdded && ev.Peer.Name == "newcomer" {
 					return true
 				}
 			}
@@ -137,10 +138,10 @@ func TestKVClaimsUnderRace(t *testing.T) {
 			url = b.NATS().URL()
 		}
 		wg.Go(func() {
-			if _, err := RegisterNATS(ctx, netx.OS, url, Join{Token: testToken, Name: "contested", Key: newPriv(t)}); err == nil {
+			if _, err := controlapi.RegisterNATS(ctx, netx.OS, url, controlapi.Join{Token: testToken, Name: "contested", Key: newPriv(t)}); err == nil {
 				won.Add(1)
 			} else {
-				assert.Contains(t, err.Error(), CodeNameTaken)
+				assert.Contains(t, err.Error(), controlapi.CodeNameTaken)
 			}
 		})
 	}

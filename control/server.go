@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -66,7 +67,7 @@ type Config struct {
 	TLS *tls.Config
 
 	// Relays, STUN: what nodes are told to use.
-	Relays []Relay
+	Relays []controlapi.Relay
 	STUN   []string
 	// RelayToken issues a node's relay token. If nil, nodes get none.
 	RelayToken func(pub key.Public, now time.Time) (string, error)
@@ -89,12 +90,12 @@ type Stats struct {
 	BadReplies uint64
 	// PeerEvents counts the peer events this instance published, by type
 	// (PeerEventTypes).
-	PeerEvents map[PeerEventType]uint64
+	PeerEvents map[controlapi.PeerEventType]uint64
 }
 
 // PeerEventTypes are the types of peer events, in the order the metrics
 // list them.
-var PeerEventTypes = [...]PeerEventType{PeerAdded, PeerUpdated, PeerRemoved, PeerOffline, PeerOnline}
+var PeerEventTypes = [...]controlapi.PeerEventType{controlapi.PeerAdded, controlapi.PeerUpdated, controlapi.PeerRemoved, controlapi.PeerOffline, controlapi.PeerOnline}
 
 // Server is the control service.
 type Server struct {
@@ -256,12 +257,12 @@ func (s *Server) connectNATS(ctx context.Context) error {
 	// nats-server upgrades to TLS after its INFO, so no handshake first.
 	// NATSURL may list every server of a cluster.
 	opts = append(opts, nats.UserInfo(s.cfg.NATSUser, s.cfg.NATSPassword))
-	nc, ns, err := dialServers(s.cfg.Network, SplitURLs(s.cfg.NATSURL), false, opts...)
+	nc, urls, err := controlapi.DialServers(s.cfg.Network, controlapi.SplitURLs(s.cfg.NATSURL), false, opts...)
 	if err != nil {
-		if ns == nil {
+		if urls == nil {
 			return fmt.Errorf("control: NATS URL (control's NATS password would cross it): %w", err)
 		}
-		return fmt.Errorf("control: connect to NATS %s: %w", strings.Join(ns.plain, ","), err)
+		return fmt.Errorf("control: connect to NATS %s: %w", strings.Join(urls, ","), err)
 	}
 	s.nc = nc
 	return nil
@@ -315,12 +316,12 @@ func (s *Server) subscribe() error {
 		subject string
 		h       nats.MsgHandler
 	}{
-		{SubjectRegister, s.onRegister},
-		{SubjectServers, s.onServers},
-		{subjectNodes + "*." + LeafSignalOut, s.onSignal},
-		{subjectNodes + "*." + LeafPeerList, s.onPeerList},
-		{subjectNodes + "*." + LeafDeregister, s.onDeregister},
-		{subjectNodes + "*." + LeafRelayToken, s.onRelayToken},
+		{controlapi.SubjectRegister, s.onRegister},
+		{controlapi.SubjectServers, s.onServers},
+		{subjectNodes + "*." + controlapi.LeafSignalOut, s.onSignal},
+		{subjectNodes + "*." + controlapi.LeafPeerList, s.onPeerList},
+		{subjectNodes + "*." + controlapi.LeafDeregister, s.onDeregister},
+		{subjectNodes + "*." + controlapi.LeafRelayToken, s.onRelayToken},
 	}
 	for _, sub := range subs {
 		if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
@@ -331,14 +332,14 @@ func (s *Server) subscribe() error {
 	// more subscriptions in the queue group take registrations in
 	// parallel (the store's round trips dominate them).
 	for range registerWorkers - 1 {
-		if _, err := s.nc.QueueSubscribe(SubjectRegister, queue, s.onRegister); err != nil {
-			return fmt.Errorf("control: subscribe %s: %w", SubjectRegister, err)
+		if _, err := s.nc.QueueSubscribe(controlapi.SubjectRegister, queue, s.onRegister); err != nil {
+			return fmt.Errorf("control: subscribe %s: %w", controlapi.SubjectRegister, err)
 		}
 	}
 	// Every instance hears every heartbeat (no queue group), so all agree
 	// on presence; the requester takes the first reply.
-	if _, err := s.nc.Subscribe(subjectNodes+"*."+LeafPresence, s.onPresence); err != nil {
-		return fmt.Errorf("control: subscribe %s: %w", LeafPresence, err)
+	if _, err := s.nc.Subscribe(subjectNodes+"*."+controlapi.LeafPresence, s.onPresence); err != nil {
+		return fmt.Errorf("control: subscribe %s: %w", controlapi.LeafPresence, err)
 	}
 	return s.nc.Flush()
 }
@@ -349,12 +350,12 @@ func nodeOf(subject string) string {
 	return id
 }
 
-func asError(err error) *Error {
-	var e *Error
+func asError(err error) *controlapi.Error {
+	var e *controlapi.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	return &Error{Code: CodeInternal, Message: err.Error()}
+	return &controlapi.Error{Code: controlapi.CodeInternal, Message: err.Error()}
 }
 
 func (s *Server) onSignal(m *nats.Msg) {
@@ -362,23 +363,23 @@ func (s *Server) onSignal(m *nats.Msg) {
 		return
 	}
 	from := nodeOf(m.Subject)
-	to := m.Header.Get(HeaderTo)
+	to := m.Header.Get(controlapi.HeaderTo)
 	switch {
-	case len(m.Data) > MaxSignalBytes:
+	case len(m.Data) > controlapi.MaxSignalBytes:
 		s.dropped.Add(1)
-		s.reply(m, errorReply{&Error{Code: CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), MaxSignalBytes)}})
+		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), controlapi.MaxSignalBytes)}})
 		return
 	case s.secretHash(to) == nil:
 		s.dropped.Add(1)
-		s.reply(m, errorReply{&Error{Code: CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}})
+		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}})
 		return
 	}
-	out := nats.NewMsg(NodeSubject(to, LeafSignalIn))
-	out.Header.Set(HeaderFrom, from)
+	out := nats.NewMsg(controlapi.NodeSubject(to, controlapi.LeafSignalIn))
+	out.Header.Set(controlapi.HeaderFrom, from)
 	out.Data = m.Data
 	if err := s.nc.PublishMsg(out); err != nil {
 		s.dropped.Add(1)
-		s.reply(m, errorReply{asError(err)})
+		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		return
 	}
 	s.relayed.Add(1)
@@ -396,13 +397,13 @@ func (s *Server) onDeregister(m *nats.Msg) {
 		err = s.cfg.Store.Delete(ctx, id)
 	}
 	if err != nil {
-		s.reply(m, errorReply{asError(err)})
+		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		return
 	}
 	s.view.remove(id)
 	s.markOffline(id)
 	s.deregistered.Add(1)
-	s.publishEvent(PeerEvent{Type: PeerRemoved, Peer: n.peer()})
+	s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
 	s.log.Info("node deregistered", "id", id, "name", n.Name)
 	s.reply(m, struct{}{})
 }
@@ -416,8 +417,8 @@ func (s *Server) Stats() Stats {
 	}
 }
 
-func (s *Server) peerEventCounts() map[PeerEventType]uint64 {
-	out := make(map[PeerEventType]uint64, len(PeerEventTypes))
+func (s *Server) peerEventCounts() map[controlapi.PeerEventType]uint64 {
+	out := make(map[controlapi.PeerEventType]uint64, len(PeerEventTypes))
 	for i, t := range PeerEventTypes {
 		out[t] = s.events[i].Load()
 	}

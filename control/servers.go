@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // The servers request lets a client that holds only a join token (lattice
@@ -14,40 +16,29 @@ import (
 // no peers. A registered key whose token expired gets no list here: it
 // has its servers from its own registration.
 
-// ServersRequest asks for the announced servers.
-type ServersRequest struct {
-	Token string `json:"token"`
-}
-
-// ServersResponse is what a registration would announce.
-type ServersResponse struct {
-	Relays []Relay  `json:"relays"`
-	STUN   []string `json:"stun"`
-}
-
 // maxServersRequestBytes bounds a servers request: a token and its JSON.
-const maxServersRequestBytes = MaxTokenBytes + 64
+const maxServersRequestBytes = controlapi.MaxTokenBytes + 64
 
 // decodeServersRequest parses a servers request strictly.
-func decodeServersRequest(b []byte) (*ServersRequest, error) {
+func decodeServersRequest(b []byte) (*controlapi.ServersRequest, error) {
 	if len(b) > maxServersRequestBytes {
-		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("servers request is %d bytes, at most %d", len(b), maxServersRequestBytes)}
+		return nil, &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("servers request is %d bytes, at most %d", len(b), maxServersRequestBytes)}
 	}
-	var r ServersRequest
+	var r controlapi.ServersRequest
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, &Error{Code: CodeBadRequest, Message: "malformed servers request: " + err.Error()}
+		return nil, &controlapi.Error{Code: controlapi.CodeBadRequest, Message: "malformed servers request: " + err.Error()}
 	}
 	switch {
 	case r.Token == "":
-		return nil, &Error{Code: CodeBadToken, Message: "no join token"}
-	case len(r.Token) > MaxTokenBytes:
-		return nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(r.Token), MaxTokenBytes)}
+		return nil, &controlapi.Error{Code: controlapi.CodeBadToken, Message: "no join token"}
+	case len(r.Token) > controlapi.MaxTokenBytes:
+		return nil, &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(r.Token), controlapi.MaxTokenBytes)}
 	}
 	return &r, nil
 }
 
 // handleServers answers a servers request body, over NATS and HTTP alike.
-func (s *Server) handleServers(body []byte) (*ServersResponse, error) {
+func (s *Server) handleServers(body []byte) (*controlapi.ServersResponse, error) {
 	req, err := decodeServersRequest(body)
 	if err == nil {
 		_, err = s.tokens.check(req.Token, s.cfg.Now())
@@ -56,9 +47,9 @@ func (s *Server) handleServers(body []byte) (*ServersResponse, error) {
 		s.log.Info("servers request refused", "err", err)
 		return nil, err
 	}
-	resp := &ServersResponse{Relays: s.cfg.Relays, STUN: s.cfg.STUN}
+	resp := &controlapi.ServersResponse{Relays: s.cfg.Relays, STUN: s.cfg.STUN}
 	if resp.Relays == nil {
-		resp.Relays = []Relay{}
+		resp.Relays = []controlapi.Relay{}
 	}
 	if resp.STUN == nil {
 		resp.STUN = []string{}
@@ -72,7 +63,7 @@ func (s *Server) onServers(m *nats.Msg) {
 	}
 	resp, err := s.handleServers(m.Data)
 	if err != nil {
-		s.reply(m, errorReply{asError(err)})
+		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		return
 	}
 	s.reply(m, resp)

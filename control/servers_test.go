@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -26,10 +28,10 @@ func TestServers(t *testing.T) {
 	env := startServer(t, "", func(c *Config) {
 		c.Tokens = append(c.Tokens, JoinToken{Value: expired, Expires: now.Add(-time.Hour)})
 		c.Now = func() time.Time { return now }
-		c.Relays = []Relay{{Addr: "127.0.0.1:4443", Fingerprint: "ab12"}, {Addr: "relay.example.net:443"}}
+		c.Relays = []controlapi.Relay{{Addr: "127.0.0.1:4443", Fingerprint: "ab12"}, {Addr: "relay.example.net:443"}}
 	})
 	ctx := ctxT(t)
-	_, err := RegisterNATS(ctx, netx.OS, env.url, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	_, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
 	snapshot := func() (string, []byte) {
 		nodes, err := env.srv.Store().List(ctx)
@@ -43,10 +45,10 @@ func TestServers(t *testing.T) {
 
 	for _, url := range []string{env.url, env.http} {
 		t.Run(strings.SplitN(url, ":", 2)[0], func(t *testing.T) {
-			got, err := Servers(ctx, netx.OS, url, testToken)
+			got, err := controlapi.Servers(ctx, netx.OS, url, testToken)
 			require.NoError(t, err)
-			assert.Equal(t, &ServersResponse{
-				Relays: []Relay{{Addr: "127.0.0.1:4443", Fingerprint: "ab12"}, {Addr: "relay.example.net:443"}},
+			assert.Equal(t, &controlapi.ServersResponse{
+				Relays: []controlapi.Relay{{Addr: "127.0.0.1:4443", Fingerprint: "ab12"}, {Addr: "relay.example.net:443"}},
 				STUN:   []string{"127.0.0.1:3478"},
 			}, got)
 
@@ -56,12 +58,12 @@ func TestServers(t *testing.T) {
 				{"wrong", "not-the-token-0123456789abcdef", "bad_token: join token not accepted"},
 				{"expired", expired, "bad_token: join token expired at 2026-12-02T11:00:00Z"},
 				{"missing", "", "bad_token: no join token"},
-				{"oversized", strings.Repeat("x", MaxTokenBytes+1), "bad_request: token is 513 bytes, at most 512"},
+				{"oversized", strings.Repeat("x", controlapi.MaxTokenBytes+1), "bad_request: token is 513 bytes, at most 512"},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
-					got, err := Servers(ctx, netx.OS, url, tc.token)
+					got, err := controlapi.Servers(ctx, netx.OS, url, tc.token)
 					assert.Nil(t, got)
-					var e *Error
+					var e *controlapi.Error
 					require.ErrorAs(t, err, &e)
 					assert.Equal(t, tc.wantErr, e.Error())
 				})
@@ -93,20 +95,23 @@ func TestServersRequestBounds(t *testing.T) {
 		{"not json", []byte("token=" + testToken), "bad_request: malformed servers request: invalid character 'o' in literal true (expecting 'r')"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := jc.RequestWithContext(ctx, SubjectServers, tc.body)
+			m, err := jc.RequestWithContext(ctx, controlapi.SubjectServers, tc.body)
 			require.NoError(t, err)
-			var resp ServersResponse
-			assert.EqualError(t, decodeReply(m.Data, &resp), tc.wantErr)
+			var resp controlapi.ServersResponse
+			assert.EqualError(t, controlapi.DecodeReply(m.Data, &resp), tc.wantErr)
 			assert.Nil(t, resp.Relays)
 		})
 	}
-	hresp, err := postJSON(ctx, &http.Client{}, env.http+"/v1/servers", big)
+	hr, err := http.Post(env.http+"/v1/servers", "application/json", bytes.NewReader(big))
 	require.NoError(t, err)
-	var resp ServersResponse
-	assert.EqualError(t, decodeReply(hresp, &resp), "bad_request: servers request over 576 bytes")
+	hresp, err := io.ReadAll(hr.Body)
+	hr.Body.Close()
+	require.NoError(t, err)
+	var resp controlapi.ServersResponse
+	assert.EqualError(t, controlapi.DecodeReply(hresp, &resp), "bad_request: servers request over 576 bytes")
 
-	body, _ := json.Marshal(ServersRequest{Token: testToken})
-	require.NoError(t, jc.PublishRequest(SubjectServers, NodeSubject("nsomeoneelse", LeafSignalIn), body))
+	body, _ := json.Marshal(controlapi.ServersRequest{Token: testToken})
+	require.NoError(t, jc.PublishRequest(controlapi.SubjectServers, controlapi.NodeSubject("nsomeoneelse", controlapi.LeafSignalIn), body))
 	require.NoError(t, jc.Flush())
 	require.Eventually(t, func() bool { return env.srv.Stats().BadReplies == 1 }, 5*time.Second, 10*time.Millisecond)
 }
@@ -123,13 +128,13 @@ func FuzzServersRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeServersRequest(b)
 		if err != nil {
-			var e *Error
+			var e *controlapi.Error
 			if r != nil || !errors.As(err, &e) {
 				t.Fatalf("refusal %v (%T) with request %v", err, err, r)
 			}
 			return
 		}
-		if r.Token == "" || len(r.Token) > MaxTokenBytes || len(b) > maxServersRequestBytes {
+		if r.Token == "" || len(r.Token) > controlapi.MaxTokenBytes || len(b) > maxServersRequestBytes {
 			t.Fatalf("accepted token of %d bytes from %d bytes", len(r.Token), len(b))
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -34,13 +35,13 @@ func TestTwoControlsShareRegistry(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
-	onB := func(c NATSCreds) NATSCreds { c.URL = b.NATS().URL(); return c }
+	onB := func(c controlapi.NATSCreds) controlapi.NATSCreds { c.URL = b.NATS().URL(); return c }
 
 	// Registered on A, after B started: B accepts its credentials.
-	x, err := RegisterNATS(ctx, netx.OS, a.NATS().URL(), Join{Token: testToken, Name: "x", Key: newPriv(t)})
+	x, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "x", Key: newPriv(t)})
 	require.NoError(t, err)
 	got := make(chan string, 1)
-	sx, err := Connect(ctx, netx.OS, x.NodeID, onB(x.NATS), Handlers{Signal: func(from string, p []byte) { got <- from + ":" + string(p) }})
+	sx, err := controlapi.Connect(ctx, netx.OS, x.NodeID, onB(x.NATS), controlapi.Handlers{Signal: func(from string, p []byte) { got <- from + ":" + string(p) }})
 	require.NoError(t, err, "B accepts a node A registered")
 	defer sx.Close()
 	tok, err := sx.RelayToken(ctx)
@@ -49,16 +50,16 @@ func TestTwoControlsShareRegistry(t *testing.T) {
 
 	// A challenge issued by B, answered to A.
 	yKey := newPriv(t)
-	first, err := ask(t, joinConn(t, b.NATS().URL()), RegisterRequest{Token: testToken, Name: "y", PublicKey: yKey.Public()})
+	first, err := ask(t, joinConn(t, b.NATS().URL()), controlapi.RegisterRequest{Token: testToken, Name: "y", PublicKey: yKey.Public()})
 	require.NoError(t, err)
-	proof, err := ProveKey(yKey, first.Challenge, "y")
+	proof, err := controlapi.ProveKey(yKey, first.Challenge, "y")
 	require.NoError(t, err)
-	y, err := ask(t, joinConn(t, a.NATS().URL()), RegisterRequest{Token: testToken, Name: "y", PublicKey: yKey.Public(), Challenge: first.Challenge, Proof: proof})
+	y, err := ask(t, joinConn(t, a.NATS().URL()), controlapi.RegisterRequest{Token: testToken, Name: "y", PublicKey: yKey.Public(), Challenge: first.Challenge, Proof: proof})
 	require.NoError(t, err, "A verifies B's challenge")
 	require.NotEmpty(t, y.NodeID)
 
 	// y, registered on A, signals x through B, which must know both.
-	sy, err := Connect(ctx, netx.OS, y.NodeID, onB(y.NATS), Handlers{})
+	sy, err := controlapi.Connect(ctx, netx.OS, y.NodeID, onB(y.NATS), controlapi.Handlers{})
 	require.NoError(t, err)
 	require.NoError(t, sy.Signal(ctx, x.NodeID, []byte("offer")))
 	select {
@@ -72,6 +73,6 @@ func TestTwoControlsShareRegistry(t *testing.T) {
 	// Deregistered through B: A refuses the credentials.
 	require.NoError(t, sy.Deregister(ctx))
 	sy.Close()
-	_, err = Connect(ctx, netx.OS, y.NodeID, y.NATS, Handlers{})
+	_, err = controlapi.Connect(ctx, netx.OS, y.NodeID, y.NATS, controlapi.Handlers{})
 	require.Error(t, err, "A refuses a node deregistered on B")
 }

@@ -9,9 +9,10 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/latticelab/lattice/internal/atomicfile"
 )
 
 // Store errors.
@@ -199,7 +200,7 @@ func (s *FileStore) claimAll() error {
 // at good.
 func (s *FileStore) dropTornTail(jpath string, b []byte, good int) error {
 	e := &TornTailError{Path: jpath, Offset: int64(good), Bytes: len(b) - good, Kept: fmt.Sprintf("%s.torn-%d", jpath, good)}
-	if err := WriteFileAtomic(e.Kept, b[good:], 0o600); err != nil {
+	if err := atomicfile.WriteFile(e.Kept, b[good:], 0o600); err != nil {
 		return fmt.Errorf("registry journal %s:%d: keep the torn tail: %w", jpath, good, err)
 	}
 	if err := os.Truncate(jpath, int64(good)); err != nil {
@@ -426,7 +427,7 @@ func (s *FileStore) writeSnapshot(nodes map[string]*Node, upTo int64) (int64, er
 	if err != nil {
 		return 0, err
 	}
-	return int64(len(b)), WriteFileAtomic(s.path, b, 0o600)
+	return int64(len(b)), atomicfile.WriteFile(s.path, b, 0o600)
 }
 
 func (s *FileStore) compactNowLocked() error {
@@ -462,7 +463,7 @@ func (s *FileStore) writeSnapshotLocked(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int64(len(b)), WriteFileAtomic(path, b, 0o600)
+	return int64(len(b)), atomicfile.WriteFile(path, b, 0o600)
 }
 
 // encodeSnapshot is the snapshot file holding nodes, sorted by ID.
@@ -476,38 +477,4 @@ func encodeSnapshot(nodes map[string]*Node) ([]byte, error) {
 		return nil, fmt.Errorf("encode registry: %w", err)
 	}
 	return b, nil
-}
-
-// WriteFileAtomic writes b to path so that a reader sees the old or the
-// new content, never a mix, and the new content survives a crash: a
-// temporary file in the same directory, fsync, rename, fsync of the
-// directory.
-func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing to remove
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_ = syncDir(dir) // not every file system syncs directories
-	return nil
 }

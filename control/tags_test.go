@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -14,7 +15,7 @@ const routerToken = "router-token-0123456789"
 
 // peerTags is what control tells a node about name's tags: its entry in
 // a registration answer's peer list.
-func peerTags(t *testing.T, peers []Peer, name string) []string {
+func peerTags(t *testing.T, peers []controlapi.Peer, name string) []string {
 	t.Helper()
 	for _, p := range peers {
 		if p.Name == name {
@@ -37,10 +38,10 @@ func TestTokenTags(t *testing.T) {
 				JoinToken{Value: routerToken, Tags: []string{"router", "exit-eu"}, Expires: tokenEpoch.Add(30 * time.Minute)},
 				JoinToken{Value: testToken})
 			ctx := ctxT(t)
-			gw := Join{Token: routerToken, Name: "gw", Key: newPriv(t)}
+			gw := controlapi.Join{Token: routerToken, Name: "gw", Key: newPriv(t)}
 			_, err := r.reg(ctx, netx.OS, r.url(env), gw)
 			require.NoError(t, err)
-			laptop := Join{Token: testToken, Name: "laptop", Key: newPriv(t)}
+			laptop := controlapi.Join{Token: testToken, Name: "laptop", Key: newPriv(t)}
 			resp, err := r.reg(ctx, netx.OS, r.url(env), laptop)
 			require.NoError(t, err)
 			assert.Equal(t, []string{"router", "exit-eu"}, peerTags(t, resp.Peers, "gw"))

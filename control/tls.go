@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/latticelab/lattice/internal/atomicfile"
 	"github.com/latticelab/lattice/relay"
 )
 
@@ -105,7 +106,7 @@ func storeSelfSigned(dir string, c tls.Certificate) error {
 		b    []byte
 		mode os.FileMode
 	}{{SelfSignedKeyFile, keyPEM, 0o600}, {SelfSignedCertFile, certPEM, 0o644}, {SelfSignedFingerprintFile, []byte(fp), 0o644}} {
-		if err := WriteFileAtomic(filepath.Join(dir, f.name), f.b, f.mode); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f.name), f.b, f.mode); err != nil {
 			return fmt.Errorf("control: store self-signed certificate: %w", err)
 		}
 	}

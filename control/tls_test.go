@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -118,24 +119,24 @@ func selfSigned(t *testing.T) (*tls.Config, string) {
 // the bodies control answered.
 func registerRaw(t *testing.T, httpURL, natsURL string) (httpReply, natsReply []byte) {
 	t.Helper()
-	body, err := json.Marshal(RegisterRequest{Token: testToken, Name: "capture", PublicKey: newKey(t)})
+	body, err := json.Marshal(controlapi.RegisterRequest{Token: testToken, Name: "capture", PublicKey: newKey(t)})
 	require.NoError(t, err)
 
-	client, ep, err := httpEndpoint(netx.OS, httpURL)
+	client, base, err := controlapi.HTTPClient(netx.OS, httpURL)
 	require.NoError(t, err)
 	defer client.CloseIdleConnections()
-	resp, err := client.Post(ep.plainURL()+"/v1/register", "application/json", bytes.NewReader(body))
+	resp, err := client.Post(base+"/v1/register", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	httpReply, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(t, err)
 
 	user := joinPrefix + "0123456789abcdef0123456789abcdef"
-	nc, _, err := dialNATS(netx.OS, natsURL, nats.UserInfo(user, testToken),
-		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect())
+	nc, err := controlapi.DialNATS(netx.OS, natsURL, nats.UserInfo(user, testToken),
+		nats.CustomInboxPrefix(controlapi.InboxPrefix+"."+user), nats.NoReconnect())
 	require.NoError(t, err)
 	defer nc.Close()
-	m, err := nc.Request(SubjectRegister, body, 10*time.Second)
+	m, err := nc.Request(controlapi.SubjectRegister, body, 10*time.Second)
 	require.NoError(t, err)
 	return httpReply, m.Data
 }
@@ -192,14 +193,14 @@ func TestTLSRegisterAndSession(t *testing.T) {
 	natsURL := env.srv.NATS().URL()
 	ctx := ctxT(t)
 
-	a, err := RegisterNATS(ctx, netx.OS, natsURL+"?fingerprint="+fp, Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, natsURL+"?fingerprint="+fp, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
 	require.NoError(t, err)
 	assert.Equal(t, natsURL+"?fingerprint="+fp, a.NATS.URL)
-	b, err := RegisterHTTP(ctx, netx.OS, env.srv.HTTPURL()+"?fingerprint="+fp, Join{Token: testToken, Name: "beta", Key: newPriv(t)})
+	b, err := controlapi.RegisterHTTP(ctx, netx.OS, env.srv.HTTPURL()+"?fingerprint="+fp, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)})
 	require.NoError(t, err)
 	assert.Equal(t, natsURL+"?fingerprint="+fp, b.NATS.URL)
 
-	s, err := Connect(ctx, netx.OS, a.NodeID, a.NATS, Handlers{})
+	s, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer s.Close()
 	peers, err := s.Peers(ctx)
@@ -210,7 +211,7 @@ func TestTLSRegisterAndSession(t *testing.T) {
 	// Without the pin the advertised URL alone does not verify.
 	creds := a.NATS
 	creds.URL = natsURL
-	_, err = Connect(ctx, netx.OS, a.NodeID, creds, Handlers{})
+	_, err = controlapi.Connect(ctx, netx.OS, a.NodeID, creds, controlapi.Handlers{})
 	require.ErrorContains(t, err, "certificate")
 }
 
@@ -234,18 +235,18 @@ func TestTLSWrongFingerprintRefused(t *testing.T) {
 			var err error
 			if strings.HasPrefix(tc.url, "https") {
 				var client *http.Client
-				var ep *endpoint
-				client, ep, err = httpEndpoint(netx.OS, tc.url)
+				var base string
+				client, base, err = controlapi.HTTPClient(netx.OS, tc.url)
 				require.NoError(t, err)
 				var resp *http.Response
-				resp, err = client.Post(ep.plainURL()+"/v1/register", "application/json", strings.NewReader(`{}`))
+				resp, err = client.Post(base+"/v1/register", "application/json", strings.NewReader(`{}`))
 				if err == nil {
 					resp.Body.Close()
 				}
 				client.CloseIdleConnections()
 			} else {
 				var nc *nats.Conn
-				nc, _, err = dialNATS(netx.OS, tc.url, nats.UserInfo(joinPrefix+"0123456789abcdef", testToken), nats.NoReconnect())
+				nc, err = controlapi.DialNATS(netx.OS, tc.url, nats.UserInfo(joinPrefix+"0123456789abcdef", testToken), nats.NoReconnect())
 				if err == nil {
 					nc.Close()
 				}
@@ -274,7 +275,7 @@ func TestTLSNATSNoPlaintextProtocol(t *testing.T) {
 	require.ErrorAs(t, err, &ne)
 	assert.True(t, ne.Timeout())
 
-	nc, _, err := dialNATS(netx.OS, "nats://"+addr, nats.UserInfo(joinPrefix+"0123456789abcdef", testToken),
+	nc, err := controlapi.DialNATS(netx.OS, "nats://"+addr, nats.UserInfo(joinPrefix+"0123456789abcdef", testToken),
 		nats.NoReconnect(), nats.Timeout(2*time.Second))
 	if err == nil {
 		nc.Close()
@@ -301,15 +302,15 @@ func (f *failNetwork) Dial(_ context.Context, _, address string) (net.Conn, erro
 // plaintext URL to a non-loopback host without dialing it.
 func TestPlaintextRefusedBeforeDial(t *testing.T) {
 	fn := &failNetwork{Network: netx.OS}
-	_, _, err := dialNATS(fn, "nats://192.0.2.10:4222")
-	require.ErrorIs(t, err, ErrPlaintext)
+	_, err := controlapi.DialNATS(fn, "nats://192.0.2.10:4222")
+	require.ErrorIs(t, err, controlapi.ErrPlaintext)
 	assert.Contains(t, err.Error(), "use tls://192.0.2.10:4222")
 	assert.Contains(t, err.Error(), "--insecure")
-	_, _, err = httpEndpoint(fn, "http://192.0.2.10:8080")
-	require.ErrorIs(t, err, ErrPlaintext)
+	_, _, err = controlapi.HTTPClient(fn, "http://192.0.2.10:8080")
+	require.ErrorIs(t, err, controlapi.ErrPlaintext)
 	assert.Contains(t, err.Error(), "use https://192.0.2.10:8080")
-	_, err = Connect(t.Context(), fn, "n1", NATSCreds{URL: "nats://192.0.2.10:4222", User: "n1", Password: "secret-password"}, Handlers{})
-	require.ErrorIs(t, err, ErrPlaintext)
+	_, err = controlapi.Connect(t.Context(), fn, "n1", controlapi.NATSCreds{URL: "nats://192.0.2.10:4222", User: "n1", Password: "secret-password"}, controlapi.Handlers{})
+	require.ErrorIs(t, err, controlapi.ErrPlaintext)
 	assert.NotContains(t, err.Error(), "secret-password")
 
 	// Control's own connection to an external NATS carries its password.
@@ -317,103 +318,10 @@ func TestPlaintextRefusedBeforeDial(t *testing.T) {
 	require.NoError(t, err)
 	_, err = New(t.Context(), Config{Store: st, Tokens: []JoinToken{{Value: testToken}}, Network: fn,
 		NATSURL: "nats://192.0.2.10:4222", NATSUser: "control", NATSPassword: "secret-password"})
-	require.ErrorIs(t, err, ErrPlaintext)
+	require.ErrorIs(t, err, controlapi.ErrPlaintext)
 	assert.Contains(t, err.Error(), "NATS URL")
 	assert.NotContains(t, err.Error(), "secret-password")
 	assert.Empty(t, fn.dials)
-}
-
-func TestParseEndpoint(t *testing.T) {
-	fp := strings.Repeat("0f", 32)
-	for _, tc := range []struct {
-		name, url string
-		want      endpoint
-		wantErr   string
-	}{
-		{"loopback nats", "nats://127.0.0.1:4222", endpoint{scheme: "nats", host: "127.0.0.1:4222"}, ""},
-		{"loopback 127/8", "http://127.9.8.7:80/base/", endpoint{scheme: "http", host: "127.9.8.7:80", path: "/base"}, ""},
-		{"loopback v6", "nats://[::1]:4222", endpoint{scheme: "nats", host: "[::1]:4222"}, ""},
-		{"loopback mapped", "nats://[::ffff:127.0.0.1]:4222", endpoint{scheme: "nats", host: "[::ffff:127.0.0.1]:4222"}, ""},
-		{"localhost", "http://LocalHost:8080", endpoint{scheme: "http", host: "LocalHost:8080"}, ""},
-		{"plaintext off loopback", "nats://10.0.0.1:4222", endpoint{}, ErrPlaintext.Error()},
-		{"plaintext name", "http://control.example.net:8080", endpoint{}, ErrPlaintext.Error()},
-		{"plaintext unspecified", "nats://0.0.0.0:4222", endpoint{}, ErrPlaintext.Error()},
-		{"insecure", "nats://10.0.0.1:4222?insecure=1", endpoint{scheme: "nats", host: "10.0.0.1:4222", insecure: true}, ""},
-		{"insecure no", "nats://10.0.0.1:4222?insecure=0", endpoint{}, ErrPlaintext.Error()},
-		{"insecure bad", "nats://10.0.0.1:4222?insecure=maybe", endpoint{}, `insecure="maybe": want 1 or 0`},
-		{"tls", "tls://10.0.0.1:4222", endpoint{scheme: "tls", host: "10.0.0.1:4222"}, ""},
-		{"tls pin colons upper", "TLS://10.0.0.1:4222?fingerprint=" + strings.ToUpper(strings.Repeat("0f:", 31)+"0f"), endpoint{scheme: "tls", host: "10.0.0.1:4222", pin: fp}, ""},
-		{"https pin", "https://h.example:8443/?fingerprint=" + fp, endpoint{scheme: "https", host: "h.example:8443", pin: fp}, ""},
-		{"pin short", "tls://10.0.0.1:4222?fingerprint=abcd", endpoint{}, `fingerprint "abcd": want 32 hex bytes`},
-		{"pin on plaintext", "nats://127.0.0.1:4222?fingerprint=" + fp, endpoint{}, "a fingerprint needs tls:// or https://"},
-		{"unknown param", "tls://10.0.0.1:4222?token=x", endpoint{}, `unknown parameter "token"`},
-		{"scheme", "ftp://10.0.0.1", endpoint{}, `scheme "ftp"`},
-		{"no scheme", "10.0.0.1:4222", endpoint{}, "control URL"},
-		{"no host", "tls://", endpoint{}, "no host"},
-		{"user info", "tls://join:secret@10.0.0.1:4222", endpoint{}, "user info does not belong in the URL"},
-		{"unparsable with user info", "tls://join:secret@10.0.0.1:4222/%zz", endpoint{}, `invalid URL escape "%zz"`},
-		{"nats path", "tls://10.0.0.1:4222/x", endpoint{}, "a NATS URL has no path"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseEndpoint(tc.url)
-			if tc.wantErr != "" {
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), tc.wantErr)
-				assert.NotContains(t, err.Error(), "secret", "a URL's user info is not repeated")
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.want, *got)
-		})
-	}
-}
-
-func TestIsLoopbackHost(t *testing.T) {
-	for host, want := range map[string]bool{
-		"127.0.0.1": true, "127.255.0.9": true, "::1": true, "[::1]": true, "localhost": true, "::ffff:127.0.0.1": true,
-		"128.0.0.1": false, "10.0.0.1": false, "0.0.0.0": false, "::": false, "": false, "localhost.example": false,
-		"192.0.2.1": false, "fe80::1": false, "notlocalhost": false,
-	} {
-		assert.Equal(t, want, IsLoopbackHost(host), host)
-	}
-}
-
-func TestInherit(t *testing.T) {
-	fp := strings.Repeat("0f", 32)
-	mustEP := func(u string) *endpoint {
-		e, err := parseEndpoint(u)
-		require.NoError(t, err)
-		return e
-	}
-	for _, tc := range []struct {
-		name, reg, advertised, want string
-	}{
-		{"same host gets the pin", "https://10.0.0.1:8443?fingerprint=" + fp, "tls://10.0.0.1:4222", "tls://10.0.0.1:4222?fingerprint=" + fp},
-		{"other host does not", "https://10.0.0.1:8443?fingerprint=" + fp, "tls://nats.example:4222", "tls://nats.example:4222"},
-		{"own pin kept", "tls://10.0.0.1:4222?fingerprint=" + fp, "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("aa", 32), "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("aa", 32)},
-		{"plaintext gets no pin", "tls://10.0.0.1:4222?fingerprint=" + fp, "nats://10.0.0.1:4222", "nats://10.0.0.1:4222"},
-		{"insecure carried", "nats://10.0.0.1:4222?insecure=1", "nats://10.0.0.1:4222", "nats://10.0.0.1:4222?insecure=1"},
-		{"nothing to carry", "nats://127.0.0.1:4222", "nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{"empty stays empty", "nats://127.0.0.1:4222", "", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, mustEP(tc.reg).inherit(tc.advertised))
-		})
-	}
-}
-
-func TestWithTrust(t *testing.T) {
-	fp := strings.Repeat("0f", 32)
-	u, err := WithTrust("tls://10.0.0.1:4222", fp, false)
-	require.NoError(t, err)
-	assert.Equal(t, "tls://10.0.0.1:4222?fingerprint="+fp, u)
-	u, err = WithTrust("nats://10.0.0.1:4222", "", true)
-	require.NoError(t, err)
-	assert.Equal(t, "nats://10.0.0.1:4222?insecure=1", u)
-	_, err = WithTrust("nats://10.0.0.1:4222", "", false)
-	require.ErrorIs(t, err, ErrPlaintext)
-	_, err = WithTrust("nats://127.0.0.1:4222", fp, false)
-	require.ErrorContains(t, err, "a fingerprint needs tls://")
 }
 
 // TestSelfSignedTLSKept: the certificate (and so the pin) survives a
@@ -451,37 +359,6 @@ func TestSelfSignedTLSKept(t *testing.T) {
 	require.ErrorContains(t, err, "no certificate")
 }
 
-func FuzzParseEndpoint(f *testing.F) {
-	for _, s := range []string{
-		"nats://127.0.0.1:4222", "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("0f", 32),
-		"https://h:1/?insecure=1", "http://[::1]:80/a/b", "tls://u:p@h:1", "nats://%zz", "tls://h:1?fingerprint=zz&insecure",
-		"", "://", "tls://[::ffff:127.0.0.1]:1",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		e, err := parseEndpoint(s)
-		if err != nil {
-			return
-		}
-		if !e.isTLS() && !e.insecure && !IsLoopbackHost(strings.Trim(hostOnly(e.host), "[]")) {
-			t.Fatalf("%q: plaintext to %q accepted", s, e.host)
-		}
-		if e.pin != "" && len(e.pin) != 64 {
-			t.Fatalf("%q: pin %q", s, e.pin)
-		}
-		_ = e.inherit(s)
-	})
-}
-
-func hostOnly(hostport string) string {
-	h, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return hostport
-	}
-	return h
-}
-
 // BenchmarkJoinTLS measures whole joins as a node makes them: a new NATS
 // connection (with TLS: the handshake and the pin check), the two
 // registration requests, then closing; NewMemStore keeps the registry out of
@@ -504,16 +381,16 @@ func BenchmarkJoinTLS(b *testing.B) {
 			}
 			defer srv.Close()
 			url := srv.NATS().URL() + fp
-			joins := make([]Join, b.N)
+			joins := make([]controlapi.Join, b.N)
 			for i := range joins {
 				k := newPriv(b)
-				joins[i] = Join{Token: testToken, Name: "n" + nodeID(k.Public())[1:9], Key: k}
+				joins[i] = controlapi.Join{Token: testToken, Name: "n" + nodeID(k.Public())[1:9], Key: k}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			b.ResetTimer()
 			for i := range b.N {
-				if _, err := RegisterNATS(ctx, netx.OS, url, joins[i]); err != nil {
+				if _, err := controlapi.RegisterNATS(ctx, netx.OS, url, joins[i]); err != nil {
 					b.Fatal(err)
 				}
 			}

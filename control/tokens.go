@@ -4,6 +4,8 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"time"
+
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // JoinToken admits nodes. A token with a zero Expires never expires.
@@ -44,9 +46,9 @@ func (ts tokenSet) check(given string, now time.Time) (tags []string, err error)
 		return ts[live].Tags, nil
 	case expired == 1:
 		at := ts[which].Expires.UTC().Format(time.RFC3339)
-		return nil, &Error{Code: CodeBadToken, Message: "join token expired at " + at}
+		return nil, &controlapi.Error{Code: controlapi.CodeBadToken, Message: "join token expired at " + at}
 	default:
-		return nil, &Error{Code: CodeBadToken, Message: "join token not accepted"}
+		return nil, &controlapi.Error{Code: controlapi.CodeBadToken, Message: "join token not accepted"}
 	}
 }
 
@@ -58,14 +60,14 @@ func (ts tokenSet) validate() error {
 		if len(t.Value) < 16 {
 			return fmt.Errorf("control: join token %d is %d characters; use at least 16", i+1, len(t.Value))
 		}
-		if len(t.Value) > MaxTokenBytes {
-			return fmt.Errorf("control: join token %d is longer than %d bytes", i+1, MaxTokenBytes)
+		if len(t.Value) > controlapi.MaxTokenBytes {
+			return fmt.Errorf("control: join token %d is longer than %d bytes", i+1, controlapi.MaxTokenBytes)
 		}
 		if len(t.Tags) > maxTokenTags {
 			return fmt.Errorf("control: join token %d has %d tags, at most %d", i+1, len(t.Tags), maxTokenTags)
 		}
 		for _, tag := range t.Tags {
-			if !ValidName(tag) {
+			if !controlapi.ValidName(tag) {
 				return fmt.Errorf("control: join token %d: tag %q: use 1-63 lowercase letters, digits and inner hyphens", i+1, tag)
 			}
 		}

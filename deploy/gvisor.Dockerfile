@@ -14,5 +14,6 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY bin/image/runsc /usr/local/bin/runsc
 COPY bin/image/lattice /lattice
+COPY bin/image/lattice-sandbox /lattice-sandbox
 USER 0:0
 ENTRYPOINT ["/lattice"]

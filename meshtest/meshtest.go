@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netstack"
 	"github.com/latticelab/lattice/netx"
@@ -77,7 +78,7 @@ func StartOn(t testing.TB, addr netip.Addr) *World {
 	ctrl, err := control.New(t.Context(), control.Config{
 		Network: netx.OS, Tokens: []control.JoinToken{{Value: Token}}, Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: netx.OS, Listen: listen},
-		Relays:       []control.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
+		Relays:       []controlapi.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
 		RelayToken: func(k key.Public, now time.Time) (string, error) {
 			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},
@@ -89,7 +90,7 @@ func StartOn(t testing.TB, addr netip.Addr) *World {
 	if !addr.IsLoopback() {
 		// Plaintext off loopback needs consent; these worlds live in
 		// network namespaces the test made.
-		natsURL += "?" + control.ParamInsecure + "=1"
+		natsURL += "?" + controlapi.ParamInsecure + "=1"
 	}
 	return &World{Control: ctrl, Relay: rs, NATSURL: natsURL, Addr: addr}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -77,7 +77,7 @@ func loopbackPeer(signal func(context.Context, string, []byte) error, edit func(
 	if edit != nil {
 		edit(&env.cfg)
 	}
-	p = &peer{env: env, info: control.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
+	p = &peer{env: env, info: controlapi.Peer{Name: "b", NodeID: "b", PublicKey: theirs.Public()},
 		path: &Path{}, box: newMailbox(), controlling: true, attempt: &attempt{}}
 	return p, ours, theirs
 }

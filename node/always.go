@@ -3,7 +3,7 @@ package node
 import (
 	"strings"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // TagPrefix marks an ICEConfig.AlwaysDirect entry that names a tag, not a
@@ -13,7 +13,7 @@ const TagPrefix = "tag:"
 
 // alwaysDirect reports whether c names info, by name or by one of its
 // tags, as a peer that is never lazy.
-func (c *ICEConfig) alwaysDirect(info control.Peer) bool {
+func (c *ICEConfig) alwaysDirect(info controlapi.Peer) bool {
 	for _, e := range c.AlwaysDirect {
 		if tag, ok := strings.CutPrefix(e, TagPrefix); ok {
 			if info.HasTag(tag) {

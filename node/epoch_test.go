@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -69,7 +69,7 @@ func (r refusals) any(sub string) bool {
 func TestSignalReplayAfterRestart(t *testing.T) {
 	w := newLabWorld(t)
 	// Control sees every signal it relays: the recording is made there.
-	tap, err := w.ctrl.Conn().SubscribeSync("lattice.v1.node.*." + control.LeafSignalIn)
+	tap, err := w.ctrl.Conn().SubscribeSync("lattice.v1.node.*." + controlapi.LeafSignalIn)
 	require.NoError(t, err)
 	credB := filepath.Join(t.TempDir(), "beta.json")
 	withCreds := func(c *node.Config) { c.Credentials = node.OpenCredentials(credB) }
@@ -81,7 +81,7 @@ func TestSignalReplayAfterRestart(t *testing.T) {
 	deadline := time.Now().Add(slow(10 * time.Second))
 	for recorded == nil && time.Now().Before(deadline) {
 		m, err := tap.NextMsg(time.Second)
-		if err == nil && m.Subject == control.NodeSubject(betaID, control.LeafSignalIn) && m.Header.Get(control.HeaderFrom) == a.Identity().NodeID {
+		if err == nil && m.Subject == controlapi.NodeSubject(betaID, controlapi.LeafSignalIn) && m.Header.Get(controlapi.HeaderFrom) == a.Identity().NodeID {
 			recorded = m
 		}
 	}
@@ -93,7 +93,7 @@ func TestSignalReplayAfterRestart(t *testing.T) {
 	b2 := startNode(t, hostB, "beta", &stockNetstack{}, withCreds, func(c *node.Config) { c.Logger = slog.New(log) })
 	require.Equal(t, betaID, b2.Identity().NodeID)
 	replay := nats.NewMsg(recorded.Subject)
-	replay.Header.Set(control.HeaderFrom, recorded.Header.Get(control.HeaderFrom))
+	replay.Header.Set(controlapi.HeaderFrom, recorded.Header.Get(controlapi.HeaderFrom))
 	replay.Data = recorded.Data
 	require.NoError(t, w.ctrl.Conn().PublishMsg(replay))
 	require.Eventually(t, func() bool { return log.any("registration epoch") }, slow(5*time.Second), 10*time.Millisecond,

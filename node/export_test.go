@@ -5,12 +5,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // AddPeerForTest adds a peer as control's announcement of it would
 // (BenchmarkIdlePeers: peers without nodes behind them).
-func (n *Node) AddPeerForTest(info control.Peer) { n.addPeer(info) }
+func (n *Node) AddPeerForTest(info controlapi.Peer) { n.addPeer(info) }
 
 // ReregisterForTest runs what the node does when control refuses its
 // session: register again with backoff until it works or the node closes.

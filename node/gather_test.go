@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
 )
@@ -24,7 +24,7 @@ func TestSharedGathering(t *testing.T) {
 		w := newLabWorld(t)
 		lazyNode := startNode(t, w.site(t, "full-cone"), "lazy", &stockNetstack{}, lazy)
 		for i := range 50 {
-			lazyNode.AddPeerForTest(control.Peer{
+			lazyNode.AddPeerForTest(controlapi.Peer{
 				NodeID: fmt.Sprintf("fake%d", i), Name: fmt.Sprintf("peer-%d", i), PublicKey: key.NewPrivate().Public(),
 				Address: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 96, 0, byte(i)}), 10),
 			})

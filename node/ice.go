@@ -13,7 +13,7 @@ import (
 	"github.com/pion/ice/v4"
 	"github.com/pion/transport/v5"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // ICEConfig tunes ICE and path selection. Its zero value works.
@@ -302,7 +302,7 @@ func (p *peer) reportPairs(agent *ice.Agent) {
 // agentOptions are the options of every peer's ICE agent: pn is the
 // Network as ICE sees it, resp names the STUN servers and the overlay
 // address.
-func (n *Node) agentOptions(pn transport.Net, resp *control.RegisterResponse) ([]ice.AgentOption, error) {
+func (n *Node) agentOptions(pn transport.Net, resp *controlapi.RegisterResponse) ([]ice.AgentOption, error) {
 	var urls []*ice.URL
 	for _, s := range resp.STUN {
 		u, err := ice.ParseURL("stun:" + s)

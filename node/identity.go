@@ -10,7 +10,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/internal/atomicfile"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -149,7 +149,7 @@ func (f *FileCredentials) Save(id *Identity) error {
 	if err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
-	return control.WriteFileAtomic(f.Path, b, 0o600)
+	return atomicfile.WriteFile(f.Path, b, 0o600)
 }
 
 // LoadOrCreate returns the stored identity, or creates one named name and

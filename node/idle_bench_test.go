@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
 )
@@ -36,7 +36,7 @@ func BenchmarkIdlePeers(b *testing.B) {
 			n := startNode(b, w.site(b, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = bc.lazy })
 			base, baseLive := inUse(), heapLive()
 			for i := range bc.peers {
-				n.AddPeerForTest(control.Peer{
+				n.AddPeerForTest(controlapi.Peer{
 					NodeID: fmt.Sprintf("fake%d", i), Name: fmt.Sprintf("peer-%d", i), PublicKey: key.NewPrivate().Public(),
 					Address: netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 96, byte(i >> 8), byte(i)}), 10),
 				})

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
@@ -44,7 +45,7 @@ func TestDualStackSocketUnmapsIPv4(t *testing.T) {
 	ctrl, err := control.New(t.Context(), control.Config{
 		Tokens: []control.JoinToken{{Value: labToken}}, Store: st,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
-		Relays:       []control.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
+		Relays:       []controlapi.Relay{{Addr: rs.Addr().String(), Fingerprint: rs.Fingerprint()}},
 		RelayToken: func(k key.Public, now time.Time) (string, error) {
 			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -193,7 +193,7 @@ func (p *peer) setKeepalive(on bool) {
 }
 
 // lazyPeer reports whether info's direct path waits for traffic.
-func (n *Node) lazyPeer(info control.Peer) bool {
+func (n *Node) lazyPeer(info controlapi.Peer) bool {
 	return n.cfg.ICE.Lazy && !n.cfg.ICE.alwaysDirect(info)
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/pion/transport/v5"
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -97,8 +97,8 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	id      *Identity
-	resp    *control.RegisterResponse
-	session atomic.Pointer[control.Session]
+	resp    *controlapi.RegisterResponse
+	session atomic.Pointer[controlapi.Session]
 	regMu   sync.Mutex    // serializes re-registration
 	epoch   atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
 	mux     *Mux
@@ -211,7 +211,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 func (n *Node) start(ctx context.Context) error {
 	// The session's connection is dialed while the registration's
 	// challenge and proof are under way (control.Predialer).
-	pre := control.NewPredialer(n.cfg.Network, n.cfg.Control)
+	pre := controlapi.NewPredialer(n.cfg.Network, n.cfg.Control)
 	defer pre.Close()
 	resp, err := n.registerIdentity(ctx, pre.Start)
 	if err != nil {
@@ -243,14 +243,14 @@ func (n *Node) start(ctx context.Context) error {
 
 // registerIdentity loads (or creates) the identity, registers it and
 // saves what control assigned.
-func (n *Node) registerIdentity(ctx context.Context, connected func()) (*control.RegisterResponse, error) {
+func (n *Node) registerIdentity(ctx context.Context, connected func()) (*controlapi.RegisterResponse, error) {
 	id, created, err := LoadOrCreate(n.cfg.Credentials, n.cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("node: identity: %w", err)
 	}
 	n.id = id
 	n.log = n.log.With("node", id.Name)
-	var resp *control.RegisterResponse
+	var resp *controlapi.RegisterResponse
 	err = retryControl(ctx, n.log, "registration", func(ctx context.Context) (err error) {
 		resp, err = n.register(ctx, connected)
 		return err
@@ -301,8 +301,8 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 
 // join opens the control session on nw, brings the peers to control's
 // list as the session sees it and starts the heartbeat.
-func (n *Node) join(ctx context.Context, nw netx.Network, resp *control.RegisterResponse) error {
-	var peers []control.Peer
+func (n *Node) join(ctx context.Context, nw netx.Network, resp *controlapi.RegisterResponse) error {
+	var peers []controlapi.Peer
 	mark := n.beginList()
 	defer n.endList()
 	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) (err error) {

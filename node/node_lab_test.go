@@ -20,6 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
@@ -123,7 +124,7 @@ func (w *labWorld) startControl(t testing.TB) {
 		// NATS on 443 of the second address: corporate firewalls let it out.
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: w.server, Listen: natsAddr},
 		STUN:         []string{"203.0.113.100:3478"},
-		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: relay.CertFingerprint(w.tls.Certificates[0].Certificate[0])}},
+		Relays:       []controlapi.Relay{{Addr: "203.0.113.100:443", Fingerprint: relay.CertFingerprint(w.tls.Certificates[0].Certificate[0])}},
 		RelayToken: func(k key.Public, now time.Time) (string, error) {
 			return string(relay.IssueToken(w.secret, k, now.Add(time.Hour))), nil
 		},

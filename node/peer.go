@@ -14,7 +14,7 @@ import (
 
 	"github.com/pion/ice/v4"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -79,7 +79,7 @@ type peerEnv struct {
 // time.
 type peer struct {
 	env    *peerEnv
-	info   control.Peer
+	info   controlapi.Peer
 	path   *Path
 	box    mailbox
 	ctx    context.Context // the actor's, ended by close
@@ -145,7 +145,7 @@ type attempt struct {
 	watch       *pathWatch  // while direct (liveness.go)
 }
 
-func newPeer(env *peerEnv, info control.Peer) *peer {
+func newPeer(env *peerEnv, info controlapi.Peer) *peer {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &peer{
 		env:         env,

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // setPeer brings the peer to what control says: online or offline.
-func (n *Node) setPeer(info control.Peer) {
+func (n *Node) setPeer(info controlapi.Peer) {
 	if info.Offline {
 		n.peerOffline(info)
 		return
@@ -20,7 +20,7 @@ func (n *Node) setPeer(info control.Peer) {
 	n.addPeer(info)
 }
 
-func (n *Node) addPeer(info control.Peer) {
+func (n *Node) addPeer(info controlapi.Peer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed || info.NodeID == n.id.NodeID {
@@ -116,7 +116,7 @@ const (
 	keepaliveDelay      = 3 * time.Second
 )
 
-func (n *Node) removePeer(info control.Peer) {
+func (n *Node) removePeer(info controlapi.Peer) {
 	n.mu.Lock()
 	p := n.peers[info.NodeID]
 	delete(n.peers, info.NodeID)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // Presence: control keeps a node online while its heartbeats come (every
@@ -22,7 +22,7 @@ const leaveTimeout = 500 * time.Millisecond
 
 // offlinePeer is a registered peer that is not running.
 type offlinePeer struct {
-	info    control.Peer
+	info    controlapi.Peer
 	history []PathEvent
 	// The byte counters the peer had when it went offline: status keeps
 	// showing them, and they carry over when it comes back, so a peer's
@@ -41,7 +41,7 @@ func (n *Node) PresenceTTL() time.Duration {
 }
 
 // peerOffline stops reaching for a peer that control says is not running.
-func (n *Node) peerOffline(info control.Peer) {
+func (n *Node) peerOffline(info controlapi.Peer) {
 	info.Offline = false // the stored identity; presence is where it is kept
 	n.mu.Lock()
 	if n.closed || info.NodeID == n.id.NodeID {

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
@@ -35,7 +35,7 @@ type RelayAuth struct {
 
 // RelayDialer connects to a relay as auth.Self; deliver receives the
 // packets peers send through the relay.
-type RelayDialer func(ctx context.Context, relay control.Relay, auth RelayAuth, deliver func(src key.Public, pkt []byte)) (RelayClient, error)
+type RelayDialer func(ctx context.Context, relay controlapi.Relay, auth RelayAuth, deliver func(src key.Public, pkt []byte)) (RelayClient, error)
 
 // relayTransports are the transports LRPRelay knows (Config.RelayTransport).
 var relayTransports = []string{"tcp", "quic", "race"}
@@ -56,7 +56,7 @@ func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 	case "race":
 		transport = ""
 	}
-	return func(ctx context.Context, r control.Relay, auth RelayAuth, deliver func(key.Public, []byte)) (RelayClient, error) {
+	return func(ctx context.Context, r controlapi.Relay, auth RelayAuth, deliver func(key.Public, []byte)) (RelayClient, error) {
 		cfg := relay.ClientConfig{
 			Network:     n,
 			Server:      r.Addr,
@@ -167,7 +167,7 @@ func (n *Node) RelayStats() (RelayStats, bool) {
 // Servers returns the STUN servers and relays control announced in the
 // node's registration answer: what `lattice netcheck` checks when given
 // none (through the status socket, which only the node's owner reads).
-func (n *Node) Servers() (stun []string, relays []control.Relay) {
+func (n *Node) Servers() (stun []string, relays []controlapi.Relay) {
 	if n.resp == nil { // set in Start, before the node is returned
 		return nil, nil
 	}

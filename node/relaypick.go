@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -46,8 +46,8 @@ func hostFamilies(n netx.Network) families {
 // it), and last, on a host with only IPv6 and a NAT64 prefix, IPv4 ones at
 // their RFC 6052 embedding in it (native IPv6 before translation, as RFC
 // 6724 ranks them).
-func relayOrder(relays []control.Relay, f families, nat64 netip.Prefix) []control.Relay {
-	var out, translated []control.Relay
+func relayOrder(relays []controlapi.Relay, f families, nat64 netip.Prefix) []controlapi.Relay {
+	var out, translated []controlapi.Relay
 	for _, r := range relays {
 		ap, err := netip.ParseAddrPort(r.Addr)
 		if err != nil {
@@ -75,7 +75,7 @@ func embed64(p netip.Prefix, a netip.Addr) netip.Addr {
 
 // dialRelay connects to the first relay address in relayOrder that
 // answers, if control named any.
-func (n *Node) dialRelay(ctx context.Context, resp *control.RegisterResponse) error {
+func (n *Node) dialRelay(ctx context.Context, resp *controlapi.RegisterResponse) error {
 	if len(resp.Relays) == 0 {
 		return nil
 	}

@@ -11,13 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
 func TestRelayOrder(t *testing.T) {
-	relays := []control.Relay{{Addr: "203.0.113.100:443"}, {Addr: "[2001:db8::64]:443"}, {Addr: "198.51.100.7:443"}}
+	relays := []controlapi.Relay{{Addr: "203.0.113.100:443"}, {Addr: "[2001:db8::64]:443"}, {Addr: "198.51.100.7:443"}}
 	nat64 := netip.MustParsePrefix("64:ff9b::/96")
 	for _, tc := range []struct {
 		name  string
@@ -46,7 +46,7 @@ func TestRelayOrder(t *testing.T) {
 // none): a whole mesh on one machine (TestDualStackSocketUnmapsIPv4) has
 // no other.
 func TestRelayOrderLoopback(t *testing.T) {
-	relays := []control.Relay{{Addr: "127.0.0.1:4443"}, {Addr: "[::1]:4443"}, {Addr: "203.0.113.100:443"}}
+	relays := []controlapi.Relay{{Addr: "127.0.0.1:4443"}, {Addr: "[::1]:4443"}, {Addr: "203.0.113.100:443"}}
 	var got []string
 	for _, r := range relayOrder(relays, families{}, netip.Prefix{}) {
 		got = append(got, r.Addr)
@@ -88,7 +88,7 @@ func TestHostFamilies(t *testing.T) {
 // another answers; one the host has no family for is never dialed.
 func TestDialRelayFallsBack(t *testing.T) {
 	var dialed []string
-	dial := func(_ context.Context, r control.Relay, _ RelayAuth, _ func(key.Public, []byte)) (RelayClient, error) {
+	dial := func(_ context.Context, r controlapi.Relay, _ RelayAuth, _ func(key.Public, []byte)) (RelayClient, error) {
 		dialed = append(dialed, r.Addr)
 		if r.Addr == "[64:ff9b::cb00:7164]:443" {
 			return &probeCounter{}, nil
@@ -98,7 +98,7 @@ func TestDialRelayFallsBack(t *testing.T) {
 	id := newIdentity("n", key.NewPrivate())
 	n := &Node{cfg: Config{Relay: dial, Network: ifaceNet{addrs: []string{"2001:db8:2::2/64"}}, NAT64: netip.MustParsePrefix("64:ff9b::/96")},
 		log: slog.New(slog.DiscardHandler), id: id, bind: NewBind(nil)}
-	resp := &control.RegisterResponse{Relays: []control.Relay{{Addr: "203.0.113.100:443"}, {Addr: "[2001:db8::64]:443"}, {Addr: "[2001:db8::65]:443"}}}
+	resp := &controlapi.RegisterResponse{Relays: []controlapi.Relay{{Addr: "203.0.113.100:443"}, {Addr: "[2001:db8::64]:443"}, {Addr: "[2001:db8::65]:443"}}}
 	require.NoError(t, n.dialRelay(context.Background(), resp))
 	assert.Equal(t, []string{"[2001:db8::64]:443", "[2001:db8::65]:443", "[64:ff9b::cb00:7164]:443"}, dialed, "native IPv6 first, then through the NAT64")
 	assert.NotNil(t, n.relay)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // Start reaches control twice before it returns: to register, and to open
@@ -66,7 +66,7 @@ func (p permanent) Unwrap() error { return p.error }
 // worth another try, rather than control's answer or a mistake of ours.
 func transientControl(err error) bool {
 	var (
-		refusal *control.Error
+		refusal *controlapi.Error
 		ours    permanent
 	)
 	switch {

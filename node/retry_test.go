@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
 )
@@ -79,9 +79,9 @@ func TestStartRefusalNotRetried(t *testing.T) {
 		Name: "alpha", Network: flaky, Control: "nats://" + natsAddr + "?insecure=1", Token: "not-the-token-0123456789",
 		Provisioner: &stockNetstack{},
 	})
-	var refusal *control.Error
+	var refusal *controlapi.Error
 	require.ErrorAs(t, err, &refusal)
-	assert.Equal(t, control.CodeBadToken, refusal.Code)
+	assert.Equal(t, controlapi.CodeBadToken, refusal.Code)
 	// One to register and one the node dialed ahead for its session
 	// once that connection was up (control.Predialer); a retry would
 	// register again.

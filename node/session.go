@@ -6,20 +6,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/netx"
 )
 
 // register registers the node's identity with control, proving it holds
 // the private key; connected, if set, is control.Join.Connected.
-func (n *Node) register(ctx context.Context, connected func()) (*control.RegisterResponse, error) {
-	req := control.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected}
-	var call func(context.Context, netx.Network, string, control.Join) (*control.RegisterResponse, error)
+func (n *Node) register(ctx context.Context, connected func()) (*controlapi.RegisterResponse, error) {
+	req := controlapi.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected}
+	var call func(context.Context, netx.Network, string, controlapi.Join) (*controlapi.RegisterResponse, error)
 	switch {
 	case strings.HasPrefix(n.cfg.Control, "nats://"), strings.HasPrefix(n.cfg.Control, "tls://"):
-		call = control.RegisterNATS
+		call = controlapi.RegisterNATS
 	case strings.HasPrefix(n.cfg.Control, "http://"), strings.HasPrefix(n.cfg.Control, "https://"):
-		call = control.RegisterHTTP
+		call = controlapi.RegisterHTTP
 	default:
 		return nil, permanent{fmt.Errorf("node: control URL %q: want tls://, https://, nats:// or http://", n.cfg.Control)}
 	}
@@ -33,8 +33,8 @@ func (n *Node) register(ctx context.Context, connected func()) (*control.Registe
 // connectSession opens the control session on nw with resp's credentials
 // and returns control's peer list, asked once the session's
 // subscriptions are in place; nil (logged) if only the list failed.
-func (n *Node) connectSession(ctx context.Context, nw netx.Network, resp *control.RegisterResponse) ([]control.Peer, error) {
-	s, peers, err := control.ConnectPeers(ctx, nw, resp.NodeID, resp.NATS, control.Handlers{
+func (n *Node) connectSession(ctx context.Context, nw netx.Network, resp *controlapi.RegisterResponse) ([]controlapi.Peer, error) {
+	s, peers, err := controlapi.ConnectPeers(ctx, nw, resp.NodeID, resp.NATS, controlapi.Handlers{
 		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
 	})
 	if s == nil {
@@ -76,7 +76,7 @@ type relayWaiter interface {
 // dialed just before, is still opening: those first initiations are
 // lost, and the next resend comes 100 ms later. So once the relay
 // connects, each peer's unanswered initiation is sent again.
-func (n *Node) addEarlyPeers(peers []control.Peer) {
+func (n *Node) addEarlyPeers(peers []controlapi.Peer) {
 	for _, p := range peers {
 		n.setPeer(p)
 	}
@@ -102,15 +102,15 @@ func (n *Node) addEarlyPeers(peers []control.Peer) {
 	}()
 }
 
-func (n *Node) onPeerEvent(ev control.PeerEvent) {
+func (n *Node) onPeerEvent(ev controlapi.PeerEvent) {
 	n.notePeerEvent(ev.Peer.NodeID)
 	switch ev.Type {
-	case control.PeerAdded, control.PeerUpdated, control.PeerOnline:
+	case controlapi.PeerAdded, controlapi.PeerUpdated, controlapi.PeerOnline:
 		n.setPeer(ev.Peer)
-	case control.PeerOffline:
+	case controlapi.PeerOffline:
 		ev.Peer.Offline = true
 		n.setPeer(ev.Peer)
-	case control.PeerRemoved:
+	case controlapi.PeerRemoved:
 		n.removePeer(ev.Peer)
 	}
 }
@@ -263,9 +263,9 @@ func (n *Node) endList() {
 // announced just after control took the list would otherwise be added
 // by its event, then removed by the older list (nodes starting at once
 // each missed a peer so).
-func (n *Node) reconcile(peers []control.Peer, mark uint64) {
+func (n *Node) reconcile(peers []controlapi.Peer, mark uint64) {
 	newer := func(id string) bool { return n.eventAt[id] > mark } // under n.mu
-	want := map[string]control.Peer{}
+	want := map[string]controlapi.Peer{}
 	for _, p := range peers {
 		want[p.NodeID] = p
 		n.mu.Lock()
@@ -276,7 +276,7 @@ func (n *Node) reconcile(peers []control.Peer, mark uint64) {
 		}
 	}
 	n.mu.Lock()
-	var gone []control.Peer
+	var gone []controlapi.Peer
 	for id, p := range n.peers {
 		if _, ok := want[id]; !ok && !newer(id) {
 			gone = append(gone, p.info)

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/crypto/nacl/box"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -81,7 +81,7 @@ func SealSignalShared(sh *key.Shared, s *Signal) ([]byte, error) {
 // OpenSignal opens a sealed signal from peer; it checks nothing about
 // freshness (see replayGuard).
 func OpenSignal(priv key.Private, peer key.Public, b []byte) (*Signal, error) {
-	if len(b) < sealOverhead || len(b) > control.MaxSignalBytes {
+	if len(b) < sealOverhead || len(b) > controlapi.MaxSignalBytes {
 		return nil, fmt.Errorf("%w: %d bytes", ErrSignalBad, len(b))
 	}
 	sh := priv.Shared(peer)
@@ -91,7 +91,7 @@ func OpenSignal(priv key.Private, peer key.Public, b []byte) (*Signal, error) {
 // OpenSignalShared opens a sealed signal with the box key shared with the
 // peer: what OpenSignal does without its X25519.
 func OpenSignalShared(sh *key.Shared, b []byte) (*Signal, error) {
-	if len(b) < sealOverhead || len(b) > control.MaxSignalBytes {
+	if len(b) < sealOverhead || len(b) > controlapi.MaxSignalBytes {
 		return nil, fmt.Errorf("%w: %d bytes", ErrSignalBad, len(b))
 	}
 	msg, ok := sh.Open(b)
@@ -142,7 +142,7 @@ func (p *peer) learnEpoch(e uint64) {
 
 // sameButEpoch reports whether a and b differ at most in their epochs: a
 // peer's re-registration, which must not restart it.
-func sameButEpoch(a, b control.Peer) bool {
+func sameButEpoch(a, b controlapi.Peer) bool {
 	a.Epoch, b.Epoch = 0, 0
 	return a.Equal(b)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -221,6 +221,6 @@ func TestAdmitEpoch(t *testing.T) {
 	assert.Equal(t, uint64(5), p.epoch.Load())
 	p.learnEpoch(9)
 	assert.Equal(t, uint64(9), p.epoch.Load())
-	assert.True(t, sameButEpoch(control.Peer{NodeID: "a", Epoch: 1}, control.Peer{NodeID: "a", Epoch: 2}))
-	assert.False(t, sameButEpoch(control.Peer{NodeID: "a"}, control.Peer{NodeID: "a", Offline: true}))
+	assert.True(t, sameButEpoch(controlapi.Peer{NodeID: "a", Epoch: 1}, controlapi.Peer{NodeID: "a", Epoch: 2}))
+	assert.False(t, sameButEpoch(controlapi.Peer{NodeID: "a"}, controlapi.Peer{NodeID: "a", Offline: true}))
 }

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
 // PeerStatus is what `lattice status` shows for a peer. Its JSON shape
 // is in statusjson.go.
 type PeerStatus struct {
-	Peer control.Peer
+	Peer controlapi.Peer
 	// Online: control says the peer is running. An offline peer has
 	// Path PathOffline and no endpoint.
 	Online                               bool
@@ -72,13 +72,13 @@ func (n *Node) Status() []PeerStatus {
 // Peers returns the peers control announced, sorted by name, offline ones
 // included (Offline set): what Status returns without the paths, cheap
 // enough to ask per connection.
-func (n *Node) Peers() []control.Peer {
+func (n *Node) Peers() []controlapi.Peer {
 	n.mu.Lock()
 	peers := make([]*peer, 0, len(n.peers))
 	for _, p := range n.peers {
 		peers = append(peers, p)
 	}
-	out := make([]control.Peer, 0, len(peers)+len(n.offline))
+	out := make([]controlapi.Peer, 0, len(peers)+len(n.offline))
 	for _, p := range n.offline {
 		info := p.info
 		info.Offline = true
@@ -90,7 +90,7 @@ func (n *Node) Peers() []control.Peer {
 		out = append(out, p.info)
 		p.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b control.Peer) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b controlapi.Peer) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

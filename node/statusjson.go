@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 )
 
@@ -86,7 +86,7 @@ func (s *PeerStatus) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("peer status %q: rtt_ms %v out of range", j.Name, j.RTTMillis)
 	}
 	*s = PeerStatus{
-		Peer:   control.Peer{NodeID: j.NodeID, Name: j.Name, PublicKey: j.PublicKey, Address: j.Address, Offline: !j.Online},
+		Peer:   controlapi.Peer{NodeID: j.NodeID, Name: j.Name, PublicKey: j.PublicKey, Address: j.Address, Offline: !j.Online},
 		Online: j.Online, Path: j.Path, Endpoint: j.Endpoint,
 		RTT:      time.Duration(math.Round(j.RTTMillis * float64(time.Millisecond))),
 		TxDirect: j.TxDirectBytes, TxRelay: j.TxRelayBytes, RxDirect: j.RxDirectBytes, RxRelay: j.RxRelayBytes,

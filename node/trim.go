@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // WireGuard state only for active peers (issue 22.2). wireguard-go keeps
@@ -48,7 +48,7 @@ func (p *Path) restoreWG() {
 func (n *Node) canTrim() bool { return n.tun != nil && n.cfg.Device == nil }
 
 // wgPeerConfig is the UAPI text that adds (or updates) info as a peer.
-func wgPeerConfig(info control.Peer, keepalive int) string {
+func wgPeerConfig(info controlapi.Peer, keepalive int) string {
 	return fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=%d\n",
 		info.PublicKey.Hex(), EndpointString(info.PublicKey), netip.PrefixFrom(info.Address.Addr(), 32), keepalive)
 }

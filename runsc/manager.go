@@ -129,7 +129,9 @@ func NewManager(cfg Config) (*Manager, error) {
 // Binary is the runsc in use.
 func (m *Manager) Binary() string { return m.bin }
 
-var validID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+// validID is compiled at first use, not at every start of every binary
+// that links runsc.
+var validID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`) })
 
 // Stdio is where the agent reads and writes.
 type Stdio struct {
@@ -188,7 +190,7 @@ func (c *Container) ID() string { return c.id }
 // launch writes the bundle and starts `runsc run`; with held, the start
 // waits on the gate.
 func (m *Manager) launch(spec Spec, stdio Stdio, held bool) (_ *Container, err error) {
-	if !validID.MatchString(spec.ID) {
+	if !validID().MatchString(spec.ID) {
 		return nil, fmt.Errorf("runsc: container name %q: use letters, digits, '.', '_' and '-'", spec.ID)
 	}
 	if m.mayExist(spec.ID) && m.exists(spec.ID) {

@@ -16,6 +16,7 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/labtest"
@@ -140,7 +141,7 @@ func newLabWorld(t testing.TB) *labWorld {
 		Network: lw.Server, Tokens: []control.JoinToken{{Value: labToken}}, Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: lw.Server, Listen: natsAddr},
 		STUN:         []string{"203.0.113.100:3478"},
-		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
+		Relays:       []controlapi.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
 		RelayToken: func(k key.Public, now time.Time) (string, error) {
 			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},

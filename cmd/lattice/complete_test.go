@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/meshtest"
-	"github.com/latticelab/lattice/sandbox"
 )
 
 // complete runs cobra's hidden completion command as a shell would and
@@ -57,18 +54,6 @@ func TestCompletion(t *testing.T) {
 		require.Equal(t, exitOK, execute(t.Context(), []string{"completion", shell}, &out, &errOut), errOut.String())
 		assert.Contains(t, out.String(), "lattice", shell)
 	}
-}
-
-func TestSandboxNames(t *testing.T) {
-	dir := t.TempDir()
-	for _, n := range []string{"agent-1", "stopped", "agent-2"} {
-		require.NoError(t, os.Mkdir(filepath.Join(dir, n), 0o700))
-	}
-	for _, n := range []string{"agent-1", "agent-2"} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, n, sandbox.SocketName), nil, 0o600))
-	}
-	assert.Equal(t, []string{"agent-1", "agent-2"}, sandboxNames(dir), "only sandboxes with a control socket")
-	assert.Empty(t, sandboxNames(filepath.Join(dir, "none")))
 }
 
 // TestCompletePeerNames: `sandbox agent resolve` and `dial` complete the

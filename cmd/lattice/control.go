@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
@@ -28,7 +30,7 @@ type controlFlags struct {
 	tls                                                                controlTLSFlags
 	kvReplicas                                                         int
 	cluster                                                            clusterFlags
-	metrics                                                            metricsFlags
+	metrics                                                            cli.MetricsFlags
 	calloutSeedFile                                                    string
 }
 
@@ -116,8 +118,8 @@ allows it elsewhere, and nodes then need --insecure too.`,
 	f.StringVar(&fl.advertise, "advertise-nats", "", "NATS URL given to nodes (default: the one control uses)")
 	f.StringVar(&fl.tokenFile, "token-file", "", "file of join tokens (required)")
 	f.StringVar(&fl.store, "store", "", "registry: file:PATH or kv:BUCKET (default file:STATE-DIR/registry.json)")
-	f.StringVar(&fl.stateDir, "state-dir", filepath.Join(defaultStateDir(), "control"), "directory for the registry file and embedded JetStream data")
-	f.StringVar(&fl.stateDir, "data-dir", filepath.Join(defaultStateDir(), "control"), "old name of --state-dir")
+	f.StringVar(&fl.stateDir, "state-dir", filepath.Join(cli.DefaultStateDir(), "control"), "directory for the registry file and embedded JetStream data")
+	f.StringVar(&fl.stateDir, "data-dir", filepath.Join(cli.DefaultStateDir(), "control"), "old name of --state-dir")
 	_ = f.MarkHidden("data-dir")
 	f.StringArrayVar(&fl.relays, "relay", nil, "relay for nodes, ADDR or ADDR,FINGERPRINT (repeatable)")
 	f.StringArrayVar(&fl.stuns, "stun", nil, "STUN server for nodes, ADDR (repeatable)")
@@ -131,7 +133,7 @@ allows it elsewhere, and nodes then need --insecure too.`,
 	f.StringVar(&fl.cluster.secretFile, "nats-cluster-secret-file", "", "embedded NATS: file holding the routes' shared password (required off loopback)")
 	f.StringVar(&fl.calloutSeedFile, "auth-callout-seed-file", "", "external NATS: serve its auth_callout, signing each login's permissions with this account nkey seed (SA...)")
 	fl.tls.add(cmd)
-	fl.metrics.add(cmd)
+	fl.metrics.Add(cmd)
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runControl(cmd, fl, logger) }
 	return cmd
@@ -141,7 +143,7 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	if fl.tokenFile == "" {
 		return usagef("--token-file is required: nodes need a join token")
 	}
-	if err := fl.metrics.check(); err != nil {
+	if err := fl.metrics.Check(); err != nil {
 		return err
 	}
 	tokens, err := readTokens(fl.tokenFile)
@@ -161,13 +163,13 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	}
 	for _, r := range fl.relays {
 		addr, fp, _ := strings.Cut(r, ",")
-		cfg.Relays = append(cfg.Relays, control.Relay{Addr: addr, Fingerprint: fp})
+		cfg.Relays = append(cfg.Relays, controlapi.Relay{Addr: addr, Fingerprint: fp})
 	}
 	if len(cfg.Relays) > 0 {
 		if fl.relaySecretFile == "" {
 			return usagef("--relay needs --relay-secret-file: nodes need relay tokens")
 		}
-		secret, err := readSecretFile(fl.relaySecretFile)
+		secret, err := cli.ReadSecretFile(fl.relaySecretFile)
 		if err != nil {
 			return err
 		}
@@ -234,14 +236,14 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 		}
 		cfg.NATSURL, cfg.NATSUser = fl.natsURL, fl.natsUser
 		if fl.calloutSeedFile != "" {
-			seed, err := readSecretFile(fl.calloutSeedFile)
+			seed, err := cli.ReadSecretFile(fl.calloutSeedFile)
 			if err != nil {
 				return err
 			}
 			cfg.AuthCallout = &control.AuthCallout{IssuerSeed: bytes.TrimSpace(seed)}
 		}
 		if fl.natsPassFile != "" {
-			b, err := readSecretFile(fl.natsPassFile)
+			b, err := cli.ReadSecretFile(fl.natsPassFile)
 			if err != nil {
 				return err
 			}
@@ -278,7 +280,7 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 		fmt.Fprintf(out, "control: HTTP registration on %s/v1/register\n", u)
 	}
 	ct.report(out, natsURL, srv.HTTPURL())
-	stopMetrics, err := fl.metrics.start(cmd.Context(), out, "control", cfg.Logger, controlCollector{srv.Stats})
+	stopMetrics, err := fl.metrics.Start(cmd.Context(), out, "control", cfg.Logger, controlCollector{srv.Stats})
 	if err != nil {
 		return err
 	}
@@ -292,7 +294,7 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 // readTokens parses a token file: "TOKEN [RFC3339-EXPIRY] [tags=T1,T2]"
 // per line.
 func readTokens(path string) ([]control.JoinToken, error) {
-	b, err := readSecretFile(path)
+	b, err := cli.ReadSecretFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +320,7 @@ func readTokens(path string) ([]control.JoinToken, error) {
 				}
 				t.Tags = []string{}
 				for tag := range strings.SplitSeq(list, ",") {
-					if !control.ValidName(tag) {
+					if !controlapi.ValidName(tag) {
 						return nil, fmt.Errorf("%s:%d: tag %q: use 1-63 lowercase letters, digits and inner hyphens", path, line, tag)
 					}
 					t.Tags = append(t.Tags, tag)
@@ -358,9 +360,9 @@ func (c clusterFlags) apply(e *control.EmbeddedNATSConfig) error {
 		}
 		return nil
 	}
-	cl := &control.NATSCluster{Name: c.name, Listen: c.listen, Routes: control.SplitURLs(c.routes)}
+	cl := &control.NATSCluster{Name: c.name, Listen: c.listen, Routes: controlapi.SplitURLs(c.routes)}
 	if c.secretFile != "" {
-		b, err := readSecretFile(c.secretFile)
+		b, err := cli.ReadSecretFile(c.secretFile)
 		if err != nil {
 			return err
 		}

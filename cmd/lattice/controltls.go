@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 )
 
 // controlTLSFlags choose what control's listeners present.
@@ -73,7 +74,7 @@ func loopbackListen(addr string) bool {
 	if err != nil {
 		host = addr
 	}
-	return host != "" && control.IsLoopbackHost(host)
+	return host != "" && controlapi.IsLoopbackHost(host)
 }
 
 // advertise checks --advertise-nats against the TLS setup and adds the
@@ -85,10 +86,10 @@ func (c controlTLS) advertise(url string, embedded bool) (string, error) {
 	if !strings.HasPrefix(strings.ToLower(url), "tls://") {
 		return "", usagef("--advertise-nats %s: control's NATS listener speaks TLS; advertise tls://HOST:PORT", url)
 	}
-	if c.fingerprint == "" || strings.Contains(url, control.ParamFingerprint+"=") {
+	if c.fingerprint == "" || strings.Contains(url, controlapi.ParamFingerprint+"=") {
 		return url, nil
 	}
-	return control.WithTrust(url, c.fingerprint, false)
+	return controlapi.WithTrust(url, c.fingerprint, false)
 }
 
 // report prints the TLS setup and how nodes join.
@@ -104,30 +105,7 @@ func (c controlTLS) report(out io.Writer, natsURL, httpURL string) {
 	fmt.Fprintf(out, "control: TLS self-signed certificate in %s, fingerprint %s\n", c.dir, c.fingerprint)
 	for _, u := range []string{natsURL, httpURL} {
 		if u != "" {
-			fmt.Fprintf(out, "control: nodes join with --control '%s?%s=%s'\n", u, control.ParamFingerprint, c.fingerprint)
+			fmt.Fprintf(out, "control: nodes join with --control '%s?%s=%s'\n", u, controlapi.ParamFingerprint, c.fingerprint)
 		}
 	}
-}
-
-// nodeTrustFlags are the node side: a pin for control's certificate, and
-// consent to plaintext off loopback.
-type nodeTrustFlags struct {
-	fingerprint string
-	insecure    bool
-}
-
-func (t *nodeTrustFlags) add(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.StringVar(&t.fingerprint, "control-fingerprint", "", "pin control's self-signed certificate (SHA-256, as control prints it); same as ?fingerprint= in --control")
-	f.BoolVar(&t.insecure, "insecure", false, "allow plaintext nats:// or http:// to a non-loopback control: the join token crosses the network in clear")
-}
-
-// apply puts the flags into the control URL and checks it, so a refused
-// URL fails before anything starts.
-func (t *nodeTrustFlags) apply(url string) (string, error) {
-	u, err := control.WithTrust(url, t.fingerprint, t.insecure)
-	if err != nil {
-		return "", usagef("--control: %w", err)
-	}
-	return u, nil
 }

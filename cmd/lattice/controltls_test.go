@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 )
 
 // TestControlTLSSelfSigned: control with --tls-self-signed serves NATS and
@@ -114,11 +116,11 @@ func TestControlTLSFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "tls://control.example.net:4222?fingerprint="+ct.fingerprint, u)
 
-	var trust nodeTrustFlags
-	_, err = trust.apply("nats://10.1.2.3:4222")
-	require.ErrorIs(t, err, control.ErrPlaintext)
-	trust.insecure = true
-	u, err = trust.apply("nats://10.1.2.3:4222")
+	var trust cli.TrustFlags
+	_, err = trust.Apply("nats://10.1.2.3:4222")
+	require.ErrorIs(t, err, controlapi.ErrPlaintext)
+	trust.Insecure = true
+	u, err = trust.Apply("nats://10.1.2.3:4222")
 	require.NoError(t, err)
 	assert.Equal(t, "nats://10.1.2.3:4222?insecure=1", u)
 }

@@ -3,7 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,7 @@ func FuzzReadTokens(f *testing.F) {
 				t.Fatalf("token %d: expiry %v", i+1, tok.Expires)
 			}
 			for _, tag := range tok.Tags {
-				if !control.ValidName(tag) {
+				if !controlapi.ValidName(tag) {
 					t.Fatalf("token %d: tag %q accepted", i+1, tag)
 				}
 			}
@@ -96,7 +97,7 @@ func FuzzJoinTokenFile(f *testing.F) {
 	f.Add([]byte("two words\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		path := writePrivate(t, "token", b)
-		tok, err := joinToken("", path)
+		tok, err := cli.JoinToken("", path)
 		want := strings.TrimSpace(string(b))
 		if err != nil {
 			if want != "" {
@@ -106,35 +107,6 @@ func FuzzJoinTokenFile(f *testing.F) {
 		}
 		if tok != want {
 			t.Fatalf("token %q, file says %q", tok, want)
-		}
-	})
-}
-
-// FuzzReadCredentials reads arbitrary bytes as the proxy's USER:PASSWORD
-// file. Nothing panics; what is accepted is the file's one USER:PASSWORD
-// pair, each 1-255 bytes; a refusal is the one message naming the file,
-// which quotes nothing of it.
-func FuzzReadCredentials(f *testing.F) {
-	f.Add([]byte("agent:s3cret-password\n"))
-	f.Add([]byte("agent:"))
-	f.Add([]byte(":pw"))
-	f.Add([]byte("a:b:c"))
-	f.Add([]byte("no colon"))
-	f.Add(append([]byte("u:"), bytes.Repeat([]byte("p"), 256)...))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		path := writePrivate(t, "creds", b)
-		other := writePrivate(t, "creds", []byte("no colon"))
-		_, generic := readCredentials(other)
-		c, err := readCredentials(path)
-		user, pass, _ := strings.Cut(strings.TrimSpace(string(b)), ":")
-		if err != nil {
-			if generic == nil || err.Error() != strings.ReplaceAll(generic.Error(), other, path) {
-				t.Fatalf("refusal %q, want %q", err, generic)
-			}
-			return
-		}
-		if c.Username != user || c.Password != pass || user == "" || pass == "" || len(user) > 255 || len(pass) > 255 {
-			t.Fatalf("accepted %q:%q from %q", c.Username, c.Password, b)
 		}
 	})
 }

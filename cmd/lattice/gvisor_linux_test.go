@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/internal/netns"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
@@ -368,7 +369,7 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 		Network: server, Tokens: []control.JoinToken{{Value: meshtest.Token}}, Store: store,
 		EmbeddedNATS: &control.EmbeddedNATSConfig{Network: server, Listen: "203.0.113.101:4222"},
 		STUN:         []string{"203.0.113.100:3478"},
-		Relays:       []control.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
+		Relays:       []controlapi.Relay{{Addr: "203.0.113.100:443", Fingerprint: rs.Fingerprint()}},
 		RelayToken: func(k key.Public, now time.Time) (string, error) {
 			return string(relay.IssueToken(secret, k, now.Add(time.Hour))), nil
 		},

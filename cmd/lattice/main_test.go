@@ -21,7 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
@@ -97,10 +98,10 @@ func TestControlCommand(t *testing.T) {
 	k := key.NewPrivate()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "cli-test-token-0123456789", Name: "cli-node", Key: k})
+	resp, err := controlapi.RegisterHTTP(ctx, netx.OS, base, controlapi.Join{Token: "cli-test-token-0123456789", Name: "cli-node", Key: k})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"127.0.0.1:3478"}, resp.STUN)
-	_, err = control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "old-token-0123456789abc", Name: "late", Key: k})
+	_, err = controlapi.RegisterHTTP(ctx, netx.OS, base, controlapi.Join{Token: "old-token-0123456789abc", Name: "late", Key: k})
 	require.ErrorContains(t, err, "expired")
 
 	assert.Equal(t, exitOK, stop())
@@ -116,7 +117,7 @@ func TestControlCommand(t *testing.T) {
 // the other commands' state, never in the working directory.
 func TestControlStateDir(t *testing.T) {
 	def := newControlCmd().Flags().Lookup("state-dir").DefValue
-	assert.Equal(t, filepath.Join(defaultStateDir(), "control"), def)
+	assert.Equal(t, filepath.Join(cli.DefaultStateDir(), "control"), def)
 	assert.True(t, filepath.IsAbs(def), "default %q is not relative to the working directory", def)
 	if os.Geteuid() == 0 {
 		assert.Equal(t, "/var/lib/lattice/control", def)
@@ -208,8 +209,8 @@ func TestRelayAndControlTogether(t *testing.T) {
 	pub := priv.Public()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := control.RegisterHTTP(ctx, netx.OS, re.FindStringSubmatch(cout.String())[1],
-		control.Join{Token: "cli-test-token-0123456789", Name: "relayed", Key: priv})
+	resp, err := controlapi.RegisterHTTP(ctx, netx.OS, re.FindStringSubmatch(cout.String())[1],
+		controlapi.Join{Token: "cli-test-token-0123456789", Name: "relayed", Key: priv})
 	require.NoError(t, err)
 	require.Len(t, resp.Relays, 1)
 	assert.Equal(t, fp, resp.Relays[0].Fingerprint)

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
@@ -134,7 +134,7 @@ func (f *fakeStatus) Status() []node.PeerStatus { return f.sts }
 func fakePeer(i int, path node.PathKind, tx uint64) node.PeerStatus {
 	var k key.Public
 	k[0], k[1] = byte(i), byte(i>>8)
-	st := node.PeerStatus{Peer: control.Peer{Name: fmt.Sprintf("peer-%04d", i), PublicKey: k}, Online: true, Path: path}
+	st := node.PeerStatus{Peer: controlapi.Peer{Name: fmt.Sprintf("peer-%04d", i), PublicKey: k}, Online: true, Path: path}
 	if path == node.PathDirect {
 		st.TxDirect = tx
 	} else {

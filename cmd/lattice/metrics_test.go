@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -58,9 +58,9 @@ func TestControlMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	base := httpRE.FindStringSubmatch(cout.String())[1]
-	_, err := control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "metrics-test-token-0123456789", Name: "m1", Key: key.NewPrivate()})
+	_, err := controlapi.RegisterHTTP(ctx, netx.OS, base, controlapi.Join{Token: "metrics-test-token-0123456789", Name: "m1", Key: key.NewPrivate()})
 	require.NoError(t, err)
-	_, err = control.RegisterHTTP(ctx, netx.OS, base, control.Join{Token: "wrong-token-0123456789", Name: "m2", Key: key.NewPrivate()})
+	_, err = controlapi.RegisterHTTP(ctx, netx.OS, base, controlapi.Join{Token: "wrong-token-0123456789", Name: "m2", Key: key.NewPrivate()})
 	require.Error(t, err)
 
 	resp, err := http.Get(metricsRE.FindStringSubmatch(cout.String())[1])

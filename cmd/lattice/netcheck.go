@@ -14,7 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
 	"github.com/latticelab/lattice/stun"
@@ -70,9 +71,9 @@ from its status socket.`,
 	f.StringArrayVar(&stuns, "stun", nil, "STUN server HOST:PORT (repeatable; at least one)")
 	f.StringArrayVar(&relays, "relay", nil, "relay HOST:PORT or HOST:PORT,FINGERPRINT (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	controlFlag(cmd, &controlURL, "without --stun and --relay: ask this control (as lattice up's --control) for the servers it announces; needs a join token")
-	tokenFlags(cmd, &token, &tokenFile)
-	stateDir := f.String("state-dir", defaultStateDir(), "without --stun, --relay and --control: the running node's --state-dir, whose control-announced servers are checked")
+	cli.ControlFlag(cmd, &controlURL, "without --stun and --relay: ask this control (as lattice up's --control) for the servers it announces; needs a join token")
+	cli.TokenFlags(cmd, &token, &tokenFile)
+	stateDir := f.String("state-dir", cli.DefaultStateDir(), "without --stun, --relay and --control: the running node's --state-dir, whose control-announced servers are checked")
 	f.DurationVar(&opt.Wait, "wait", 500*time.Millisecond, "how long to wait for each STUN answer before sending again")
 	f.IntVar(&opt.Tries, "tries", 3, "how many times each STUN request is sent")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -80,7 +81,7 @@ from its status socket.`,
 		case controlURL != "" && (len(stuns) > 0 || len(relays) > 0):
 			return usagef("give --control or --stun/--relay, not both")
 		case controlURL != "":
-			tok, err := joinToken(token, tokenFile)
+			tok, err := cli.JoinToken(token, tokenFile)
 			if err != nil {
 				return err
 			}
@@ -128,10 +129,10 @@ from its status socket.`,
 func controlServers(ctx context.Context, url, token string) (stuns, relays []string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	resp, err := control.Servers(ctx, netx.OS, url, token)
+	resp, err := controlapi.Servers(ctx, netx.OS, url, token)
 	if err != nil {
-		var ce *control.Error
-		if errors.As(err, &ce) && ce.Code == control.CodeBadToken {
+		var ce *controlapi.Error
+		if errors.As(err, &ce) && ce.Code == controlapi.CodeBadToken {
 			return nil, nil, fmt.Errorf("control at %s refused the join token: %s", url, ce.Message)
 		}
 		return nil, nil, fmt.Errorf("ask control at %s for its servers: %w", url, err)
@@ -140,7 +141,7 @@ func controlServers(ctx context.Context, url, token string) (stuns, relays []str
 }
 
 // relayArgs are relays as --relay takes them: ADDR or ADDR,FINGERPRINT.
-func relayArgs(rs []control.Relay) []string {
+func relayArgs(rs []controlapi.Relay) []string {
 	var out []string
 	for _, r := range rs {
 		if r.Fingerprint != "" {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -44,7 +45,7 @@ to send each request from that stack (no privileges needed).`,
 		Args: cobra.ExactArgs(1),
 	}
 	f := cmd.Flags()
-	f.StringVar(&stateDir, "state-dir", defaultStateDir(), "the running node's --state-dir")
+	f.StringVar(&stateDir, "state-dir", cli.DefaultStateDir(), "the running node's --state-dir")
 	f.IntVarP(&cfg.count, "count", "c", 10, "stop after this many pings")
 	f.BoolVar(&cfg.untilDirect, "until-direct", false, "stop at the first reply over a direct path; fail if none within --count")
 	f.DurationVarP(&cfg.interval, "interval", "i", time.Second, "time between pings")

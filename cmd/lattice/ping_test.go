@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -35,7 +35,7 @@ func pathsAfter(n int) func(context.Context) (node.PeerStatus, error) {
 	looks := 0
 	return func(context.Context) (node.PeerStatus, error) {
 		looks++
-		st := node.PeerStatus{Peer: control.Peer{Name: "web-1", Address: netip.MustParsePrefix("100.64.0.2/10")}, Path: node.PathRelay, Endpoint: "relay",
+		st := node.PeerStatus{Peer: controlapi.Peer{Name: "web-1", Address: netip.MustParsePrefix("100.64.0.2/10")}, Path: node.PathRelay, Endpoint: "relay",
 			Why: "attempt timed out after 10s"}
 		if looks > n {
 			st.Path, st.Endpoint = node.PathDirect, "192.0.2.7:51820"

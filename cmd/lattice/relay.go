@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
 )
 
 func newRelayCmd() *cobra.Command {
 	var listen, secretFile, certFile, keyFile string
-	var metricsF metricsFlags
+	var metricsF cli.MetricsFlags
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Run an LRP relay (QUIC datagrams and TLS over TCP on one port)",
@@ -44,7 +45,7 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 	f.StringVar(&secretFile, "secret-file", "", "relay token secret shared with control (required)")
 	f.StringVar(&certFile, "cert", "", "TLS certificate (PEM); self-signed if empty")
 	f.StringVar(&keyFile, "key", "", "TLS key (PEM)")
-	metricsF.add(cmd)
+	metricsF.Add(cmd)
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if secretFile == "" {
@@ -53,15 +54,15 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 		if (certFile == "") != (keyFile == "") {
 			return usagef("--cert and --key go together")
 		}
-		if err := metricsF.check(); err != nil {
+		if err := metricsF.Check(); err != nil {
 			return err
 		}
-		secret, err := readSecretFile(secretFile)
+		secret, err := cli.ReadSecretFile(secretFile)
 		if err != nil {
 			return err
 		}
 		log := logger()
-		reg := metricsF.registry()
+		reg := metricsF.Registry()
 		srv, err := relay.NewServer(relay.ServerConfig{
 			Network: netx.OS, Addr: listen, CertFile: certFile, KeyFile: keyFile,
 			Secret: bytes.TrimSpace(secret), Logger: log, Registerer: reg,
@@ -75,7 +76,7 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 		if certFile == "" {
 			fmt.Fprintf(out, "relay: self-signed certificate, fingerprint %s\n", srv.Fingerprint())
 		}
-		stopMetrics, err := metricsF.serve(cmd.Context(), reg, out, "relay", log)
+		stopMetrics, err := metricsF.Serve(cmd.Context(), reg, out, "relay", log)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
@@ -296,7 +297,7 @@ func TestUpPrintsStatusCommand(t *testing.T) {
 	assert.Regexp(t, `^second \(\S+\) 100\.`, sout.String())
 	assert.Equal(t, exitOK, stop(), "%s", errOut)
 
-	assert.Equal(t, "lattice status", statusCommand(defaultStateDir()))
+	assert.Equal(t, "lattice status", statusCommand(cli.DefaultStateDir()))
 	t.Chdir(filepath.Dir(state))
 	assert.Equal(t, "lattice status --state-dir "+state, statusCommand("second"), "a relative --state-dir is printed absolute")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/latticelab/lattice/internal/cli"
 	"io/fs"
 	"maps"
 	"os"
@@ -13,14 +14,14 @@ import (
 )
 
 // stateRootGuard runs the tests and then fails the run if they added
-// anything under the default state root (defaultStateDir(): as root
+// anything under the default state root (cli.DefaultStateDir(): as root
 // /var/lib/lattice), which belongs to the machine's real nodes and
 // sandboxes. Tests pass --state-dir under t.TempDir(), or "mem:". It never
 // removes what it finds: that is for whoever reads the message.
 type stateRootGuard struct{ m *testing.M }
 
 func (g stateRootGuard) Run() int {
-	root := defaultStateDir()
+	root := cli.DefaultStateDir()
 	before, err := stateRootEntries(root)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "state root guard: %v\n", err)

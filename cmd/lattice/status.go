@@ -9,16 +9,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/internal/unixhttp"
 
 	"github.com/spf13/cobra"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -39,8 +38,8 @@ type statusReply struct {
 	Userspace bool `json:"userspace,omitempty"`
 	// STUN and Relays are the servers control announced to the node, for
 	// `lattice netcheck` without --stun/--relay.
-	STUN   []string        `json:"stun,omitempty"`
-	Relays []control.Relay `json:"relays,omitempty"`
+	STUN   []string           `json:"stun,omitempty"`
+	Relays []controlapi.Relay `json:"relays,omitempty"`
 }
 
 const statusLong = `status asks the running 'lattice up' (through the socket in --state-dir) for each
@@ -94,7 +93,7 @@ func newStatusCmd() *cobra.Command {
   lattice status --json | jq '[.peers[] | select(.online | not) | .name]'`,
 		Args: cobra.NoArgs,
 	}
-	cmd.Flags().StringVar(&stateDir, "state-dir", defaultStateDir(), "the running node's --state-dir")
+	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultStateDir(), "the running node's --state-dir")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		st, raw, err := fetchStatus(cmd.Context(), filepath.Join(stateDir, "lattice.sock"))
@@ -143,74 +142,5 @@ func printStatus(w io.Writer, st *statusReply) {
 			time.Duration(st.LivenessTimeoutMillis)*time.Millisecond)
 	}
 	fmt.Fprintln(w)
-	printPeers(w, st.Peers)
-}
-
-// printPeers prints a table of peers and why each relayed one is.
-func printPeers(w io.Writer, peers []node.PeerStatus) {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tADDRESS\tSTATE\tPATH\tENDPOINT\tRTT\tTX\tRX\tHANDSHAKE")
-	sort.Slice(peers, func(i, j int) bool { return peers[i].Peer.Name < peers[j].Peer.Name })
-	for _, p := range peers {
-		rtt, hs := "-", "never"
-		if p.RTT > 0 {
-			rtt = p.RTT.Round(10 * time.Microsecond).String()
-		}
-		if !p.LastHandshake.IsZero() {
-			hs = time.Since(p.LastHandshake).Round(time.Second).String() + " ago"
-		}
-		state := "online"
-		if !p.Online {
-			state = "offline"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Peer.Name, p.Peer.Address.Addr(), state, p.Path, orDash(p.Endpoint), rtt,
-			bytesStr(p.TxDirect+p.TxRelay), bytesStr(p.RxDirect+p.RxRelay), hs)
-	}
-	tw.Flush()
-	for _, p := range peers {
-		if p.Path != node.PathRelay {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s is relayed:\n", p.Peer.Name)
-		if p.Why != "" {
-			fmt.Fprintf(w, "  why: %s\n", p.Why)
-		}
-		if n := len(p.History); n > 0 {
-			fmt.Fprintf(w, "  last change: %s\n", p.History[n-1].Reason)
-		}
-		fmt.Fprintf(w, "  ICE: %s", orDash(p.ICE.State))
-		fmt.Fprintf(w, "\n  our candidates: %s\n  their candidates: %s\n", list(p.ICE.LocalCandidates), list(p.ICE.RemoteCandidates))
-		if len(p.ICE.SelfCandidates) > 0 {
-			fmt.Fprintf(w, "  not tried (our own address): %s\n", list(p.ICE.SelfCandidates))
-		}
-		for _, pair := range p.ICE.Pairs {
-			fmt.Fprintf(w, "  pair %s\n", pair)
-		}
-	}
-}
-
-func list(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, "; ")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func bytesStr(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
+	cli.PrintPeers(w, st.Peers)
 }

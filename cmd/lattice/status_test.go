@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
 )
@@ -26,7 +26,7 @@ func sampleStatus() statusReply {
 		Mux: node.MuxStats{STUN: 1, WireGuard: 2, Other: 3, STUNDropped: 4, WireGuardDroped: 5},
 		Peers: []node.PeerStatus{
 			{
-				Peer:   control.Peer{NodeID: "n-web", Name: "web-1", PublicKey: key.Public{1}, Address: netip.MustParsePrefix("100.64.1.2/10")},
+				Peer:   controlapi.Peer{NodeID: "n-web", Name: "web-1", PublicKey: key.Public{1}, Address: netip.MustParsePrefix("100.64.1.2/10")},
 				Online: true, Path: node.PathDirect, Endpoint: "192.0.2.7:51820",
 				RTT: 1500 * time.Microsecond, LastHandshake: hs,
 				TxDirect: 1000, TxRelay: 234, RxDirect: 5000, RxRelay: 678,
@@ -35,7 +35,7 @@ func sampleStatus() statusReply {
 					SelfCandidates: []string{"s"}, Pairs: []string{"p"}, Err: "e"},
 			},
 			{
-				Peer: control.Peer{NodeID: "n-db", Name: "db-1", PublicKey: key.Public{2}, Address: netip.MustParsePrefix("100.64.1.3/10"), Offline: true},
+				Peer: controlapi.Peer{NodeID: "n-db", Name: "db-1", PublicKey: key.Public{2}, Address: netip.MustParsePrefix("100.64.1.3/10"), Offline: true},
 				Path: node.PathOffline, History: []node.PathEvent{},
 			},
 		},

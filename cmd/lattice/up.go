@@ -5,34 +5,24 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/metrics"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/node"
 )
-
-func defaultStateDir() string {
-	if os.Geteuid() == 0 {
-		return "/var/lib/lattice"
-	}
-	if d, err := os.UserConfigDir(); err == nil {
-		return filepath.Join(d, "lattice")
-	}
-	return ".lattice"
-}
 
 func newUpCmd() *cobra.Command {
 	var name, controlURL, token, tokenFile, stateDir, ifname, listenAddr, relayTransport, wgMode string
 	var port int
 	var userspace, noFirewall bool
-	var trust nodeTrustFlags
+	var trust cli.TrustFlags
 	var egressF egressFlags
 	var lazyF lazyFlags
-	var metricsF metricsFlags
+	var metricsF cli.MetricsFlags
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a Lattice node: register, reach every peer, upgrade to direct paths",
@@ -84,11 +74,11 @@ egress clear' removes it.`,
 	}
 	f := cmd.Flags()
 	host, _ := os.Hostname()
-	f.StringVar(&name, "name", sanitizeName(host), "node name (lowercase letters, digits, hyphens)")
-	controlFlag(cmd, &controlURL, "control URL: tls://HOST:PORT or https://HOST:PORT (nats:// and http:// on loopback, or with --insecure) (required)")
-	trust.add(cmd)
-	tokenFlags(cmd, &token, &tokenFile)
-	f.StringVar(&stateDir, "state-dir", defaultStateDir(), `directory for the identity and the status socket ("mem:" for an ephemeral identity)`)
+	f.StringVar(&name, "name", cli.SanitizeName(host), "node name (lowercase letters, digits, hyphens)")
+	cli.ControlFlag(cmd, &controlURL, "control URL: tls://HOST:PORT or https://HOST:PORT (nats:// and http:// on loopback, or with --insecure) (required)")
+	trust.Add(cmd)
+	cli.TokenFlags(cmd, &token, &tokenFile)
+	f.StringVar(&stateDir, "state-dir", cli.DefaultStateDir(), `directory for the identity and the status socket ("mem:" for an ephemeral identity)`)
 	f.IntVar(&port, "port", 51820, "UDP port shared by ICE and WireGuard (0: any)")
 	f.StringVar(&listenAddr, "listen-addr", "", "bind the UDP socket to this address only")
 	f.StringVar(&ifname, "interface", "lattice0", "kernel interface name")
@@ -97,11 +87,11 @@ egress clear' removes it.`,
 	cli.FlagValues(cmd, "wireguard", wireguardModes...)
 	f.BoolVar(&noFirewall, "no-firewall", false, "do not add the iptables rule accepting overlay traffic")
 	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
-	cli.FlagValues(cmd, "relay-transport", relayTransports...)
+	cli.FlagValues(cmd, "relay-transport", cli.RelayTransports...)
 	egressF.add(cmd)
 	lazyF.add(cmd)
-	metricsF.add(cmd)
-	metricsF.addPeer(cmd)
+	metricsF.Add(cmd)
+	metricsF.AddPeer(cmd)
 	_ = cmd.MarkFlagDirname("state-dir")
 	logger := logFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -111,14 +101,14 @@ egress clear' removes it.`,
 		if err := egressF.check(cmd, userspace, stateDir); err != nil {
 			return err
 		}
-		if err := metricsF.check(); err != nil {
+		if err := metricsF.Check(); err != nil {
 			return err
 		}
-		ctrlURL, err := trust.apply(controlURL)
+		ctrlURL, err := trust.Apply(controlURL)
 		if err != nil {
 			return err
 		}
-		tok, err := joinToken(token, tokenFile)
+		tok, err := cli.JoinToken(token, tokenFile)
 		if err != nil {
 			return err
 		}
@@ -162,11 +152,11 @@ egress clear' removes it.`,
 		defer n.Close()
 		id := n.Identity()
 		fmt.Fprintf(cmd.OutOrStdout(), "up: %s (%s) at %v\n", id.Name, id.NodeID, id.Address)
-		collectors := []prometheus.Collector{newNodeCollector(n, metricsF.perPeer, metricsF.peerLimit)}
+		collectors := []prometheus.Collector{newNodeCollector(n, metricsF.PerPeer, metricsF.PeerLimit)}
 		if eg != nil {
-			collectors = append(collectors, upEgress(eg))
+			collectors = append(collectors, metrics.UpEgress(eg))
 		}
-		stopMetrics, err := metricsF.start(cmd.Context(), cmd.OutOrStdout(), "up", log, collectors...)
+		stopMetrics, err := metricsF.Start(cmd.Context(), cmd.OutOrStdout(), "up", log, collectors...)
 		if err != nil {
 			return err
 		}
@@ -193,32 +183,11 @@ egress clear' removes it.`,
 
 // statusCommand is the command that shows the node using stateDir.
 func statusCommand(stateDir string) string {
-	if stateDir == defaultStateDir() {
+	if stateDir == cli.DefaultStateDir() {
 		return "lattice status"
 	}
 	if abs, err := filepath.Abs(stateDir); err == nil {
 		stateDir = abs
 	}
 	return "lattice status --state-dir " + stateDir
-}
-
-func sanitizeName(s string) string {
-	s = strings.ToLower(s)
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		case b.Len() > 0:
-			b.WriteByte('-')
-		}
-	}
-	out := strings.Trim(b.String(), "-")
-	if len(out) > 63 {
-		out = out[:63]
-	}
-	if out == "" {
-		out = "node"
-	}
-	return out
 }

@@ -6,7 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -37,10 +38,10 @@ func (l *lazyFlags) apply(cmd *cobra.Command, cfg *node.Config) error {
 	for _, n := range l.alwaysDirect {
 		n = strings.TrimSpace(n)
 		if tag, ok := strings.CutPrefix(n, node.TagPrefix); ok {
-			if !control.ValidName(tag) {
+			if !controlapi.ValidName(tag) {
 				return usagef("--always-direct %q: not a tag (tag: then lowercase letters, digits, hyphens)", n)
 			}
-		} else if n == "" || sanitizeName(n) != n {
+		} else if n == "" || cli.SanitizeName(n) != n {
 			return usagef("--always-direct %q: not a node name (lowercase letters, digits, hyphens) nor tag:TAG", n)
 		}
 		names = append(names, n)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/lab/dns"
 	"github.com/latticelab/lattice/lab/scenario"
 	"github.com/latticelab/lattice/lab/topology"
@@ -172,10 +173,10 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 			stuns = append(stuns, a.String())
 		}
 	}
-	var relays []control.Relay
+	var relays []controlapi.Relay
 	for _, r := range l.plan.Relays {
 		for _, a := range r.Addrs() {
-			relays = append(relays, control.Relay{Addr: a.String(), Fingerprint: l.shared.fingerprint})
+			relays = append(relays, controlapi.Relay{Addr: a.String(), Fingerprint: l.shared.fingerprint})
 		}
 	}
 	twins := map[netip.AddrPort]netip.AddrPort{p.Addr: p.Addr6}
@@ -207,7 +208,7 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 func (l *Lab) controlURL() string { return controlURLAt(l.plan.Control.Addr) }
 
 func controlURLAt(a netip.AddrPort) string {
-	return "nats://" + a.String() + "?" + control.ParamInsecure + "=1"
+	return "nats://" + a.String() + "?" + controlapi.ParamInsecure + "=1"
 }
 
 // startSTUN starts a STUN server on its IPv4 addresses and, on a

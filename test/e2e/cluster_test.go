@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
@@ -82,7 +83,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 
 	type result struct {
 		pub      key.Public
-		resp     *control.RegisterResponse
+		resp     *controlapi.RegisterResponse
 		attempts int
 		retried  []error // the failed attempts
 		err      error
@@ -98,7 +99,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 				k := key.NewPrivate()
 				r := &results[i]
 				r.pub = k.Public()
-				r.resp, r.retried, r.err = registerRetrying(ctx, pool, i, control.Join{Token: p.token, Name: fmt.Sprintf("load-%03d", i), Key: k})
+				r.resp, r.retried, r.err = registerRetrying(ctx, pool, i, controlapi.Join{Token: p.token, Name: fmt.Sprintf("load-%03d", i), Key: k})
 				r.attempts = len(r.retried) + 1
 				done.Add(1)
 			}
@@ -167,7 +168,7 @@ func TestClusterSurvivesKills(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("load-%03d", i), n.Name)
 	}
 	// The surviving replica still answers, through the surviving servers.
-	_, err = control.RegisterNATS(ctx, netx.OS, urls[alive], control.Join{Token: p.token, Name: "after", Key: key.NewPrivate()})
+	_, err = controlapi.RegisterNATS(ctx, netx.OS, urls[alive], controlapi.Join{Token: p.token, Name: "after", Key: key.NewPrivate()})
 	assert.NoError(t, err, "a registration after the kills")
 }
 
@@ -214,7 +215,7 @@ func (s *serverPool) markBad(url string) {
 // (starting at the i-th, moving on at each attempt), retrying on any
 // error with a backoff from 100 ms doubling to 2 s, for at most
 // registerDeadline. It returns the errors of the attempts that failed too.
-func registerRetrying(ctx context.Context, pool *serverPool, i int, j control.Join) (*control.RegisterResponse, []error, error) {
+func registerRetrying(ctx context.Context, pool *serverPool, i int, j controlapi.Join) (*controlapi.RegisterResponse, []error, error) {
 	ctx, cancel := context.WithTimeout(ctx, registerDeadline)
 	defer cancel()
 	backoff := 100 * time.Millisecond
@@ -222,7 +223,7 @@ func registerRetrying(ctx context.Context, pool *serverPool, i int, j control.Jo
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		url := pool.pick(i + attempt - 1)
-		resp, err := control.RegisterNATS(actx, netx.OS, url, j)
+		resp, err := controlapi.RegisterNATS(actx, netx.OS, url, j)
 		acancel()
 		if err == nil {
 			return resp, errs, nil

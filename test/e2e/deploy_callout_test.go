@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
@@ -70,7 +70,7 @@ func pinnedTLS(fp string) *tls.Config {
 func assertConfined(ctx context.Context, t *testing.T, natsAddr, fingerprint, token, victim string, controls []*box) {
 	t.Helper()
 	url := "tls://" + natsAddr + "?fingerprint=" + fingerprint
-	reg, err := control.RegisterNATS(ctx, netx.OS, url, control.Join{Token: token, Name: "intruder", Key: key.NewPrivate()})
+	reg, err := controlapi.RegisterNATS(ctx, netx.OS, url, controlapi.Join{Token: token, Name: "intruder", Key: key.NewPrivate()})
 	require.NoError(t, err, "a node registers through the callout")
 	require.NotEqual(t, victim, reg.NodeID)
 
@@ -87,13 +87,13 @@ func assertConfined(ctx context.Context, t *testing.T, natsAddr, fingerprint, to
 	defer nc.Close()
 	server := nc.ConnectedServerName() // the refused login below goes to it too
 	got := make(chan *nats.Msg, 16)
-	subs := []string{control.NodeSubject(victim, control.LeafPeers), control.NodeSubject(victim, control.LeafSignalIn),
-		"lattice.v1.>", control.InboxPrefix + "." + victim + ".>"}
+	subs := []string{controlapi.NodeSubject(victim, controlapi.LeafPeers), controlapi.NodeSubject(victim, controlapi.LeafSignalIn),
+		"lattice.v1.>", controlapi.InboxPrefix + "." + victim + ".>"}
 	for _, subj := range subs {
 		_, err := nc.ChanSubscribe(subj, got)
 		require.NoError(t, err)
 	}
-	pubs := []string{control.NodeSubject(victim, control.LeafSignalIn), control.NodeSubject(victim, control.LeafSignalOut)}
+	pubs := []string{controlapi.NodeSubject(victim, controlapi.LeafSignalIn), controlapi.NodeSubject(victim, controlapi.LeafSignalOut)}
 	for _, subj := range pubs {
 		require.NoError(t, nc.Publish(subj, []byte("forged")))
 	}

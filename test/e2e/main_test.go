@@ -117,10 +117,10 @@ func latticeImage(t *testing.T) string {
 	return image.tag
 }
 
-// buildImage compiles a static Pro lattice binary into a temporary build
-// context laid out like the repository's (bin/image/...), next to a copy of
-// the Dockerfile and .dockerignore, and builds the image with the engine's
-// builder. FROM scratch needs no pull.
+// buildImage compiles static Pro lattice and lattice-sandbox binaries into
+// a temporary build context laid out like the repository's (bin/image/...),
+// next to a copy of the Dockerfile and .dockerignore, and builds the image
+// with the engine's builder. FROM scratch needs no pull.
 //
 // The Pro edition, because the suite needs --forward (a peer's service on
 // the overlay, to carry traffic to) and `sandbox agent status` (the path to
@@ -158,7 +158,7 @@ func buildImage() (string, error) {
 	}
 	// The same flags as `make image`, so the two share the build cache.
 	build := exec.CommandContext(ctx, goTool, "build", "-tags", "pro", "-trimpath", "-ldflags", "-s -w",
-		"-o", filepath.Join(dir, "bin", "image", "lattice"), "./cmd/lattice")
+		"-o", filepath.Join(dir, "bin", "image")+"/", "./cmd/lattice", "./cmd/lattice-sandbox")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -1,9 +1,14 @@
-package main
+// Package sandboxcmd is the `sandbox` command tree (start, run, agent,
+// exec, audit): `lattice sandbox` and the lattice-sandbox binary, which
+// is it alone, without the control plane, relay and STUN servers, so that
+// a sandbox maps only what it runs.
+package sandboxcmd
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -11,18 +16,21 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/audit"
-	"github.com/latticelab/lattice/control"
+	"github.com/latticelab/lattice/internal/atomicfile"
 	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/internal/edition"
+	"github.com/latticelab/lattice/internal/pagetrim"
 	"github.com/latticelab/lattice/proxy"
 	"github.com/latticelab/lattice/sandbox"
 )
 
-func newSandboxCmd() *cobra.Command {
+// NewCmd returns the sandbox command.
+func NewCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sandbox",
 		Short: "Give an AI agent a Lattice identity inside an isolation mode",
@@ -53,19 +61,19 @@ type sandboxFlags struct {
 	egressPolicy, auditLog, relayTransport            string
 	listenAddr, runscBin, platform, iface             string
 	port                                              int
-	trust                                             nodeTrustFlags
+	trust                                             cli.TrustFlags
 	auditFailOpen                                     bool
 }
 
 func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.name, "name", "", "sandbox (node) name: lowercase letters, digits, hyphens (required)")
-	controlFlag(cmd, &f.serverURL, "control's NATS URL, tls://HOST:PORT (nats:// on loopback or with --insecure) (required; sandboxes register over NATS only)")
-	f.trust.add(cmd)
-	tokenFlags(cmd, &f.token, &f.tokenFile)
+	cli.ControlFlag(cmd, &f.serverURL, "control's NATS URL, tls://HOST:PORT (nats:// on loopback or with --insecure) (required; sandboxes register over NATS only)")
+	f.trust.Add(cmd)
+	cli.TokenFlags(cmd, &f.token, &f.tokenFile)
 	fl.StringVar(&f.mode, "mode", "pod", "isolation mode: pod or gvisor")
 	fl.StringVar(&f.isolation, "isolation", string(sandbox.IsolationNamespace), "pod mode: how the agent is kept apart: namespace (its own user, network, mount and PID namespaces behind a TUN device; no privileges needed) or proxy (the host's namespaces, proxy variables only)")
-	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: `+filepath.Join(defaultStateDir(), "sandbox", "NAME")+`; "mem:" for none)`)
+	fl.StringVar(&f.stateDir, "state-dir", "", `keeps identity, audit log and control socket (default: `+filepath.Join(cli.DefaultStateDir(), "sandbox", "NAME")+`; "mem:" for none)`)
 	if proxies {
 		fl.StringVar(&f.socks5, "socks5", "", "serve SOCKS5 on this address (PORT means 127.0.0.1:PORT)")
 		fl.StringVar(&f.httpProxy, "http-proxy", "", "serve an HTTP/CONNECT proxy on this address (PORT means 127.0.0.1:PORT)")
@@ -83,42 +91,39 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	fl.StringVar(&f.iface, "interface", "wg0", "gvisor mode: the pod's WireGuard interface")
 	cli.FlagValues(cmd, "mode", string(sandbox.ModePod), string(sandbox.ModeGVisor))
 	cli.FlagValues(cmd, "isolation", string(sandbox.IsolationNamespace), string(sandbox.IsolationProxy))
-	cli.FlagValues(cmd, "relay-transport", relayTransports...)
+	cli.FlagValues(cmd, "relay-transport", cli.RelayTransports...)
 	cli.FlagValues(cmd, "platform", "systrap", "ptrace")
 	_ = cmd.MarkFlagDirname("state-dir")
 }
-
-// relayTransports are node.LRPRelay's transports, for completion.
-var relayTransports = []string{"tcp", "quic", "race"}
 
 // config turns the flags into a driver config.
 func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverConfig, error) {
 	var cfg sandbox.DriverConfig
 	mode, err := sandbox.ParseMode(f.mode)
 	if err != nil {
-		return "", cfg, usagef("--mode: %v", err)
+		return "", cfg, cli.Usagef("--mode: %v", err)
 	}
 	isolation, err := sandbox.ParseIsolation(f.isolation)
 	if err != nil {
-		return "", cfg, usagef("--isolation: %v", err)
+		return "", cfg, cli.Usagef("--isolation: %v", err)
 	}
 	if f.name == "" || f.serverURL == "" {
-		return "", cfg, usagef("--name and --control are required")
+		return "", cfg, cli.Usagef("--name and --control are required")
 	}
-	if sanitizeName(f.name) != f.name {
-		return "", cfg, usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, sanitizeName(f.name))
+	if cli.SanitizeName(f.name) != f.name {
+		return "", cfg, cli.Usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, cli.SanitizeName(f.name))
 	}
-	serverURL, err := f.trust.apply(f.serverURL)
+	serverURL, err := f.trust.Apply(f.serverURL)
 	if err != nil {
 		return "", cfg, err
 	}
-	token, err := joinToken(f.token, f.tokenFile)
+	token, err := cli.JoinToken(f.token, f.tokenFile)
 	if err != nil {
 		return "", cfg, err
 	}
 	stateDir := f.stateDir
 	if stateDir == "" {
-		stateDir = filepath.Join(defaultStateDir(), "sandbox", f.name)
+		stateDir = filepath.Join(cli.DefaultStateDir(), "sandbox", f.name)
 	}
 	cfg = sandbox.DriverConfig{
 		Name: f.name, ServerURL: serverURL, Token: token, StateDir: stateDir,
@@ -130,14 +135,14 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	if f.listenAddr != "" {
 		a, err := netip.ParseAddr(f.listenAddr)
 		if err != nil {
-			return "", cfg, usagef("--listen-addr: %v", err)
+			return "", cfg, cli.Usagef("--listen-addr: %v", err)
 		}
 		cfg.ListenAddr = a
 	}
 	for _, s := range f.forwards {
 		fw, err := sandbox.ParseForward(s)
 		if err != nil {
-			return "", cfg, usagef("--forward: %v", err)
+			return "", cfg, cli.Usagef("--forward: %v", err)
 		}
 		cfg.Forwards = append(cfg.Forwards, fw)
 	}
@@ -169,7 +174,7 @@ func localAddr(s string) string {
 
 // readCredentials reads USER:PASSWORD from a private file.
 func readCredentials(path string) (proxy.Credentials, error) {
-	b, err := readSecretFile(path)
+	b, err := cli.ReadSecretFile(path)
 	if err != nil {
 		return proxy.Credentials{}, err
 	}
@@ -191,7 +196,7 @@ func stateCredentials(stateDir string) (proxy.Credentials, error) {
 		return proxy.Credentials{}, fmt.Errorf("state dir: %w", err)
 	}
 	c := sandbox.RandomCredentials()
-	if err := control.WriteFileAtomic(path, []byte(c.Username+":"+c.Password+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(c.Username+":"+c.Password+"\n"), 0o600); err != nil {
 		return proxy.Credentials{}, fmt.Errorf("proxy credentials: %w", err)
 	}
 	return c, nil
@@ -199,7 +204,7 @@ func stateCredentials(stateDir string) (proxy.Credentials, error) {
 
 func newSandboxStartCmd() *cobra.Command {
 	var f sandboxFlags
-	var metricsF metricsFlags
+	var metricsF cli.MetricsFlags
 	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Start a sandbox and keep it up until interrupted",
@@ -238,15 +243,15 @@ $LATTICE_TOKEN or --token.`,
       --socks5 1080 --egress-policy policy.yaml --forward 8080=127.0.0.1:3000`,
 	}
 	f.add(cmd, true)
-	metricsF.add(cmd)
-	metricsF.addPeer(cmd)
-	logger := logFlags(cmd)
+	metricsF.Add(cmd)
+	metricsF.AddPeer(cmd)
+	logger := cli.LogFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		mode, cfg, err := f.config(cmd)
 		if err != nil {
 			return err
 		}
-		if err := metricsF.check(); err != nil {
+		if err := metricsF.Check(); err != nil {
 			return err
 		}
 		cfg.Logger = logger()
@@ -254,10 +259,10 @@ $LATTICE_TOKEN or --token.`,
 			return runAgent(cmd, mode, cfg, args, &metricsF)
 		}
 		if mode == sandbox.ModeGVisor && cfg.StateDir == "mem:" {
-			return usagef("gvisor mode without an agent serves agents on its control socket, which needs a --state-dir; or run one: lattice sandbox start --mode gvisor [flags] -- AGENT")
+			return cli.Usagef("gvisor mode without an agent serves agents on its control socket, which needs a --state-dir; or run one: lattice sandbox start --mode gvisor [flags] -- AGENT")
 		}
 		if len(args) > 0 {
-			return usagef("pod mode takes no command (the agent uses the proxies); to run one: lattice sandbox run -- CMD")
+			return cli.Usagef("pod mode takes no command (the agent uses the proxies); to run one: lattice sandbox run -- CMD")
 		}
 		out := cmd.OutOrStdout()
 		dm, err := sandbox.StartDaemon(cmd.Context(), mode, cfg)
@@ -281,17 +286,41 @@ $LATTICE_TOKEN or --token.`,
 		if sock := dm.Socket(); sock != "" {
 			fmt.Fprintf(out, "sandbox: control socket %s\n", sock)
 		}
-		stopMetrics, err := metricsF.start(cmd.Context(), out, "sandbox", cfg.Logger, sandboxCollectors(d, &metricsF)...)
+		stopMetrics, err := metricsF.Start(cmd.Context(), out, "sandbox", cfg.Logger, sandboxCollectors(d, &metricsF)...)
 		if err != nil {
 			return err
 		}
 		defer stopMetrics()
 		reloadOnHUP(cmd.Context(), d)
-		<-cmd.Context().Done()
+		idle(cmd.Context(), cfg.Logger)
 		fmt.Fprintln(out, "sandbox: stopped")
 		return nil
 	}
 	return cmd
+}
+
+// settleTime is how long a started sandbox waits before it gives back
+// what it needed only to start: its peers' first ICE checks and
+// WireGuard handshakes take place within it.
+const settleTime = 5 * time.Second
+
+// idle waits for ctx to end, giving back start-up's pages once the
+// sandbox has settled (internal/pagetrim).
+func idle(ctx context.Context, log *slog.Logger) {
+	settle := time.NewTimer(settleTime)
+	defer settle.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-settle.C:
+	}
+	st, err := pagetrim.Release()
+	if err != nil {
+		log.Warn("releasing start-up pages", "err", err)
+	} else {
+		log.Debug("start-up pages released", "unmapped_bytes", st.Unmapped, "skipped_mappings", st.Skipped)
+	}
+	<-ctx.Done()
 }
 
 // isolationNote says what an isolation means for agents run with exec.
@@ -370,13 +399,13 @@ LATTICE_ADDRESS and LATTICE_NODE_ID.`,
 		Args: cobra.MinimumNArgs(1),
 	}
 	f.add(cmd, false)
-	logger := logFlags(cmd)
+	logger := cli.LogFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := edition.Require("sandbox run"); err != nil {
 			return err
 		}
 		if cmd.ArgsLenAtDash() < 0 {
-			return usagef("put the command after --: lattice sandbox run [flags] -- CMD")
+			return cli.Usagef("put the command after --: lattice sandbox run [flags] -- CMD")
 		}
 		mode, cfg, err := f.config(cmd)
 		if err != nil {
@@ -426,7 +455,7 @@ var _ agentPreparer = (*sandbox.RunscDriver)(nil)
 // metricsF, if not nil, serves the sandbox's /metrics while the agent
 // runs (`sandbox start --mode gvisor -- AGENT`); its address goes to
 // stderr, since stdout is the agent's.
-func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, args []string, metricsF *metricsFlags) error {
+func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, args []string, metricsF *cli.MetricsFlags) error {
 	// A missing agent is found before anything is set up.
 	if _, err := exec.LookPath(args[0]); err != nil {
 		return fmt.Errorf("agent %q: %w", args[0], err)
@@ -441,7 +470,7 @@ func runAgent(cmd *cobra.Command, mode sandbox.Mode, cfg sandbox.DriverConfig, a
 	st := d.Status()
 	fmt.Fprintf(cmd.ErrOrStderr(), "sandbox: %s (%s) at %v, mode %s; running %s\n", st.Name, st.NodeID, st.Address, st.Mode, strings.Join(args, " "))
 	if metricsF != nil {
-		stopMetrics, err := metricsF.start(cmd.Context(), cmd.ErrOrStderr(), "sandbox", cfg.Logger, sandboxCollectors(d, metricsF)...)
+		stopMetrics, err := metricsF.Start(cmd.Context(), cmd.ErrOrStderr(), "sandbox", cfg.Logger, sandboxCollectors(d, metricsF)...)
 		if err != nil {
 			return err
 		}
@@ -482,14 +511,14 @@ directory, for manual debugging:
 		dir := stateDir
 		if dir == "" {
 			if name == "" {
-				return nil, usagef("give --state-dir or --name")
+				return nil, cli.Usagef("give --state-dir or --name")
 			}
-			dir = filepath.Join(defaultStateDir(), "sandbox", name)
+			dir = filepath.Join(cli.DefaultStateDir(), "sandbox", name)
 		}
 		return sandbox.NewClient(filepath.Join(dir, sandbox.SocketName)), nil
 	}
 	_ = cmd.RegisterFlagCompletionFunc("name", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return sandboxNames(filepath.Join(defaultStateDir(), "sandbox")), cobra.ShellCompDirectiveNoFileComp
+		return sandboxNames(filepath.Join(cli.DefaultStateDir(), "sandbox")), cobra.ShellCompDirectiveNoFileComp
 	})
 	_ = cmd.MarkPersistentFlagDirname("state-dir")
 	// peerNames completes a peer's name, followed by suffix, from the
@@ -538,7 +567,7 @@ directory, for manual debugging:
 			for _, fw := range st.Forwards {
 				fmt.Fprintf(out, "forward: %s\n", fw)
 			}
-			printPeers(out, st.Peers)
+			cli.PrintPeers(out, st.Peers)
 			return nil
 		},
 	}, &cobra.Command{

@@ -1,4 +1,4 @@
-package control
+package controlapi
 
 import (
 	"crypto/sha256"
@@ -289,4 +289,23 @@ func httpEndpoint(n netx.Network, raw string) (*http.Client, *endpoint, error) {
 		return nil, nil, fmt.Errorf("control URL %s: want https:// or http:// for HTTP registration", ep.plainURL())
 	}
 	return ep.httpClient(n), ep, nil
+}
+
+// DialNATS connects to control's NATS at the control URL raw (tls:// or
+// nats://) on n, trusting it as the URL says (TLS first, with its pin),
+// after the URL's checks; opts add to the connection's options.
+func DialNATS(n netx.Network, raw string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, _, err := dialNATS(n, raw, opts...)
+	return nc, err
+}
+
+// HTTPClient is an HTTP client for the control URL raw (https:// or
+// http://) on n, trusting it as the URL says, and the URL to put paths
+// after (raw without its parameters).
+func HTTPClient(n netx.Network, raw string) (*http.Client, string, error) {
+	c, ep, err := httpEndpoint(n, raw)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, ep.plainURL(), nil
 }

@@ -1,4 +1,4 @@
-package control
+package controlapi
 
 import (
 	"context"
@@ -196,37 +196,5 @@ func TestPredialAddress(t *testing.T) {
 		if want == "" {
 			assert.Zero(t, n.dials.Load(), "%s: nothing to dial ahead", url)
 		}
-	}
-}
-
-// ConnectPeers asks the peer list right behind the subscriptions instead
-// of flushing: the list's answer says they are in place, so a peer that
-// registers after it is announced to the session. The session logs in on
-// a connection a Predialer dialed.
-func TestConnectPeers(t *testing.T) {
-	env := startServer(t, "")
-	ctx := ctxT(t)
-	a, b := mustRegister(ctx, t, env.url, "alpha"), mustRegister(ctx, t, env.url, "beta")
-
-	events := make(chan PeerEvent, 4)
-	n := &countingNet{Network: netx.OS}
-	pre := NewPredialer(n, env.url)
-	defer pre.Close()
-	pre.Start()
-	<-pre.done // the server's INFO waits in the connection
-	s, peers, err := ConnectPeers(ctx, pre, a.NodeID, a.NATS, Handlers{Peer: func(ev PeerEvent) { events <- ev }})
-	require.NoError(t, err)
-	defer s.Close()
-	assert.Equal(t, int32(1), n.dials.Load(), "the session logged in on the connection dialed ahead")
-	require.Len(t, peers, 1)
-	assert.Equal(t, b.NodeID, peers[0].NodeID)
-
-	c := mustRegister(ctx, t, env.url, "gamma")
-	select {
-	case ev := <-events:
-		assert.Equal(t, PeerAdded, ev.Type)
-		assert.Equal(t, c.NodeID, ev.Peer.NodeID)
-	case <-ctx.Done():
-		t.Fatal("alpha never heard of gamma")
 	}
 }

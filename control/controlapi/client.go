@@ -1,4 +1,4 @@
-package control
+package controlapi
 
 import (
 	"bytes"
@@ -31,9 +31,9 @@ func (d netDialer) Dial(network, address string) (net.Conn, error) {
 	return d.n.Dial(ctx, network, address)
 }
 
-// decodeReply turns a reply body into v or the Error it carries.
-func decodeReply(b []byte, v any) error {
-	var e errorReply
+// DecodeReply turns a reply body into v or the *Error it carries.
+func DecodeReply(b []byte, v any) error {
+	var e ErrorReply
 	if err := json.Unmarshal(b, &e); err == nil && e.Error != nil {
 		return e.Error
 	}
@@ -56,12 +56,13 @@ type Join struct {
 	Connected func()
 }
 
-// exchange sends one registration request and returns the answer.
-type exchange func(ctx context.Context, body []byte) ([]byte, error)
+// Exchange sends one registration request and returns the answer.
+type Exchange func(ctx context.Context, body []byte) ([]byte, error)
 
-// register runs the two requests of a registration: the first gets a
-// challenge, the second answers it with the proof of key.
-func register(ctx context.Context, j Join, send exchange) (*RegisterResponse, error) {
+// Register runs the two requests of a registration over send: the first
+// gets a challenge, the second answers it with the proof of key.
+// RegisterNATS and RegisterHTTP are it over their transports.
+func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, error) {
 	ask := func(req *RegisterRequest) (*RegisterResponse, error) {
 		body, err := json.Marshal(req)
 		if err != nil {
@@ -72,7 +73,7 @@ func register(ctx context.Context, j Join, send exchange) (*RegisterResponse, er
 			return nil, err
 		}
 		var resp RegisterResponse
-		if err := decodeReply(b, &resp); err != nil {
+		if err := DecodeReply(b, &resp); err != nil {
 			return nil, err
 		}
 		return &resp, nil
@@ -129,7 +130,7 @@ func dialJoin(n netx.Network, url, token string) (*nats.Conn, *endpoint, error) 
 	}
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
-	user := joinPrefix + fmt.Sprintf("%x", rnd)
+	user := JoinPrefix + fmt.Sprintf("%x", rnd)
 	nc, ep, err := dialNATS(n, url, nats.UserInfo(user, token),
 		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
 	if err != nil {
@@ -179,7 +180,7 @@ func Servers(ctx context.Context, n netx.Network, url, token string) (*ServersRe
 		return nil, fmt.Errorf("servers: control URL %q: want tls://, https://, nats:// or http://", url)
 	}
 	var resp ServersResponse
-	if err := decodeReply(b, &resp); err != nil {
+	if err := DecodeReply(b, &resp); err != nil {
 		return nil, fmt.Errorf("servers: %w", err)
 	}
 	return &resp, nil
@@ -196,7 +197,7 @@ func inheritTrust(ep *endpoint, c *NATSCreds) {
 
 // RegisterOver registers on nc, a connection as a joining client.
 func RegisterOver(ctx context.Context, nc *nats.Conn, j Join) (*RegisterResponse, error) {
-	return register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
+	return Register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
 		m, err := nc.RequestWithContext(ctx, SubjectRegister, body)
 		if err != nil {
 			return nil, err
@@ -214,7 +215,7 @@ func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, j Join) (
 	}
 	defer client.CloseIdleConnections()
 	url := ep.plainURL() + "/v1/register"
-	resp, err := register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
+	resp, err := Register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
 		return postJSON(ctx, client, url, body)
 	})
 	if err != nil {
@@ -331,7 +332,7 @@ func dialSession(n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*S
 	if len(urls) == 0 {
 		urls = []string{creds.URL}
 	}
-	nc, _, err := dialServers(n, urls, true, opts...)
+	nc, _, err := DialServers(n, urls, true, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: connect to %s: %w", nodeID, strings.Join(urls, ","), err)
 	}
@@ -417,7 +418,7 @@ func (s *Session) Signal(ctx context.Context, to string, payload []byte) error {
 		return fmt.Errorf("signal %s: %w", to, err)
 	}
 	var ok struct{}
-	if err := decodeReply(r.Data, &ok); err != nil {
+	if err := DecodeReply(r.Data, &ok); err != nil {
 		return fmt.Errorf("signal %s: %w", to, err)
 	}
 	return nil
@@ -434,7 +435,7 @@ func (s *Session) Peers(ctx context.Context) ([]Peer, error) {
 			return nil, fmt.Errorf("peer list: %w", err)
 		}
 		var page PeerPage
-		if err := decodeReply(r.Data, &page); err != nil {
+		if err := DecodeReply(r.Data, &page); err != nil {
 			return nil, fmt.Errorf("peer list: %w", err)
 		}
 		all = append(all, page.Peers...)
@@ -456,7 +457,7 @@ func (s *Session) Deregister(ctx context.Context) error {
 		return fmt.Errorf("deregister: %w", err)
 	}
 	var ok struct{}
-	return decodeReply(r.Data, &ok)
+	return DecodeReply(r.Data, &ok)
 }
 
 // Presence tells control the node is running (online: a heartbeat) or
@@ -469,7 +470,7 @@ func (s *Session) Presence(ctx context.Context, online bool) error {
 		return fmt.Errorf("presence: %w", err)
 	}
 	var ok struct{}
-	if err := decodeReply(r.Data, &ok); err != nil {
+	if err := DecodeReply(r.Data, &ok); err != nil {
 		return fmt.Errorf("presence: %w", err)
 	}
 	return nil
@@ -477,3 +478,21 @@ func (s *Session) Presence(ctx context.Context, online bool) error {
 
 // Close closes the session.
 func (s *Session) Close() { s.nc.Close() }
+
+// RelayToken asks control for a fresh relay token for this node's key
+// (LeafRelayToken). A node calls it before its token expires, and at once
+// when a relay says it has.
+func (s *Session) RelayToken(ctx context.Context) (string, error) {
+	r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafRelayToken), nil)
+	if err != nil {
+		return "", fmt.Errorf("relay token: %w", err)
+	}
+	var resp RelayTokenResponse
+	if err := DecodeReply(r.Data, &resp); err != nil {
+		return "", fmt.Errorf("relay token: %w", err)
+	}
+	if resp.Token == "" {
+		return "", errors.New("relay token: control answered with an empty token")
+	}
+	return resp.Token, nil
+}

@@ -1,4 +1,4 @@
-package main
+package sandboxcmd
 
 import (
 	"errors"
@@ -39,7 +39,7 @@ holds (at most 768 KiB) before CMD starts.`,
 	cmd.Flags().StringVar(&name, "name", "", "the sandbox's name (finds the default state dir)")
 	cmd.Flags().BoolVar(&stdin, "stdin", false, "pass this command's stdin (at most 768 KiB) to CMD")
 	_ = cmd.RegisterFlagCompletionFunc("name", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return sandboxNames(filepath.Join(defaultStateDir(), "sandbox")), cobra.ShellCompDirectiveNoFileComp
+		return sandboxNames(filepath.Join(cli.DefaultStateDir(), "sandbox")), cobra.ShellCompDirectiveNoFileComp
 	})
 	_ = cmd.MarkFlagDirname("state-dir")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -47,14 +47,14 @@ holds (at most 768 KiB) before CMD starts.`,
 			return err
 		}
 		if cmd.ArgsLenAtDash() < 0 {
-			return usagef("put the command after --: lattice sandbox exec [flags] -- CMD")
+			return cli.Usagef("put the command after --: lattice sandbox exec [flags] -- CMD")
 		}
 		dir := stateDir
 		if dir == "" {
 			if name == "" {
-				return usagef("give --state-dir or --name")
+				return cli.Usagef("give --state-dir or --name")
 			}
-			dir = filepath.Join(defaultStateDir(), "sandbox", name)
+			dir = filepath.Join(cli.DefaultStateDir(), "sandbox", name)
 		}
 		req := sandbox.ExecRequest{Argv: args}
 		if stdin {

@@ -1,4 +1,4 @@
-package control
+package controlapi
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"errors"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -21,10 +20,9 @@ import (
 // reply comes back as an *Error.
 func FuzzRegisterExchange(f *testing.F) {
 	priv := key.NewPrivate()
-	c, _, err := newChallenge([]byte("fuzz secret"), priv.Public(), time.UnixMilli(1_800_000_000_000))
-	if err != nil {
-		f.Fatal(err)
-	}
+	// A challenge as control issues it: a one-time X25519 key, 16 bytes
+	// of nonce, an expiry.
+	c := &Challenge{Key: key.NewPrivate().Public(), Nonce: bytes.Repeat([]byte{7}, 16), Expires: 1_800_000_030_000}
 	first, _ := json.Marshal(RegisterResponse{Challenge: c})
 	second, _ := json.Marshal(RegisterResponse{NodeID: "n1", NATS: NATSCreds{User: "n1", Password: "p"}, Peers: []Peer{{NodeID: "n2", PublicKey: priv.Public()}}})
 	f.Add(first, second)
@@ -43,7 +41,7 @@ func FuzzRegisterExchange(f *testing.F) {
 			}
 			return r2, nil
 		}
-		resp, err := register(context.Background(), j, send)
+		resp, err := Register(context.Background(), j, send)
 		secret := []byte(priv.RevealBase64())
 		for i, body := range sent {
 			if bytes.Contains(body, secret) {
@@ -51,7 +49,7 @@ func FuzzRegisterExchange(f *testing.F) {
 			}
 		}
 		var firstReply RegisterResponse
-		firstOK := decodeReply(r1, &firstReply) == nil
+		firstOK := DecodeReply(r1, &firstReply) == nil
 		if len(sent) == 2 {
 			var req RegisterRequest
 			if err := json.Unmarshal(sent[1], &req); err != nil {
@@ -61,7 +59,7 @@ func FuzzRegisterExchange(f *testing.F) {
 				t.Fatalf("answered challenge %+v with %+v", firstReply.Challenge, req.Challenge)
 			}
 		}
-		var e errorReply
+		var e ErrorReply
 		refused := func(b []byte) bool { return json.Unmarshal(b, &e) == nil && e.Error != nil }
 		if err != nil {
 			if resp != nil {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// sandboxBinary is what `lattice sandbox` runs when it lies beside
+// lattice: the sandbox command alone (cmd/lattice-sandbox). An idle
+// sandbox then maps a third less of a binary, and none of control, NATS
+// or the relay server (docs/PERFORMANCE.md).
+const sandboxBinary = "lattice-sandbox"
+
+// execSandbox replaces this process with lattice-sandbox from lattice's
+// own directory, with args (what follows `lattice sandbox`), keeping the
+// process ID, environment and open files: to the caller it is the same
+// process. It returns nil, having done nothing, when there is no
+// lattice-sandbox there (lattice then runs the command itself), and an
+// error only when one is there but could not be run.
+func execSandbox(args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	bin := filepath.Join(filepath.Dir(self), sandboxBinary)
+	fi, err := os.Stat(bin)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && (fi.IsDir() || fi.Mode()&0o111 == 0)) {
+		return nil
+	}
+	if err == nil {
+		err = syscall.Exec(bin, append([]string{bin}, args...), os.Environ())
+	}
+	return fmt.Errorf("sandbox: run %s: %w", bin, err)
+}

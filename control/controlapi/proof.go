@@ -1,0 +1,59 @@
+package controlapi
+
+import (
+	"crypto/ecdh"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/latticelab/lattice/key"
+)
+
+// Proof of key: a registration answers control's Challenge with an
+// HMAC-SHA256 keyed by the X25519 shared secret of the node's WireGuard
+// private key and the challenge's one-time control key (package control,
+// proof.go, says why and how control verifies it).
+
+// Challenge is control's question to a registering node.
+type Challenge struct {
+	// Key is control's X25519 public key for this challenge only.
+	Key key.Public `json:"key"`
+	// Nonce makes the challenge unique (16 random bytes).
+	Nonce []byte `json:"nonce"`
+	// Expires is when control stops accepting answers (Unix ms).
+	Expires int64 `json:"expires"`
+}
+
+// ProofMAC is the proof for c, name and pub given the X25519 shared
+// secret: what ProveKey sends and control recomputes to verify it.
+func ProofMAC(shared []byte, c *Challenge, name string, pub key.Public) []byte {
+	mac := hmac.New(sha256.New, shared)
+	mac.Write([]byte("lattice register proof v1\x00"))
+	mac.Write(pub[:])
+	mac.Write(c.Key[:])
+	mac.Write(c.Nonce)
+	mac.Write(binary.BigEndian.AppendUint64(nil, uint64(c.Expires)))
+	mac.Write([]byte{byte(len(name))})
+	mac.Write([]byte(name))
+	return mac.Sum(nil)
+}
+
+// ProveKey answers c for a node named name holding priv.
+func ProveKey(priv key.Private, c *Challenge, name string) ([]byte, error) {
+	raw := priv.Reveal()
+	sk, err := ecdh.X25519().NewPrivateKey(raw[:])
+	if err != nil {
+		return nil, fmt.Errorf("prove key: %w", err)
+	}
+	pk, err := ecdh.X25519().NewPublicKey(c.Key[:])
+	if err != nil {
+		return nil, fmt.Errorf("prove key: challenge key: %w", err)
+	}
+	shared, err := sk.ECDH(pk)
+	if err != nil {
+		return nil, fmt.Errorf("prove key: %w", err)
+	}
+	// sk's public key is computed already: priv.Public() would do it again.
+	return ProofMAC(shared, c, name, key.Public(sk.PublicKey().Bytes())), nil
+}

@@ -1,0 +1,41 @@
+package controlapi
+
+// ServersRequest, SubjectServers: a client that holds only a join token
+// (lattice netcheck on a host with no node) learns the relays and STUN
+// servers a registration would announce; nothing is registered.
+
+// ServersRequest asks for the announced servers.
+type ServersRequest struct {
+	Token string `json:"token"`
+}
+
+// ServersResponse is what a registration would announce.
+type ServersResponse struct {
+	Relays []Relay  `json:"relays"`
+	STUN   []string `json:"stun"`
+}
+
+// The peer list of a large mesh does not fit one NATS message (64 KiB is
+// about 465 peers), so it comes in pages, in node ID order.
+
+// PeerListRequest asks for the page of peers after After (a node ID; empty
+// for the first page).
+type PeerListRequest struct {
+	After string `json:"after,omitempty"`
+}
+
+// PeerPage is a page of the peer list; More says another follows.
+type PeerPage struct {
+	Peers []Peer `json:"peers"`
+	More  bool   `json:"more,omitempty"`
+}
+
+// PresenceRequest is a node's heartbeat (Online) or its goodbye.
+type PresenceRequest struct {
+	Online bool `json:"online"`
+}
+
+// RelayTokenResponse answers a LeafRelayToken request.
+type RelayTokenResponse struct {
+	Token string `json:"token"`
+}
