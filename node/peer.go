@@ -84,7 +84,9 @@ type peer struct {
 	box    mailbox
 	ctx    context.Context // the actor's, ended by close
 	cancel context.CancelFunc
-	done   chan struct{} // closed once the end event is handled
+	// ended is done once the end event is handled (a WaitGroup, not a
+	// channel: no allocation for each of a large mesh's peers).
+	ended sync.WaitGroup
 	// epoch is the peer's registration epoch as we know it (see
 	// learnEpoch); unlike the rest, other goroutines write it.
 	epoch atomic.Uint64
@@ -153,10 +155,10 @@ func newPeer(env *peerEnv, info controlapi.Peer) *peer {
 		path:        env.bind.Peer(info.PublicKey),
 		ctx:         ctx,
 		cancel:      cancel,
-		done:        make(chan struct{}),
 		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
 		kind:        PathRelay,
 	}
+	p.ended.Add(1)
 	p.box.drain = p.drain
 	p.epoch.Store(info.Epoch)
 	p.path.SetLeads(p.controlling)
@@ -183,7 +185,7 @@ func (p *peer) close() {
 	}
 	p.cancel()
 	p.box.closeWith(peerEvent{end: true})
-	<-p.done
+	p.ended.Wait()
 }
 
 // drain is the actor's goroutine: it handles the waiting events, oldest
@@ -205,7 +207,7 @@ func (p *peer) drain() {
 					q.wait()
 				}
 				p.stopAgent()
-				close(p.done)
+				p.ended.Done()
 				return // closeWith refused every event after this one
 			case p.ctx.Err() != nil:
 				// closing: only the end event is left to handle

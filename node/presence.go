@@ -60,6 +60,13 @@ func (n *Node) peerOffline(info controlapi.Peer) {
 		off.txDirect, off.txRelay, off.rxDirect, off.rxRelay = old.txDirect, old.txRelay, old.rxDirect, old.rxRelay
 		n.tun.setOffline(old.info.Address.Addr(), false)
 	}
+	if p != nil {
+		// Its counters as they stand, so that status never shows the
+		// offline peer with none while the actor stops (set again,
+		// final, below).
+		off.txDirect, off.txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
+		off.rxDirect, off.rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
+	}
 	n.offline[info.NodeID] = off
 	n.tun.setOffline(info.Address.Addr(), true)
 	n.mu.Unlock()
