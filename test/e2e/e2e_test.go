@@ -24,7 +24,8 @@ func setup(t *testing.T) (context.Context, string) {
 	return ctx, img
 }
 
-// TestImage: the image is the binary and its data directory on nothing
+// TestImage: the image is the binaries (lattice, and lattice-sandbox,
+// which `lattice sandbox` becomes) and the data directory on nothing
 // (FROM scratch), runs as nobody and says which edition it carries.
 func TestImage(t *testing.T) {
 	ctx, img := setup(t)
@@ -33,7 +34,7 @@ func TestImage(t *testing.T) {
 	assert.Equal(t, "65534:65534", in.Config.User)
 	assert.Equal(t, []string{"/lattice"}, in.Config.Entrypoint)
 	assert.Equal(t, "pro", in.Config.Labels["io.lattice.edition"])
-	assert.Len(t, in.RootFS.Layers, 2, "FROM scratch: the binary and /var/lib/lattice, nothing else")
+	assert.Len(t, in.RootFS.Layers, 3, "FROM scratch: /lattice, /lattice-sandbox and /var/lib/lattice, nothing else")
 	assert.Less(t, in.Size, int64(64<<20), "image size")
 }
 
