@@ -40,7 +40,9 @@ measured to DIR/bench.json and DIR/bench.svg:
             node pings 10 random peers; with the peak memory
 
 The figures measure Lattice running in one process on this machine; compare
-them with a baseline from the same machine. With --baseline FILE (an earlier
+them with a baseline from the same machine. Other work on it is measured too:
+bench warns when the load average is above the core count, and bench.json
+keeps the load at the start and the end. With --baseline FILE (an earlier
 bench.json) each figure is set beside its baseline, and a change for the
 worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 		Example: `  # Everything, into bench/

@@ -35,10 +35,14 @@ type Metric struct {
 
 // Report is one bench run.
 type Report struct {
-	Date    time.Time `json:"date"`
-	Go      string    `json:"go"`
-	CPUs    int       `json:"cpus"`
-	Metrics []Metric  `json:"metrics"`
+	Date time.Time `json:"date"`
+	Go   string    `json:"go"`
+	CPUs int       `json:"cpus"`
+	// Load is the machine's 1-minute load average when the run began
+	// and when it ended (0 where /proc/loadavg cannot be read): above
+	// CPUs, other work shared the cores and the figures measure it too.
+	Load    [2]float64 `json:"load,omitempty"`
+	Metrics []Metric   `json:"metrics"`
 }
 
 // Topologies are the plans the benchmarks run on.
@@ -84,6 +88,17 @@ func Run(ctx context.Context, t Topologies, opt Options) (*Report, error) {
 		}
 	}
 	rep := &Report{Date: time.Now().UTC(), Go: runtime.Version(), CPUs: runtime.NumCPU()}
+	rep.Load[0] = readLoadAverage()
+	busy := func(when string, load float64) {
+		if load > float64(rep.CPUs) {
+			say("warning: load average %.1f on %d cores %s: other work shares the machine, and these figures measure it too (compare with a baseline taken beside the same work, or on a quiet machine)", load, rep.CPUs, when)
+		}
+	}
+	busy("at the start", rep.Load[0])
+	defer func() {
+		rep.Load[1] = readLoadAverage()
+		busy("at the end", rep.Load[1])
+	}()
 	want := func(name string) bool { return len(opt.Only) == 0 || slices.Contains(opt.Only, name) }
 	if want("datapath") {
 		say("datapath: %d MiB each way over a direct and a relayed pair", opt.Bytes>>20)
@@ -350,6 +365,31 @@ func peakRSS() int64 { return procStatus("VmHWM:") }
 
 // residentRSS is the process's resident memory now.
 func residentRSS() int64 { return procStatus("VmRSS:") }
+
+// readLoadAverage is loadAverage; tests replace it.
+var readLoadAverage = loadAverage
+
+// loadAverage is the machine's 1-minute load average, or 0 where it
+// cannot be read.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	l, _ := parseLoadAverage(string(b))
+	return l
+}
+
+// parseLoadAverage reads the first field of /proc/loadavg ("0.52 0.58
+// 0.59 1/257 3621").
+func parseLoadAverage(s string) (float64, error) {
+	f, _, _ := strings.Cut(strings.TrimSpace(s), " ")
+	l, err := strconv.ParseFloat(f, 64)
+	if err != nil || l < 0 || l != l || l > 1e9 {
+		return 0, fmt.Errorf("/proc/loadavg: %q is not a load average", f)
+	}
+	return l, nil
+}
 
 // procStatus reads a kB field of /proc/self/status, in bytes (0 where
 // there is none).

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +65,60 @@ func TestPeakRSS(t *testing.T) {
 	if rss := peakRSS(); rss != 0 {
 		assert.Greater(t, rss, int64(1<<20))
 	}
+}
+
+func TestParseLoadAverage(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"0.52 0.58 0.59 1/257 3621\n", 0.52, true},
+		{"12.64 10.93 9.60 5/900 1\n", 12.64, true},
+		{"", 0, false},
+		{"NaN 1 1 1/1 1", 0, false},
+		{"-1 0 0 1/1 1", 0, false},
+		{"Inf 0 0", 0, false},
+		{"x 0 0", 0, false},
+	} {
+		got, err := parseLoadAverage(tc.in)
+		if tc.ok {
+			require.NoError(t, err, "%q", tc.in)
+		} else {
+			require.Error(t, err, "%q", tc.in)
+		}
+		assert.Equal(t, tc.want, got, "%q", tc.in)
+	}
+}
+
+func FuzzParseLoadAverage(f *testing.F) {
+	f.Add("0.52 0.58 0.59 1/257 3621\n")
+	f.Add("NaN")
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := parseLoadAverage(s)
+		if err == nil && (l < 0 || l != l || l > 1e9) {
+			t.Fatalf("%q: accepted %v", s, l)
+		}
+	})
+}
+
+// TestBusyMachineWarned: a run on a machine whose load average is above
+// its core count says so, at the start and at the end, and the report
+// keeps both figures.
+func TestBusyMachineWarned(t *testing.T) {
+	loads := []float64{9.5, 0.4}
+	old := readLoadAverage
+	readLoadAverage = func() float64 { l := loads[0]; loads = loads[1:]; return l }
+	defer func() { readLoadAverage = old }()
+	var lines []string
+	rep, err := Run(t.Context(), Topologies{}, Options{Only: []string{"none"}, Progress: func(s string) { lines = append(lines, s) }})
+	require.NoError(t, err)
+	assert.Equal(t, [2]float64{9.5, 0.4}, rep.Load)
+	cores := runtime.NumCPU()
+	if cores >= 9 {
+		assert.Empty(t, lines, "load 9.5 is not busy on %d cores", cores)
+		return
+	}
+	require.Len(t, lines, 1, "only the start was busy: %q", lines)
+	assert.Contains(t, lines[0], fmt.Sprintf("warning: load average 9.5 on %d cores at the start", cores))
 }
