@@ -1,20 +1,19 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/internal/syncbuf"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -82,24 +81,8 @@ func TestRelayByDefault(t *testing.T) {
 	assert.Zero(t, st.TxDirect)
 }
 
-// syncBuffer is a bytes.Buffer slog handlers on several goroutines may
-// write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is safe to read while a command or logger writes it.
+type syncBuffer = syncbuf.Buffer
 
 // TestPionTraceInInjectedLogger: pion's ICE logs go to the node's logger
 // as component=ice, its trace at Debug-4 (no environment knob): a logger

@@ -27,7 +27,15 @@ type offlinePeer struct {
 	// The byte counters the peer had when it went offline: status keeps
 	// showing them, and they carry over when it comes back, so a peer's
 	// counters are totals since this node started.
-	txDirect, txRelay, rxDirect, rxRelay uint64
+	byteCounters
+}
+
+// byteCounters are a peer's bytes each way on each path.
+type byteCounters struct{ txDirect, txRelay, rxDirect, rxRelay uint64 }
+
+// countersOf reads path's byte counters.
+func countersOf(path *Path) byteCounters {
+	return byteCounters{path.TxDirect.Load(), path.TxRelay.Load(), path.RxDirect.Load(), path.RxRelay.Load()}
 }
 
 // PresenceTTL is how long after its last heartbeat control shows a node
@@ -57,15 +65,14 @@ func (n *Node) peerOffline(info controlapi.Peer) {
 	off := &offlinePeer{info: info}
 	if old := n.offline[info.NodeID]; old != nil {
 		off.history = old.history
-		off.txDirect, off.txRelay, off.rxDirect, off.rxRelay = old.txDirect, old.txRelay, old.rxDirect, old.rxRelay
+		off.byteCounters = old.byteCounters
 		n.tun.setOffline(old.info.Address.Addr(), false)
 	}
 	if p != nil {
 		// Its counters as they stand, so that status never shows the
-		// offline peer with none while the actor stops (set again,
+		// offline peer with none while the actor stops (taken again,
 		// final, below).
-		off.txDirect, off.txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
-		off.rxDirect, off.rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
+		off.byteCounters = countersOf(p.path)
 	}
 	n.offline[info.NodeID] = off
 	n.tun.setOffline(info.Address.Addr(), true)
@@ -73,21 +80,20 @@ func (n *Node) peerOffline(info controlapi.Peer) {
 	// off is published: Status reads it under n.mu, so what the stopped
 	// peer leaves behind is gathered first and written under n.mu.
 	var hist []PathEvent
-	var txDirect, txRelay, rxDirect, rxRelay uint64
+	var final byteCounters // once the actor has stopped
 	if p != nil {
 		p.close()
 		p.mu.Lock()
 		hist = append(hist, p.history...)
 		p.mu.Unlock()
-		txDirect, txRelay = p.path.TxDirect.Load(), p.path.TxRelay.Load()
-		rxDirect, rxRelay = p.path.RxDirect.Load(), p.path.RxRelay.Load()
+		final = countersOf(p.path)
 		n.forgetTrim(p)
 		_ = n.dev.IpcSet("public_key=" + p.info.PublicKey.Hex() + "\nremove=true\n")
 		n.bind.RemovePeer(p.info.PublicKey)
 	}
 	n.mu.Lock()
 	if p != nil {
-		off.txDirect, off.txRelay, off.rxDirect, off.rxRelay = txDirect, txRelay, rxDirect, rxRelay
+		off.byteCounters = final
 	}
 	off.history = append(off.history, hist...)
 	off.history = append(off.history, PathEvent{Time: time.Now(), To: PathOffline, Reason: "control: the peer is not running"})

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/internal/syncbuf"
 	"github.com/latticelab/lattice/runsc/gate"
 )
 
@@ -377,21 +378,5 @@ func gateWaiting(c *Container) bool {
 	return false
 }
 
-// syncBuffer is a bytes.Buffer safe to write from exec's copying
-// goroutine while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is safe to read while a command or logger writes it.
+type syncBuffer = syncbuf.Buffer

@@ -3,13 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"github.com/latticelab/lattice/control/controlapi"
-	"github.com/latticelab/lattice/internal/cli"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/internal/cli"
 )
 
 // writePrivate writes b to a fresh 0600 file in the test's directory.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/syncbuf"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
@@ -40,23 +41,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(stateRootGuard{m})
 }
 
-// syncBuffer is a bytes.Buffer safe to read while the command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is safe to read while a command or logger writes it.
+type syncBuffer = syncbuf.Buffer
 
 // start runs lattice with args until the test ends, returning its output
 // and a function that stops it and returns the exit code.

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/latticelab/lattice/internal/cli"
 	"io/fs"
 	"maps"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/latticelab/lattice/internal/cli"
 )
 
 // stateRootGuard runs the tests and then fails the run if they added
