@@ -75,6 +75,8 @@ type Lab struct {
 
 	shared serviceShared
 	scrape labScrape // the nodes' metrics collectors (metrics.go)
+
+	releaseGC func() // a huge lab's collector target (gc.go); nil if not held
 }
 
 type capture struct {
@@ -123,6 +125,12 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	}
 	if err := os.MkdirAll(filepath.Join(l.state, "nodes"), 0o700); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
+	}
+	if len(l.plan.Nodes) > hugeLab {
+		if release, held := holdGC(); held {
+			l.releaseGC = release
+			l.progress("%d nodes: Go's collector runs at GOGC=%d while the lab is up, to bound its peak memory (set GOGC to choose)", len(l.plan.Nodes), hugeLabGCPercent)
+		}
 	}
 	l.clock = &clock.Lab{}
 	if l.f, err = fabric.New(fabric.Config{Seed: l.plan.Seed, Clock: l.clock, Logger: log, OrderInstants: cfg.OrderInstants}); err != nil {
@@ -290,6 +298,9 @@ func (l *Lab) Close() error {
 	errs = append(errs, l.closeCaptures())
 	if l.temp {
 		errs = append(errs, os.RemoveAll(l.state))
+	}
+	if l.releaseGC != nil {
+		l.releaseGC()
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,49 @@
+package runner
+
+import (
+	"runtime/debug"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// gcPercent reads the collector's growth target without changing it.
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
+
+func TestHugeLabHoldsGC(t *testing.T) {
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+
+	release1, held := holdGC()
+	assert.True(t, held)
+	assert.Equal(t, hugeLabGCPercent, gcPercent(), "while a huge lab is up")
+	release2, held := holdGC()
+	assert.True(t, held)
+	release1()
+	release1() // idempotent: must not release the second hold
+	assert.Equal(t, hugeLabGCPercent, gcPercent(), "while a second huge lab is still up")
+	release2()
+	assert.Equal(t, 100, gcPercent(), "put back once the last one closes")
+}
+
+func TestHugeLabLeavesLowerGC(t *testing.T) {
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(20))
+	release, held := holdGC()
+	defer release()
+	assert.False(t, held)
+	assert.Equal(t, 20, gcPercent(), "a lower target set by the process stays")
+}
+
+func TestHugeLabRespectsGOGC(t *testing.T) {
+	t.Setenv("GOGC", "200")
+	defer debug.SetGCPercent(debug.SetGCPercent(200))
+	release, held := holdGC()
+	defer release()
+	assert.False(t, held)
+	assert.Equal(t, 200, gcPercent(), "the user's GOGC wins")
+}
