@@ -161,7 +161,7 @@ func dataPath(ctx context.Context, t Topologies, size int64) ([]Metric, error) {
 }
 
 func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
-	var first, started, direct []time.Duration
+	var first, started, afterUp, direct []time.Duration
 	a, b := t.Direct[0], t.Direct[1]
 	for range runs {
 		c, err := connectOnce(ctx, t, "", nil)
@@ -169,12 +169,15 @@ func connect(ctx context.Context, t Topologies, runs int) ([]Metric, error) {
 			return nil, err
 		}
 		first, started, direct = append(first, c.firstByte), append(started, c.started), append(direct, c.direct)
+		afterUp = append(afterUp, c.firstByte-c.started)
 	}
 	return []Metric{
 		{Name: "connect_first_byte", Value: median(first), Unit: "ms", Better: "lower",
 			Note: fmt.Sprintf("median of %d: from starting %s (with %s up) to its first answered overlay ping", runs, b, a)},
 		{Name: "connect_node_start", Value: median(started), Unit: "ms", Better: "lower",
 			Note: fmt.Sprintf("median of %d: the part of connect_first_byte %s took to start (registered, relay, control session, peers)", runs, b)},
+		{Name: "connect_first_byte_up", Value: median(afterUp), Unit: "ms", Better: "lower",
+			Note: fmt.Sprintf("median of %d: the rest of connect_first_byte, from %s's start returning to the ping answered (the overlay's own part: the peer learnt, the handshake, the ping)", runs, b)},
 		{Name: "connect_direct", Value: median(direct), Unit: "ms", Better: "lower",
 			Note: fmt.Sprintf("median of %d: from both being up to the direct path", runs)},
 	}, nil

@@ -72,7 +72,7 @@ func TestConnectVirtual(t *testing.T) {
 					}
 				})
 				require.NoError(t, err)
-				t.Logf("%s leads: started %v, first byte %v, direct %v", tt.leads, c.started, c.firstByte, c.direct)
+				t.Logf("%s leads: started %v, first byte %v (%v after the start), direct %v", tt.leads, c.started, c.firstByte, c.firstByte-c.started, c.direct)
 				assert.LessOrEqual(t, c.started.Round(time.Millisecond), 140*time.Millisecond, "tablet's start")
 				assert.LessOrEqual(t, c.firstByte.Round(time.Millisecond), tt.firstByte, "first byte")
 				assert.LessOrEqual(t, c.direct.Round(time.Millisecond), tt.wantDirect, "direct")
