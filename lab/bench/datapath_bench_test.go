@@ -129,4 +129,3 @@ func (r *repeat) Read(p []byte) (int, error) {
 	r.off = (r.off + n) % len(r.buf)
 	return n, nil
 }
-
