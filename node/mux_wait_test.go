@@ -162,6 +162,7 @@ func TestMuxStopsWaitingWhenNobodyReads(t *testing.T) {
 func TestMuxDropsOnKernelSocket(t *testing.T) {
 	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(t, err)
+	_ = pc.SetReadBuffer(4 << 20) // capped by net.core.rmem_max; the pacing below does the rest
 	mux := node.NewMux(pc, nil)
 	defer mux.Close()
 	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -173,15 +174,24 @@ func TestMuxDropsOnKernelSocket(t *testing.T) {
 		_, err := peer.WriteTo(transportDatagram(i), to)
 		require.NoError(t, err)
 		if i%64 == 63 {
-			time.Sleep(time.Millisecond) // paced: the kernel's buffer never fills
+			time.Sleep(time.Millisecond) // paced, so the kernel's buffer rarely fills
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for mux.Stats().WireGuard < sent && time.Now().Before(deadline) {
+	// Wait until the mux has read everything the kernel kept: all of it,
+	// or no progress for 200 ms.
+	last, still := uint64(0), time.Now()
+	for {
+		n := mux.Stats().WireGuard
+		if n == sent || time.Since(still) > 200*time.Millisecond {
+			break
+		}
+		if n != last {
+			last, still = n, time.Now()
+		}
 		time.Sleep(time.Millisecond)
 	}
 	st := mux.Stats()
-	require.Equal(t, uint64(sent), st.WireGuard, "the mux read every datagram")
-	assert.Equal(t, uint64(sent-1024), st.WireGuardDroped, "and dropped what its queue could not hold")
+	require.Greater(t, st.WireGuard, uint64(1024), "the mux read more than its queue holds")
+	assert.Equal(t, st.WireGuard-1024, st.WireGuardDroped, "and dropped what its queue could not hold")
 	assert.Equal(t, 1024, len(readAllWireGuard(t, mux, 1024)))
 }
