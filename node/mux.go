@@ -104,6 +104,10 @@ const (
 	muxBufSize   = 2048
 	muxQueueLen  = 1024
 	muxSTUNQueue = 256
+	// muxWaitWG is how long the read loop of a socket that is not the
+	// kernel's waits for room in the WireGuard queue before it drops
+	// (see queueWG).
+	muxWaitWG = 250 * time.Millisecond
 )
 
 var muxPool = sync.Pool{New: func() any { b := make([]byte, muxBufSize); return &b }}
@@ -125,6 +129,13 @@ type Mux struct {
 
 	stunN, wgN, other, stunDrop, wgDrop atomic.Uint64
 	coalesced                           atomic.Uint64 // datagrams that arrived in a run (UDP GRO)
+
+	// wait is how long queueWG waits for room: zero on a kernel socket.
+	wait time.Duration
+	// The read loop's own, for queueWG: its timer, and whether its last
+	// wait for room ran out.
+	waitTimer *time.Timer
+	stalled   bool
 }
 
 // NewMux starts the read loop on pc. Close stops it and closes pc.
@@ -137,6 +148,9 @@ func newMux(pc net.PacketConn, log *slog.Logger, gro bool) *Mux {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Mux{pc: pc, batch: newUDPBatch(pc, gro), log: log, wg: make(chan datagram, muxQueueLen), done: make(chan struct{})}
+	if _, kernel := pc.(*net.UDPConn); !kernel {
+		m.wait = muxWaitWG
+	}
 	m.stun = &muxConn{m: m, in: make(chan datagram, muxSTUNQueue)}
 	m.loop.Add(1)
 	switch bc, ok := pc.(batchPacketConn); {
@@ -274,16 +288,53 @@ func (m *Mux) route(d datagram) {
 		}
 	case KindWireGuard:
 		m.wgN.Add(1)
-		select {
-		case m.wg <- d:
-		default:
-			m.wgDrop.Add(1)
-			muxPool.Put(d.buf)
-		}
+		m.queueWG(d)
 	default:
 		m.other.Add(1)
 		muxPool.Put(d.buf)
 	}
+}
+
+// queueWG hands d to the Bind's queue; it owns d's buffer. Only the read
+// loop calls it.
+//
+// On a kernel socket a full queue drops d: the read loop must keep
+// draining the socket so that STUN (ICE's checks and consent) is not stuck
+// behind WireGuard, and the kernel's socket buffer would drop as well.
+//
+// On any other socket (a lab host's, in this process) the read loop waits
+// for room instead, up to m.wait, and leaves what arrives meanwhile in the
+// socket's own receive queue, which is bounded like SO_RCVBUF and drops
+// when full. Dropping here would throw away what that queue could hold:
+// at 20 ms RTT the 1,024 entries overflowed in TCP's bursts and cost 5% of
+// a lab transfer's packets. A wait that runs out (nothing reading the
+// Bind) drops, and so does every full queue after it until a datagram
+// goes in without waiting, so STUN keeps flowing while the Bind is closed.
+func (m *Mux) queueWG(d datagram) {
+	select {
+	case m.wg <- d:
+		m.stalled = false
+		return
+	default:
+	}
+	if m.wait > 0 && !m.stalled {
+		if m.waitTimer == nil {
+			m.waitTimer = time.NewTimer(m.wait)
+		} else {
+			m.waitTimer.Reset(m.wait)
+		}
+		select {
+		case m.wg <- d:
+			m.waitTimer.Stop()
+			return
+		case <-m.waitTimer.C:
+			m.stalled = true
+		case <-m.done:
+			m.waitTimer.Stop()
+		}
+	}
+	m.wgDrop.Add(1)
+	muxPool.Put(d.buf)
 }
 
 // addrPortOf is a's address and port, an IPv4-mapped address (what a
