@@ -254,12 +254,14 @@ func (p *peer) addRemote(s *Signal) {
 		p.env.log.Debug("bad remote candidate", "peer", p.info.Name, "err", err)
 		return
 	}
-	p.setReport(func(r *ICEReport) { r.RemoteCandidates = append(r.RemoteCandidates, c.String()) })
+	// A candidate signaled again (a resent offer) is listed once.
+	cs := c.String()
+	p.setReport(func(r *ICEReport) { r.RemoteCandidates = appendNew(r.RemoteCandidates, cs) })
 	if c.Type() == ice.CandidateTypeHost && p.isOwnAddr(c.Address(), c.Port()) {
 		// Our own address: pion would send its checks to us and, because
 		// its UDPMux routes by source address, hand our own checks to
 		// this agent as wrong-username requests.
-		p.setReport(func(r *ICEReport) { r.SelfCandidates = append(r.SelfCandidates, c.String()) })
+		p.setReport(func(r *ICEReport) { r.SelfCandidates = appendNew(r.SelfCandidates, cs) })
 		return
 	}
 	if p.agent == nil {
@@ -268,6 +270,14 @@ func (p *peer) addRemote(s *Signal) {
 	if err := p.agent.AddRemoteCandidate(c); err != nil {
 		p.env.log.Debug("add remote candidate", "peer", p.info.Name, "err", err)
 	}
+}
+
+// appendNew appends s to list unless list has it.
+func appendNew(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }
 
 // isOwnAddr reports whether host:port is one of the addresses our shared

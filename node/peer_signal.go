@@ -86,7 +86,7 @@ func (p *peer) onSignal(ctx context.Context, s *Signal) {
 		}
 		p.haveRemote = true
 		p.boundRemote = s.Session
-		p.setReport(func(r *ICEReport) { r.RemoteCandidates = nil })
+		p.setReport(func(r *ICEReport) { r.RemoteCandidates, r.SelfCandidates = nil, nil })
 		p.connect(ctx, s.Ufrag, s.Pwd)
 		for _, c := range p.pending {
 			if c.Session == s.Session {
@@ -120,7 +120,7 @@ func (p *peer) adopt(ctx context.Context, s *Signal) {
 	}
 	p.env.log.Debug("ICE attempt adopts the peer's session", "peer", p.info.Name, "session", p.session, "peer_session", s.Session)
 	p.boundRemote = s.Session
-	p.setReport(func(r *ICEReport) { r.RemoteCandidates = nil })
+	p.setReport(func(r *ICEReport) { r.RemoteCandidates, r.SelfCandidates = nil, nil })
 	p.restartWhileDirect(ctx)
 	for _, c := range p.pending {
 		if c.Session == s.Session {
