@@ -65,6 +65,9 @@ func (n *Node) startWireGuard(ctx context.Context, addr netip.Prefix) error {
 		return fmt.Errorf("node: interface: %w", err)
 	}
 	n.tun = newUnreachableTUN(tdev)
+	if tr, ok := n.relay.(transportReporter); ok {
+		n.tun.mtu.relay = tr // before the device reads: never changed after
+	}
 	dev := device.NewDevice(n.tun, n.bind, device.NewLogger(device.LogLevelSilent, ""))
 	n.dev = dev
 	if err := dev.IpcSet("private_key=" + n.id.Private.RevealHex() + "\n"); err != nil {

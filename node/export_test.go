@@ -67,3 +67,10 @@ func (n *Node) LastDirectReceives() []time.Time {
 	}
 	return out
 }
+
+// PeerMTUCounts returns what the per-peer MTU did: SYNs clamped, packets
+// answered as too big, packets fragmented.
+func (n *Node) PeerMTUCounts() (clamped, tooBig, fragmented uint64) {
+	m := &n.tun.mtu
+	return m.clamped.Load(), m.tooBig.Load(), m.fragmented.Load()
+}

@@ -1,11 +1,16 @@
 package node_test
 
 import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/meshtest"
@@ -59,4 +64,97 @@ func TestFullSizePackets(t *testing.T) {
 		}
 		c.Close()
 	}
+}
+
+// TestQUICRelayMTU: between two nodes relayed over QUIC, the overlay MTU
+// toward each other is QUICRelayMTU (and status says why), and full-size
+// traffic still crosses: UDP packets up to the interface's 1420 bytes
+// (fragmented by the node, as gVisor sends them without DF) and a TCP
+// transfer (MSS clamped). Every packet the relay forwards is a QUIC
+// datagram: none falls back to the relay's stream.
+func TestQUICRelayMTU(t *testing.T) {
+	w := meshtest.Start(t)
+	quic := func(c *node.Config) { c.ICE.RelayOnly, c.RelayTransport = true, "quic" }
+	echo := w.Peer(t, "echo", quic)
+	relayed := w.Peer(t, "relayed", quic)
+	meshtest.WaitPath(t, relayed.Node, "echo", node.PathRelay, 15*time.Second)
+	for _, n := range []*node.Node{echo.Node, relayed.Node} {
+		var st []node.PeerStatus
+		require.Eventually(t, func() bool { // the relay client connects in the background
+			st = n.Status()
+			return len(st) == 1 && st[0].MTU == node.QUICRelayMTU
+		}, 10*time.Second, 10*time.Millisecond, "status: %+v", st)
+		assert.Equal(t, "relayed over QUIC datagrams", st[0].MTUReason)
+	}
+
+	pc, err := echo.Stack.ListenPacket(t.Context(), "udp", ":7")
+	require.NoError(t, err)
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+	c, err := relayed.Stack.ListenPacket(t.Context(), "udp", ":0")
+	require.NoError(t, err)
+	defer c.Close()
+	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(echo.Addr(), 7))
+	buf := make([]byte, 2048)
+	for _, ipSize := range []int{1300, node.QUICRelayMTU, node.QUICRelayMTU + 1, node.QUICRelayMTU + 2, 1400, 1420} {
+		payload := bytes.Repeat([]byte{byte(ipSize)}, ipSize-28)
+		got := false
+		for try := 0; try < 3 && !got; try++ {
+			_, err := c.WriteTo(payload, dst)
+			require.NoError(t, err)
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			n, _, err := c.ReadFrom(buf)
+			got = err == nil && bytes.Equal(buf[:n], payload)
+		}
+		c1, t1, f1 := relayed.Node.PeerMTUCounts()
+		c2, t2, f2 := echo.Node.PeerMTUCounts()
+		require.True(t, got, "a %d-byte packet is lost over the QUIC relay (clamped, too big, fragmented: %d %d %d; echo %d %d %d)", ipSize, c1, t1, f1, c2, t2, f2)
+	}
+
+	ln, err := echo.Stack.Listen(t.Context(), "tcp", ":9")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	const size = 4 << 20
+	sum := make(chan [32]byte, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		h := sha256.New()
+		_, _ = io.Copy(h, conn)
+		sum <- [32]byte(h.Sum(nil))
+	}()
+	conn, err := relayed.Stack.Dial(t.Context(), "tcp", netip.AddrPortFrom(echo.Addr(), 9).String())
+	require.NoError(t, err)
+	data := make([]byte, size)
+	_, _ = rand.Read(data)
+	_, err = conn.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close())
+	select {
+	case got := <-sum:
+		require.Equal(t, sha256.Sum256(data), got, "the transfer arrived intact")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the transfer did not finish in 30s")
+	}
+
+	st := w.Relay.Stats()
+	assert.Zero(t, st.DatagramFallbacks, "packets the relay sent on the stream because they did not fit a datagram")
+	t.Logf("relay: %d packets in, %d as datagrams; %d out, %d as datagrams", st.PacketsIn, st.DatagramsIn, st.PacketsOut, st.DatagramsOut)
+	// Before a peer's id is acknowledged its packets go as frames: a few
+	// at the start, not the transfer's thousands.
+	assert.Less(t, st.PacketsIn-st.DatagramsIn, uint64(20), "packets clients sent on the stream")
+	assert.Less(t, st.PacketsOut-st.DatagramsOut, uint64(20), "packets the relay sent on the stream")
+	assert.Greater(t, st.DatagramsIn, uint64(size/node.QUICRelayMTU), "the transfer went as datagrams")
 }

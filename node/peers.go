@@ -79,6 +79,7 @@ func (n *Node) addPeer(info controlapi.Peer) {
 		p.path.RxRelay.Add(back.rxRelay)
 	}
 	n.peers[info.NodeID] = p
+	n.tun.setPath(info.Address.Addr(), p.path)
 	if !first && !lazy {
 		p.keepaliveTimer = time.AfterFunc(keepaliveDelay, func() {
 			n.mu.Lock()
@@ -130,6 +131,7 @@ func (n *Node) removePeer(info controlapi.Peer) {
 	}
 	p.close()
 	n.forgetTrim(p)
+	n.tun.setPath(p.info.Address.Addr(), nil)
 	_ = n.dev.IpcSet("public_key=" + info.PublicKey.Hex() + "\nremove=true\n")
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)

@@ -76,6 +76,7 @@ func (n *Node) peerOffline(info controlapi.Peer) {
 	}
 	n.offline[info.NodeID] = off
 	n.tun.setOffline(info.Address.Addr(), true)
+	n.tun.setPath(info.Address.Addr(), nil)
 	n.mu.Unlock()
 	// off is published: Status reads it under n.mu, so what the stopped
 	// peer leaves behind is gathered first and written under n.mu.

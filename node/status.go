@@ -28,6 +28,11 @@ type PeerStatus struct {
 	// direct path negotiated on first traffic", "attempt timed out after
 	// 10s: …, next in 8s"); empty on a direct path.
 	Why string
+	// MTU is the overlay MTU toward the peer now, and MTUReason why:
+	// QUICRelayMTU while its packets go through a QUIC relay connection
+	// (mtu.go), the interface's MTU otherwise; zero while offline.
+	MTU       int
+	MTUReason string
 }
 
 // ICEReport says what the last ICE attempt with a peer saw: the answer
@@ -62,6 +67,7 @@ func (n *Node) Status() []PeerStatus {
 		st := p.status()
 		st.Online = true
 		st.LastHandshake = handshakes[st.Peer.PublicKey]
+		st.MTU, st.MTUReason = n.peerMTU(st.Endpoint == "relay")
 		out = append(out, st)
 	}
 	out = append(out, n.offlineStatus()...)
@@ -158,6 +164,27 @@ func (p *peer) status() PeerStatus {
 		st.Endpoint = "relay"
 	}
 	return st
+}
+
+// peerMTU is the overlay MTU toward a peer reached through the relay
+// (relayed) or directly, and why.
+func (n *Node) peerMTU(relayed bool) (int, string) {
+	if !relayed {
+		return n.cfg.MTU, mtuReasonDirect
+	}
+	t := ""
+	if tr, ok := n.relay.(transportReporter); ok {
+		t = tr.Transport()
+	}
+	switch {
+	case t == transportQUIC && n.tun != nil:
+		return min(n.cfg.MTU, QUICRelayMTU), mtuReasonQUIC
+	case t == transportQUIC:
+		return n.cfg.MTU, "relayed over QUIC; larger packets take the relay's stream (the WireGuard device has its own interface)"
+	case t == "tcp":
+		return n.cfg.MTU, mtuReasonTCP
+	}
+	return n.cfg.MTU, "relayed (relay reconnecting)"
 }
 
 // MuxStats returns the shared socket's counters.

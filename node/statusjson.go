@@ -23,11 +23,13 @@ import (
 //	 "history": [{"time": "…", "to": "relay", "addr": "", "reason": "…"}],
 //	 "ice": {"session": 1, "state": "connected", "local_candidates": […], "remote_candidates": […],
 //	         "self_candidates": […], "pairs": […], "error": ""},
-//	 "why": "attempt timed out after 10s: …, next in 8s"}
+//	 "why": "attempt timed out after 10s: …, next in 8s",
+//	 "mtu": 1378, "mtu_reason": "relayed over QUIC datagrams"}
 //
 // state is "online" or "offline" (online as a word); path is "direct",
 // "relay" or "offline"; endpoint is empty when offline; last_handshake is
-// RFC 3339, null before the first.
+// RFC 3339, null before the first; mtu is 0 and mtu_reason empty while
+// offline.
 type peerStatusJSON struct {
 	Name      string       `json:"name"`
 	NodeID    string       `json:"node_id"`
@@ -51,6 +53,9 @@ type peerStatusJSON struct {
 	History []PathEvent `json:"history"`
 	ICE     ICEReport   `json:"ice"`
 	Why     string      `json:"why,omitempty"`
+
+	MTU       int    `json:"mtu"`
+	MTUReason string `json:"mtu_reason"`
 }
 
 // MarshalJSON implements json.Marshaler (the shape above).
@@ -61,7 +66,7 @@ func (s PeerStatus) MarshalJSON() ([]byte, error) {
 		RTTMillis: float64(s.RTT) / float64(time.Millisecond),
 		TxBytes:   s.TxDirect + s.TxRelay, RxBytes: s.RxDirect + s.RxRelay,
 		TxDirectBytes: s.TxDirect, TxRelayBytes: s.TxRelay, RxDirectBytes: s.RxDirect, RxRelayBytes: s.RxRelay,
-		History: s.History, ICE: s.ICE, Why: s.Why,
+		History: s.History, ICE: s.ICE, Why: s.Why, MTU: s.MTU, MTUReason: s.MTUReason,
 	}
 	if s.Online {
 		j.State = "online"
@@ -90,7 +95,7 @@ func (s *PeerStatus) UnmarshalJSON(b []byte) error {
 		Online: j.Online, Path: j.Path, Endpoint: j.Endpoint,
 		RTT:      time.Duration(math.Round(j.RTTMillis * float64(time.Millisecond))),
 		TxDirect: j.TxDirectBytes, TxRelay: j.TxRelayBytes, RxDirect: j.RxDirectBytes, RxRelay: j.RxRelayBytes,
-		History: j.History, ICE: j.ICE, Why: j.Why,
+		History: j.History, ICE: j.ICE, Why: j.Why, MTU: j.MTU, MTUReason: j.MTUReason,
 	}
 	if j.LastHandshake != nil {
 		s.LastHandshake = *j.LastHandshake

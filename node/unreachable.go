@@ -1,15 +1,12 @@
 package node
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
-
-	"github.com/latticelab/lattice/internal/inet"
 )
 
 // unreachableTUN sits between the overlay interface and WireGuard and
@@ -32,6 +29,8 @@ type unreachableTUN struct {
 	closeOnce sync.Once
 
 	rejected atomic.Uint64
+
+	mtu peerMTUs // the per-peer MTU toward peers relayed over QUIC (mtu.go)
 }
 
 var _ tun.Device = (*unreachableTUN)(nil)
@@ -68,13 +67,34 @@ func (u *unreachableTUN) setOffline(addr netip.Addr, offline bool) {
 }
 
 // Read implements tun.Device. Packets for offline peers are answered and
-// left out of the batch (size 0, which WireGuard skips).
+// left out of the batch (size 0, which WireGuard skips); packets to peers
+// relayed over QUIC are held to QUICRelayMTU (mtu.go).
 func (u *unreachableTUN) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if len(u.mtu.pending) > 0 {
+		return u.mtu.takePending(bufs, sizes, offset, 0), nil
+	}
 	n, err := u.Device.Read(bufs, sizes, offset)
 	u.restoreTrimmed(bufs, sizes, offset, n)
+	u.rejectOffline(bufs, sizes, offset, n)
+	if u.mtu.quic() {
+		n = u.limitOutbound(bufs, sizes, offset, n)
+	}
+	return n, err
+}
+
+// Write implements tun.Device: SYNs from peers relayed over QUIC get
+// their MSS clamped (mtu.go) on the way in.
+func (u *unreachableTUN) Write(bufs [][]byte, offset int) (int, error) {
+	if u.mtu.quic() {
+		u.mtu.limitInbound(bufs, offset)
+	}
+	return u.Device.Write(bufs, offset)
+}
+
+func (u *unreachableTUN) rejectOffline(bufs [][]byte, sizes []int, offset, n int) {
 	set := u.offline.Load()
 	if set == nil || len(*set) == 0 {
-		return n, err
+		return
 	}
 	for i := range n {
 		pkt := bufs[i][offset : offset+sizes[i]]
@@ -94,7 +114,6 @@ func (u *unreachableTUN) Read(bufs [][]byte, sizes []int, offset int) (int, erro
 			}
 		}
 	}
-	return n, err
 }
 
 func (u *unreachableTUN) writeLoop() {
@@ -119,37 +138,5 @@ func (u *unreachableTUN) Close() error {
 }
 
 // hostUnreachable builds the ICMP host unreachable answer to an IPv4
-// packet, with device.MessageTransportOffsetContent bytes of headroom,
-// or nil when none is due: no ICMP error about an ICMP error or about a
-// fragment other than the first (RFC 1122 3.2.2).
-func hostUnreachable(pkt []byte) []byte {
-	ihl := int(pkt[0]&0x0f) * 4
-	if ihl < 20 || len(pkt) < ihl {
-		return nil
-	}
-	if binary.BigEndian.Uint16(pkt[6:8])&0x1fff != 0 {
-		return nil
-	}
-	if pkt[9] == 1 && len(pkt) > ihl {
-		switch pkt[ihl] { // ICMP type
-		case 3, 4, 5, 11, 12:
-			return nil
-		}
-	}
-	quote := pkt[:min(len(pkt), ihl+8)] // RFC 792: the header and 64 bits of data
-	const off = device.MessageTransportOffsetContent
-	b := make([]byte, off+20+8+len(quote))
-	ip := b[off : off+20]
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+len(quote)))
-	ip[8] = 64 // TTL
-	ip[9] = 1  // ICMP
-	copy(ip[12:16], pkt[16:20])
-	copy(ip[16:20], pkt[12:16])
-	binary.BigEndian.PutUint16(ip[10:12], inet.Checksum(ip))
-	icmp := b[off+20:]
-	icmp[0], icmp[1] = 3, 1 // destination unreachable: host
-	copy(icmp[8:], quote)
-	binary.BigEndian.PutUint16(icmp[2:4], inet.Checksum(icmp))
-	return b
-}
+// packet (see icmpv4Error).
+func hostUnreachable(pkt []byte) []byte { return icmpv4Error(pkt, 1, 0) }

@@ -51,9 +51,10 @@ const quicPacketSize = 1452
 // MaxDatagramPacket is the largest packet that travels as a QUIC datagram:
 // quic-go admits a datagram payload of quicPacketSize − 37 bytes (it
 // reserves a 20-byte connection ID, the type byte and the AEAD tag), less
-// the 5-byte LRP datagram header. A WireGuard tunnel MTU of
-// MaxDatagramPacket − 32 (1378) toward a QUIC-relayed peer keeps its
-// full-size packets in datagrams; larger packets take the control stream.
+// the 5-byte LRP datagram header. A WireGuard tunnel MTU of 1376
+// (MaxDatagramPacket − 32, rounded down to WireGuard's 16-byte padding)
+// toward a QUIC-relayed peer keeps its full-size packets in datagrams
+// (node.QUICRelayMTU); larger packets take the control stream.
 const MaxDatagramPacket = quicPacketSize - 37 - datagramHeaderLen
 
 // quicConnIDLen is the length of the connection IDs each end issues, so

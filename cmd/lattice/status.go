@@ -57,7 +57,9 @@ under the node's own line. Connections to an offline peer fail at once (host unr
            last_handshake (RFC 3339, null before the first),
            tx_bytes, rx_bytes, tx_direct_bytes, tx_relay_bytes, rx_direct_bytes, rx_relay_bytes,
            history: [{time, to, addr, reason}],
-           ice: {session, state, local_candidates, remote_candidates, self_candidates, pairs, error}}]`
+           ice: {session, state, local_candidates, remote_candidates, self_candidates, pairs, error},
+           mtu, mtu_reason (the overlay MTU toward the peer and why: 1378 while it is
+           relayed over QUIC datagrams)}]`
 
 // serveStatus answers GET /status on a unix socket only the owner can use;
 // with ping (a --userspace node's netstack), POST /ping too (ping.go).

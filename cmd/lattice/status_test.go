@@ -28,7 +28,7 @@ func sampleStatus() statusReply {
 			{
 				Peer:   controlapi.Peer{NodeID: "n-web", Name: "web-1", PublicKey: key.Public{1}, Address: netip.MustParsePrefix("100.64.1.2/10")},
 				Online: true, Path: node.PathDirect, Endpoint: "192.0.2.7:51820",
-				RTT: 1500 * time.Microsecond, LastHandshake: hs,
+				RTT: 1500 * time.Microsecond, LastHandshake: hs, MTU: 1420, MTUReason: "direct",
 				TxDirect: 1000, TxRelay: 234, RxDirect: 5000, RxRelay: 678,
 				History: []node.PathEvent{{Time: hs, To: node.PathDirect, Addr: netip.MustParseAddrPort("192.0.2.7:51820"), Reason: "ICE nominated a pair"}},
 				ICE: node.ICEReport{Session: 7, State: "connected", LocalCandidates: []string{"l"}, RemoteCandidates: []string{"r"},
@@ -58,7 +58,7 @@ func TestStatusJSONShape(t *testing.T) {
 	peers := top["peers"].([]any)
 	require.Len(t, peers, 2)
 	web, db := peers[0].(map[string]any), peers[1].(map[string]any)
-	assert.Equal(t, []string{"address", "endpoint", "history", "ice", "last_handshake", "name", "node_id", "online", "path",
+	assert.Equal(t, []string{"address", "endpoint", "history", "ice", "last_handshake", "mtu", "mtu_reason", "name", "node_id", "online", "path",
 		"public_key", "rtt_ms", "rx_bytes", "rx_direct_bytes", "rx_relay_bytes", "state", "tx_bytes", "tx_direct_bytes",
 		"tx_relay_bytes"}, keys(web))
 	assert.Equal(t, keys(web), keys(db), "an offline peer has the same keys")
@@ -72,6 +72,8 @@ func TestStatusJSONShape(t *testing.T) {
 	assert.Equal(t, true, web["online"])
 	assert.Equal(t, "online", web["state"])
 	assert.Equal(t, "direct", web["path"])
+	assert.Equal(t, 1420.0, web["mtu"])
+	assert.Equal(t, "direct", web["mtu_reason"])
 	assert.Equal(t, 1234.0, web["tx_bytes"])
 	assert.Equal(t, 5678.0, web["rx_bytes"])
 	assert.Equal(t, "100.64.1.2/10", web["address"])

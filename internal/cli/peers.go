@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,7 +15,7 @@ import (
 // PrintPeers prints a table of peers and why each relayed one is.
 func PrintPeers(w io.Writer, peers []node.PeerStatus) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tADDRESS\tSTATE\tPATH\tENDPOINT\tRTT\tTX\tRX\tHANDSHAKE")
+	fmt.Fprintln(tw, "PEER\tADDRESS\tSTATE\tPATH\tENDPOINT\tRTT\tMTU\tTX\tRX\tHANDSHAKE")
 	sort.Slice(peers, func(i, j int) bool { return peers[i].Peer.Name < peers[j].Peer.Name })
 	for _, p := range peers {
 		rtt, hs := "-", "never"
@@ -28,7 +29,11 @@ func PrintPeers(w io.Writer, peers []node.PeerStatus) {
 		if !p.Online {
 			state = "offline"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Peer.Name, p.Peer.Address.Addr(), state, p.Path, orDash(p.Endpoint), rtt,
+		mtu := "-"
+		if p.MTU > 0 {
+			mtu = strconv.Itoa(p.MTU)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Peer.Name, p.Peer.Address.Addr(), state, p.Path, orDash(p.Endpoint), rtt, mtu,
 			bytesStr(p.TxDirect+p.TxRelay), bytesStr(p.RxDirect+p.RxRelay), hs)
 	}
 	tw.Flush()
@@ -39,6 +44,9 @@ func PrintPeers(w io.Writer, peers []node.PeerStatus) {
 		fmt.Fprintf(w, "\n%s is relayed:\n", p.Peer.Name)
 		if p.Why != "" {
 			fmt.Fprintf(w, "  why: %s\n", p.Why)
+		}
+		if p.MTU > 0 {
+			fmt.Fprintf(w, "  mtu: %d: %s\n", p.MTU, p.MTUReason)
 		}
 		if n := len(p.History); n > 0 {
 			fmt.Fprintf(w, "  last change: %s\n", p.History[n-1].Reason)
