@@ -41,8 +41,9 @@ type RelayDialer func(ctx context.Context, relay controlapi.Relay, auth RelayAut
 var relayTransports = []string{"tcp", "quic", "race"}
 
 // LRPRelay returns a RelayDialer for LRP relays on network n over
-// transport: "tcp" (the default when empty), "quic", or "race" (race both,
-// prefer QUIC).
+// transport: "tcp" (the default when empty), "quic", or "race" (race both
+// and keep the one that measures better, QUIC on a tie; measured again
+// every few minutes).
 //
 // TCP is the default because a full-size WireGuard packet (1420-byte MTU
 // plus 32 bytes) does not fit a QUIC datagram on a 1500-byte path (at most
@@ -119,6 +120,9 @@ func (l *lrpClient) Probe(ctx context.Context, timeout time.Duration) error {
 // Transport is "quic", "tcp" or "" while disconnected.
 func (l *lrpClient) Transport() string { return l.c.Transport() }
 
+// TransportReason says why (see relay.Client.TransportReason).
+func (l *lrpClient) TransportReason() string { return l.c.TransportReason() }
+
 // WaitConnected returns once the relay connection is up (see
 // relay.Client.WaitConnected).
 func (l *lrpClient) WaitConnected(ctx context.Context) error { return l.c.WaitConnected(ctx) }
@@ -149,8 +153,10 @@ func (n *Node) renewRelayToken(ctx context.Context) (string, error) {
 // connected now.
 type RelayStats struct {
 	relay.ClientStats
-	// Transport is "quic" or "tcp" while connected, "" while not.
-	Transport string
+	// Transport is "quic" or "tcp" while connected, "" while not, and
+	// TransportReason why: "configured", or what `race` measured.
+	Transport       string
+	TransportReason string
 }
 
 // RelayStats returns the relay client's counters (for metrics), and
@@ -161,7 +167,7 @@ func (n *Node) RelayStats() (RelayStats, bool) {
 	if !ok {
 		return RelayStats{}, false
 	}
-	return RelayStats{ClientStats: l.c.Stats(), Transport: l.c.Transport()}, true
+	return RelayStats{ClientStats: l.c.Stats(), Transport: l.c.Transport(), TransportReason: l.c.TransportReason()}, true
 }
 
 // Servers returns the STUN servers and relays control announced in the

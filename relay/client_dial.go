@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -19,142 +18,109 @@ import (
 // or hostile WELCOME cannot make the client spin.
 const minKeepAlive = 10 * time.Millisecond
 
-type dialResult struct {
-	transport string
-	cc        *cconn
-	err       error
-}
-
-// dial races the transports: QUIC first, TCP after TCPDelay (or as soon as
-// QUIC fails). The first connection to authenticate wins, except that a
-// TCP winner waits QUICGrace for a QUIC attempt still running, because
-// datagrams suit WireGuard better than a TCP stream. Every attempt that
-// does not win is cancelled and closed before dial returns.
+// dial connects and authenticates: over the configured transport, or,
+// with none configured, over the one race picks by measurement.
 func (c *Client) dial(ctx context.Context, tok Token) (*cconn, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	results := make(chan dialResult, 2)
-	running := 0
-	start := func(t string) {
-		running++
-		go func() {
-			cc, err := c.dialOne(ctx, t, tok)
-			results <- dialResult{transport: t, cc: cc, err: err}
-		}()
-	}
-	defer func() {
-		cancel()
-		for ; running > 0; running-- {
-			if r := <-results; r.cc != nil {
-				r.cc.w.closeConn()
-			}
-		}
-	}()
-
-	var tcpTimer <-chan time.Time
-	tcpStarted := false
-	switch c.cfg.Transport {
-	case transportQUIC:
-	case transportTCP:
-		tcpStarted = true
-		start(transportTCP)
-	default:
-		t := time.NewTimer(c.cfg.TCPDelay)
-		defer t.Stop()
-		tcpTimer = t.C
-	}
-	if c.cfg.Transport != transportTCP {
-		start(transportQUIC)
-	}
 	var (
-		errs  []error
-		held  *cconn // a TCP winner waiting out QUICGrace
-		grace <-chan time.Time
-	)
-	for {
-		select {
-		case <-tcpTimer:
-			tcpTimer = nil
-			if !tcpStarted {
-				tcpStarted = true
-				start(transportTCP)
-			}
-		case r := <-results:
-			running--
-			switch {
-			case r.err != nil:
-				errs = append(errs, r.err)
-				if !tcpStarted && c.cfg.Transport == "" {
-					tcpStarted, tcpTimer = true, nil
-					start(transportTCP)
-				}
-			case r.transport == transportQUIC:
-				if held != nil {
-					held.w.closeConn()
-				}
-				return r.cc, nil
-			case running == 0:
-				return r.cc, nil
-			default:
-				held = r.cc
-				t := time.NewTimer(c.cfg.QUICGrace)
-				defer t.Stop()
-				grace = t.C
-			}
-			if running == 0 && tcpTimer == nil {
-				if held != nil {
-					return held, nil
-				}
-				return nil, errors.Join(errs...)
-			}
-		case <-grace:
-			return held, nil
-		case <-ctx.Done():
-			if held != nil {
-				held.w.closeConn()
-			}
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (c *Client) dialOne(ctx context.Context, transport string, tok Token) (*cconn, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-	defer cancel()
-	var (
-		cc  *cconn
+		a   *attempt
+		why string
 		err error
 	)
-	if transport == transportQUIC {
-		cc, err = c.dialQUIC(ctx, tok)
+	if t := c.cfg.Transport; t != "" {
+		a, err = c.connect(ctx, t)
+		why = "configured"
 	} else {
-		cc, err = c.dialTCP(ctx, tok)
+		a, why, err = c.race(ctx)
 	}
+	if err != nil {
+		return nil, err
+	}
+	defer a.cancel()
+	cc, err := c.hello(a.ctx, a.w, tok, a.stop)
+	if err != nil {
+		return nil, fmt.Errorf("relay: dial %s %s: %w", a.transport, c.cfg.Server, err)
+	}
+	cc.why = why
+	return cc, nil
+}
+
+// dialOne connects and authenticates over transport.
+func (c *Client) dialOne(ctx context.Context, transport string, tok Token) (*cconn, error) {
+	a, err := c.connect(ctx, transport)
+	if err != nil {
+		return nil, err
+	}
+	defer a.cancel()
+	cc, err := c.hello(a.ctx, a.w, tok, a.stop)
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s %s: %w", transport, c.cfg.Server, err)
 	}
 	return cc, nil
 }
 
-func (c *Client) dialTCP(ctx context.Context, tok Token) (*cconn, error) {
-	nc, err := c.cfg.Network.Dial(ctx, "tcp", c.cfg.Server)
-	if err != nil {
-		return nil, err
-	}
-	tc := tls.Client(nc, c.tls)
-	w := newTCPWire(tc, frameSend)
-	stop := context.AfterFunc(ctx, w.closeConn)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		stop()
-		w.closeConn()
-		return nil, fmt.Errorf("tls handshake: %w", err)
-	}
-	return c.hello(ctx, w, tok, stop)
+// attempt is a connection whose transport and TLS handshakes are done,
+// not yet authenticated; handshake is how long they took, from the first
+// packet to a connection ready for HELLO: a TCP and a TLS handshake, or
+// QUIC's, each with one TLS key exchange and certificate check.
+type attempt struct {
+	transport string
+	w         *wire
+	handshake time.Duration
+	ctx       context.Context // bounds the attempt, HELLO included
+	cancel    context.CancelFunc
+	stop      func() bool // disarms ctx's close of w
 }
 
-func (c *Client) dialQUIC(ctx context.Context, tok Token) (*cconn, error) {
+// close abandons a.
+func (a *attempt) close() {
+	a.stop()
+	a.w.closeConn()
+	a.cancel()
+}
+
+// connect makes transport's connection to the server, bounded by
+// DialTimeout, and times its handshakes.
+func (c *Client) connect(ctx context.Context, transport string) (*attempt, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	a := &attempt{transport: transport, ctx: ctx, cancel: cancel}
+	var err error
+	if transport == transportQUIC {
+		err = c.dialQUIC(a)
+	} else {
+		err = c.dialTCP(a)
+	}
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("relay: dial %s %s: %w", transport, c.cfg.Server, err)
+	}
+	return a, nil
+}
+
+// dialTCP connects over TCP and TLS, timing both handshakes.
+func (c *Client) dialTCP(a *attempt) error {
+	start := time.Now()
+	nc, err := c.cfg.Network.Dial(a.ctx, "tcp", c.cfg.Server)
+	if err != nil {
+		return err
+	}
+	tc := tls.Client(nc, c.tls)
+	a.w = newTCPWire(tc, frameSend)
+	a.stop = context.AfterFunc(a.ctx, a.w.closeConn)
+	if err := tc.HandshakeContext(a.ctx); err != nil {
+		a.stop()
+		a.w.closeConn()
+		return fmt.Errorf("tls handshake: %w", err)
+	}
+	a.handshake = time.Since(start)
+	return nil
+}
+
+// dialQUIC connects over QUIC, timing its handshake.
+func (c *Client) dialQUIC(a *attempt) error {
+	ctx := a.ctx
 	raddr, err := c.resolve(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	network := "udp4"
 	if raddr.Addr().Is6() {
@@ -162,26 +128,29 @@ func (c *Client) dialQUIC(ctx context.Context, tok Token) (*cconn, error) {
 	}
 	pc, err := c.cfg.Network.ListenPacket(ctx, network, ":0")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tr := &quic.Transport{Conn: pc, ConnectionIDLength: quicConnIDLen}
 	cleanup := func() {
 		_ = tr.Close()
 		_ = pc.Close()
 	}
+	start := time.Now()
 	qc, err := tr.Dial(ctx, net.UDPAddrFromAddrPort(raddr), c.tls, c.quicConfig())
 	if err != nil {
 		cleanup()
-		return nil, err
+		return err
 	}
+	a.handshake = time.Since(start)
 	qs, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		_ = qc.CloseWithError(quic.ApplicationErrorCode(CloseNormal), "")
 		cleanup()
-		return nil, fmt.Errorf("open control stream: %w", err)
+		return fmt.Errorf("open control stream: %w", err)
 	}
-	w := newQUICWire(qc, qs, frameSend, cleanup)
-	return c.hello(ctx, w, tok, context.AfterFunc(ctx, w.closeConn))
+	a.w = newQUICWire(qc, qs, frameSend, cleanup)
+	a.stop = context.AfterFunc(ctx, a.w.closeConn)
+	return nil
 }
 
 func (c *Client) quicConfig() *quic.Config {

@@ -40,6 +40,11 @@ type statusReply struct {
 	// `lattice netcheck` without --stun/--relay.
 	STUN   []string           `json:"stun,omitempty"`
 	Relays []controlapi.Relay `json:"relays,omitempty"`
+	// RelayTransport is how the node reaches its relay now ("quic",
+	// "tcp"; empty while disconnected or without one), and
+	// RelayTransportReason why ("configured", or what race measured).
+	RelayTransport       string `json:"relay_transport,omitempty"`
+	RelayTransportReason string `json:"relay_transport_reason,omitempty"`
 }
 
 const statusLong = `status asks the running 'lattice up' (through the socket in --state-dir) for each
@@ -50,6 +55,8 @@ under the node's own line. Connections to an offline peer fail at once (host unr
 --json prints one object:
   name, node_id, address, liveness_timeout_ms, userspace (true with --userspace),
   stun: [HOST:PORT], relays: [{addr, fingerprint}] (the servers control announced),
+  relay_transport ("quic" | "tcp", absent while disconnected), relay_transport_reason
+  ("configured", or what --relay-transport race measured),
   mux: {stun_datagrams, wireguard_datagrams, other_datagrams, stun_dropped, wireguard_dropped},
   peers: [{name, node_id, address, public_key,
            online (bool), state ("online" | "offline"),
@@ -78,9 +85,13 @@ func serveStatus(path string, n *node.Node, ping overlayPing) (func(), error) {
 func newStatusReply(n *node.Node, userspace bool) statusReply {
 	id := n.Identity()
 	stuns, relays := n.Servers()
-	return statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(),
+	st := statusReply{Name: id.Name, NodeID: id.NodeID, Address: id.Address.String(),
 		LivenessTimeoutMillis: n.PresenceTTL().Milliseconds(), Mux: n.MuxStats(), Peers: n.Status(), Userspace: userspace,
 		STUN: stuns, Relays: relays}
+	if rs, ok := n.RelayStats(); ok {
+		st.RelayTransport, st.RelayTransportReason = rs.Transport, rs.TransportReason
+	}
+	return st
 }
 
 func newStatusCmd() *cobra.Command {
@@ -142,6 +153,9 @@ func printStatus(w io.Writer, st *statusReply) {
 	if st.LivenessTimeoutMillis > 0 {
 		fmt.Fprintf(w, "peers that stop without leaving are shown offline %v after their last heartbeat\n",
 			time.Duration(st.LivenessTimeoutMillis)*time.Millisecond)
+	}
+	if st.RelayTransport != "" {
+		fmt.Fprintf(w, "relay over %s: %s\n", st.RelayTransport, st.RelayTransportReason)
 	}
 	fmt.Fprintln(w)
 	cli.PrintPeers(w, st.Peers)

@@ -86,7 +86,7 @@ egress clear' removes it.`,
 	f.StringVar(&wgMode, "wireguard", "auto", "WireGuard: kernel, userspace (wireguard-go) or auto (kernel where it exists)")
 	cli.FlagValues(cmd, "wireguard", wireguardModes...)
 	f.BoolVar(&noFirewall, "no-firewall", false, "do not add the iptables rule accepting overlay traffic")
-	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic or race")
+	f.StringVar(&relayTransport, "relay-transport", "tcp", "relay transport: tcp, quic, or race (both, keeping the one that measures better; status says why)")
 	cli.FlagValues(cmd, "relay-transport", cli.RelayTransports...)
 	egressF.add(cmd)
 	lazyF.add(cmd)

@@ -1,0 +1,130 @@
+package relay
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/latticelab/lattice/netx"
+)
+
+// slowNet is netx.OS with adjustable extra delay: udp on every datagram
+// sent (a slow or shaped UDP path), tcp on every TCP dial (a slow TCP
+// handshake); tcpBlocked refuses TCP.
+type slowNet struct {
+	netx.Network
+	udp, tcp   *atomic.Int64 // nanoseconds
+	tcpBlocked bool
+}
+
+func newSlowNet() slowNet {
+	return slowNet{Network: netx.OS, udp: new(atomic.Int64), tcp: new(atomic.Int64)}
+}
+
+func (n slowNet) Dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if n.tcpBlocked {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if d := time.Duration(n.tcp.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return n.Network.Dial(ctx, network, address)
+}
+
+func (n slowNet) ListenPacket(ctx context.Context, network, address string) (net.PacketConn, error) {
+	pc, err := n.Network.ListenPacket(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return slowConn{pc, n.udp}, nil
+}
+
+type slowConn struct {
+	net.PacketConn
+	delay *atomic.Int64
+}
+
+func (c slowConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if d := time.Duration(c.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	return c.PacketConn.WriteTo(b, addr)
+}
+
+func TestPick(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name      string
+		quic, tcp time.Duration
+		want      string
+	}{
+		{"equal: QUIC", 2 * ms, 2 * ms, transportQUIC},
+		{"QUIC faster", ms, 3 * ms, transportQUIC},
+		{"TCP faster by a quarter but under the slack: QUIC", 19 * ms, 2 * ms, transportQUIC},
+		{"TCP faster by the slack but not a quarter: QUIC", 100 * ms, 79 * ms, transportQUIC},
+		{"TCP faster by both: TCP", 50 * ms, 10 * ms, transportTCP},
+		{"only QUIC connected", ms, 0, transportQUIC},
+		{"only TCP connected", 0, ms, transportTCP},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, why := pick(tt.quic, tt.tcp, 300*ms)
+			assert.Equal(t, tt.want, got, why)
+			assert.NotEmpty(t, why)
+		})
+	}
+}
+
+// TestRacePicksByMeasurement: a race keeps the transport whose handshake
+// measured faster, whichever connected first, and says why.
+func TestRacePicksByMeasurement(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	tests := []struct {
+		name    string
+		edit    func(n slowNet) slowNet
+		want    string
+		wantWhy string
+	}{
+		{"UDP 100ms slower: TCP", func(n slowNet) slowNet { n.udp.Store(int64(100 * time.Millisecond)); return n }, transportTCP, "measured: TCP+TLS handshake"},
+		{"TCP 100ms slower: QUIC", func(n slowNet) slowNet { n.tcp.Store(int64(100 * time.Millisecond)); return n }, transportQUIC, "measured: QUIC handshake"},
+		{"TCP blocked: QUIC", func(n slowNet) slowNet { n.tcpBlocked = true; return n }, transportQUIC, "TCP did not connect within"},
+		{"both alike: QUIC", func(n slowNet) slowNet { return n }, transportQUIC, "measured: QUIC handshake"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := tt.edit(newSlowNet())
+			a := connectedClient(t, s, func(c *ClientConfig) { c.Network = n })
+			assert.Equal(t, tt.want, a.Transport())
+			assert.Contains(t, a.TransportReason(), tt.wantWhy)
+			b := connectedClient(t, s, nil)
+			exchange(t, a, b, []byte("through the winner"))
+			exchange(t, b, a, []byte("and back"))
+		})
+	}
+}
+
+// TestRaceRemeasures: a connected racing client measures again and moves
+// to TCP when its UDP path turns slow, and back to QUIC when it recovers.
+func TestRaceRemeasures(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	n := newSlowNet()
+	a := connectedClient(t, s, func(c *ClientConfig) { c.Network, c.Remeasure = n, 100*time.Millisecond })
+	b := connectedClient(t, s, nil)
+	assert.Equal(t, transportQUIC, a.Transport())
+	n.udp.Store(int64(100 * time.Millisecond))
+	eventually(t, 10*time.Second, func() bool { return a.Transport() == transportTCP }, "never moved to TCP: %s", a.TransportReason())
+	assert.Contains(t, a.TransportReason(), "measured: TCP+TLS handshake")
+	exchange(t, a, b, []byte("over tcp now"))
+	n.udp.Store(0)
+	eventually(t, 10*time.Second, func() bool { return a.Transport() == transportQUIC }, "never moved back to QUIC: %s", a.TransportReason())
+	exchange(t, b, a, []byte("over quic again"))
+}
