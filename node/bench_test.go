@@ -21,7 +21,7 @@ import (
 // sockets are bound to 127.0.0.1, so nothing leaves the machine; with
 // dualStack their sockets are on [::] (as by default) and ICE sees only
 // 127.0.0.1 (loopback4OS).
-func loopbackMesh(b *testing.B, relayOnly, dualStack bool) (*stockNetstack, *stockNetstack, *node.Node, *node.Node) {
+func loopbackMesh(b *testing.B, relayOnly, dualStack bool, relayTransport ...string) (*stockNetstack, *stockNetstack, *node.Node, *node.Node) {
 	secret := []byte("bench-relay-secret-0123456789abcdef")
 	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0", Secret: secret, PacketRate: -1})
 	if err != nil {
@@ -55,6 +55,9 @@ func loopbackMesh(b *testing.B, relayOnly, dualStack bool) (*stockNetstack, *sto
 		if dualStack {
 			cfg.Network, cfg.ListenAddr = loopback4OS{netx.OS}, netip.Addr{}
 		}
+		if len(relayTransport) > 0 {
+			cfg.RelayTransport = relayTransport[0]
+		}
 		n, err := node.Start(context.Background(), cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -69,19 +72,25 @@ func loopbackMesh(b *testing.B, relayOnly, dualStack bool) (*stockNetstack, *sto
 
 // BenchmarkPath: TCP over the mesh between two nodes on loopback, on the
 // direct path (udp4 sockets, and dual-stack ones carrying IPv4) and
-// through the relay, in Gbit/s.
+// through the relay (over TCP, the default, and over QUIC), in Gbit/s.
 func BenchmarkPath(b *testing.B) {
-	for _, mode := range []string{"direct", "direct-dual-stack", "relay"} {
+	for _, mode := range []string{"direct", "direct-dual-stack", "relay", "relay-quic"} {
 		b.Run(mode, func(b *testing.B) {
-			pa, pb, a, bn := loopbackMesh(b, mode == "relay", mode == "direct-dual-stack")
+			relayed := mode == "relay" || mode == "relay-quic"
+			transport := "tcp"
+			if mode == "relay-quic" {
+				transport = "quic"
+			}
+			pa, pb, a, bn := loopbackMesh(b, relayed, mode == "direct-dual-stack", transport)
 			want := node.PathDirect
-			if mode == "relay" {
+			if relayed {
 				want = node.PathRelay
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				st := a.Status()
-				if len(st) == 1 && st[0].Path == want && (want == node.PathRelay || st[0].Endpoint != "relay") {
+				rs, _ := a.RelayStats()
+				if len(st) == 1 && st[0].Path == want && (want == node.PathRelay || st[0].Endpoint != "relay") && (!relayed || rs.Transport == transport) {
 					break
 				}
 				if time.Now().After(deadline) {

@@ -55,7 +55,7 @@ func (c *sizeConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 // quic-go needs to batch packets into one GSO send — and a byte more takes
 // the control stream without being lost.
 func TestDatagramPacketsFull(t *testing.T) {
-	require.Equal(t, 1410, MaxDatagramPacket)
+	require.Equal(t, 1408, MaxDatagramPacket)
 	s := startServer(t, ServerConfig{PacketRate: -1})
 	sn := &sizeNet{Network: netx.OS, sizes: make(map[int]int)}
 	src := connectedClient(t, s, func(c *ClientConfig) { c.Transport = transportQUIC; c.Network = sn })

@@ -48,14 +48,14 @@ const (
 // the client lands on TCP.
 const quicPacketSize = 1452
 
-// MaxDatagramPacket is the largest packet that travels as a QUIC datagram:
-// quic-go admits a datagram payload of quicPacketSize − 37 bytes (it
-// reserves a 20-byte connection ID, the type byte and the AEAD tag), less
-// the 5-byte LRP datagram header. A WireGuard tunnel MTU of 1376
-// (MaxDatagramPacket − 32, rounded down to WireGuard's 16-byte padding)
-// toward a QUIC-relayed peer keeps its full-size packets in datagrams
-// (node.QUICRelayMTU); larger packets take the control stream.
-const MaxDatagramPacket = quicPacketSize - 37 - datagramHeaderLen
+// MaxDatagramPacket is the largest packet that travels as a QUIC datagram,
+// 1408 bytes: one that fills a quicPacketSize QUIC packet exactly (see
+// quicConnIDLen). It is also the largest WireGuard message of an overlay
+// MTU of 1376, the largest MTU (a multiple of 16: WireGuard pads to 16
+// bytes) whose messages fit (node.QUICRelayMTU); larger packets take the
+// control stream. quic-go itself would admit two bytes more, in packets
+// too large for their 2-byte packet number to fit, which it then drops.
+const MaxDatagramPacket = quicPacketSize - 20 - quicConnIDLen - datagramHeaderLen
 
 // quicConnIDLen is the length of the connection IDs each end issues, so
 // the length of the destination ID in every short-header packet sent to
@@ -63,14 +63,14 @@ const MaxDatagramPacket = quicPacketSize - 37 - datagramHeaderLen
 // each is exactly quicPacketSize bytes, and a short-header packet holding
 // one datagram is 20 bytes plus the connection ID longer than its payload
 // (type byte, 2-byte packet number, frame type, 16-byte tag; the last frame
-// goes without its length). With 17 bytes, a MaxDatagramPacket packet fills
-// a QUIC packet exactly, so a burst of them leaves in one sendmsg instead
-// of one each (quic-go's default of 4 bytes left every datagram packet 13
-// bytes short). The packet number stays 2 bytes while fewer than 32768
-// packets are unacknowledged, which quic-go's congestion window (at most
-// 10000 packets) keeps true; a 3-byte one would make quic-go drop such a
-// datagram as too large. TestDatagramPacketsFull checks the sizes.
-const quicConnIDLen = 17
+// goes without its length). With 19 bytes, a full-size WireGuard message
+// toward a QUIC-relayed peer (1408 bytes: 1376 + 32) fills a QUIC packet
+// exactly, so a burst of them leaves in one sendmsg instead of one each
+// (with quic-go's default of 4 bytes every datagram packet was 15 bytes
+// short). The packet number stays 2 bytes while fewer than 32768 packets
+// are unacknowledged, which quic-go's congestion window (at most 10000
+// packets) keeps true. TestDatagramPacketsFull checks the sizes.
+const quicConnIDLen = 19
 
 // wire is one LRP connection seen from either end, over either transport:
 // the framed control stream (the TLS connection itself on TCP, one
@@ -276,7 +276,7 @@ func (w *wire) writePacket(p *outPacket) error {
 // the packet does not fit a datagram right now and must go on the stream.
 // Safe for concurrent use (quic-go copies the datagram).
 func (w *wire) sendDatagram(scratch []byte, id uint32, pkt []byte) (sent bool, err error) {
-	if len(pkt) <= maxDatagramSize-datagramHeaderLen {
+	if len(pkt) <= MaxDatagramPacket {
 		err := w.qc.SendDatagram(appendDatagram(scratch[:0], id, pkt))
 		if err == nil {
 			w.sent(pkt, true)
