@@ -22,8 +22,8 @@ const wgOverhead = 32
 // larger one would ride the relay's reliable stream, at several times
 // the CPU and with head-of-line blocking behind every lost packet.
 // WireGuard pads a packet to a multiple of 16 bytes (up to the
-// interface's MTU), so a 1378-byte packet would leave as 1392 + 32 and
-// miss the datagram by 14 bytes: the limit is rounded down to 16.
+// interface's MTU), so the limit is a multiple of 16: with 1378, a
+// 1378-byte packet would leave as 1392 + 32 bytes.
 const QUICRelayMTU = (relay.MaxDatagramPacket - wgOverhead) &^ 15
 
 // MTU reasons shown in status.
