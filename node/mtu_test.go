@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"io"
@@ -29,19 +30,7 @@ func TestFullSizePackets(t *testing.T) {
 	echo := w.Peer(t, "echo")
 	direct := w.Peer(t, "direct")
 	relayed := w.Peer(t, "relayed", func(c *node.Config) { c.ICE.RelayOnly = true })
-	pc, err := echo.Stack.ListenPacket(t.Context(), "udp", ":7")
-	require.NoError(t, err)
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
+	serveUDPEcho(t, echo.Stack)
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(echo.Addr(), 7))
 	for _, tc := range []struct {
 		peer *meshtest.Peer
@@ -112,19 +101,7 @@ func checkQUICRelayFullSize(t *testing.T, rs *relay.Server, echoNode, relayedNod
 	}
 	echoAddr := echoNode.Address().Addr()
 
-	pc, err := echoSt.ListenPacket(t.Context(), "udp", ":7")
-	require.NoError(t, err)
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(buf[:n], from)
-		}
-	}()
+	serveUDPEcho(t, echoSt)
 	c, err := relayedSt.ListenPacket(t.Context(), "udp", ":0")
 	require.NoError(t, err)
 	defer c.Close()
@@ -184,4 +161,25 @@ func checkQUICRelayFullSize(t *testing.T, rs *relay.Server, echoNode, relayedNod
 	assert.Less(t, st.PacketsIn-st.DatagramsIn, uint64(20), "packets clients sent on the stream")
 	assert.Less(t, st.PacketsOut-st.DatagramsOut, uint64(20), "packets the relay sent on the stream")
 	assert.Greater(t, st.DatagramsIn, uint64(size/node.QUICRelayMTU), "the transfer went as datagrams")
+}
+
+// serveUDPEcho answers every datagram to port 7 of st with itself until
+// the test ends.
+func serveUDPEcho(t *testing.T, st interface {
+	ListenPacket(context.Context, string, string) (net.PacketConn, error)
+}) {
+	t.Helper()
+	pc, err := st.ListenPacket(t.Context(), "udp", ":7")
+	require.NoError(t, err)
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
 }
