@@ -219,3 +219,26 @@ func dialQUICRaw(t *testing.T, s *Server, tc *tls.Config) *quic.Conn {
 	t.Cleanup(func() { _ = qc.CloseWithError(0, "") })
 	return qc
 }
+
+// TestClosedBeforeHello: a client that completes its handshake and then
+// closes without a HELLO (what the loser of a race does) is counted as
+// abandoned, not as a timeout, over either transport.
+func TestClosedBeforeHello(t *testing.T) {
+	s := startServer(t, ServerConfig{HelloTimeout: 10 * time.Second, AuthTimeout: 10 * time.Second})
+	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x"}
+	require.NoError(t, cfg.setDefaults())
+	tc, err := clientTLS(&cfg, "127.0.0.1")
+	require.NoError(t, err)
+
+	nc, err := tls.Dial("tcp", s.Addr().String(), tc)
+	require.NoError(t, err)
+	require.NoError(t, nc.Close())
+	eventually(t, 5*time.Second, func() bool { return s.Stats().AuthFailures["abandoned"] == 1 },
+		"after a TCP close: %v", s.Stats().AuthFailures)
+
+	qc := dialQUICRaw(t, s, tc)
+	require.NoError(t, qc.CloseWithError(0, ""))
+	eventually(t, 5*time.Second, func() bool { return s.Stats().AuthFailures["abandoned"] == 2 },
+		"after a QUIC close: %v", s.Stats().AuthFailures)
+	assert.Zero(t, s.Stats().AuthFailures["timeout"], "neither waited out a timeout")
+}

@@ -39,10 +39,11 @@ const (
 	authFull                         // MaxClients reached
 	authBusy                         // evicted: MaxPending connections authenticating
 	authBusySource                   // evicted: MaxPendingPerSource from its source authenticating
+	authAbandoned                    // the client closed before its HELLO (a race's loser, a client that gave up)
 	numAuthReasons
 )
 
-var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source"}
+var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source", "abandoned"}
 
 const (
 	transportQUIC = "quic"

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,11 @@ func (s *Server) serveQUIC(qc *quic.Conn, e *pending) {
 		stop()
 		fail()
 		if s.pre.done(e) {
-			s.m.authFail(authTimeout)
+			reason := authTimeout
+			if closedByPeer(err) {
+				reason = authAbandoned
+			}
+			s.m.authFail(reason)
 		}
 		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", err)
 		return
@@ -134,6 +139,11 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	switch {
 	case errors.Is(err, ErrProtocol):
 		refuse(authMalformed, CloseProtocol, err.Error())
+		return
+	case errors.Is(err, io.EOF):
+		// Closed by the client before any HELLO: a race's loser
+		// (client_race.go) or a client that gave up; not a timeout.
+		refuse(authAbandoned, CloseProtocol, "closed before HELLO")
 		return
 	case err != nil:
 		refuse(authTimeout, CloseProtocol, "no HELLO")
@@ -354,4 +364,11 @@ func (c *sconn) notifyGone(peer key.Public, reason GoneReason) {
 	if c.w.queueCtrl(frame{typ: framePeerGone, key: peer, reason: uint8(reason)}) {
 		c.srv.m.peerGoneSent()
 	}
+}
+
+// closedByPeer reports whether err is the QUIC connection's end by the
+// client's own close (an application close from its side).
+func closedByPeer(err error) bool {
+	var ae *quic.ApplicationError
+	return errors.As(err, &ae) && ae.Remote
 }
