@@ -60,7 +60,7 @@ func newDirectPath(g *Gateway, s *Stack) *directPath {
 		flows:   map[directKey]*directFlow{},
 		pending: map[directKey]bool{},
 	}
-	d.gro.New = func() any { return newGROBatch() }
+	d.gro.New = func() any { return newGROBatch(false) }
 	return d
 }
 

@@ -29,6 +29,18 @@ const groMaxSize = 1<<16 - 1
 //     sender's MSS); a smaller one ends the item, as does PSH;
 //   - the result stays within groMaxSize.
 //
+// A local batch (newGROBatch(true)), whose packets only reach gVisor's
+// TCP, drops the size and PSH rules: segments of any size join, and PSH
+// neither ends an item nor keeps a segment from heading one (the item
+// carries PSH if a member did). Linux has them because it may forward a
+// GRO packet (re-segmenting it at one gso_size) and holds packets across
+// polls (PSH asks it to stop waiting); gVisor never re-segments what it
+// receives, ignores PSH, and Write delivers its batch when it returns.
+// With them, a batch from gVisor's TCP, which sends a 64 KiB write as 65474
+// bytes and then 62 alone, both ending in PSH, was cut into several
+// deliveries, and so several ACKs. A batch for a kernel link (the direct
+// path, virtio GSO) keeps Linux's rules.
+//
 // Only plain ACK segments with payload are candidates: SYN, FIN, RST, URG,
 // ECE and CWR segments, pure ACKs, IPv4 with options or fragments and IPv6
 // with extension headers go up alone, and end their flow's item so that no
@@ -47,6 +59,7 @@ type groBatch struct {
 	entries []int32   // what to deliver: arrival index of each packet or item head
 	items   []groItem
 	div     divertScratch // packets of direct flows, for their agents
+	local   bool          // see above
 }
 
 type pktMeta struct {
@@ -81,8 +94,9 @@ type groItem struct {
 	count      int
 }
 
-func newGROBatch() *groBatch {
+func newGROBatch(local bool) *groBatch {
 	return &groBatch{
+		local:   local,
 		pkts:    make([][]byte, 0, BatchSize),
 		meta:    make([]pktMeta, 0, BatchSize),
 		entries: make([]int32, 0, BatchSize),
@@ -165,9 +179,9 @@ func (b *groBatch) coalesce(i int32, ipLen, doff int) bool {
 		}
 		item.open = false
 	}
-	if candidate && flags&psh == 0 {
+	if candidate && (b.local || flags&psh == 0) {
 		b.items = append(b.items, groItem{
-			key: key, head: i, tail: i, open: true,
+			key: key, head: i, tail: i, open: true, psh: flags&psh != 0,
 			ipLen: ipLen, hdrLen: ipLen + doff,
 			segSize: payload, payload: payload,
 			nextSeq: binary.BigEndian.Uint32(th[4:]) + uint32(payload),
@@ -208,7 +222,7 @@ func (b *groBatch) openItem(key flowKey) int {
 // bytes of payload) can be appended to item.
 func (b *groBatch) continues(item *groItem, p []byte, doff, payload int) bool {
 	head := b.pkts[item.head]
-	if item.hdrLen != item.ipLen+doff || payload > item.segSize ||
+	if item.hdrLen != item.ipLen+doff || !b.local && payload > item.segSize ||
 		item.hdrLen+item.payload+payload > groMaxSize {
 		return false
 	}
@@ -243,11 +257,8 @@ func (b *groBatch) join(it int, i int32, payload int, psh bool) {
 	item.count++
 	item.payload += payload
 	item.nextSeq += uint32(payload)
-	if psh {
-		item.psh = true
-		item.open = false
-	}
-	if payload < item.segSize {
+	item.psh = item.psh || psh
+	if !b.local && (psh || payload < item.segSize) {
 		item.open = false
 	}
 }

@@ -34,14 +34,28 @@ func TestGRO(t *testing.T) {
 		in   []seg
 		// want lists the delivered packets by the inputs they hold.
 		want [][]int
+		// linux is want under Linux's rules (a batch for a kernel
+		// link), where it differs.
+		linux [][]int
 		// badCsum marks delivered packets whose checksum must fail.
 		badCsum map[int]bool
 	}{
 		{name: "in order", in: stream(flowA4, 4, 1000), want: [][]int{{0, 1, 2, 3}}},
 		{name: "IPv6 in order", in: stream(flowA6, 5, 1200), want: [][]int{{0, 1, 2, 3, 4}}},
 		{name: "odd sizes", in: stream(flowA4, 3, 999), want: [][]int{{0, 1, 2}}},
-		{name: "PSH joins and ends", in: edit(stream(flowA4, 4, 1000), 2, func(s *seg) { s.flags |= psh }), want: [][]int{{0, 1, 2}, {3}}},
-		{name: "PSH first", in: edit(stream(flowA4, 3, 1000), 0, func(s *seg) { s.flags |= psh }), want: [][]int{{0}, {1, 2}}},
+		{name: "PSH joins", in: edit(stream(flowA4, 4, 1000), 2, func(s *seg) { s.flags |= psh }), want: [][]int{{0, 1, 2, 3}}, linux: [][]int{{0, 1, 2}, {3}}},
+		{name: "PSH first", in: edit(stream(flowA4, 3, 1000), 0, func(s *seg) { s.flags |= psh }), want: [][]int{{0, 1, 2}}, linux: [][]int{{0}, {1, 2}}},
+		{
+			name: "gVisor's runt", // the tail of one GSO packet, a 62-byte one, the next
+			in: func() []seg {
+				segs := sized(flowA4, 1368, 1178, 62, 1368, 1368)
+				segs[1].flags |= psh
+				segs[2].flags |= psh
+				return segs
+			}(),
+			want:  [][]int{{0, 1, 2, 3, 4}},
+			linux: [][]int{{0, 1}, {2}, {3, 4}},
+		},
 		{name: "gap", in: []seg{stream(flowA4, 3, 1000)[0], stream(flowA4, 3, 1000)[2]}, want: [][]int{{0}, {1}}},
 		{name: "out of order", in: []seg{stream(flowA4, 2, 1000)[1], stream(flowA4, 2, 1000)[0]}, want: [][]int{{0}, {1}}},
 		{name: "duplicate", in: []seg{stream(flowA4, 1, 1000)[0], stream(flowA4, 1, 1000)[0]}, want: [][]int{{0}, {1}}},
@@ -50,8 +64,9 @@ func TestGRO(t *testing.T) {
 			in:   []seg{stream(flowA4, 3, 1000)[0], stream(flowB4, 2, 1000)[0], stream(flowA4, 3, 1000)[1], stream(flowB4, 2, 1000)[1], stream(flowA4, 3, 1000)[2]},
 			want: [][]int{{0, 2, 4}, {1, 3}},
 		},
-		{name: "short segment ends item", in: edit(stream(flowA4, 3, 1000), 1, func(s *seg) { s.payload = s.payload[:500] }), want: [][]int{{0, 1}, {2}}},
-		{name: "longer than first", in: edit(stream(flowA4, 2, 1000), 0, func(s *seg) { s.payload = s.payload[:500] }), want: [][]int{{0}, {1}}},
+		{name: "short segment", in: sized(flowA4, 1000, 500, 1000), want: [][]int{{0, 1, 2}}, linux: [][]int{{0, 1}, {2}}},
+		{name: "longer than first", in: sized(flowA4, 500, 1000), want: [][]int{{0, 1}}, linux: [][]int{{0}, {1}}},
+		{name: "odd sizes mixed", in: sized(flowA4, 999, 1, 1368, 7, 1000), want: [][]int{{0, 1, 2, 3, 4}}, linux: [][]int{{0, 1}, {2, 3}, {4}}},
 		{name: "FIN", in: edit(stream(flowA4, 3, 1000), 1, func(s *seg) { s.flags |= fin }), want: [][]int{{0}, {1}, {2}}},
 		{name: "SYN", in: edit(stream(flowA4, 3, 1000), 1, func(s *seg) { s.flags |= syn }), want: [][]int{{0}, {1}, {2}}},
 		{name: "RST", in: edit(stream(flowA4, 3, 1000), 1, func(s *seg) { s.flags |= rst }), want: [][]int{{0}, {1}, {2}}},
@@ -116,8 +131,48 @@ func TestGRO(t *testing.T) {
 			assert.EqualValues(t, len(tt.in), st.InPackets)
 			assert.EqualValues(t, len(tt.want), st.InDelivered)
 			assert.EqualValues(t, len(tt.in)-len(tt.want), st.InCoalesced)
+
+			linux := tt.linux
+			if linux == nil {
+				linux = tt.want
+			}
+			b := newGROBatch(false)
+			for _, s := range tt.in {
+				p, proto := ipPacket(s.bytes())
+				require.NotNil(t, p)
+				b.add(p, proto)
+			}
+			assert.Equal(t, linux, groups(b), "under Linux's rules")
 		})
 	}
+}
+
+// sized returns consecutive segments of flow f with the given payload
+// sizes, from sequence number 1000 on.
+func sized(f seg, sizes ...int) []seg {
+	out := make([]seg, len(sizes))
+	off := 0
+	for i, n := range sizes {
+		out[i] = f.with(uint32(1000+off), ack, data(off, n))
+		off += n
+	}
+	return out
+}
+
+// groups lists b's deliveries by the arrival indexes they hold.
+func groups(b *groBatch) [][]int {
+	var out [][]int
+	for _, i := range b.entries {
+		g := []int{int(i)}
+		if it := b.meta[i].item; it >= 0 {
+			g = g[:0]
+			for j := b.items[it].head; j >= 0; j = b.meta[j].next {
+				g = append(g, int(j))
+			}
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // TestGROOtherPackets checks that what is not TCP, or not IP, passes

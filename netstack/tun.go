@@ -113,7 +113,7 @@ func newTUNAdapterBatch(mtu, batch int) *TUNAdapter {
 		done:    make(chan struct{}),
 	}
 	a.out.init(outQueueLen, a.done)
-	a.groPool.New = func() any { return newGROBatch() }
+	a.groPool.New = func() any { return newGROBatch(true) }
 	a.events <- tun.EventUp
 	return a
 }
