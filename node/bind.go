@@ -141,11 +141,12 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 		b.unknown.Add(1)
 		return
 	}
+	now := time.Now().UnixNano()
 	b.mu.RLock()
 	p := b.peers[src]
-	var drop, stale bool
+	var drop, crossed, stale bool
 	if p != nil {
-		drop, stale = b.checkLocked(p, pkt)
+		drop, crossed, stale = b.checkLocked(p, pkt, now)
 	}
 	b.mu.RUnlock()
 	if p == nil {
@@ -153,12 +154,14 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 		return
 	}
 	if stale {
-		p.stale(time.Now().UnixNano())
+		p.stale(now)
 	}
-	if drop {
+	if crossed {
 		// The peer is there (it sent its initiation): ours, which it
 		// would have answered instead, may never have reached it.
 		b.kick(p)
+	}
+	if drop {
 		return
 	}
 	if isData(pkt) {
@@ -220,9 +223,11 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 						continue
 					}
 				} else {
-					drop, isStale := b.checkLocked(p, pkt)
-					if drop {
+					drop, isCrossed, isStale := b.checkLocked(p, pkt, now)
+					if isCrossed {
 						crossed = append(crossed, p)
+					}
+					if drop {
 						continue
 					}
 					p.lastDirectRx.Store(now)

@@ -183,3 +183,30 @@ func relayedPath(t *testing.T) (b *Bind, p *Path, sent func(want []byte) [][]byt
 		return r.sent
 	}
 }
+
+// TestDuplicateInitiations: a copy of the peer's initiation reaching us
+// again within dupInitWindow (its resends, the relay's and the direct
+// path's copies) is dropped before WireGuard, whose handshake workers
+// would answer two copies taken at once with two different sessions; a
+// new initiation, and a copy after the window, go through.
+func TestDuplicateInitiations(t *testing.T) {
+	b, p, _ := relayedPath(t)
+	init, _ := handshakeMessages()
+	init[8] = 0xaa // the ephemeral key's first byte
+	other := append([]byte(nil), init...)
+	other[8] = 0xbb
+
+	b.DeliverRelayed(p.Key, init)
+	b.DeliverRelayed(p.Key, init)
+	assert.Len(t, b.relayIn, 1, "the copy does not reach WireGuard")
+	assert.Equal(t, uint64(1), b.DuplicateInitiations())
+	assert.Zero(t, b.Kicked(), "a copy is not the peer crossing ours")
+
+	b.DeliverRelayed(p.Key, other)
+	assert.Len(t, b.relayIn, 2, "a new initiation goes through")
+
+	now := time.Now().UnixNano()
+	assert.True(t, p.duplicate(other, now), "a copy of the latest")
+	assert.False(t, p.duplicate(other, now+int64(dupInitWindow)), "a copy after the window goes through")
+	assert.False(t, p.duplicate(make([]byte, 92), now), "only initiations")
+}

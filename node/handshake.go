@@ -38,6 +38,16 @@ import (
 //     hears the answer to its first handshake: the peer answers on its
 //     old direct path before the restarted node's ICE has chosen that
 //     address, and WireGuard refuses the resent initiation as a replay.
+//   - Duplicate initiations: the peer's resends of one initiation (and
+//     copies by the relay and the direct path) reach us close together.
+//     WireGuard refuses a copy as a replay only once it has consumed the
+//     first: its handshake workers (one per CPU) check the timestamp and
+//     record it under separate locks, so two copies taken at once both
+//     pass and each gets a response, with a different key. The peer
+//     keeps the session of the response it reads first, and we the other:
+//     its data is refused until its 10 s timers start a new handshake
+//     (1 pair in a few thousand, pinged in a 100-node lab). A copy of the
+//     initiation passed last is dropped here, within dupInitWindow.
 //   - Stale sessions: a transport message whose receiver index is none of
 //     ours means the peer still uses a session from before we restarted;
 //     the path's stale handler (Path.SetStaleHandler) lets the node open
@@ -62,6 +72,12 @@ type handshakes struct {
 	// onStale and lastStale: see SetStaleHandler.
 	onStale   atomic.Pointer[func()]
 	lastStale atomic.Int64 // Unix ns
+
+	// peerInit is the peer's latest initiation passed to WireGuard (the
+	// first 8 bytes of its ephemeral key) and peerInitAt when (Unix ns),
+	// guarded by hsMu: see duplicate.
+	peerInit   uint64
+	peerInitAt int64
 }
 
 // resend is an initiation of ours that waits for its response.
@@ -87,6 +103,7 @@ type sessions struct {
 	strays  map[netip.AddrPort]int64
 	staleRx atomic.Uint64 // transport messages for a session we do not have
 	crossed atomic.Uint64 // the peer's initiations dropped for ours (crossing)
+	dupInit atomic.Uint64 // copies of the peer's initiations dropped (duplicate)
 	kicked  atomic.Uint64 // our initiations sent again because the peer was heard (kick)
 }
 
@@ -96,6 +113,11 @@ const (
 	// glareWindow bounds how long a leading side ignores the peer's
 	// initiations while its own is unanswered.
 	glareWindow = 2 * time.Second
+	// dupInitWindow is how long a copy of the peer's last initiation is
+	// dropped (duplicate). A later copy goes through: if WireGuard lost
+	// the first (its queue full), the peer's resend at 3 s still helps;
+	// if it did not, WireGuard refuses it as a replay.
+	dupInitWindow = 2 * time.Second
 	// maxStrays bounds Bind.strays; strayAge is how long one counts.
 	maxStrays = 64
 	strayAge  = 5 * time.Second
@@ -352,12 +374,34 @@ func (b *Bind) matchIndexLocked(pkt []byte, from netip.AddrPort, now int64) *Pat
 // checkLocked inspects a packet from p: drop says it is an initiation
 // crossing ours, stale that it is a transport message for a session we do
 // not have (counted). Callers hold b.mu (read).
-func (b *Bind) checkLocked(p *Path, pkt []byte) (drop, stale bool) {
+func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale bool) {
 	if p.crossing(pkt) {
 		b.crossed.Add(1)
-		return true, false
+		return true, true, false
 	}
-	return false, b.staleSessionLocked(p, pkt)
+	if p.duplicate(pkt, now) {
+		b.dupInit.Add(1)
+		return true, false, false
+	}
+	return false, false, b.staleSessionLocked(p, pkt)
+}
+
+// duplicate reports whether pkt is a copy of the peer's initiation passed
+// to WireGuard within dupInitWindow, and otherwise records pkt as that
+// initiation if it is one (see "Duplicate initiations" above). An
+// initiation's ephemeral key is fresh for each: equal keys are copies.
+func (p *Path) duplicate(pkt []byte, now int64) bool {
+	if !isInitiation(pkt) {
+		return false
+	}
+	eph := binary.LittleEndian.Uint64(pkt[8:16])
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	if eph == p.peerInit && now-p.peerInitAt < int64(dupInitWindow) {
+		return true
+	}
+	p.peerInit, p.peerInitAt = eph, now
+	return false
 }
 
 // staleSessionLocked reports (and counts) whether pkt is a transport
@@ -401,6 +445,9 @@ func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
 // Crossed counts the peers' handshake initiations dropped because ours
 // was on its way (see Path.crossing).
 func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
+
+// DuplicateInitiations counts copies of peers' initiations dropped.
+func (b *Bind) DuplicateInitiations() uint64 { return b.dupInit.Load() }
 
 // Kicked counts our initiations sent again at once because the peer was
 // heard from while they were unanswered (see Bind.kick).
