@@ -275,8 +275,8 @@ func (b *Bind) PeerHeard(p *Path) { b.kick(p) }
 // kick sends our unanswered initiation to p again at once, if it has not
 // been kicked yet: the peer is there now, and the copy sent before may
 // have reached no one (the peer had not joined the relay or did not know
-// our key). A copy the peer did get makes the second a replay that
-// WireGuard ignores (its timestamp is not newer).
+// our key). A copy the peer did get is dropped by the peer's Bind
+// (duplicate), or refused by its WireGuard as a replay.
 func (b *Bind) kick(p *Path) {
 	p.hsMu.Lock()
 	if p.hs == nil || p.hs.kicked {
