@@ -49,6 +49,21 @@ func labPair(t *testing.T) (a, b *fabric.Host) {
 
 // readAllWireGuard reads WireGuard datagrams from mux until want arrived
 // or none came for a second, and returns their counters in order.
+// labMux is a mux on a lab host's socket at 10.9.0.1:51820 (to) and a
+// peer's socket on the other host of labPair, both closed when t ends.
+func labMux(t *testing.T, ctx context.Context) (mux *node.Mux, peer net.PacketConn, to *net.UDPAddr) {
+	t.Helper()
+	a, b := labPair(t)
+	pc, err := a.ListenPacket(ctx, "udp4", "10.9.0.1:51820")
+	require.NoError(t, err)
+	mux = node.NewMux(pc, nil)
+	t.Cleanup(func() { mux.Close() })
+	peer, err = b.ListenPacket(ctx, "udp4", "10.9.0.2:51820")
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
+	return mux, peer, net.UDPAddrFromAddrPort(netip.MustParseAddrPort("10.9.0.1:51820"))
+}
+
 func readAllWireGuard(t *testing.T, mux *node.Mux, want int) []uint64 {
 	t.Helper()
 	bufs := make([][]byte, 64)
@@ -79,18 +94,9 @@ func readAllWireGuard(t *testing.T, mux *node.Mux, want int) []uint64 {
 // so a burst three times the mux's queue arrives whole and in order. At
 // 20 ms RTT its dropping cost 5% of a lab transfer's packets.
 func TestMuxWaitsOnLabSocket(t *testing.T) {
-	a, b := labPair(t)
-	ctx := t.Context()
-	pc, err := a.ListenPacket(ctx, "udp4", "10.9.0.1:51820")
-	require.NoError(t, err)
-	mux := node.NewMux(pc, nil)
-	defer mux.Close()
-	peer, err := b.ListenPacket(ctx, "udp4", "10.9.0.2:51820")
-	require.NoError(t, err)
-	defer peer.Close()
+	mux, peer, to := labMux(t, t.Context())
 
 	const sent = 3 * 1024 // three times the mux's queue; 288 KiB, within the socket's
-	to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort("10.9.0.1:51820"))
 	for i := range sent {
 		_, err := peer.WriteTo(transportDatagram(i), to)
 		require.NoError(t, err)
@@ -110,24 +116,16 @@ func TestMuxWaitsOnLabSocket(t *testing.T) {
 // WireGuard again, so STUN (ICE's checks and consent) is not stuck behind
 // it.
 func TestMuxStopsWaitingWhenNobodyReads(t *testing.T) {
-	a, b := labPair(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	pc, err := a.ListenPacket(ctx, "udp4", "10.9.0.1:51820")
-	require.NoError(t, err)
-	mux := node.NewMux(pc, nil)
-	defer mux.Close()
-	peer, err := b.ListenPacket(ctx, "udp4", "10.9.0.2:51820")
-	require.NoError(t, err)
-	defer peer.Close()
+	mux, peer, to := labMux(t, ctx)
 
-	to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort("10.9.0.1:51820"))
 	const sent = 1024 + 100
 	for i := range sent {
 		_, err := peer.WriteTo(transportDatagram(i), to)
 		require.NoError(t, err)
 	}
-	_, err = peer.WriteTo(stunDatagram(), to)
+	_, err := peer.WriteTo(stunDatagram(), to)
 	require.NoError(t, err)
 	start := time.Now()
 	stunConn := mux.STUNConn()
