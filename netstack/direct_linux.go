@@ -365,25 +365,8 @@ func (d *directPath) icmpToAgent(f *directFlow, icmp []byte) {
 // iptables' TCPMSS --clamp-mss-to-pmtu does), so that the peer never sends
 // the agent a segment larger than the overlay carries.
 func clampMSS(th header.TCP, mss uint16) {
-	opts := th[header.TCPMinimumSize:min(int(th.DataOffset()), len(th))]
-	for i := 0; i < len(opts); {
-		switch opts[i] {
-		case header.TCPOptionEOL:
-			return
-		case header.TCPOptionNOP:
-			i++
-			continue
-		}
-		if i+1 >= len(opts) || opts[i+1] < 2 || i+int(opts[i+1]) > len(opts) {
-			return
-		}
-		if opts[i] == header.TCPOptionMSS && opts[i+1] == header.TCPOptionMSSLength {
-			if binary.BigEndian.Uint16(opts[i+2:]) > mss {
-				binary.BigEndian.PutUint16(opts[i+2:], mss)
-			}
-			return
-		}
-		i += int(opts[i+1])
+	if i := inet.MSSOption(th); i >= 0 && binary.BigEndian.Uint16(th[i:]) > mss {
+		binary.BigEndian.PutUint16(th[i:], mss)
 	}
 }
 

@@ -184,7 +184,6 @@ const (
 	ipv4MF         = 0x2000
 	icmpFragNeeded = 4 // RFC 792 destination unreachable code
 	tcpFlagSYN     = 0x02
-	optMSS         = 2
 )
 
 // ipHeaderLen returns the IP header length of an IPv4 packet or of an
@@ -252,36 +251,13 @@ func clampMSS(pkt []byte, mtu int) bool {
 		return false
 	}
 	tcp := pkt[hlen:]
-	doff := int(tcp[12]>>4) * 4
-	if doff < 20 || len(tcp) < doff {
+	limit := mtu - hlen - 20
+	i := inet.MSSOption(tcp)
+	if i < 0 || int(binary.BigEndian.Uint16(tcp[i:])) <= limit {
 		return false
 	}
-	limit := mtu - hlen - 20
-	for i := 20; i < doff; {
-		switch tcp[i] {
-		case 0: // end of options
-			return false
-		case 1: // no-operation
-			i++
-			continue
-		}
-		if i+1 >= doff {
-			return false
-		}
-		l := int(tcp[i+1])
-		if l < 2 || i+l > doff {
-			return false
-		}
-		if tcp[i] == optMSS && l == 4 {
-			if int(binary.BigEndian.Uint16(tcp[i+2:])) <= limit {
-				return false
-			}
-			setWord(tcp, i+2, uint16(limit), 16)
-			return true
-		}
-		i += l
-	}
-	return false
+	setWord(tcp, i, uint16(limit), 16)
+	return true
 }
 
 // setWord stores v big-endian at b[off:off+2] and updates the checksum at

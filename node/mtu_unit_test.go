@@ -52,6 +52,10 @@ func tcpChecksumOK(p []byte) bool {
 	return inet.Checksum(pseudo) == 0
 }
 
+// optMSS is the MSS option's kind (RFC 9293 section 3.2): mssOf reads it
+// on its own, not through the code under test.
+const optMSS = 2
+
 func mssOf(p []byte) int {
 	hlen, _, _ := ipHeader(p)
 	tcp := p[hlen:]

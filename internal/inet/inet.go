@@ -1,10 +1,10 @@
 // Package inet is the Internet checksum arithmetic (RFC 1071, RFC 1624)
 // that the lab's routers and NAT and the pod netstack share, on gVisor's
 // checksum package: the pseudo-header sum, the IPv4 header checksum, and
-// incremental updates for rewriting a header in place. Parsing is left to
-// gVisor's header views (header.IPv4, header.UDP, header.TCP,
-// header.ICMPv4); nothing here allocates, as packet paths call it per
-// packet.
+// incremental updates for rewriting a header in place, and where a SYN's
+// MSS option is, for clamping it. Other parsing is left to gVisor's header
+// views (header.IPv4, header.UDP, header.TCP, header.ICMPv4); nothing here
+// allocates, as packet paths call it per packet.
 package inet
 
 import (
@@ -39,4 +39,35 @@ func SetIPv4Checksum(h header.IPv4) {
 // a header whose checksum field in b is zero.
 func Checksum(b []byte) uint16 {
 	return ^checksum.Checksum(b, 0)
+}
+
+// MSSOption is the offset in TCP header tcp of its MSS option's 2-byte
+// value (RFC 9293 section 3.2), or -1: no MSS option, or options that end
+// or go malformed before one. Options past the end of tcp are not read.
+func MSSOption(tcp []byte) int {
+	if len(tcp) < header.TCPMinimumSize {
+		return -1
+	}
+	end := min(int(tcp[12]>>4)*4, len(tcp))
+	for i := header.TCPMinimumSize; i < end; {
+		switch tcp[i] {
+		case header.TCPOptionEOL:
+			return -1
+		case header.TCPOptionNOP:
+			i++
+			continue
+		}
+		if i+1 >= end {
+			return -1
+		}
+		l := int(tcp[i+1])
+		if l < 2 || i+l > end {
+			return -1
+		}
+		if tcp[i] == header.TCPOptionMSS && l == header.TCPOptionMSSLength {
+			return i + 2
+		}
+		i += l
+	}
+	return -1
 }

@@ -150,3 +150,27 @@ func TestChecksum(t *testing.T) {
 	h[10], h[11] = byte(c>>8), byte(c)
 	assert.Zero(t, Checksum(h))
 }
+
+func TestMSSOption(t *testing.T) {
+	tcp := func(opts ...byte) []byte {
+		b := make([]byte, 20+len(opts))
+		b[12] = byte((20+len(opts))/4) << 4
+		copy(b[20:], opts)
+		return b
+	}
+	for _, tt := range []struct {
+		name string
+		tcp  []byte
+		want int
+	}{
+		{"first option", tcp(2, 4, 5, 0xb4), 22},
+		{"after NOPs and window scale", tcp(1, 1, 3, 3, 7, 2, 4, 5, 0xb4, 0, 0, 0), 27},
+		{"none", tcp(1, 1, 1, 1), -1},
+		{"end of options first", tcp(0, 0, 2, 4, 5, 0xb4, 0, 0), -1},
+		{"wrong length", tcp(2, 3, 5, 0xb4), -1},
+		{"option runs past the header", tcp(3, 9, 0, 0), -1},
+		{"short header", make([]byte, 19), -1},
+	} {
+		assert.Equal(t, tt.want, MSSOption(tt.tcp), tt.name)
+	}
+}
