@@ -31,7 +31,9 @@ func newBenchCmd() *cobra.Command {
 measured to DIR/bench.json and DIR/bench.svg:
 
   datapath  TCP over WireGuard through a direct pair and a relayed pair
-            (--pair's laptop → tablet and laptop → desktop), in Mbit/s
+            (--pair's laptop → tablet and laptop → desktop), then the
+            direct pair again with UDP between them cut, so over the relay
+            (direct_pair_relayed: the same pair by the other path), in Mbit/s
   connect   a node joins a running one: time to the first answered overlay
             ping (and how much of it the joining node's own start took)
             and to the direct path (median of --runs)

@@ -20,6 +20,7 @@ func TestBench(t *testing.T) {
 	assert.Equal(t, []byte{0x1f, 0x8b}, p[:2], "a pprof profile is gzipped")
 	assert.Regexp(t, `(?m)^  datapath_direct +[0-9.]+ Mbit/s$`, out)
 	assert.Regexp(t, `(?m)^  datapath_relay +[0-9.]+ Mbit/s$`, out)
+	assert.Regexp(t, `(?m)^  datapath_direct_pair_relayed +[0-9.]+ Mbit/s$`, out)
 	for _, f := range []string{"bench.json", "bench.svg"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.NoError(t, err)

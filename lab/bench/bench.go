@@ -101,7 +101,7 @@ func Run(ctx context.Context, t Topologies, opt Options) (*Report, error) {
 	}()
 	want := func(name string) bool { return len(opt.Only) == 0 || slices.Contains(opt.Only, name) }
 	if want("datapath") {
-		say("datapath: %d MiB each way over a direct and a relayed pair", opt.Bytes>>20)
+		say("datapath: %d MiB over a direct pair, a relayed pair, and the direct pair relayed", opt.Bytes>>20)
 		ms, err := dataPath(ctx, t, opt.Bytes)
 		if err != nil {
 			return rep, fmt.Errorf("datapath: %w", err)
@@ -141,7 +141,23 @@ func dataPath(ctx context.Context, t Topologies, size int64) ([]Metric, error) {
 		name string
 		pair [2]string
 		path string
-	}{{"direct", t.Direct, "direct"}, {"relay", t.Relay, "relay"}} {
+		// cut blackholes the pair's UDP first, so the direct pair
+		// falls back to the relay: the same two nodes, the same round
+		// trips to each other, over the other path.
+		cut  bool
+		note string
+	}{
+		{name: "direct", pair: t.Direct, path: "direct"},
+		{name: "relay", pair: t.Relay, path: "relay"},
+		{name: "direct_pair_relayed", pair: t.Direct, path: "relay", cut: true,
+			note: "; UDP between them blackholed, so the same pair as datapath_direct: direct ≥ this is the direct path's gain"},
+	} {
+		if p.cut {
+			if err := l.Blackhole(p.pair[0], p.pair[1], true); err != nil {
+				return nil, fmt.Errorf("%s: cut the pair's UDP: %w", p.name, err)
+			}
+			defer func() { _ = l.Blackhole(p.pair[0], p.pair[1], false) }()
+		}
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		_, err := l.WaitPath(wctx, p.pair[0], p.pair[1], p.path)
 		cancel()
@@ -155,7 +171,7 @@ func dataPath(ctx context.Context, t Topologies, size int64) ([]Metric, error) {
 			return nil, fmt.Errorf("%s transfer: %w", p.name, err)
 		}
 		out = append(out, Metric{Name: "datapath_" + p.name, Value: float64(size) * 8 / d.Seconds() / 1e6, Unit: "Mbit/s", Better: "higher",
-			Note: fmt.Sprintf("%s → %s, %d MiB, TCP over WireGuard over the %s path", p.pair[0], p.pair[1], size>>20, p.name)})
+			Note: fmt.Sprintf("%s → %s, %d MiB, TCP over WireGuard over the %s path%s", p.pair[0], p.pair[1], size>>20, p.path, p.note)})
 	}
 	return out, nil
 }
