@@ -171,7 +171,7 @@ type inPacket struct {
 // cconn is one established connection of a Client.
 type cconn struct {
 	w         *wire
-	sendq     chan outPacket
+	sendq     *pktQueue
 	keepalive time.Duration
 	why       string // why this transport: "configured", or the race's measurement
 }
@@ -333,21 +333,22 @@ func (c *Client) Send(dst key.Public, pkt []byte) error {
 		}
 	}
 	p := copyPacket(dst, pkt)
-	select {
-	case cc.sendq <- p:
-		return nil
-	default:
+	for !cc.sendq.push(p) {
+		space := cc.sendq.waitSpace()
+		if space == nil {
+			continue
+		}
+		select {
+		case <-space:
+		case <-cc.w.done:
+			p.release()
+			return ErrNotConnected
+		case <-c.ctx.Done():
+			p.release()
+			return ErrClosed
+		}
 	}
-	select {
-	case cc.sendq <- p:
-		return nil
-	case <-cc.w.done:
-		p.release()
-		return ErrNotConnected
-	case <-c.ctx.Done():
-		p.release()
-		return ErrClosed
-	}
+	return nil
 }
 
 // Recv returns the next packet a peer sent through the relay. The packet
@@ -493,14 +494,8 @@ func (c *Client) serve(cc *cconn) error {
 	c.readLoop(w)
 	wg.Wait()
 	w.closeConn()
-	for {
-		select {
-		case p := <-cc.sendq:
-			p.release()
-		default:
-			return w.closeErr()
-		}
-	}
+	cc.sendq.discard()
+	return w.closeErr()
 }
 
 func (c *Client) readLoop(w *wire) {

@@ -214,7 +214,7 @@ func (c *Client) exchangeHello(w *wire, tok Token) (*cconn, error) {
 	}
 	return &cconn{
 		w:         w,
-		sendq:     make(chan outPacket, c.cfg.QueueLen),
+		sendq:     newPktQueue(c.cfg.QueueLen),
 		keepalive: max(time.Duration(f.keepalive)*time.Millisecond, minKeepAlive),
 	}, nil
 }

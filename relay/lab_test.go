@@ -13,6 +13,7 @@ import (
 
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/fabric"
+	"github.com/latticelab/lattice/lab/link"
 	"github.com/latticelab/lattice/lab/nat"
 	"github.com/latticelab/lattice/relay"
 )
@@ -180,4 +181,52 @@ func TestLabRenewOnExpiredAnswer(t *testing.T) {
 			assert.Equal(t, uint64(i+1), s.Stats().AuthFailures["expired"])
 		})
 	}
+}
+
+// TestLabBurstToFarClient: a sender next to the relay bursts 900
+// full-size packets to a client 20 ms away over TCP. The relay's TCP
+// toward that client starts slowly, so the burst backs up in the relay;
+// the default queue must hold it (a bandwidth-delay product at a few
+// hundred Mbit/s) rather than drop what a relayed TCP flow would then
+// have to retransmit. With the former 256-packet queue, hundreds were
+// dropped.
+func TestLabBurstToFarClient(t *testing.T) {
+	f, s, secret := labRelay(t)
+	near, err := f.AddHost(fabric.HostConfig{Name: "near", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.50")}}})
+	require.NoError(t, err)
+	far, err := f.AddHost(fabric.HostConfig{Name: "far", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.60"),
+		Egress: link.Impairments{Latency: 10 * time.Millisecond}, Ingress: link.Impairments{Latency: 10 * time.Millisecond}}}})
+	require.NoError(t, err)
+	dial := func(h *fabric.Host, k key.Public) *relay.Client {
+		c, err := relay.NewClient(relay.ClientConfig{Network: h, Server: s.Addr().String(), Fingerprint: s.Fingerprint(),
+			Key: k, Token: relay.IssueToken(secret, k, time.Now().Add(time.Hour)), Transport: "tcp"})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, c.WaitConnected(ctx))
+		return c
+	}
+	from, to := dial(near, key.Public{1}), dial(far, key.Public{2})
+
+	const burst = 900
+	pkt := bytes.Repeat([]byte{0xab}, 1400)
+	for range burst {
+		require.NoError(t, from.Send(to.Key(), pkt))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := 0
+	for got < burst {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, _, err := to.Recv(rctx)
+		rcancel()
+		if err != nil {
+			break
+		}
+		got++
+	}
+	st := s.Stats()
+	assert.Zero(t, st.Drops["queue_full"], "packets the relay dropped for a full queue")
+	assert.Equal(t, burst, got, "packets the far client received")
 }

@@ -33,7 +33,7 @@ type sconn struct {
 	srv    *Server
 	key    key.Public
 	w      *wire
-	sendq  chan outPacket // packets for this client; never closed
+	sendq  *pktQueue // packets for this client
 	lim    *limiter
 	closed atomic.Bool // set when the connection is being torn down
 
@@ -182,7 +182,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 		srv:   s,
 		key:   pub,
 		w:     w,
-		sendq: make(chan outPacket, s.cfg.QueueLen),
+		sendq: newPktQueue(s.cfg.QueueLen),
 		lim:   newLimiter(s.cfg.PacketRate, max(s.cfg.PacketRate/10, s.cfg.QueueLen)),
 	}
 	w.onSent = func(pkt []byte, datagram bool) { s.m.sent(len(pkt), datagram) }
@@ -313,9 +313,7 @@ func (c *sconn) forward(rc routeCache, dst key.Public, pkt []byte, owned bool) {
 	} else {
 		p = copyPacket(c.key, pkt)
 	}
-	select {
-	case d.sendq <- p:
-	default:
+	if !d.sendq.push(p) {
 		p.release()
 		s.m.drop(dropQueueFull)
 	}

@@ -300,10 +300,12 @@ func (w *wire) sent(pkt []byte, datagram bool) {
 }
 
 // writeLoop owns the connection's output until the wire fails: packets
-// from sendq and control frames. It flushes whenever it runs out of queued
+// from q and control frames. It flushes whenever it runs out of queued
 // work or has handled writeBatch items, so bursts share TLS records and
-// syscalls. On exit it writes a CLOSE frame (TCP) unless the peer closed.
-func (w *wire) writeLoop(sendq <-chan outPacket) {
+// syscalls; control frames go first in every batch. On exit it writes a
+// CLOSE frame (TCP) unless the peer closed.
+func (w *wire) writeLoop(q *pktQueue) {
+	batch := make([]outPacket, 0, writeBatch)
 	for {
 		var err error
 		select {
@@ -312,20 +314,29 @@ func (w *wire) writeLoop(sendq <-chan outPacket) {
 			return
 		case f := <-w.ctrl:
 			err = w.writeFrame(&f)
-		case p := <-sendq:
-			err = w.writePacket(&p)
-			p.release()
+		case <-q.ready:
 		}
-	batch:
+	ctrl:
 		for i := 0; err == nil && i < writeBatch; i++ {
 			select {
 			case f := <-w.ctrl:
 				err = w.writeFrame(&f)
-			case p := <-sendq:
-				err = w.writePacket(&p)
-				p.release()
 			default:
-				break batch
+				break ctrl
+			}
+		}
+		batch = q.pop(batch[:0], writeBatch)
+		for i := range batch {
+			if err == nil {
+				err = w.writePacket(&batch[i])
+			}
+			batch[i].release()
+		}
+		if len(batch) == writeBatch {
+			// More may be queued: come back after the flush.
+			select {
+			case q.ready <- struct{}{}:
+			default:
 			}
 		}
 		if err == nil && w.bw.Buffered() > 0 {
