@@ -368,5 +368,9 @@ func (c *sconn) notifyGone(peer key.Public, reason GoneReason) {
 // client's own close (an application close from its side).
 func closedByPeer(err error) bool {
 	var ae *quic.ApplicationError
-	return errors.As(err, &ae) && ae.Remote
+	var te *quic.TransportError
+	// A client that closes before the server has confirmed the
+	// handshake sends its close as a transport error (RFC 9000 §10.2.3:
+	// APPLICATION_ERROR in a Handshake packet), not an application one.
+	return errors.As(err, &ae) && ae.Remote || errors.As(err, &te) && te.Remote
 }
