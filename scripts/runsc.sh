@@ -244,7 +244,7 @@ printf '{"Replace":{"%s":"%s","%s":"%s"}}\n' \
 cd "$tmp/gvisor"
 export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 echo "runsc: precompiling gVisor $gvver's seccomp programs"
-$GO build -overlay="$tmp/gen.json" -o "$tmp/gen" ./latticeseccompgen || die "building the generator failed"
+$GO build -overlay="$tmp/gen.json" -trimpath -o "$tmp/gen" ./latticeseccompgen || die "building the generator failed"
 "$tmp/gen" -src "$tmp/gvisor" -out "$tmp" || die "precompiling the seccomp programs failed"
 echo "runsc: building runsc $want (static)"
 $GO build -overlay="$tmp/overlay.json" -trimpath -ldflags="-X=gvisor.dev/gvisor/runsc/version.version=$want" -o "$tmp/runsc" ./runsc ||
