@@ -86,8 +86,7 @@ if [ -z "$dest" ]; then
 	fi
 fi
 
-# The module is downloaded for go list ./... already; make sure of its
-# sources (and go.sum's check) all the same.
+# go list -m names the module's directory only once it is downloaded.
 $GO mod download gvisor.dev/gvisor || die "go mod download gvisor.dev/gvisor failed"
 gvdir=$($GO list -m -f '{{.Dir}}' gvisor.dev/gvisor) || die "go list gvisor.dev/gvisor failed"
 [ -n "$gvdir" ] || die "gvisor.dev/gvisor is not downloaded"
