@@ -53,13 +53,13 @@ scenarios: ## run every scenario file, in virtual time where it can (the rest, a
 soak: ## run scenarios/soak/ (20 nodes with churn, the 1-hour soak, 200 lazy nodes with churn) in virtual time, one at a time, without -race
 	flags=$$(scripts/vtime-flags.sh) && $(GO) test $$flags -count=1 -tags '$(TAGS)' -timeout 30m -run '^TestSoak$$' -v ./scenarios/ -args -soak
 
-# runsc for gvisor mode, built from the gVisor version go.mod pins, statically:
-# a dynamically linked runsc fails inside its own chroot.
-GVISOR_VERSION = $(shell $(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
-runsc: ## build runsc (static) into GOPATH/bin when it is missing
-	@command -v runsc >/dev/null 2>&1 || [ -x "$$($(GO) env GOPATH)/bin/runsc" ] || \
-	  { echo "runsc: building gvisor.dev/gvisor/runsc@$(GVISOR_VERSION) (static)"; \
-	    CGO_ENABLED=0 $(GO) install gvisor.dev/gvisor/runsc@$(GVISOR_VERSION); }
+# runsc for gvisor mode, built from the gVisor version go.mod pins, statically
+# (a dynamically linked runsc fails inside its own chroot), with its seccomp
+# filters precompiled as gVisor's release builds have them: a `go install`ed
+# runsc compiles them at each sandbox start. scripts/runsc.sh rebuilds a
+# GOPATH/bin/runsc that is not its build of the pinned version.
+runsc: ## build runsc (static, precompiled seccomp filters) into GOPATH/bin unless it is there
+	@GO=$(GO) scripts/runsc.sh
 
 lint: ## gofmt, go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -26,7 +26,7 @@ const GVisorVersion = "v0.0.0-20260905035102-160fafc42237"
 
 // InstallHint says how to get a runsc that works here.
 const InstallHint = "build it statically with: CGO_ENABLED=0 go install gvisor.dev/gvisor/runsc@" + GVisorVersion +
-	" (or make runsc), then put it in $PATH or pass --runsc"
+	" (or make runsc in lattice's source tree, which also precompiles its seccomp filters: faster starts), then put it in $PATH or pass --runsc"
 
 // Errors.
 var (

@@ -323,7 +323,8 @@ func BenchmarkSandboxStart(b *testing.B) {
 // bootTimes is the milestones of runsc's boot timing table (its sandbox
 // log, written at info level) in the runsc log directory dir: when the
 // sandbox process started, was ready, got the start signal, had compiled
-// its seccomp filter and started the agent.
+// its seccomp filter (or, in a runsc with precompiled filters, rendered
+// one) and started the agent.
 func bootTimes(dir string) string {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.boot.log"))
 	var out strings.Builder
@@ -333,7 +334,7 @@ func bootTimes(dir string) string {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			for _, m := range []string{"╭─ runsc boot", "notifying parent", "start signal received", "seccomp program compiled", "kernel started"} {
+			for _, m := range []string{"╭─ runsc boot", "notifying parent", "start signal received", "seccomp program compiled", "seccomp program rendered", "kernel started"} {
 				if strings.Contains(line, m) && strings.HasPrefix(line, "[") {
 					fmt.Fprintf(&out, "runsc boot: %s %s\n", line[1:strings.IndexByte(line, ']')], m)
 				}

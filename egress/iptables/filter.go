@@ -86,9 +86,10 @@ func ChainName(iface string) string { return "LATTICE-" + iface }
 var hooks = []string{"OUTPUT", "FORWARD"}
 
 // New installs the chains and hooks them first in OUTPUT and FORWARD for
-// -o cfg.Interface. Chains an earlier run left (a crash, or fail closed)
-// are replaced in the same transaction that writes the new rules, so
-// there is no moment without a filter.
+// -o cfg.Interface, chains and hooks in one transaction per family.
+// Chains an earlier run left (a crash, or fail closed) are replaced in the
+// same transaction that writes the new rules, so there is no moment
+// without a filter, and its hooks kept.
 func New(cfg Config) (*Filter, error) {
 	if cfg.Interface == "" || len(cfg.Interface) > 15 || strings.ContainsAny(cfg.Interface, " /\t") {
 		return nil, fmt.Errorf("iptables: interface %q: want a Linux interface name", cfg.Interface)
@@ -135,11 +136,15 @@ func New(cfg Config) (*Filter, error) {
 	} else {
 		close(f.done)
 	}
-	if err := f.Reload(cfg.Policy, cfg.Peers); err != nil {
+	hooked, err := f.reload(cfg.Policy, cfg.Peers, true)
+	if err != nil {
 		f.stopEvents()
 		return nil, err
 	}
 	for _, fam := range f.fams {
+		if hooked[fam.v6] {
+			continue
+		}
 		for _, hook := range hooks {
 			rule := []string{hook, "-o", cfg.Interface, "-j", f.chain}
 			if f.ipt(fam.ipt, append([]string{"-C"}, rule...)...) == nil {
@@ -165,6 +170,17 @@ func (f *Filter) ipt(tool string, args ...string) error {
 // rules or the new, and flows both allow keep flowing. On error the
 // family's old rules stay in force.
 func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
+	_, err := f.reload(p, peers, false)
+	return err
+}
+
+// reload is Reload. With create (New's first load) each family's chains
+// and hooks go in as one transaction that fails whole if a chain exists
+// already (an earlier run's, left by a crash): then the chains are
+// replaced as Reload replaces them, and hooked (by family: v6) does not
+// say the family is hooked. One process per family on a sandbox's start
+// path instead of five (the restore, then -C and -I per hook).
+func (f *Filter) reload(p *policy.Policy, peers map[string][]netip.Addr, create bool) (hooked map[bool]bool, _ error) {
 	lower := make(map[string][]netip.Addr, len(peers))
 	for name, addrs := range peers {
 		lower[strings.ToLower(name)] = append(lower[strings.ToLower(name)], addrs...)
@@ -172,10 +188,11 @@ func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	gen := f.gen + 1
 	changed := false
+	hooked = map[bool]bool{}
 	for _, fam := range f.fams {
 		in := Input{Chain: f.chain, Peers: lower, V6: fam.v6}
 		if f.nflog != nil {
@@ -188,8 +205,18 @@ func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 		}
 		in.Gen = familyGen(gen, fam.v6)
 		c := Render(p, in)
-		if err := f.run(fam.restore, []string{"--noflush", "-w", "5"}, RestoreScript(c)); err != nil {
-			return fmt.Errorf("iptables: load %s rules: %w", fam.ipt, err)
+		args := []string{"--noflush", "-w", "5"}
+		if create {
+			var lines []string
+			for _, hook := range hooks {
+				lines = append(lines, "-I "+hook+" 1 -o "+f.cfg.Interface+" -j "+f.chain)
+			}
+			hooked[fam.v6] = f.run(fam.restore, args, CreateScript(c, lines...)) == nil
+		}
+		if !hooked[fam.v6] {
+			if err := f.run(fam.restore, args, RestoreScript(c)); err != nil {
+				return nil, fmt.Errorf("iptables: load %s rules: %w", fam.ipt, err)
+			}
 		}
 		f.last[fam.v6] = key
 		l := f.loaded[fam.v6]
@@ -203,7 +230,7 @@ func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 	if changed {
 		f.gen = gen
 	}
-	return nil
+	return hooked, nil
 }
 
 // familyGen is the generation a family's log prefixes carry: each family

@@ -299,10 +299,31 @@ func Comment(s string) string {
 // every chain of c (creating those that do not exist) in one transaction,
 // so no packet ever meets a half-written chain.
 func RestoreScript(c Chains) string {
+	return script(c, ":", " - [0:0]")
+}
+
+// CreateScript is the iptables-restore --noflush input that creates every
+// chain of c with its rules, then runs more (lines such as "-I OUTPUT 1
+// -o wg0 -j LATTICE-wg0"), in one transaction. It fails, changing
+// nothing, if any of the chains exists: so the hooks in more cannot be
+// there already either (a rule cannot jump to a chain that does not
+// exist), and none is ever doubled.
+func CreateScript(c Chains, more ...string) string {
+	s := script(c, "-N ", "")
+	s = strings.TrimSuffix(s, "COMMIT\n")
+	for _, l := range more {
+		s += l + "\n"
+	}
+	return s + "COMMIT\n"
+}
+
+// script writes c's chains, each declared as decl+name+declEnd, then
+// their rules, as one transaction.
+func script(c Chains, decl, declEnd string) string {
 	var b strings.Builder
 	b.WriteString("*filter\n")
 	for _, name := range c.Names {
-		b.WriteString(":" + name + " - [0:0]\n")
+		b.WriteString(decl + name + declEnd + "\n")
 	}
 	for _, name := range c.Names {
 		for _, r := range c.Rules[name] {

@@ -270,9 +270,11 @@ func TestRestoreScript(t *testing.T) {
 	assert.Equal(t, `""`, Quote(""))
 }
 
-// TestFilterCommands: New writes the rules in one restore per family and
-// hooks them once; an unchanged Reload runs nothing; Close unhooks and
-// deletes every chain in one restore, or step by step when a part is gone.
+// TestFilterCommands: New writes the chains and their hooks in one restore
+// per family (after a crash: replaces the chains, inserts only the missing
+// hooks); an unchanged Reload runs nothing, a changed one replaces the
+// chains; Close unhooks and deletes every chain in one restore, or step by
+// step when a part is gone.
 func TestFilterCommands(t *testing.T) {
 	var log, scripts []string
 	existing := map[string]bool{}
@@ -281,11 +283,28 @@ func TestFilterCommands(t *testing.T) {
 		log = append(log, cmd)
 		if stdin != "" {
 			scripts = append(scripts, stdin)
-			// A restore's deletions: all there, or the transaction fails.
-			var dels []string
+			// A restore's deletions: all there, or the transaction fails;
+			// so do its chain creations (-N) unless none exists.
+			fam := strings.TrimSuffix(tool, "-restore")
+			var dels, ins, chains, gone []string
 			for _, l := range strings.Split(stdin, "\n") {
 				if rest, ok := strings.CutPrefix(l, "-D "); ok {
-					dels = append(dels, strings.TrimSuffix(tool, "-restore")+rest)
+					dels = append(dels, fam+rest)
+				}
+				if rest, ok := strings.CutPrefix(l, "-I "); ok {
+					ins = append(ins, fam+strings.Replace(rest, " 1 ", " ", 1))
+				}
+				if rest, ok := strings.CutPrefix(l, "-N "); ok {
+					if existing[fam+"chain "+rest] {
+						return fmt.Errorf("chain already exists")
+					}
+					chains = append(chains, fam+"chain "+rest)
+				}
+				if rest, ok := strings.CutPrefix(l, ":"); ok {
+					chains = append(chains, fam+"chain "+strings.Fields(rest)[0])
+				}
+				if rest, ok := strings.CutPrefix(l, "-X "); ok {
+					gone = append(gone, fam+"chain "+rest)
 				}
 			}
 			for _, d := range dels {
@@ -296,11 +315,22 @@ func TestFilterCommands(t *testing.T) {
 			for _, d := range dels {
 				delete(existing, d)
 			}
+			for _, k := range append(ins, chains...) {
+				existing[k] = true
+			}
+			for _, k := range gone {
+				delete(existing, k)
+			}
 			return nil
 		}
 		switch {
 		case strings.Contains(cmd, " -C "):
+			if existing[tool+strings.Split(cmd, " -C ")[1]] {
+				return nil
+			}
 			return fmt.Errorf("no such rule")
+		case strings.Contains(cmd, " -X "):
+			delete(existing, tool+"chain "+strings.Split(cmd, " -X ")[1])
 		case strings.Contains(cmd, " -D "):
 			if existing[tool+strings.Split(cmd, " -D ")[1]] {
 				delete(existing, tool+strings.Split(cmd, " -D ")[1])
@@ -318,16 +348,22 @@ func TestFilterCommands(t *testing.T) {
 	require.NoError(t, err)
 	f, err := New(Config{Interface: "lt0", Policy: pol, Run: run, IPv6: &no})
 	require.NoError(t, err)
-	assert.Equal(t, []string{
-		"iptables-restore --noflush -w 5",
-		"iptables -w 5 -C OUTPUT -o lt0 -j LATTICE-lt0",
-		"iptables -w 5 -I OUTPUT 1 -o lt0 -j LATTICE-lt0",
-		"iptables -w 5 -C FORWARD -o lt0 -j LATTICE-lt0",
-		"iptables -w 5 -I FORWARD 1 -o lt0 -j LATTICE-lt0",
-	}, log)
+	assert.Equal(t, []string{"iptables-restore --noflush -w 5"}, log, "chains and hooks in one transaction")
+	require.Len(t, scripts, 1)
+	assert.True(t, strings.HasPrefix(scripts[0], "*filter\n-N LATTICE-lt0\n-N LATTICE-lt0-D\n-N LATTICE-lt0-P\n-N LATTICE-lt0-R\n-A LATTICE-lt0 "), scripts[0])
+	assert.True(t, strings.HasSuffix(scripts[0], "\n-I OUTPUT 1 -o lt0 -j LATTICE-lt0\n-I FORWARD 1 -o lt0 -j LATTICE-lt0\nCOMMIT\n"), scripts[0])
+	assert.True(t, existing["iptablesOUTPUT -o lt0 -j LATTICE-lt0"] && existing["iptablesFORWARD -o lt0 -j LATTICE-lt0"], "hooked")
 	log = nil
 	require.NoError(t, f.Reload(pol, nil))
 	assert.Empty(t, log, "unchanged")
+	pol2, err := policy.Parse("p.yaml", []byte("rules:\n  - allow: 8.8.8.8\n"))
+	require.NoError(t, err)
+	log, scripts = nil, nil
+	require.NoError(t, f.Reload(pol2, nil))
+	assert.Equal(t, []string{"iptables-restore --noflush -w 5"}, log, "changed")
+	require.Len(t, scripts, 1)
+	assert.True(t, strings.HasPrefix(scripts[0], "*filter\n:LATTICE-lt0 - [0:0]\n"), "a reload replaces the chains: %s", scripts[0])
+	assert.NotContains(t, scripts[0], "-I ", "and hooks nothing")
 	log, scripts = nil, nil
 	require.NoError(t, f.Close())
 	assert.Equal(t, []string{"iptables-restore --noflush -w 5"}, log, "unhooked and deleted in one transaction")
@@ -335,9 +371,31 @@ func TestFilterCommands(t *testing.T) {
 	assert.Equal(t, "*filter\n-D OUTPUT -o lt0 -j LATTICE-lt0\n-D FORWARD -o lt0 -j LATTICE-lt0\n"+
 		"-F LATTICE-lt0\n-F LATTICE-lt0-D\n-F LATTICE-lt0-P\n-F LATTICE-lt0-R\n"+
 		"-X LATTICE-lt0\n-X LATTICE-lt0-D\n-X LATTICE-lt0-P\n-X LATTICE-lt0-R\nCOMMIT\n", scripts[0])
-	assert.Empty(t, existing, "every hook removed")
+	assert.Empty(t, existing, "every hook and chain removed")
 	assert.ErrorIs(t, f.Reload(pol, nil), ErrClosed)
 	assert.NoError(t, f.Close())
+
+	// Chains and one hook an earlier run left (a crash): the creating
+	// transaction fails, the chains are replaced, and only the missing
+	// hook is inserted, so none is doubled.
+	for _, k := range []string{"chain LATTICE-lt0", "chain LATTICE-lt0-D", "chain LATTICE-lt0-P", "chain LATTICE-lt0-R", "OUTPUT -o lt0 -j LATTICE-lt0"} {
+		existing["iptables"+k] = true
+	}
+	log, scripts = nil, nil
+	f, err = New(Config{Interface: "lt0", Policy: pol, Run: run, IPv6: &no})
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"iptables-restore --noflush -w 5",
+		"iptables-restore --noflush -w 5",
+		"iptables -w 5 -C OUTPUT -o lt0 -j LATTICE-lt0",
+		"iptables -w 5 -C FORWARD -o lt0 -j LATTICE-lt0",
+		"iptables -w 5 -I FORWARD 1 -o lt0 -j LATTICE-lt0",
+	}, log)
+	require.Len(t, scripts, 2)
+	assert.Contains(t, scripts[0], "\n-N LATTICE-lt0\n")
+	assert.Contains(t, scripts[1], "\n:LATTICE-lt0 - [0:0]\n")
+	require.NoError(t, f.Close())
+	assert.Empty(t, existing, "every hook and chain removed")
 
 	// A hook gone already (removed by hand): the transaction fails, and
 	// each step is tried on its own.
