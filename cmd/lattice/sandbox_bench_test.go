@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -130,10 +132,25 @@ func copyExecutables(tb testing.TB, src, dst string, names ...string) {
 		}
 	}
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(src, n))
-		require.NoError(tb, err)
-		require.NoError(tb, os.WriteFile(filepath.Join(dst, n), b, 0o755))
+		copyFile(tb, filepath.Join(src, n), filepath.Join(dst, n))
 	}
+}
+
+// copyFile copies src to dst, mode 0755, with io.Copy: between files
+// that is copy_file_range, which, like go build's output and cp, leaves
+// the copy's page cache in small folios. A copy written with write()
+// (os.WriteFile) is held in large ones, which the kernel maps whole at a
+// fault, so the process measured would map more of its binary
+// (docs/PERFORMANCE.md).
+func copyFile(tb testing.TB, src, dst string) {
+	tb.Helper()
+	in, err := os.Open(src)
+	require.NoError(tb, err)
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	require.NoError(tb, err)
+	_, err = io.Copy(out, in)
+	require.NoError(tb, errors.Join(err, out.Close()))
 }
 
 // smapsRollup returns the kB fields of /proc/PID/smaps_rollup.
