@@ -31,12 +31,14 @@ var idleBinDir = flag.String("idle-bindir", "", "BenchmarkSandboxIdle: measure D
 // running the command itself. With -idle-bindir, the binaries in that
 // directory instead (another commit's).
 //
-// The sandbox gives back its start-up pages 5 s in; what it uses comes
+// The sandbox gives back its start-up pages 5 s in, and again after each
+// collection while it idles (internal/pagetrim); what it uses comes
 // back as it runs, a page cache folio at a time: the binaries here are
 // go build's output, in small folios (a copy made with write() is held
-// in large ones, and comes back whole; docs/PERFORMANCE.md). MiB and the other metrics are at 150 s, past the
-// runtime's first forced collection (at 2 min), which maps the function
-// tables of every goroutine's frames; 20s-MiB is VmRSS at 20 s. anon-MiB is
+// in large ones, and comes back whole; docs/PERFORMANCE.md). MiB and the
+// other metrics are at 150 s, past the runtime's first forced collection
+// (at 2 min), which maps the function tables of every goroutine's
+// frames; 20s-MiB is VmRSS at 20 s. anon-MiB is
 // the process's private memory (heap, stacks), file-MiB the resident
 // pages of its executable, which every process running the same binary
 // shares; pss-MiB and private-MiB come from /proc/PID/smaps_rollup
