@@ -3,6 +3,7 @@ package pagetrim
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,6 +95,19 @@ func TestRelease(t *testing.T) {
 	assert.Equal(t, "12 kB", fmt.Sprintf("%d kB", 12), "code still runs")
 	_, err = Release()
 	require.NoError(t, err, "again")
+}
+
+// TestUnmap: the code pages leave the resident set without a collection.
+func TestUnmap(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rss := rssFile(t)
+	st, err := Unmap()
+	require.NoError(t, err)
+	assert.Positive(t, st.Unmapped)
+	assert.Less(t, rssFile(t), rss)
+	runtime.ReadMemStats(&after)
+	assert.Equal(t, before.NumGC, after.NumGC, "no collection")
 }
 
 // rssFile is this process's RssFile in kB.

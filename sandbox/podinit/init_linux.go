@@ -42,10 +42,12 @@ func podInit() int {
 		return 0
 	}
 	// From here the init idles: a spare until the sandbox has an agent
-	// for it, then the agent's PID 1, reaping. What its start mapped and
-	// left on the heap goes back a moment in, off the way of an agent
-	// started at once.
-	time.AfterFunc(releaseAfter, func() { _, _ = pagetrim.Release() })
+	// for it, then the agent's PID 1, reaping. What its start mapped goes
+	// back a moment in, off the way of an agent started at once; without
+	// a collection, which would cost the collector's own memory, more
+	// than the init's small heap gives back, and start the runtime's
+	// forced collection every 2 minutes, which maps pages again.
+	time.AfterFunc(releaseAfter, func() { _, _ = pagetrim.Unmap() })
 	// Confined before the agent comes, off its start: package init runs
 	// on the main thread, locked, and the thread stays locked (and the
 	// one superviseAgent forks from) from here on.
