@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,6 +72,38 @@ func TestSpareInitClosed(t *testing.T) {
 	leftovers, _ := filepath.Glob(filepath.Join(tmp, "lattice-resolv-*"))
 	assert.Empty(t, leftovers)
 	assert.Zero(t, sandbox.SpareInitPID(d), "no spare after Close")
+}
+
+// TestSpareInitGivesBackPages: a spare init, idle until an agent comes,
+// gives back the pages of its binary its start mapped (internal/pagetrim).
+func TestSpareInitGivesBackPages(t *testing.T) {
+	d := startNamespacePod(t, newMesh(t))
+	pid := sandbox.SpareInitPID(d)
+	require.NotZero(t, pid, "Start makes a spare init")
+	first := rssFileKiB(t, pid)
+	require.Eventually(t, func() bool { return rssFileKiB(t, pid) <= first/2 }, 10*time.Second, 50*time.Millisecond,
+		"the spare's RssFile stays at %d kB or more (%d kB at first)", first/2, first)
+	var got strings.Builder
+	code, err := d.Run(t.Context(), []string{"sh", "-c", "echo ok"}, sandbox.Stdio{Stdout: &got, Stderr: &got})
+	require.NoError(t, err)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "ok\n", got.String(), "the spare still runs an agent")
+}
+
+// rssFileKiB is process pid's RssFile in kB.
+func rssFileKiB(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no RssFile in /proc/%d/status", pid)
+	return 0
 }
 
 // tunFDs counts this process's open TUN devices.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,12 +31,14 @@ var idleBinDir = flag.String("idle-bindir", "", "BenchmarkSandboxIdle: measure D
 // running the command itself. With -idle-bindir, the binaries in that
 // directory instead (another commit's).
 //
-// The sandbox gives back its start-up pages 5 s in; what it uses comes
+// The sandbox gives back its start-up pages 5 s in, and again after each
+// collection while it idles (internal/pagetrim); what it uses comes
 // back as it runs, a page cache folio at a time: the binaries here are
 // go build's output, in small folios (a copy made with write() is held
-// in large ones, and comes back whole; docs/PERFORMANCE.md). MiB and the other metrics are at 150 s, past the
-// runtime's first forced collection (at 2 min), which maps the function
-// tables of every goroutine's frames; 20s-MiB is VmRSS at 20 s. anon-MiB is
+// in large ones, and comes back whole; docs/PERFORMANCE.md). MiB and the
+// other metrics are at 150 s, past the runtime's first forced collection
+// (at 2 min), which maps the function tables of every goroutine's
+// frames; 20s-MiB is VmRSS at 20 s. anon-MiB is
 // the process's private memory (heap, stacks), file-MiB the resident
 // pages of its executable, which every process running the same binary
 // shares; pss-MiB and private-MiB come from /proc/PID/smaps_rollup
@@ -130,10 +134,25 @@ func copyExecutables(tb testing.TB, src, dst string, names ...string) {
 		}
 	}
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(src, n))
-		require.NoError(tb, err)
-		require.NoError(tb, os.WriteFile(filepath.Join(dst, n), b, 0o755))
+		copyFile(tb, filepath.Join(src, n), filepath.Join(dst, n))
 	}
+}
+
+// copyFile copies src to dst, mode 0755, with io.Copy: between files
+// that is copy_file_range, which, like go build's output and cp, leaves
+// the copy's page cache in small folios. A copy written with write()
+// (os.WriteFile) is held in large ones, which the kernel maps whole at a
+// fault, so the process measured would map more of its binary
+// (docs/PERFORMANCE.md).
+func copyFile(tb testing.TB, src, dst string) {
+	tb.Helper()
+	in, err := os.Open(src)
+	require.NoError(tb, err)
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	require.NoError(tb, err)
+	_, err = io.Copy(out, in)
+	require.NoError(tb, errors.Join(err, out.Close()))
 }
 
 // smapsRollup returns the kB fields of /proc/PID/smaps_rollup.

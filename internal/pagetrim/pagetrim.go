@@ -1,7 +1,8 @@
 // Package pagetrim lets a long-running process give back the memory it
 // needed only to start: the pages of its own executable that start-up
 // touched (every package's init, flag parsing, registration, TLS) and the
-// heap start-up left free.
+// heap start-up left free; and, while it idles, what each of the
+// runtime's collections maps again (Idle).
 //
 // Go binaries are mapped from the file; the kernel maps a page cache
 // folio or a fault-around window (64 KiB) at each fault, so a process that

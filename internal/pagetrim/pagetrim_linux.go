@@ -21,6 +21,14 @@ func Release() (Stats, error) {
 	// A collection first: it touches what it touches (stacks' function
 	// tables), and what it frees goes back.
 	debug.FreeOSMemory()
+	return Unmap()
+}
+
+// Unmap unmaps the resident pages of the executable's read-only file
+// mappings, as Release does, without the collection: for a process
+// whose heap has little to give back, whose first collection would cost
+// more (the collector's own memory) than it frees.
+func Unmap() (Stats, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return Stats{}, fmt.Errorf("pagetrim: %w", err)

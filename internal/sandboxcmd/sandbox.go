@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -292,7 +291,9 @@ $LATTICE_TOKEN or --token.`,
 		}
 		defer stopMetrics()
 		reloadOnHUP(cmd.Context(), d)
-		idle(cmd.Context(), cfg.Logger)
+		// Idle: start-up's pages are given back once the sandbox has
+		// settled, and what each collection reads after it.
+		pagetrim.Idle(cmd.Context(), pagetrim.Config{Settle: settleTime, Logger: cfg.Logger})
 		fmt.Fprintln(out, "sandbox: stopped")
 		return nil
 	}
@@ -303,25 +304,6 @@ $LATTICE_TOKEN or --token.`,
 // what it needed only to start: its peers' first ICE checks and
 // WireGuard handshakes take place within it.
 const settleTime = 5 * time.Second
-
-// idle waits for ctx to end, giving back start-up's pages once the
-// sandbox has settled (internal/pagetrim).
-func idle(ctx context.Context, log *slog.Logger) {
-	settle := time.NewTimer(settleTime)
-	defer settle.Stop()
-	select {
-	case <-ctx.Done():
-		return
-	case <-settle.C:
-	}
-	st, err := pagetrim.Release()
-	if err != nil {
-		log.Warn("releasing start-up pages", "err", err)
-	} else {
-		log.Debug("start-up pages released", "unmapped_bytes", st.Unmapped, "skipped_mappings", st.Skipped)
-	}
-	<-ctx.Done()
-}
 
 // isolationNote says what an isolation means for agents run with exec.
 func isolationNote(i sandbox.Isolation) string {

@@ -11,8 +11,11 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/latticelab/lattice/internal/pagetrim"
 )
 
 func init() {
@@ -38,6 +41,13 @@ func podInit() int {
 	if cfg.Probe {
 		return 0
 	}
+	// From here the init idles: a spare until the sandbox has an agent
+	// for it, then the agent's PID 1, reaping. What its start mapped goes
+	// back a moment in, off the way of an agent started at once; without
+	// a collection, which would cost the collector's own memory, more
+	// than the init's small heap gives back, and start the runtime's
+	// forced collection every 2 minutes, which maps pages again.
+	time.AfterFunc(releaseAfter, func() { _, _ = pagetrim.Unmap() })
 	// Confined before the agent comes, off its start: package init runs
 	// on the main thread, locked, and the thread stays locked (and the
 	// one superviseAgent forks from) from here on.
@@ -63,6 +73,10 @@ func podInit() int {
 	}
 	return code
 }
+
+// releaseAfter is how long an init waits before it gives back its
+// start-up pages (internal/pagetrim).
+const releaseAfter = time.Second
 
 func readInitConfig(sock *os.File) (Config, error) {
 	var cfg Config

@@ -4,7 +4,8 @@
 // makes the agent's TUN device and mounts, hands the device back over FD,
 // and runs the agent.
 //
-// It is a leaf package, importing only the standard library and x/sys:
+// It is a leaf package, importing only the standard library, x/sys and
+// internal/pagetrim (which imports only those):
 // Go initialises a package once its imports are, choosing among the ready
 // ones by import path, so its init() runs before the binary's heavy
 // packages (nats-server, runsc, gVisor, prometheus) and the init process
