@@ -17,6 +17,10 @@ import (
 // GOGC, if set, wins.
 const hugeLabGCPercent = 50
 
+// holdsGC reports whether the lab holds the collector at
+// hugeLabGCPercent while it is up.
+func (l *Lab) holdsGC() bool { return len(l.plan.Nodes) >= largeLab }
+
 // gcHold is the one growth target the huge labs of a process share: the
 // first sets it, the last to close puts back what was there.
 var gcHold struct {
