@@ -25,10 +25,10 @@ import (
 // check. The answers are ours, not pion's: consentConn takes them out of
 // the STUN stream by transaction ID before pion's UDPMux reads it.
 //
-// Once a direct path has settled (its first consent tick), the agent that
-// found it is closed (retireAgent, liveness.go): pion's loop ticks every
-// 2 s for as long as an agent lives, with nothing left to do once the node
-// checks consent, and its goroutines and buffers stay per peer. The
+// Once ICE has selected a direct path, the agent that found it is closed
+// (retireAgent, liveness.go): pion's loop ticks every 2 s for as long as
+// an agent lives, with nothing left to do once the node checks consent,
+// and its goroutines and buffers stay per peer. The
 // peer's checks on the pair are then answered here (respond), as the agent
 // would have: a Binding success with the source as XOR-MAPPED-ADDRESS,
 // under our password. Only requests that carry our credentials and pass

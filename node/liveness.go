@@ -224,7 +224,6 @@ func (p *peer) onConsent(ctx context.Context, session uint64) {
 		p.directDead(ctx, fmt.Sprintf("direct path went silent (no answer for %s)", p.env.cfg.DeadAfter), silent)
 		return
 	}
-	p.retireAgent()
 	// A path that carries WireGuard from the peer needs no check of its
 	// own: the traffic watch covers what we send.
 	if now.Sub(p.path.LastDirectReceive()) >= consentInterval(p.env.cfg.DeadAfter) {
@@ -233,10 +232,20 @@ func (p *peer) onConsent(ctx context.Context, session uint64) {
 	p.armConsent(ctx)
 }
 
-// retireAgent closes the agent of a settled direct path (the node checks
-// its consent; consent.go answers the peer's checks in its place). The
-// path, its watch and the attempt's session stay; a new attempt, or the
-// path's end, finds no agent to close.
+// retireAgent closes the agent of a direct path as soon as ICE selects it
+// (the node checks its consent; consent.go answers the peer's checks in
+// its place), with what the attempt kept for it: its candidates, its
+// offer and answer timers. The path, its watch and the attempt's session
+// stay; a new attempt, or the path's end, finds no agent to close.
+//
+// A selected pair has been proven both ways: our check was answered and
+// the peer's nomination came (controlled), or our nomination was
+// answered (controlling). What the peer's agent may still need from ours,
+// the answer to a repeated nomination or to its own check of the pair,
+// the responder gives. Kept until the first consent tick, 5 s later, the
+// agents of a 100-node lab whose every pair woke at once numbered in the
+// thousands (each with its goroutines, buffers and timers): most of the
+// lab's peak memory (docs/PERFORMANCE.md).
 func (p *peer) retireAgent() {
 	if p.agent == nil || p.env.consent == nil || p.watch == nil || pionConsent(p.env.cfg.DeadAfter) {
 		return
@@ -252,8 +261,15 @@ func (p *peer) retireAgent() {
 		p.attemptDone()
 		p.attemptDone = nil
 	}
+	for _, t := range []**time.Timer{&p.offerTimer, &p.answerTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
+	}
 	_ = p.agent.Close()
 	p.agent = nil
+	p.localCands, p.ownAddrs, p.pending = nil, nil, nil
 }
 
 // sendConsent sends one consent request on the direct path.

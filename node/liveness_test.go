@@ -237,17 +237,36 @@ func iceGoroutines() int {
 	return n
 }
 
-// TestSettledPathRetiresAgent: once a direct path has settled, the ICE
-// agents that found it are closed (pion's loop ticks every 2 s for as
-// long as an agent lives) and the node answers the peer's consent checks
-// itself: the pair stays direct through ten idle minutes, with no new
-// attempt and no agent goroutine left, and still carries traffic.
+// TestSettledPathRetiresAgent: the ICE agents that found a direct path
+// are closed as soon as it is selected (pion's loop ticks every 2 s for as
+// long as an agent lives, and a mesh whose pairs all wake at once held
+// thousands of them: they were kept until the first consent tick, 4–6 s
+// later) and the node answers the peer's consent checks itself: the pair
+// stays direct through ten idle minutes, with no new attempt and no agent
+// goroutine left, and still carries traffic.
 func TestSettledPathRetiresAgent(t *testing.T) {
 	inVirtualTime(t, func(t *testing.T) {
-		_, a, b, na, nb, _ := directPair(t)
-		require.Positive(t, iceGoroutines(), "no agent while the path is new")
-		time.Sleep(10 * time.Second) // both sides' first consent ticks
-		assert.Zero(t, iceGoroutines(), "agents still running on a settled path")
+		w := newLabWorld(t)
+		na, nb := &stockNetstack{}, &stockNetstack{}
+		a := startNode(t, w.site(t, "port-restricted-cone"), "alpha", na)
+		b := startNode(t, w.site(t, "full-cone"), "beta", nb)
+		direct := func(n *node.Node) bool {
+			st := n.Status()
+			return len(st) == 1 && st[0].Path == node.PathDirect
+		}
+		// Watch the attempt every 10 ms: agents while it runs, none
+		// once both sides are direct.
+		sawAgents := false
+		for deadline := time.Now().Add(10 * time.Second); !direct(a) || !direct(b); time.Sleep(10 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "no direct path: %+v %+v", a.Status(), b.Status())
+			sawAgents = sawAgents || iceGoroutines() > 0
+		}
+		require.True(t, sawAgents, "no agent seen while the attempt ran")
+		settled := time.Now()
+		for iceGoroutines() > 0 {
+			require.Less(t, time.Since(settled), 200*time.Millisecond, "agents still running on a selected path")
+			time.Sleep(10 * time.Millisecond)
+		}
 		attempts := []uint64{a.ICECounts().Attempts, b.ICECounts().Attempts}
 		stun := []uint64{a.MuxStats().STUN, b.MuxStats().STUN}
 		time.Sleep(10 * time.Minute)

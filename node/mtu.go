@@ -3,7 +3,6 @@ package node
 import (
 	"encoding/binary"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 
 	"golang.zx2c4.com/wireguard/device"
@@ -52,9 +51,6 @@ type transportReporter interface{ Transport() string }
 type peerMTUs struct {
 	relay transportReporter // set before the device starts; nil: no relay
 
-	mu    sync.RWMutex // guards paths
-	paths map[netip.Addr]*Path
-
 	pending [][]byte // Read's own: fragments that did not fit the last batch
 
 	clamped, tooBig, fragmented atomic.Uint64
@@ -66,17 +62,16 @@ func (u *unreachableTUN) setPath(addr netip.Addr, p *Path) {
 	if u == nil {
 		return
 	}
-	m := &u.mtu
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	if p == nil {
-		delete(m.paths, addr)
+		delete(u.paths, addr)
 		return
 	}
-	if m.paths == nil {
-		m.paths = map[netip.Addr]*Path{}
+	if u.paths == nil {
+		u.paths = map[netip.Addr]*Path{}
 	}
-	m.paths[addr] = p
+	u.paths[addr] = p
 }
 
 // quic reports whether the relay client is connected over QUIC now.
@@ -88,10 +83,10 @@ const transportQUIC = "quic"
 
 // relayed reports whether packets to or from the peer at a go through
 // the relay now.
-func (m *peerMTUs) relayed(a netip.Addr) bool {
-	m.mu.RLock()
-	p := m.paths[a]
-	m.mu.RUnlock()
+func (u *unreachableTUN) relayed(a netip.Addr) bool {
+	u.mu.RLock()
+	p := u.paths[a]
+	u.mu.RUnlock()
 	if p == nil {
 		return false
 	}
@@ -111,7 +106,7 @@ func (u *unreachableTUN) limitOutbound(bufs [][]byte, sizes []int, offset, n int
 			continue
 		}
 		dst, ok := dstAddr(pkt)
-		if !ok || !m.relayed(dst) {
+		if !ok || !u.relayed(dst) {
 			continue
 		}
 		if syn && clampMSS(pkt, QUICRelayMTU) {
@@ -166,14 +161,15 @@ func (m *peerMTUs) takePending(bufs [][]byte, sizes []int, offset, n int) int {
 
 // limitInbound clamps the MSS of TCP SYNs arriving from a peer relayed
 // over QUIC, so what we send it fits whatever the peer's side does.
-func (m *peerMTUs) limitInbound(bufs [][]byte, offset int) {
+func (u *unreachableTUN) limitInbound(bufs [][]byte, offset int) {
+	m := &u.mtu
 	for _, b := range bufs {
 		pkt := b[offset:]
 		if !tcpSYN(pkt) {
 			continue
 		}
 		src, ok := srcAddr(pkt)
-		if ok && m.relayed(src) && clampMSS(pkt, QUICRelayMTU) {
+		if ok && u.relayed(src) && clampMSS(pkt, QUICRelayMTU) {
 			m.clamped.Add(1)
 		}
 	}

@@ -296,6 +296,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.setKeepalive(true)
 		p.watchDirect(ctx, ev.connected)
 		p.replayRecent()
+		p.retireAgent()
 	case ev.state != nil:
 		if ev.session != p.session || p.idle {
 			return

@@ -67,7 +67,7 @@ func (n *Node) trimWG(p *peer) {
 	p.wg.trimmed = true
 	restore := func() { n.restoreWG(p) }
 	p.path.restore.Store(&restore)
-	n.tun.setTrimmed(p.info.Address.Addr(), p.path)
+	n.tun.noteTrimmed(true)
 	if err := n.dev.IpcSet("public_key=" + p.info.PublicKey.Hex() + "\nremove=true\n"); err != nil {
 		n.log.Debug("trim WireGuard peer", "peer", p.info.Name, "err", err)
 	}
@@ -82,7 +82,7 @@ func (n *Node) restoreWG(p *peer) {
 	}
 	p.wg.trimmed = false
 	p.path.restore.Store(nil)
-	n.tun.setTrimmed(p.info.Address.Addr(), nil)
+	n.tun.noteTrimmed(false)
 	if err := n.dev.IpcSet(wgPeerConfig(p.info, 0)); err != nil {
 		n.log.Warn("restore WireGuard peer", "peer", p.info.Name, "err", err)
 	}
@@ -93,11 +93,11 @@ func (n *Node) restoreWG(p *peer) {
 func (n *Node) forgetTrim(p *peer) {
 	p.wg.mu.Lock()
 	defer p.wg.mu.Unlock()
+	if p.wg.trimmed {
+		n.tun.noteTrimmed(false)
+	}
 	p.wg.trimmed = false
 	p.path.restore.Store(nil)
-	if n.tun != nil {
-		n.tun.setTrimmed(p.info.Address.Addr(), nil)
-	}
 }
 
 // markTrimmed records that a peer addPeer did not configure is out of
@@ -111,58 +111,43 @@ func (n *Node) markTrimmed(p *peer) {
 	p.wg.trimmed = true
 	restore := func() { n.restoreWG(p) }
 	p.path.restore.Store(&restore)
-	n.tun.setTrimmed(p.info.Address.Addr(), p.path)
+	n.tun.noteTrimmed(true)
 }
 
-// trimmedPeers are the trimmed peers by overlay address. Every lazy peer
-// of a node starts trimmed, so it holds up to every peer: a copy of it
-// per change (as offline's) made adding N peers cost N²/2 map entries,
-// 5·10⁸ for each node of a 1000-node lab.
-type trimmedPeers struct {
-	n  atomic.Int32 // len(m), for Read's check without the lock
-	mu sync.RWMutex // guards m
-	m  map[netip.Addr]*Path
-}
-
-// setTrimmed marks addr as a trimmed peer's (path), or not (nil).
-func (u *unreachableTUN) setTrimmed(addr netip.Addr, path *Path) {
+// noteTrimmed counts a peer taken out of WireGuard's configuration (on)
+// or put back; the trimmed peers are the paths (setPath) whose restore
+// hook is set. One map for the MTU's lookups and these: a second one,
+// holding every lazy peer from the start, was a map entry per peer.
+func (u *unreachableTUN) noteTrimmed(on bool) {
 	if u == nil {
 		return
 	}
-	t := &u.trimmed
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if path != nil {
-		if t.m == nil {
-			t.m = map[netip.Addr]*Path{}
-		}
-		t.m[addr] = path
+	if on {
+		u.trimmed.Add(1)
 	} else {
-		delete(t.m, addr)
+		u.trimmed.Add(-1)
 	}
-	t.n.Store(int32(len(t.m)))
 }
 
 // restoreTrimmed puts back the trimmed peers the packets in bufs go to.
 func (u *unreachableTUN) restoreTrimmed(bufs [][]byte, sizes []int, offset, n int) {
-	t := &u.trimmed
-	if t.n.Load() == 0 {
+	if u.trimmed.Load() == 0 {
 		return
 	}
 	var restore []*Path
-	t.mu.RLock()
+	u.mu.RLock()
 	for i := range n {
 		pkt := bufs[i][offset : offset+sizes[i]]
 		if len(pkt) < 20 || pkt[0]>>4 != 4 {
 			continue
 		}
 		dst, _ := netip.AddrFromSlice(pkt[16:20])
-		if p := t.m[dst]; p != nil {
+		if p := u.paths[dst]; p != nil && p.restore.Load() != nil {
 			restore = append(restore, p)
 		}
 	}
-	t.mu.RUnlock()
-	// restoreWG calls setTrimmed: not under t.mu.
+	u.mu.RUnlock()
+	// restoreWG takes WireGuard's locks: not under u.mu.
 	for _, p := range restore {
 		p.restoreWG()
 	}

@@ -21,7 +21,14 @@ type unreachableTUN struct {
 	tun.Device
 
 	offline atomic.Pointer[map[netip.Addr]struct{}] // copy on write
-	trimmed trimmedPeers                            // idle peers out of WireGuard (trim.go)
+
+	// paths are the peers' by overlay address (setPath): toward a peer
+	// relayed over QUIC the per-peer MTU applies (mtu.go), and a packet
+	// to a trimmed peer (Path.restore set) puts it back into WireGuard
+	// first (trim.go).
+	mu      sync.RWMutex // guards paths
+	paths   map[netip.Addr]*Path
+	trimmed atomic.Int32 // how many peers are trimmed: Read's check without the lock
 
 	replies   chan []byte // to writeLoop: the stack may not be entered from Read
 	stop      chan struct{}
@@ -86,7 +93,7 @@ func (u *unreachableTUN) Read(bufs [][]byte, sizes []int, offset int) (int, erro
 // their MSS clamped (mtu.go) on the way in.
 func (u *unreachableTUN) Write(bufs [][]byte, offset int) (int, error) {
 	if u.mtu.quic() {
-		u.mtu.limitInbound(bufs, offset)
+		u.limitInbound(bufs, offset)
 	}
 	return u.Device.Write(bufs, offset)
 }

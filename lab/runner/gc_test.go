@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/latticelab/lattice/lab/topology"
 )
 
 // gcPercent reads the collector's growth target without changing it.
@@ -46,4 +48,27 @@ func TestHugeLabRespectsGOGC(t *testing.T) {
 	defer release()
 	assert.False(t, held)
 	assert.Equal(t, 200, gcPercent(), "the user's GOGC wins")
+}
+
+// TestLabSizePolicy: a lab's WireGuard batch and the collector hold
+// follow its node count; scale.yaml's 100 nodes are a large lab (every
+// pair pinged, they peaked at 1.5–1.7 GiB with batch 16 at GOGC=100).
+func TestLabSizePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		nodes int
+		batch int
+		hold  bool
+	}{
+		{name: "small", nodes: 99, batch: labBatch, hold: false},
+		{name: "scale.yaml", nodes: 100, batch: labLargeBatch, hold: true},
+		{name: "large", nodes: 500, batch: labLargeBatch, hold: true},
+		{name: "huge", nodes: 501, batch: 1, hold: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Lab{plan: &topology.Plan{Nodes: make([]topology.PlanNode, tc.nodes)}}
+			assert.Equal(t, tc.batch, l.nodeBatch(), "batch")
+			assert.Equal(t, tc.hold, l.holdsGC(), "collector hold")
+		})
+	}
 }

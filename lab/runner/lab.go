@@ -126,7 +126,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := os.MkdirAll(filepath.Join(l.state, "nodes"), 0o700); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
-	if len(l.plan.Nodes) > hugeLab {
+	if l.holdsGC() {
 		if release, held := holdGC(); held {
 			l.releaseGC = release
 			l.progress("%d nodes: Go's collector runs at GOGC=%d while the lab is up, to bound its peak memory (set GOGC to choose)", len(l.plan.Nodes), hugeLabGCPercent)

@@ -326,9 +326,11 @@ func (l *Lab) startPodNode(ctx context.Context, c nodeSpec, network netx.Network
 // TUN's (node Config.Batch, netstack Config.Batch): wireguard-go keeps
 // that many 64 KiB buffers on each of a node's three read paths for the
 // node's life. netstack's default 64 held about 6 MiB per idle node; at
-// labBatch it is 3 MiB, and in labs of more than largeLab nodes, at
+// labBatch it is 3 MiB, and in labs of largeLab nodes or more, at
 // labLargeBatch, 768 KiB: at 16, those buffers were 2.9 GB of the 4.6 GB
-// live heap of scale-1000 (bench --memprofile, 2026-12-02). In labs of
+// live heap of scale-1000 (bench --memprofile, 2026-12-02), and 357 MB of
+// the 750 MB of scale.yaml's 100 nodes once every pair had pinged
+// (2026-12-06). In labs of
 // more than hugeLab nodes the batch is 1 (192 KiB a node): at 4,
 // scale-1000's pings left 1.5 GB of those buffers live (2026-12-06). The
 // fabric, not the batch, bounds a lab node's throughput.
@@ -344,7 +346,7 @@ func (l *Lab) nodeBatch() int {
 	switch n := len(l.plan.Nodes); {
 	case n > hugeLab:
 		return 1
-	case n > largeLab:
+	case n >= largeLab:
 		return labLargeBatch
 	}
 	return labBatch
