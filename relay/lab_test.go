@@ -29,23 +29,8 @@ func TestLabUDPBlockedClientLandsOnTCP(t *testing.T) {
 	blockedHost, blockedRouter := labSite(t, f, "blocked", "udp-blocked", 10)
 	openHost, _ := labSite(t, f, "open", "full-cone", 11)
 
-	dial := func(h *fabric.Host, key key.Public) *relay.Client {
-		c, err := relay.NewClient(relay.ClientConfig{
-			Network:     h,
-			Server:      s.Addr().String(),
-			Fingerprint: s.Fingerprint(),
-			Key:         key,
-			Token:       relay.IssueToken(secret, key, time.Now().Add(time.Hour)),
-		})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, c.Close()) })
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, c.WaitConnected(ctx))
-		return c
-	}
-	blocked := dial(blockedHost, key.Public{1})
-	open := dial(openHost, key.Public{2})
+	blocked := labClient(t, s, secret, blockedHost, key.Public{1}, "")
+	open := labClient(t, s, secret, openHost, key.Public{2}, "")
 
 	assert.Equal(t, "tcp", blocked.Transport(), "the client behind the UDP block")
 	assert.Equal(t, "quic", open.Transport(), "the client behind the open NAT")
@@ -88,6 +73,26 @@ func labRelayAt(t *testing.T, now func() time.Time) (*fabric.Fabric, *relay.Serv
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return f, s, secret
+}
+
+// labClient connects a client of s on host h with key k over transport
+// (empty: either), closed when the test ends.
+func labClient(t *testing.T, s *relay.Server, secret []byte, h *fabric.Host, k key.Public, transport string) *relay.Client {
+	t.Helper()
+	c, err := relay.NewClient(relay.ClientConfig{
+		Network:     h,
+		Server:      s.Addr().String(),
+		Fingerprint: s.Fingerprint(),
+		Key:         k,
+		Token:       relay.IssueToken(secret, k, time.Now().Add(time.Hour)),
+		Transport:   transport,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, c.WaitConnected(ctx))
+	return c
 }
 
 // labSite adds a LAN with one host behind a router whose uplink is
@@ -197,17 +202,7 @@ func TestLabBurstToFarClient(t *testing.T) {
 	far, err := f.AddHost(fabric.HostConfig{Name: "far", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.60"),
 		Egress: link.Impairments{Latency: 10 * time.Millisecond}, Ingress: link.Impairments{Latency: 10 * time.Millisecond}}}})
 	require.NoError(t, err)
-	dial := func(h *fabric.Host, k key.Public) *relay.Client {
-		c, err := relay.NewClient(relay.ClientConfig{Network: h, Server: s.Addr().String(), Fingerprint: s.Fingerprint(),
-			Key: k, Token: relay.IssueToken(secret, k, time.Now().Add(time.Hour)), Transport: "tcp"})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, c.Close()) })
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, c.WaitConnected(ctx))
-		return c
-	}
-	from, to := dial(near, key.Public{1}), dial(far, key.Public{2})
+	from, to := labClient(t, s, secret, near, key.Public{1}, "tcp"), labClient(t, s, secret, far, key.Public{2}, "tcp")
 
 	const burst = 900
 	pkt := bytes.Repeat([]byte{0xab}, 1400)
