@@ -105,7 +105,7 @@ func (u *unreachableTUN) limitOutbound(bufs [][]byte, sizes []int, offset, n int
 		if len(pkt) <= QUICRelayMTU && !syn {
 			continue
 		}
-		dst, ok := dstAddr(pkt)
+		_, dst, ok := ipAddrs(pkt)
 		if !ok || !u.relayed(dst) {
 			continue
 		}
@@ -168,7 +168,7 @@ func (u *unreachableTUN) limitInbound(bufs [][]byte, offset int) {
 		if !tcpSYN(pkt) {
 			continue
 		}
-		src, ok := srcAddr(pkt)
+		src, _, ok := ipAddrs(pkt)
 		if ok && u.relayed(src) && clampMSS(pkt, QUICRelayMTU) {
 			m.clamped.Add(1)
 		}
@@ -182,7 +182,7 @@ const (
 	tcpFlagSYN     = 0x02
 )
 
-// ipHeaderLen returns the IP header length of an IPv4 packet or of an
+// ipHeader returns the IP header length of an IPv4 packet or of an
 // IPv6 packet without extension headers before TCP, and the transport
 // protocol; ok is false for anything shorter than its header.
 func ipHeader(pkt []byte) (hlen int, proto byte, ok bool) {
@@ -218,24 +218,16 @@ func tcpSYN(pkt []byte) bool {
 	return pkt[hlen+13]&tcpFlagSYN != 0
 }
 
-func dstAddr(pkt []byte) (netip.Addr, bool) {
+// ipAddrs returns the source and destination of an IPv4 or IPv6 packet;
+// ok is false for anything shorter than its fixed header.
+func ipAddrs(pkt []byte) (src, dst netip.Addr, ok bool) {
 	switch {
 	case len(pkt) >= 20 && pkt[0]>>4 == 4:
-		return netip.AddrFrom4([4]byte(pkt[16:20])), true
+		return netip.AddrFrom4([4]byte(pkt[12:16])), netip.AddrFrom4([4]byte(pkt[16:20])), true
 	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		return netip.AddrFrom16([16]byte(pkt[24:40])), true
+		return netip.AddrFrom16([16]byte(pkt[8:24])), netip.AddrFrom16([16]byte(pkt[24:40])), true
 	}
-	return netip.Addr{}, false
-}
-
-func srcAddr(pkt []byte) (netip.Addr, bool) {
-	switch {
-	case len(pkt) >= 20 && pkt[0]>>4 == 4:
-		return netip.AddrFrom4([4]byte(pkt[12:16])), true
-	case len(pkt) >= 40 && pkt[0]>>4 == 6:
-		return netip.AddrFrom16([16]byte(pkt[8:24])), true
-	}
-	return netip.Addr{}, false
+	return netip.Addr{}, netip.Addr{}, false
 }
 
 // clampMSS lowers the MSS option of TCP SYN pkt to what fits mtu and

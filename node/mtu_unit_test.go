@@ -242,8 +242,7 @@ func FuzzPeerMTU(f *testing.F) {
 			_ = icmpv4Error(pkt, icmpFragNeeded, mtu)
 		}
 		_ = packetTooBig6(pkt, mtu)
-		_, _ = dstAddr(pkt)
-		_, _ = srcAddr(pkt)
+		_, _, _ = ipAddrs(pkt)
 		if tcpSYN(pkt) && pkt[0]>>4 == 4 {
 			hlen := int(pkt[0]&0x0f) * 4
 			setTCPChecksum(pkt)

@@ -137,11 +137,10 @@ func (u *unreachableTUN) restoreTrimmed(bufs [][]byte, sizes []int, offset, n in
 	var restore []*Path
 	u.mu.RLock()
 	for i := range n {
-		pkt := bufs[i][offset : offset+sizes[i]]
-		if len(pkt) < 20 || pkt[0]>>4 != 4 {
+		_, dst, ok := ipAddrs(bufs[i][offset : offset+sizes[i]])
+		if !ok {
 			continue
 		}
-		dst, _ := netip.AddrFromSlice(pkt[16:20])
 		if p := u.paths[dst]; p != nil && p.restore.Load() != nil {
 			restore = append(restore, p)
 		}

@@ -105,10 +105,10 @@ func (u *unreachableTUN) rejectOffline(bufs [][]byte, sizes []int, offset, n int
 	}
 	for i := range n {
 		pkt := bufs[i][offset : offset+sizes[i]]
-		if len(pkt) < 20 || pkt[0]>>4 != 4 {
+		_, dst, ok := ipAddrs(pkt)
+		if !ok {
 			continue
 		}
-		dst, _ := netip.AddrFromSlice(pkt[16:20])
 		if _, off := (*set)[dst]; !off {
 			continue
 		}

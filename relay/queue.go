@@ -97,13 +97,16 @@ func (q *pktQueue) pop(dst []outPacket, n int) []outPacket {
 
 // discard releases every queued packet (the connection is gone).
 func (q *pktQueue) discard() {
-	for {
-		ps := q.pop(nil, minQueueSlots)
-		if len(ps) == 0 {
-			return
-		}
-		for i := range ps {
-			ps[i].release()
-		}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for ; q.n > 0; q.n-- {
+		q.ring[q.head].release()
+		q.ring[q.head] = outPacket{}
+		q.head = (q.head + 1) % len(q.ring)
+	}
+	q.head = 0
+	if q.space != nil {
+		close(q.space)
+		q.space = nil
 	}
 }
