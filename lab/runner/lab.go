@@ -68,6 +68,7 @@ type Lab struct {
 	nodes    map[string]runningNode
 	services map[string]io.Closer
 	started  map[string]time.Time // when each node last started
+	up       map[string]time.Time // when each node last came up (registered, serving)
 	snap     map[string]nodeSnapshot
 	fw       map[string]*firewallState
 	captures []*capture
@@ -97,7 +98,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	lab := &Lab{cfg: cfg, plan: cfg.Plan, log: log, start: time.Now(),
-		nodes: map[string]runningNode{}, services: map[string]io.Closer{}, started: map[string]time.Time{},
+		nodes: map[string]runningNode{}, services: map[string]io.Closer{}, started: map[string]time.Time{}, up: map[string]time.Time{},
 		snap: map[string]nodeSnapshot{}, fw: map[string]*firewallState{}}
 	l = lab
 	defer func() {

@@ -241,6 +241,7 @@ func (l *Lab) startNode(ctx context.Context, name string) error {
 	}
 	l.nodes[name] = rn
 	l.started[name] = begin
+	l.up[name] = time.Now()
 	l.mu.Unlock()
 	kind := "node"
 	if pn.Sandbox != nil {

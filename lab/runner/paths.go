@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -143,7 +144,7 @@ func whyNot(st node.PeerStatus, want string) string {
 	return ""
 }
 
-// TimeToDirect is how long after both nodes started from first went
+// TimeToDirect is how long after both nodes were up from first went
 // direct to to; it waits for the direct path until ctx ends.
 func (l *Lab) TimeToDirect(ctx context.Context, from, to string) (time.Duration, error) {
 	st, err := l.WaitPath(ctx, from, to, "direct")
@@ -151,17 +152,35 @@ func (l *Lab) TimeToDirect(ctx context.Context, from, to string) (time.Duration,
 		return 0, err
 	}
 	l.mu.Lock()
-	start := l.started[from]
-	if t := l.started[to]; t.After(start) {
-		start = t
-	}
+	began, up := lastOf(l.started, from, to), lastOf(l.up, from, to)
 	l.mu.Unlock()
-	for _, e := range st.History {
-		if e.To == node.PathDirect && !e.Time.Before(start) {
-			return e.Time.Sub(start), nil
-		}
+	if d, ok := timeToDirect(st.History, began, up); ok {
+		return d, nil
 	}
 	return 0, fmt.Errorf("%s is direct to %s but recorded no switch since both started", from, to)
+}
+
+// lastOf is the later of two nodes' times in m.
+func lastOf(m map[string]time.Time, a, b string) time.Time {
+	if t := m[b]; t.After(m[a]) {
+		return t
+	}
+	return m[a]
+}
+
+// timeToDirect is how long after up, when the later of a pair came up,
+// history first went direct, counting only switches since began, when
+// the later one started. A pair can go direct before the lab has counted
+// both as up (its overlay services start after the node); that is zero.
+// The time a node takes to come up is its own measure (the bench's
+// connect_node_start), not the pair's: under load it can be seconds.
+func timeToDirect(history []node.PathEvent, began, up time.Time) (time.Duration, bool) {
+	for _, e := range history {
+		if e.To == node.PathDirect && !e.Time.Before(began) {
+			return max(e.Time.Sub(up), 0), true
+		}
+	}
+	return 0, false
 }
 
 // MeshState counts a full mesh's progress.
@@ -222,10 +241,7 @@ func (l *Lab) Pairs() ([]report.Pair, []report.PathEvent) {
 	for name, rn := range l.nodes {
 		nodes[name] = rn
 	}
-	started := map[string]time.Time{}
-	for k, v := range l.started {
-		started[k] = v
-	}
+	started, up := maps.Clone(l.started), maps.Clone(l.up)
 	l.mu.Unlock()
 	for name, rn := range nodes {
 		statuses[name] = mergeHistory(statuses[name], rn.status())
@@ -244,14 +260,8 @@ func (l *Lab) Pairs() ([]report.Pair, []report.PathEvent) {
 			if st.LastHandshake.IsZero() && st.TxRelay+st.TxDirect == 0 {
 				p.Path = "none"
 			}
-			start := started[pn.Name]
-			if t := started[peer.Name]; t.After(start) {
-				start = t
-			}
+			p.TimeToDirect, _ = timeToDirect(st.History, lastOf(started, pn.Name, peer.Name), lastOf(up, pn.Name, peer.Name))
 			for _, e := range st.History {
-				if e.To == node.PathDirect && p.TimeToDirect == 0 && !e.Time.Before(start) {
-					p.TimeToDirect = e.Time.Sub(start)
-				}
 				ev := report.PathEvent{At: e.Time.Sub(l.start), Node: pn.Name, Peer: peer.Name, To: string(e.To), Reason: e.Reason}
 				if e.Addr.IsValid() {
 					ev.Addr = e.Addr.String()
