@@ -83,7 +83,7 @@ func (l *Lab) Ping(ctx context.Context, from, to string, count int) (PingResult,
 			return res, fmt.Errorf("ping from %s to %s (%v) on udp/%d: %w", from, to, dst, EchoPort, err)
 		}
 		if ctx.Err() != nil {
-			return res, fmt.Errorf("no answer from %s (%v) on udp/%d: %w", to, dst, EchoPort, context.Cause(ctx))
+			return res, fmt.Errorf("no answer from %s (%v) on udp/%d (%s): %w", to, dst, EchoPort, l.pairView(from, to), context.Cause(ctx))
 		}
 	}
 	var total time.Duration
@@ -272,4 +272,30 @@ func (e *echoConn) stop() error {
 func (e *echoConn) Close() error {
 	err := e.Conn.Close()
 	return errors.Join(err, e.stop())
+}
+
+// pairView says, for an exchange that failed, what each side of a pair
+// sees of the other: the path, the last WireGuard handshake, and the
+// bytes each way over each path.
+func (l *Lab) pairView(a, b string) string {
+	now := time.Now()
+	side := func(from, to string) string {
+		rn, err := l.node(from)
+		if err != nil {
+			return err.Error()
+		}
+		for _, st := range rn.status() {
+			if st.Peer.Name != to {
+				continue
+			}
+			hs := "no handshake"
+			if !st.LastHandshake.IsZero() {
+				hs = "handshake " + scenario.FormatDuration(now.Sub(st.LastHandshake).Round(time.Millisecond)) + " ago"
+			}
+			return fmt.Sprintf("%s sees %s %s, %s, sent %d B direct %d B relayed, received %d B direct %d B relayed",
+				from, to, scenario.PathDetail(st), hs, st.TxDirect, st.TxRelay, st.RxDirect, st.RxRelay)
+		}
+		return from + " does not know " + to
+	}
+	return side(a, b) + "; " + side(b, a)
 }

@@ -62,7 +62,7 @@ func (a *PathCheck) Run(ctx context.Context, env Env) (string, []report.Metric, 
 	if err != nil {
 		return "", nil, err
 	}
-	return pathDetail(st), nil, nil
+	return PathDetail(st), nil, nil
 }
 
 // PathHold checks a path now and over time (assert_path).
@@ -87,7 +87,7 @@ func (a *PathHold) Run(ctx context.Context, env Env) (string, []report.Metric, e
 			return "", nil, err
 		}
 		if !time.Now().Before(deadline) {
-			return pathDetail(st), nil, nil
+			return PathDetail(st), nil, nil
 		}
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return "", nil, err
@@ -194,9 +194,9 @@ func indent(s, prefix string) string {
 	return b.String()
 }
 
-// pathDetail says where a peer's traffic goes and, for the relay, why in
+// PathDetail says where a peer's traffic goes and, for the relay, why in
 // the node's words (PeerStatus.Why), never a library's error string.
-func pathDetail(st node.PeerStatus) string {
+func PathDetail(st node.PeerStatus) string {
 	if st.Path == node.PathDirect {
 		return "direct to " + st.Endpoint
 	}

@@ -17,13 +17,13 @@ func TestPathDetailWhy(t *testing.T) {
 	st := node.PeerStatus{Path: node.PathRelay, ICE: node.ICEReport{Err: pion},
 		Why:     "attempt timed out after 3s, next in 8s",
 		History: []node.PathEvent{{Time: time.Unix(1, 0), To: node.PathRelay, Reason: "peer registered"}}}
-	got := pathDetail(st)
+	got := PathDetail(st)
 	assert.Equal(t, "relay (attempt timed out after 3s, next in 8s)", got)
 	assert.NotContains(t, got, pion)
 
 	st.Why = ""
-	assert.Equal(t, "relay (peer registered)", pathDetail(st), "without a why, the last switch's reason")
+	assert.Equal(t, "relay (peer registered)", PathDetail(st), "without a why, the last switch's reason")
 	st.History = nil
-	assert.Equal(t, "relay", pathDetail(st))
-	assert.Equal(t, "direct to 203.0.113.1:51820", pathDetail(node.PeerStatus{Path: node.PathDirect, Endpoint: "203.0.113.1:51820"}))
+	assert.Equal(t, "relay", PathDetail(st))
+	assert.Equal(t, "direct to 203.0.113.1:51820", PathDetail(node.PeerStatus{Path: node.PathDirect, Endpoint: "203.0.113.1:51820"}))
 }
