@@ -78,6 +78,12 @@ type handshakes struct {
 	// guarded by hsMu: see duplicate.
 	peerInit   uint64
 	peerInitAt int64
+
+	// initAt is when an initiation last went either way (ours sent, or
+	// the peer's handed to WireGuard), and authAt when a response or a
+	// transport message from the peer last arrived (Unix ns): see
+	// settling.
+	initAt, authAt atomic.Int64
 }
 
 // resend is an initiation of ours that waits for its response.
@@ -118,6 +124,9 @@ const (
 	// the first (its queue full), the peer's resend at 3 s still helps;
 	// if it did not, WireGuard refuses it as a replay.
 	dupInitWindow = 2 * time.Second
+	// handshakeSettle bounds how long a handshake counts as under way
+	// (settling): WireGuard's own retry interval (REKEY_TIMEOUT).
+	handshakeSettle = 5 * time.Second
 	// maxStrays bounds Bind.strays; strayAge is how long one counts.
 	maxStrays = 64
 	strayAge  = 5 * time.Second
@@ -204,6 +213,7 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 				p.noteData(now)
 			}
 		case isInitiation(buf):
+			p.initAt.Store(time.Now().UnixNano())
 			p.wakeIdle()
 			b.noteInitiation(p, buf)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
@@ -222,10 +232,28 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 func (b *Bind) noteReceived(p *Path, pkt []byte) {
 	switch {
 	case isData(pkt):
-		p.noteData(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		p.authAt.Store(now)
+		p.noteData(now)
+	case isTransport(pkt): // a keepalive
+		p.authAt.Store(time.Now().UnixNano())
 	case isResponse(pkt):
+		p.authAt.Store(time.Now().UnixNano())
 		b.noteResponse(p)
+	case isInitiation(pkt):
+		p.initAt.Store(time.Now().UnixNano())
 	}
+}
+
+// settling reports whether a WireGuard handshake with the peer is under
+// way at now: an initiation went either way within handshakeSettle, and
+// nothing authenticated (a response, a transport message) has come from
+// the peer since. Received packets count as authenticated before
+// WireGuard checks them: a forged one can end the wait early, which
+// costs only the race the wait avoids, never a packet.
+func (p *Path) settling(now int64) bool {
+	init := p.initAt.Load()
+	return init != 0 && p.authAt.Load() < init && now-init < int64(handshakeSettle)
 }
 
 func (b *Bind) noteInitiation(p *Path, pkt []byte) {

@@ -38,6 +38,7 @@ type peerEvent struct {
 	changed     bool // the node's network may have changed: retry a peer that had no pair (nopair.go)
 	reconnected bool // control is reachable again after an outage: retry any peer waiting (nopair.go)
 	begin       bool // the peer's first event: its first attempt, or idle
+	settle      bool // time to look again whether the handshake has settled (settle)
 	end         bool // the peer's last event (close): stop everything
 }
 
@@ -113,6 +114,9 @@ type peer struct {
 	controlling bool // we lead the pair's handshakes and ICE
 	activeSince time.Time
 	idleTimer   *time.Timer
+	// settleTimer looks again whether the handshake under way has
+	// settled, to turn a lazy direct peer's keepalive on (settle).
+	settleTimer *time.Timer
 	wg          wgState // in WireGuard's configuration or trimmed (trim.go)
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.
@@ -238,7 +242,7 @@ func (p *peer) begin(ctx context.Context) {
 
 // stopTimers stops the retry, check and idle timers.
 func (p *peer) stopTimers() {
-	for _, t := range []**time.Timer{&p.retryTimer, &p.checkTimer, &p.idleTimer, &p.offerTimer} {
+	for _, t := range []**time.Timer{&p.retryTimer, &p.checkTimer, &p.idleTimer, &p.offerTimer, &p.settleTimer} {
 		if *t != nil {
 			(*t).Stop()
 			*t = nil
@@ -252,6 +256,11 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.onWake(ctx)
 	case ev.idleCheck:
 		p.onIdleCheck(ctx)
+	case ev.settle:
+		p.settleTimer = nil
+		if _, direct := p.path.Direct(); direct && ev.session == p.connected && !p.idle {
+			p.keepaliveWhenSettled(ctx)
+		}
 	case ev.liveness:
 		p.onLiveness(ctx, ev.session)
 	case ev.consent:
@@ -293,7 +302,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.countOutcome(true)
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
-		p.setKeepalive(true)
+		p.keepaliveWhenSettled(ctx)
 		p.watchDirect(ctx, ev.connected)
 		p.replayRecent()
 		p.retireAgent()
