@@ -323,3 +323,26 @@ func TestOldControlRefusesStamp(t *testing.T) {
 	require.True(t, errors.As(err, &e), "%v", err)
 	assert.Equal(t, controlapi.CodeBadToken, e.Code)
 }
+
+// TestStampedProofBadControlKey: a control key no proof can be made with
+// (a low-order point, given by mistake) leaves the node registering with
+// a challenge, not failing.
+func TestStampedProofBadControlKey(t *testing.T) {
+	env := startServer(t, "")
+	var probe controlapi.RegisterRequest
+	require.Error(t, controlapi.ProveKeyAt(newPriv(t), key.Public{1}, time.Now(), &probe), "u=1 is of order 4")
+	var sent int
+	nc := joinConn(t, env.url)
+	resp, err := controlapi.Register(ctxT(t), controlapi.Join{Token: testToken, Name: "laptop", Key: newPriv(t), ControlKey: key.Public{1}},
+		func(ctx context.Context, body []byte) ([]byte, error) {
+			sent++
+			m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
+			if err != nil {
+				return nil, err
+			}
+			return m.Data, nil
+		})
+	require.NoError(t, err)
+	assert.Equal(t, 2, sent, "the challenge and its proof")
+	assert.Equal(t, env.srv.RegisterKey(), resp.ControlKey)
+}

@@ -98,10 +98,15 @@ func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, er
 			now = time.Now
 		}
 		req := plain
-		if err := ProveKeyAt(j.Key, j.ControlKey, now(), &req); err != nil {
-			return nil, err
+		var resp *RegisterResponse
+		err := ProveKeyAt(j.Key, j.ControlKey, now(), &req)
+		if err == nil {
+			resp, err = ask(&req)
+		} else {
+			// A control key of low order, given by mistake: no
+			// stamped proof can be made with it.
+			err = &Error{Code: CodeBadRequest, Message: err.Error()}
 		}
-		resp, err := ask(&req)
 		var e *Error
 		switch {
 		case errors.As(err, &e) && (e.Code == CodeBadRequest || e.Code == CodeBadProof):
