@@ -63,6 +63,9 @@ type Node struct {
 	// ProofNonce is the nonce of the challenge the last registration
 	// answered: the same proof is never accepted twice.
 	ProofNonce []byte `json:"proof_nonce,omitempty"`
+	// ProofStamp is the latest stamp of a stamped proof the node
+	// registered with (stamp.go): a later one must be greater.
+	ProofStamp int64 `json:"proof_stamp,omitempty"`
 	// Epoch is the registration's epoch (Peer.Epoch).
 	Epoch uint64 `json:"epoch,omitempty"`
 	// SharedEvents: the node reads SubjectPeerEvents (RegisterRequest).

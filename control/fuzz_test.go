@@ -17,6 +17,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	k := key.Public{1, 2, 3}
 	f.Add([]byte(`{"token":"` + testToken + `","name":"laptop","public_key":"` + k.String() + `"}`))
 	f.Add([]byte(`{"token":"x","name":"Bad","public_key":"AAAA"}`))
+	f.Add([]byte(`{"token":"` + testToken + `","name":"laptop","public_key":"` + k.String() + `","stamp":5,"control_key":"` + k.String() + `","proof":"AA=="}`))
+	f.Add([]byte(`{"token":"` + testToken + `","name":"laptop","public_key":"` + k.String() + `","control_key":"` + k.String() + `"}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`[`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -65,6 +67,49 @@ func FuzzVerifyProof(f *testing.F) {
 		var e *controlapi.Error
 		if !errors.As(err, &e) || e.Code != controlapi.CodeBadProof {
 			t.Fatalf("refusal %v is not a bad_proof *Error", err)
+		}
+	})
+}
+
+// FuzzJudgeStamp: whatever a registration carries as its stamp and proof,
+// judge never panics, refuses with a bad_proof *Error or asks for a
+// challenge, and accepts only a proof made with the key, for the name,
+// token, stamp and control key it was made for.
+func FuzzJudgeStamp(f *testing.F) {
+	// Fixed, not random: every fuzz worker process runs this setup.
+	st, err := newStamper([]byte("fuzz secret 0123456789abcdef0123"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	priv := key.PrivateFromRaw([32]byte{1, 2, 3, 4, 5, 6, 7, 8})
+	now := time.Unix(1_800_000_000, 0)
+	good := controlapi.RegisterRequest{Token: testToken, Name: "laptop", PublicKey: priv.Public(), SharedEvents: true}
+	if err := controlapi.ProveKeyAt(priv, st.pub, now, &good); err != nil {
+		f.Fatal(err)
+	}
+	b, _ := json.Marshal(good)
+	f.Add(b)
+	late := good
+	late.Stamp += int64(time.Minute)
+	b, _ = json.Marshal(late)
+	f.Add(b)
+	f.Add([]byte(`{"token":"` + testToken + `","name":"x","public_key":"` + priv.Public().String() + `","stamp":1,"control_key":"` + st.pub.String() + `","proof":"AA=="}`))
+	f.Add([]byte(`{"stamp":-9223372036854775808,"control_key":"AAAA","proof":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeRequest(b)
+		if err != nil || r.Stamp == 0 {
+			return
+		}
+		ok, err := st.judge(r, now)
+		if err != nil {
+			var e *controlapi.Error
+			if ok || !errors.As(err, &e) || e.Code != controlapi.CodeBadProof {
+				t.Fatalf("refusal %v (ok %t) is not a bad_proof *Error", err, ok)
+			}
+			return
+		}
+		if ok && (r.PublicKey != good.PublicKey || r.Name != good.Name || r.Token != good.Token || r.Stamp != good.Stamp || r.SharedEvents != good.SharedEvents) {
+			t.Fatalf("accepted a proof for %+v", r)
 		}
 	})
 }

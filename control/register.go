@@ -51,12 +51,20 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Info("registration refused", "err", err)
 		return nil, err
 	}
-	if req.Proof == nil {
+	stamped := false
+	if req.Stamp != 0 {
+		if stamped, err = s.stamps.judge(req, s.cfg.Now()); err != nil {
+			s.refused.Add(1)
+			s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
+			return nil, err
+		}
+	}
+	if req.Proof == nil || (req.Stamp != 0 && !stamped) {
 		c, err := s.challenges.issue(req.PublicKey, s.cfg.Now())
 		if err != nil {
 			return nil, err
 		}
-		resp := &controlapi.RegisterResponse{Challenge: c, Peers: []controlapi.Peer{}}
+		resp := &controlapi.RegisterResponse{Challenge: c, ControlKey: s.stamps.pub, Peers: []controlapi.Peer{}}
 		if send != nil {
 			b, _ := json.Marshal(resp)
 			if err := send(b); err != nil {
@@ -65,10 +73,12 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		}
 		return resp, nil
 	}
-	if err := s.challenges.verify(req, s.cfg.Now()); err != nil {
-		s.refused.Add(1)
-		s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
-		return nil, err
+	if !stamped {
+		if err := s.challenges.verify(req, s.cfg.Now()); err != nil {
+			s.refused.Add(1)
+			s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
+			return nil, err
+		}
 	}
 	resp, err := s.register(ctx, req, send, adm)
 	if err != nil {
@@ -121,11 +131,15 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	defer mu.Unlock()
 	secret := randomSecret()
 	hash := sha256.Sum256([]byte(secret))
+	if req.Stamp != 0 && !s.stamps.take(req.PublicKey, req.Stamp, s.cfg.Now()) {
+		return nil, errBadProof("this proof was used already; register again")
+	}
 	resp := &controlapi.RegisterResponse{
-		NodeID: id,
-		Relays: s.cfg.Relays,
-		STUN:   s.cfg.STUN,
-		NATS:   s.credsFor(id, secret, req.SharedEvents),
+		NodeID:     id,
+		ControlKey: s.stamps.pub,
+		Relays:     s.cfg.Relays,
+		STUN:       s.cfg.STUN,
+		NATS:       s.credsFor(id, secret, req.SharedEvents),
 
 		PresenceTTLMillis: s.cfg.PresenceTTL.Milliseconds(),
 	}
@@ -294,11 +308,17 @@ func (s *Server) storeNode(ctx context.Context, req *controlapi.RegisterRequest,
 		if old.Name != req.Name {
 			return nil, nil, &controlapi.Error{Code: controlapi.CodeNameTaken, Message: fmt.Sprintf("this key is registered as %q; deregister it to change its name", old.Name)}
 		}
-		if bytes.Equal(old.ProofNonce, req.Challenge.Nonce) {
+		if req.Challenge != nil && bytes.Equal(old.ProofNonce, req.Challenge.Nonce) ||
+			req.Stamp != 0 && req.Stamp <= old.ProofStamp {
 			return nil, nil, errBadProof("this proof was used already; register again")
 		}
 		n := *old
-		n.SecretHash, n.Registered, n.ProofNonce = hash, now, req.Challenge.Nonce
+		n.SecretHash, n.Registered = hash, now
+		if req.Challenge != nil {
+			n.ProofNonce = req.Challenge.Nonce
+		} else {
+			n.ProofStamp = req.Stamp
+		}
 		n.SharedEvents = req.SharedEvents
 		n.Epoch = nextEpoch(old.Epoch, now)
 		if refuseNew == nil {
@@ -313,8 +333,11 @@ func (s *Server) storeNode(ctx context.Context, req *controlapi.RegisterRequest,
 	case refuseNew != nil:
 		return nil, nil, refuseNew
 	}
-	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofNonce: req.Challenge.Nonce,
+	n = &Node{ID: id, Name: req.Name, PublicKey: req.PublicKey, SecretHash: hash, Registered: now, ProofStamp: req.Stamp,
 		Epoch: nextEpoch(0, now), SharedEvents: req.SharedEvents, Tags: adm.tags}
+	if req.Challenge != nil {
+		n.ProofNonce = req.Challenge.Nonce
+	}
 	addrs := preferredAddrs
 	if s.cfg.addrsFor != nil {
 		addrs = s.cfg.addrsFor

@@ -122,6 +122,7 @@ type Server struct {
 	// shared through the Store by every instance that shares it.
 	challengeSecret []byte
 	challenges      *challenger // issues and verifies with challengeSecret
+	stamps          *stamper    // verifies stamped proofs with a key derived from it
 
 	presMu sync.Mutex           // guards seen
 	seen   map[string]time.Time // online node ID → its last sign of life
@@ -196,6 +197,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.challenges = newChallenger(s.challengeSecret)
+	if s.stamps, err = newStamper(s.challengeSecret); err != nil {
+		s.Close()
+		return nil, err
+	}
 	// Nodes that were running before control (re)started are presumed
 	// online for one PresenceTTL, in which their heartbeats resume: a
 	// restart of control must not take the whole mesh offline.
@@ -427,6 +432,11 @@ func (s *Server) peerEventCounts() map[controlapi.PeerEventType]uint64 {
 
 // Store is the registry in use.
 func (s *Server) Store() Store { return s.cfg.Store }
+
+// RegisterKey is control's register key: given to nodes in their control
+// URL (controlapi.ParamControlKey), it makes their first registration one
+// request (stamp.go). Every instance sharing the registry has the same.
+func (s *Server) RegisterKey() key.Public { return s.stamps.pub }
 
 // Close stops HTTP and NATS; it does not close a Store given in Config.
 func (s *Server) Close() error {

@@ -209,10 +209,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // session. The peers are added before the session so that their first
 // handshakes cross the relay while it opens; their signals wait for it.
 func (n *Node) start(ctx context.Context) error {
-	// The session's connection is dialed while the registration's
-	// challenge and proof are under way (control.Predialer).
+	// The session's connection is dialed while the registration is under
+	// way (control.Predialer). A registration of one request (a stamped
+	// proof, with the control URL's register key) ends one round trip
+	// after its connection is up, before a dial started then would be:
+	// it is dialed with the registration's.
 	pre := controlapi.NewPredialer(n.cfg.Network, n.cfg.Control)
 	defer pre.Close()
+	if !controlapi.URLControlKey(n.cfg.Control).IsZero() {
+		pre.Start()
+	}
 	resp, err := n.registerIdentity(ctx, pre.Start)
 	if err != nil {
 		return err

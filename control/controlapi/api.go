@@ -62,16 +62,22 @@ const (
 	MaxSignalBytes  = 16 << 10
 )
 
-// RegisterRequest is what a node sends to join. The first request has no
-// Challenge and no Proof and is answered with a challenge only; the second
-// carries that Challenge back and the Proof that the node holds the
-// private key of PublicKey (see proof.go and ProveKey).
+// RegisterRequest is what a node sends to join. It proves the node holds
+// the private key of PublicKey in one of two ways (see proof.go). With a
+// stamped proof (Stamp, ControlKey and Proof: ProveKeyAt) it is one
+// request. Otherwise the first request has no Challenge and no Proof and
+// is answered with a challenge only; the second carries that Challenge
+// back and the Proof (ProveKey).
 type RegisterRequest struct {
 	Token     string     `json:"token"`
 	Name      string     `json:"name"`
 	PublicKey key.Public `json:"public_key"`
 	Challenge *Challenge `json:"challenge,omitempty"`
 	Proof     []byte     `json:"proof,omitempty"`
+	// Stamp is a stamped proof's time (Unix ns, the node's clock) and
+	// ControlKey the control register key it is keyed to; zero without.
+	Stamp      int64      `json:"stamp,omitempty"`
+	ControlKey key.Public `json:"control_key,omitzero"`
 	// SharedEvents: the node takes peer events from SubjectPeerEvents
 	// (NATSCreds.Events), so control sends it none of its own. A node
 	// without it gets each event on its LeafPeers subject, as before.
@@ -79,9 +85,13 @@ type RegisterRequest struct {
 }
 
 // RegisterResponse is what a node gets back. An answer to a request
-// without a proof carries only Challenge.
+// without a proof (or with a stamped one control cannot judge) carries
+// only Challenge and ControlKey.
 type RegisterResponse struct {
 	Challenge *Challenge `json:"challenge,omitempty"`
+	// ControlKey is control's static register key, for the node's next
+	// stamped proof (zero from a control without stamped proofs).
+	ControlKey key.Public `json:"control_key,omitzero"`
 
 	NodeID string `json:"node_id"`
 	// Address is the node's overlay address with the overlay's prefix
@@ -227,7 +237,11 @@ func (r *RegisterRequest) Validate() error {
 		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("name %q: use 1-63 lowercase letters, digits and inner hyphens", truncate(r.Name, 80))}
 	case r.PublicKey.IsZero():
 		return &Error{Code: CodeBadRequest, Message: "public key is missing or all zeros"}
-	case (r.Challenge == nil) != (r.Proof == nil):
+	case r.Stamp != 0 && (r.Challenge != nil || r.Proof == nil || r.ControlKey.IsZero()):
+		return &Error{Code: CodeBadRequest, Message: "a stamp comes with a proof and a control key, and no challenge"}
+	case r.Stamp == 0 && !r.ControlKey.IsZero():
+		return &Error{Code: CodeBadRequest, Message: "a control key without a stamp"}
+	case r.Stamp == 0 && (r.Challenge == nil) != (r.Proof == nil):
 		return &Error{Code: CodeBadRequest, Message: "challenge and proof come together or not at all"}
 	case len(r.Proof) > 64:
 		return &Error{Code: CodeBadRequest, Message: fmt.Sprintf("proof is %d bytes, at most 64", len(r.Proof))}

@@ -44,23 +44,34 @@ func DecodeReply(b []byte, v any) error {
 }
 
 // Join is what a node registers with: the join token, its name and its
-// WireGuard private key, which never leaves the node; it answers control's
-// challenge (see ProveKey).
+// WireGuard private key, which never leaves the node; it proves holding
+// it (see ProveKey and ProveKeyAt).
 type Join struct {
 	Token string
 	Name  string
 	Key   key.Private
+	// ControlKey is control's register key (RegisterResponse.ControlKey,
+	// or the control URL's ParamControlKey): with it, registration is one
+	// request (a stamped proof), else two (a challenge, then its proof).
+	// RegisterNATS and RegisterHTTP take it from the URL if it is zero.
+	ControlKey key.Public
+	// Now stamps the proof; if nil, time.Now.
+	Now func() time.Time
 	// Connected, if set, is called once a NATS registration's connection
-	// to control is up: the registration ends two round trips later (a
-	// node dials its session's connection meanwhile, see Predialer).
+	// to control is up: the registration ends one or two round trips later
+	// (a node dials its session's connection meanwhile, see Predialer).
 	Connected func()
 }
 
 // Exchange sends one registration request and returns the answer.
 type Exchange func(ctx context.Context, body []byte) ([]byte, error)
 
-// Register runs the two requests of a registration over send: the first
-// gets a challenge, the second answers it with the proof of key.
+// Register runs a registration over send. With j.ControlKey it sends one
+// request with a stamped proof; a control that answers it with a
+// challenge (another key, a clock too far off) gets the challenge's
+// proof, and one that refuses it (a control without stamped proofs, or
+// a stamp at or below the last one it took for this key) gets the two
+// requests of a registration without one: the challenge, then its proof.
 // RegisterNATS and RegisterHTTP are it over their transports.
 func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, error) {
 	ask := func(req *RegisterRequest) (*RegisterResponse, error) {
@@ -79,15 +90,47 @@ func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, er
 		return &resp, nil
 	}
 	// Connect reads the shared peer events when control offers them.
-	req := &RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public(), SharedEvents: true}
-	first, err := ask(req)
-	if err != nil {
-		return nil, err
+	plain := RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public(), SharedEvents: true}
+	var first *RegisterResponse
+	if !j.ControlKey.IsZero() {
+		now := j.Now
+		if now == nil {
+			now = time.Now
+		}
+		req := plain
+		var resp *RegisterResponse
+		err := ProveKeyAt(j.Key, j.ControlKey, now(), &req)
+		if err == nil {
+			resp, err = ask(&req)
+		} else {
+			// A control key of low order, given by mistake: no
+			// stamped proof can be made with it.
+			err = &Error{Code: CodeBadRequest, Message: err.Error()}
+		}
+		var e *Error
+		switch {
+		case errors.As(err, &e) && (e.Code == CodeBadRequest || e.Code == CodeBadProof):
+			// Not taken: fall back to a challenge.
+		case err != nil:
+			return nil, err
+		case resp.Challenge == nil:
+			return resp, nil
+		default:
+			first = resp
+		}
+	}
+	req := &plain
+	if first == nil {
+		var err error
+		if first, err = ask(req); err != nil {
+			return nil, err
+		}
 	}
 	if first.Challenge == nil {
 		return nil, errors.New("control answered without a challenge: it does not ask for proof of key")
 	}
 	req.Challenge = first.Challenge
+	var err error
 	if req.Proof, err = ProveKey(j.Key, first.Challenge, j.Name); err != nil {
 		return nil, err
 	}
@@ -106,6 +149,9 @@ func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, er
 // returns the answer. An *Error reports a refusal, with control's reason.
 func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error) {
 	nc, ep, err := dialJoin(n, url, j.Token)
+	if err == nil && j.ControlKey.IsZero() {
+		j.ControlKey = ep.controlKey
+	}
 	if err != nil {
 		return nil, fmt.Errorf("register: %w", err)
 	}
@@ -206,14 +252,17 @@ func RegisterOver(ctx context.Context, nc *nats.Conn, j Join) (*RegisterResponse
 	})
 }
 
-// RegisterHTTP registers with POST baseURL/v1/register (twice: the
-// challenge, then the proof).
+// RegisterHTTP registers with POST baseURL/v1/register (once with a
+// stamped proof; else twice: the challenge, then the proof).
 func RegisterHTTP(ctx context.Context, n netx.Network, baseURL string, j Join) (*RegisterResponse, error) {
 	client, ep, err := httpEndpoint(n, baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("register over HTTP: %w", err)
 	}
 	defer client.CloseIdleConnections()
+	if j.ControlKey.IsZero() {
+		j.ControlKey = ep.controlKey
+	}
 	url := ep.plainURL() + "/v1/register"
 	resp, err := Register(ctx, j, func(ctx context.Context, body []byte) ([]byte, error) {
 		return postJSON(ctx, client, url, body)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 	"github.com/latticelab/lattice/relay"
 )
@@ -31,9 +32,14 @@ var ErrPlaintext = errors.New("plaintext control connection to a non-loopback ad
 //	https://HOST:PORT?fingerprint=HEX    HTTP registration over TLS, pinned
 //	tls://HOST:PORT, https://HOST:PORT   certificate checked against the system roots
 //	nats://HOST:PORT, http://HOST:PORT   plaintext: loopback only, unless insecure=1
+//
+// and on any of them key=HEX, control's register key (64 hex digits,
+// RegisterResponse.ControlKey), so that even a node's first registration
+// is one request (Join.ControlKey).
 const (
 	ParamFingerprint = "fingerprint"
 	ParamInsecure    = "insecure"
+	ParamControlKey  = "key"
 )
 
 // endpoint is a parsed control URL.
@@ -44,6 +50,8 @@ type endpoint struct {
 	pin    string // lowercase hex SHA-256 of the certificate's DER, or ""
 	// insecure allows plaintext to a non-loopback host.
 	insecure bool
+	// controlKey is control's register key, zero if the URL has none.
+	controlKey key.Public
 }
 
 // parseEndpoint parses a control URL and refuses what must not be dialed:
@@ -109,8 +117,14 @@ func (e *endpoint) parseQuery(u *url.URL) error {
 			default:
 				return fmt.Errorf("control URL %s: %s=%q: want 1 or 0", e.plainURL(), ParamInsecure, v)
 			}
+		case ParamControlKey:
+			ck, err := key.ParsePublicHex(v)
+			if err != nil || ck.IsZero() {
+				return fmt.Errorf("control URL %s: %s: want control's register key, 64 hex digits", e.plainURL(), ParamControlKey)
+			}
+			e.controlKey = ck
 		default:
-			return fmt.Errorf("control URL %s: unknown parameter %q: want %s or %s", e.plainURL(), k, ParamFingerprint, ParamInsecure)
+			return fmt.Errorf("control URL %s: unknown parameter %q: want %s, %s or %s", e.plainURL(), k, ParamFingerprint, ParamInsecure, ParamControlKey)
 		}
 	}
 	return nil
@@ -308,4 +322,14 @@ func HTTPClient(n netx.Network, raw string) (*http.Client, string, error) {
 		return nil, "", err
 	}
 	return c, ep.plainURL(), nil
+}
+
+// URLControlKey is the register key the control URL raw carries
+// (ParamControlKey); zero if it has none or does not parse.
+func URLControlKey(raw string) key.Public {
+	ep, err := parseEndpoint(raw)
+	if err != nil {
+		return key.Public{}
+	}
+	return ep.controlKey
 }

@@ -1,12 +1,15 @@
 package controlapi
 
 import (
+	"bytes"
 	"net"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
 )
 
 func TestParseEndpoint(t *testing.T) {
@@ -33,6 +36,11 @@ func TestParseEndpoint(t *testing.T) {
 		{"pin short", "tls://10.0.0.1:4222?fingerprint=abcd", endpoint{}, `fingerprint "abcd": want 32 hex bytes`},
 		{"pin on plaintext", "nats://127.0.0.1:4222?fingerprint=" + fp, endpoint{}, "a fingerprint needs tls:// or https://"},
 		{"unknown param", "tls://10.0.0.1:4222?token=x", endpoint{}, `unknown parameter "token"`},
+		{"control key", "tls://10.0.0.1:4222?key=" + strings.Repeat("ab", 32), endpoint{scheme: "tls", host: "10.0.0.1:4222", controlKey: key.Public(bytes.Repeat([]byte{0xab}, 32))}, ""},
+		{"control key and pin", "https://h:1?fingerprint=" + fp + "&key=" + strings.Repeat("AB", 32), endpoint{scheme: "https", host: "h:1", pin: fp, controlKey: key.Public(bytes.Repeat([]byte{0xab}, 32))}, ""},
+		{"control key short", "tls://10.0.0.1:4222?key=abcd", endpoint{}, "key: want control's register key, 64 hex digits"},
+		{"control key base64", "tls://10.0.0.1:4222?key=" + key.Public(bytes.Repeat([]byte{0xab}, 32)).String(), endpoint{}, "key: want control's register key, 64 hex digits"},
+		{"control key zero", "tls://10.0.0.1:4222?key=" + strings.Repeat("00", 32), endpoint{}, "key: want control's register key, 64 hex digits"},
 		{"scheme", "ftp://10.0.0.1", endpoint{}, `scheme "ftp"`},
 		{"no scheme", "10.0.0.1:4222", endpoint{}, "control URL"},
 		{"no host", "tls://", endpoint{}, "no host"},
@@ -106,7 +114,7 @@ func FuzzParseEndpoint(f *testing.F) {
 	for _, s := range []string{
 		"nats://127.0.0.1:4222", "tls://10.0.0.1:4222?fingerprint=" + strings.Repeat("0f", 32),
 		"https://h:1/?insecure=1", "http://[::1]:80/a/b", "tls://u:p@h:1", "nats://%zz", "tls://h:1?fingerprint=zz&insecure",
-		"", "://", "tls://[::ffff:127.0.0.1]:1",
+		"", "://", "tls://[::ffff:127.0.0.1]:1", "nats://127.0.0.1:1?key=" + strings.Repeat("0f", 32), "tls://h:1?key=zz&key=",
 	} {
 		f.Add(s)
 	}
@@ -120,6 +128,9 @@ func FuzzParseEndpoint(f *testing.F) {
 		}
 		if e.pin != "" && len(e.pin) != 64 {
 			t.Fatalf("%q: pin %q", s, e.pin)
+		}
+		if k := URLControlKey(s); k != e.controlKey {
+			t.Fatalf("%q: URLControlKey %v, parsed %v", s, k, e.controlKey)
 		}
 		_ = e.inherit(s)
 	})

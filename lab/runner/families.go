@@ -41,15 +41,15 @@ func (l *Lab) nodeReach(ctx context.Context, pn *topology.PlanNode) (reach, erro
 		if err != nil {
 			return reach{}, fmt.Errorf("control's address from the DNS64: %w", err)
 		}
-		return reach{control: controlURLAt(netip.AddrPortFrom(addrs[0], c.Addr.Port())), nat64: p}, nil
+		return reach{control: l.controlURLAt(netip.AddrPortFrom(addrs[0], c.Addr.Port())), nat64: p}, nil
 	}
 	switch {
 	case c.Addr.Addr().Is6():
 		return reach{control: l.controlURL(), nat64: prefix}, nil
 	case c.Addr6.IsValid():
-		return reach{control: controlURLAt(c.Addr6), nat64: prefix}, nil
+		return reach{control: l.controlURLAt(c.Addr6), nat64: prefix}, nil
 	case prefix.IsValid():
-		return reach{control: controlURLAt(netip.AddrPortFrom(nat.Embed64(prefix, c.Addr.Addr()), c.Addr.Port())), nat64: prefix}, nil
+		return reach{control: l.controlURLAt(netip.AddrPortFrom(nat.Embed64(prefix, c.Addr.Addr()), c.Addr.Port())), nat64: prefix}, nil
 	}
 	return reach{}, fmt.Errorf("node has only IPv6 and control only IPv4 (%v), with no NAT64 between", c.Addr.Addr())
 }

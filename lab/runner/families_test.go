@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/dns"
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/stun"
@@ -51,6 +53,31 @@ nodes: {laptop: {network: home}, phone: {network: lte}}
 			assert.Equal(t, reach{control: tc.phone, nat64: netip.MustParsePrefix(tc.nat64)}, phone)
 			assert.Equal(t, tc.advertised, l.advertiseNATS())
 		})
+	}
+}
+
+// TestNodeReachRegisterKey: once control is up, each control URL a node
+// is given carries control's register key, so that its first
+// registration is one request.
+func TestNodeReachRegisterKey(t *testing.T) {
+	_, p, err := topology.Parse("t.yaml", []byte(`
+networks:
+  internet: {cidr: 203.0.113.0/24}
+  home: {cidr: 192.168.1.0/24, uplink: internet, nat: full-cone}
+  lte: {cidr6: "2001:db8:64::/64", uplink: internet, nat: {profile: nat64, prefix64: "2001:db8:46::/96"}}
+hosts: {server: {network: internet, addr: 203.0.113.100}}
+control: {host: server, port: 443}
+nodes: {laptop: {network: home}, phone: {network: lte}}
+`))
+	require.NoError(t, err)
+	l := &Lab{plan: p}
+	k := key.NewPrivate().Public()
+	l.registerKey.Store(&k)
+	for _, name := range []string{"laptop", "phone"} {
+		r, err := l.nodeReach(context.Background(), p.Node(name))
+		require.NoError(t, err)
+		assert.Contains(t, r.control, "?insecure=1&key="+k.Hex(), name)
+		assert.Equal(t, k, controlapi.URLControlKey(r.control), name)
 	}
 }
 

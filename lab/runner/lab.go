@@ -11,8 +11,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/clock"
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/nat"
@@ -75,7 +77,10 @@ type Lab struct {
 	closed   bool
 
 	shared serviceShared
-	scrape labScrape // the nodes' metrics collectors (metrics.go)
+	// registerKey is control's register key (controlURLAt), set as
+	// control starts; nil before.
+	registerKey atomic.Pointer[key.Public]
+	scrape      labScrape // the nodes' metrics collectors (metrics.go)
 
 	releaseGC func() // a huge lab's collector target (gc.go); nil if not held
 }

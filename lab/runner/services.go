@@ -199,16 +199,24 @@ func (l *Lab) startControl(ctx context.Context) (io.Closer, error) {
 		_ = store.Close()
 		return nil, err
 	}
+	k := srv.RegisterKey()
+	l.registerKey.Store(&k)
 	return controlServer{srv, store}, nil
 }
 
 // controlURL is where nodes register: plaintext over the emulated fabric
 // (insecure=1, since its addresses are not loopback), which never leaves
 // the process or the lab's namespaces.
-func (l *Lab) controlURL() string { return controlURLAt(l.plan.Control.Addr) }
+func (l *Lab) controlURL() string { return l.controlURLAt(l.plan.Control.Addr) }
 
-func controlURLAt(a netip.AddrPort) string {
-	return "nats://" + a.String() + "?" + controlapi.ParamInsecure + "=1"
+// controlURLAt is the control URL at a, with control's register key, so
+// that a node's first registration is one request.
+func (l *Lab) controlURLAt(a netip.AddrPort) string {
+	u := "nats://" + a.String() + "?" + controlapi.ParamInsecure + "=1"
+	if k := l.registerKey.Load(); k != nil {
+		u += "&" + controlapi.ParamControlKey + "=" + k.Hex()
+	}
+	return u
 }
 
 // startSTUN starts a STUN server on its IPv4 addresses and, on a
