@@ -48,6 +48,10 @@ import (
 //     its data is refused until its 10 s timers start a new handshake
 //     (1 pair in a few thousand, pinged in a 100-node lab). A copy of the
 //     initiation passed last is dropped here, within dupInitWindow.
+//   - Settling: a lazy peer's keepalive, turned on when it goes direct,
+//     waits for the handshake under way (settling; see
+//     peer.keepaliveWhenSettled): wireguard-go's immediate keepalive
+//     would open a second handshake racing the first inside wireguard-go.
 //   - Stale sessions: a transport message whose receiver index is none of
 //     ours means the peer still uses a session from before we restarted;
 //     the path's stale handler (Path.SetStaleHandler) lets the node open
