@@ -253,36 +253,3 @@ func TestAdapterClose(t *testing.T) {
 	assert.Zero(t, n)
 	assert.IsType(t, &tcpip.ErrClosedForSend{}, terr)
 }
-
-// TestSegmentMax checks that a TCP segment of Stack.SegmentMax packets
-// (an agent's, whose TUN device takes it as its gso_max_segs) leaves the
-// adapter in one Read, one WireGuard batch, and that one packet more
-// takes two.
-func TestSegmentMax(t *testing.T) {
-	for _, mtu := range []int{1280, DefaultMTU} {
-		s, err := New(Config{Address: addrA, MTU: mtu})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		n := s.SegmentMax()
-		assert.Equal(t, readLimit(mtu, BatchSize), n, "MTU %d", mtu)
-		mss := mtu - header.IPv4MinimumSize - header.TCPMinimumSize
-		bufs := make([][]byte, BatchSize)
-		for i := range bufs {
-			bufs[i] = make([]byte, 1<<16-1)
-		}
-		for _, segs := range []int{n, n + 1} {
-			send(t, s.TUN(), gsoPacket(flowA4.with(1, ack, data(0, segs*mss)), mss))
-			reads := 0
-			for got := 0; got < segs; reads++ {
-				k, err := s.TUN().Read(bufs, make([]int, BatchSize), wgOffset)
-				require.NoError(t, err)
-				got += k
-			}
-			want := 1
-			if segs > n {
-				want = 2
-			}
-			assert.Equal(t, want, reads, "MTU %d: a segment of %d packets", mtu, segs)
-		}
-	}
-}

@@ -266,14 +266,6 @@ func (s *Stack) Interfaces() ([]netx.Interface, error) {
 // packets (GatewayConfig.Overlay).
 func (s *Stack) DirectFlows() int { return s.direct.Len() }
 
-// SegmentMax is the most packets a TCP segment an agent sends through a
-// Gateway with this stack as its Overlay should carry (the agent's TUN
-// device's gso_max_segs): the TUNAdapter's Read hands wireguard-go at most
-// that many packets at once (readLimit), so a longer segment of a direct
-// flow goes to the peer as two batches, the second of a few packets, each
-// a UDP send and a GRO run at the peer.
-func (s *Stack) SegmentMax() int { return s.tun.readMax }
-
 // Address returns the overlay address the stack was configured with.
 func (s *Stack) Address() netip.Prefix { return s.addr }
 

@@ -137,9 +137,6 @@ func (d *PodDriver) initConfig(addr netip.Prefix) podinit.Config {
 		Addr: addr.Addr().As4(), Bits: addr.Bits(), MTU: netstack.GatewayMTU,
 		ResolvConf: fmt.Sprintf("# lattice sandbox %s: peers by name\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", d.cfg.Name, AgentDNS),
 	}
-	if s := d.Stack(); s != nil && s.Address().Addr() == addr.Addr() {
-		cfg.SegmentMax = s.SegmentMax() // direct flows: one WireGuard batch a segment
-	}
 	if d.cfg.StateDir != "mem:" {
 		if dir, err := filepath.Abs(d.cfg.StateDir); err == nil {
 			if real, err := filepath.EvalSymlinks(dir); err == nil {

@@ -68,13 +68,6 @@ func configureAgentInterface(cfg Config, kind string) error {
 	if err := unix.IoctlIfreq(ctl, unix.SIOCSIFMTU, ifr); err != nil {
 		return fmt.Errorf("%s: MTU %d: %w", Interface, cfg.MTU, err)
 	}
-	if kind == "tun" && cfg.SegmentMax > 0 {
-		// Before the interface is up, so that every socket's route
-		// takes it. A kernel that cannot change it (before 4.16) keeps
-		// its default: segments then cost a second, short WireGuard
-		// batch, nothing more.
-		_ = setGSOMaxSegs(Interface, cfg.SegmentMax)
-	}
 	flags := uint16(unix.IFF_UP)
 	if kind == "veth" {
 		// No ARP: the kernel sends every packet to the interface's own
@@ -195,37 +188,16 @@ func ifIndex(name string) (uint32, error) {
 	return ifr.Uint32(), nil
 }
 
-// setGSOMaxSegs sets the most packets one GSO segment sent through the
-// interface name carries (IFLA_GSO_MAX_SEGS; TCP's segments follow it).
-func setGSOMaxSegs(name string, segs int) error {
-	index, err := ifIndex(name)
-	if err != nil {
-		return err
-	}
-	info := unix.IfInfomsg{Family: unix.AF_UNSPEC, Index: int32(index)}
-	body := append(structBytes(unsafe.Pointer(&info), unix.SizeofIfInfomsg), nlAttr(unix.IFLA_GSO_MAX_SEGS, u32(uint32(segs)))...)
-	if err := nlRequestFlags(unix.RTM_NEWLINK, 0, body); err != nil {
-		return fmt.Errorf("%s: gso_max_segs %d: %w", name, segs, err)
-	}
-	return nil
-}
-
 // nlRequest sends one rtnetlink request that creates something and waits
 // for its acknowledgement.
 func nlRequest(typ uint16, body []byte) error {
-	return nlRequestFlags(typ, unix.NLM_F_CREATE|unix.NLM_F_EXCL, body)
-}
-
-// nlRequestFlags sends one rtnetlink request with flags besides
-// NLM_F_REQUEST and NLM_F_ACK, and waits for its acknowledgement.
-func nlRequestFlags(typ, flags uint16, body []byte) error {
 	nl, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(nl)
 	h := unix.NlMsghdr{Len: uint32(unix.SizeofNlMsghdr + len(body)), Type: typ,
-		Flags: unix.NLM_F_REQUEST | unix.NLM_F_ACK | flags, Seq: 1}
+		Flags: unix.NLM_F_REQUEST | unix.NLM_F_ACK | unix.NLM_F_CREATE | unix.NLM_F_EXCL, Seq: 1}
 	msg := append(structBytes(unsafe.Pointer(&h), unix.SizeofNlMsghdr), body...)
 	if err := unix.Sendto(nl, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return err

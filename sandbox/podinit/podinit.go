@@ -45,12 +45,6 @@ type Config struct {
 	Addr [4]byte `json:"addr"`
 	Bits int     `json:"bits"`
 	MTU  int     `json:"mtu"`
-	// SegmentMax caps the packets of one TCP segment the agent's kernel
-	// hands the TUN device (its gso_max_segs): the overlay's WireGuard
-	// sends a segment of at most that many packets in one batch, and one
-	// a few packets longer in two, the second a straggler of a few
-	// packets. If zero, the kernel's default (65535).
-	SegmentMax int `json:"segment_max,omitempty"`
 	// Hide are directories covered with an empty read-only tmpfs (the
 	// state dir); HideFiles files covered with /dev/null (an audit log
 	// kept elsewhere).
