@@ -469,25 +469,37 @@ type replayRing struct {
 	next int
 }
 
-// keepForReplay copies the data packets of bufs into the path's ring.
+// keepForReplay copies the data packets of bufs into the path's ring:
+// only the last replayLen of them, which are all the ring keeps, under
+// one lock and one reading of the clock (a batch is sent at one moment).
+// Copying every packet of every batch was about 3% of the agent path's
+// CPU (BenchmarkAgentPath/tun).
 func (p *Path) keepForReplay(bufs [][]byte) {
+	var keep [replayLen]int
+	n := 0
+	for i := len(bufs) - 1; i >= 0 && n < replayLen; i-- {
+		if isData(bufs[i]) {
+			keep[n] = i
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
 	r := p.replay.Load()
-	for _, b := range bufs {
-		if !isData(b) {
-			continue
+	if r == nil {
+		r = &replayRing{}
+		if !p.replay.CompareAndSwap(nil, r) {
+			r = p.replay.Load()
 		}
-		if r == nil {
-			r = &replayRing{}
-			if !p.replay.CompareAndSwap(nil, r) {
-				r = p.replay.Load()
-			}
-		}
-		now := time.Now().UnixNano()
-		r.mu.Lock()
-		r.pkts[r.next] = append(r.pkts[r.next][:0], b...)
+	}
+	now := time.Now().UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := n - 1; k >= 0; k-- { // oldest first
+		r.pkts[r.next] = append(r.pkts[r.next][:0], bufs[keep[k]]...)
 		r.at[r.next] = now
 		r.next = (r.next + 1) % replayLen
-		r.mu.Unlock()
 	}
 }
 
