@@ -1,7 +1,9 @@
 package control
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +64,7 @@ type FileStore struct {
 	// or change the store there); "journal" runs with mu held.
 	compactHook func(step string)
 	mu          sync.Mutex // guards the following fields
+	secret      []byte     // ControlSecret's, once read or made
 	byID        map[string]*Node
 	// claims: address and name → the ID holding it, so Create checks
 	// without scanning.
@@ -103,6 +106,49 @@ type fileState struct {
 
 // JournalPath is the journal of the registry file path.
 func JournalPath(path string) string { return path + ".journal" }
+
+// SecretPath is where a FileStore at path keeps control's secret.
+func SecretPath(path string) string { return path + ".secret" }
+
+// controlSecretBytes is the size of control's secret.
+const controlSecretBytes = 32
+
+// ControlSecret returns control's secret, behind its challenges and its
+// register key (see stamper), made on first use and kept beside the
+// registry (SecretPath, 0600, written atomically): a restarted control
+// keeps its register key, so the key in nodes' control URLs (and the one
+// they learnt from their last registration) still gives them
+// registration in one request. A file of the wrong size is an error
+// naming it, and is left as it is. A memory store keeps its secret in
+// memory.
+func (s *FileStore) ControlSecret(context.Context) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.secret != nil {
+		return bytes.Clone(s.secret), nil
+	}
+	if s.path == "" { // NewMemStore: kept as long as the store
+		s.secret = make([]byte, controlSecretBytes)
+		_, _ = rand.Read(s.secret)
+		return bytes.Clone(s.secret), nil
+	}
+	path := SecretPath(s.path)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(b) != controlSecretBytes:
+		return nil, fmt.Errorf("control secret %s: %d bytes, want %d (remove it to make a new one: nodes then register in two requests until they learn the new key)", path, len(b), controlSecretBytes)
+	case errors.Is(err, os.ErrNotExist):
+		b = make([]byte, controlSecretBytes)
+		_, _ = rand.Read(b)
+		if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
+			return nil, fmt.Errorf("control secret: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("control secret: %w", err)
+	}
+	s.secret = b
+	return bytes.Clone(b), nil
+}
 
 // OpenFileStore is OpenFileStoreWith without options.
 func OpenFileStore(path string) (*FileStore, error) {

@@ -279,7 +279,7 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	if u := srv.HTTPURL(); u != "" {
 		fmt.Fprintf(out, "control: HTTP registration on %s/v1/register\n", u)
 	}
-	ct.report(out, natsURL, srv.HTTPURL())
+	ct.report(out, natsURL, srv.HTTPURL(), srv.RegisterKey())
 	stopMetrics, err := fl.metrics.Start(cmd.Context(), out, "control", cfg.Logger, controlCollector{srv.Stats})
 	if err != nil {
 		return err

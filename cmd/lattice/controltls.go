@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/latticelab/lattice/control"
 	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/key"
 )
 
 // controlTLSFlags choose what control's listeners present.
@@ -92,20 +94,27 @@ func (c controlTLS) advertise(url string, embedded bool) (string, error) {
 	return controlapi.WithTrust(url, c.fingerprint, false)
 }
 
-// report prints the TLS setup and how nodes join.
-func (c controlTLS) report(out io.Writer, natsURL, httpURL string) {
+// report prints the TLS setup and how nodes join: each URL with control's
+// register key (a first registration in one request) and, for a
+// self-signed certificate, its fingerprint.
+func (c controlTLS) report(out io.Writer, natsURL, httpURL string, registerKey key.Public) {
 	switch {
 	case c.cfg == nil:
 		fmt.Fprintln(out, "control: plaintext (clients accept it on loopback only; use --tls-cert or --tls-self-signed otherwise)")
-		return
 	case c.fingerprint == "":
 		fmt.Fprintln(out, "control: TLS with the certificate from --tls-cert")
-		return
+	default:
+		fmt.Fprintf(out, "control: TLS self-signed certificate in %s, fingerprint %s\n", c.dir, c.fingerprint)
 	}
-	fmt.Fprintf(out, "control: TLS self-signed certificate in %s, fingerprint %s\n", c.dir, c.fingerprint)
 	for _, u := range []string{natsURL, httpURL} {
-		if u != "" {
-			fmt.Fprintf(out, "control: nodes join with --control '%s?%s=%s'\n", u, controlapi.ParamFingerprint, c.fingerprint)
+		if u == "" {
+			continue
 		}
+		q := url.Values{}
+		if c.fingerprint != "" {
+			q.Set(controlapi.ParamFingerprint, c.fingerprint)
+		}
+		q.Set(controlapi.ParamControlKey, registerKey.Hex())
+		fmt.Fprintf(out, "control: nodes join with --control '%s?%s'\n", u, q.Encode())
 	}
 }

@@ -38,7 +38,14 @@ func TestControlTLSSelfSigned(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, fp+"\n", string(b))
 	natsURL, httpURL := natsRE.FindStringSubmatch(out.String())[1], httpRE.FindStringSubmatch(out.String())[1]
-	assert.Contains(t, out.String(), "control: nodes join with --control '"+natsURL+"?fingerprint="+fp+"'")
+	joinRE := func(u string) *regexp.Regexp {
+		return regexp.MustCompile(`control: nodes join with --control '(` + regexp.QuoteMeta(u+"?fingerprint="+fp) + `&key=([0-9a-f]{64}))'`)
+	}
+	require.Regexp(t, joinRE(natsURL), out.String())
+	regKey := joinRE(natsURL).FindStringSubmatch(out.String())[2]
+	joinHTTP := joinRE(httpURL).FindStringSubmatch(out.String())
+	require.NotNil(t, joinHTTP, "%s", out)
+	assert.Equal(t, regKey, joinHTTP[2], "one register key for both listeners")
 
 	tokenFile := writeFile(t, "token", token+"\n", 0o600)
 	for _, tc := range []struct {
@@ -47,6 +54,7 @@ func TestControlTLSSelfSigned(t *testing.T) {
 	}{
 		{"nats, --control-fingerprint", "tls-nats", []string{"--control", natsURL, "--control-fingerprint", fp}},
 		{"https, fingerprint in the URL", "tls-https", []string{"--control", httpURL + "?fingerprint=" + fp}},
+		{"the printed join URL, with the register key", "tls-join", []string{"--control", joinHTTP[1]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			upArgs := append([]string{"up", "--name", tc.node, "--token-file", tokenFile, "--state-dir", "mem:",
@@ -60,10 +68,12 @@ func TestControlTLSSelfSigned(t *testing.T) {
 	assert.Equal(t, exitOK, stop())
 	assert.NotContains(t, out.String()+errOut.String(), token)
 
-	// A restart keeps the certificate, so the pins nodes hold stay good.
+	// A restart keeps the certificate and the register key, so the pins
+	// and keys nodes hold stay good.
 	out2, errOut2, stop2 := start(t, args...)
-	require.Eventually(t, func() bool { return fpRE.MatchString(out2.String()) }, 10*time.Second, 10*time.Millisecond, "%s%s", out2, errOut2)
+	require.Eventually(t, func() bool { return strings.Contains(out2.String(), "nodes join with") }, 10*time.Second, 10*time.Millisecond, "%s%s", out2, errOut2)
 	assert.Equal(t, fp, fpRE.FindStringSubmatch(out2.String())[2])
+	assert.Contains(t, out2.String(), "&key="+regKey+"'", "the register key changed across a restart")
 	assert.Equal(t, exitOK, stop2())
 }
 
