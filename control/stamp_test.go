@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -39,14 +40,7 @@ func TestStampedRegistration(t *testing.T) {
 	nc := joinConn(t, env.url)
 	var sent int
 	resp, err := controlapi.Register(ctxT(t), controlapi.Join{Token: testToken, Name: "laptop", Key: k, ControlKey: ck},
-		func(ctx context.Context, body []byte) ([]byte, error) {
-			sent++
-			m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
-			if err != nil {
-				return nil, err
-			}
-			return m.Data, nil
-		})
+		countedRequests(nc, &sent))
 	require.NoError(t, err)
 	assert.Equal(t, 1, sent, "one request")
 	assert.Equal(t, nodeID(k.Public()), resp.NodeID)
@@ -245,14 +239,7 @@ func TestStampedProofChallenged(t *testing.T) {
 
 			var sent int
 			reg, err := controlapi.Register(ctxT(t), controlapi.Join{Token: testToken, Name: name, Key: k, ControlKey: tc.ck, Now: func() time.Time { return tc.at }},
-				func(ctx context.Context, body []byte) ([]byte, error) {
-					sent++
-					m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
-					if err != nil {
-						return nil, err
-					}
-					return m.Data, nil
-				})
+				countedRequests(nc, &sent))
 			require.NoError(t, err)
 			assert.Equal(t, 2, sent, "the stamp, then the challenge's proof")
 			assert.Equal(t, nodeID(k.Public()), reg.NodeID)
@@ -334,15 +321,20 @@ func TestStampedProofBadControlKey(t *testing.T) {
 	var sent int
 	nc := joinConn(t, env.url)
 	resp, err := controlapi.Register(ctxT(t), controlapi.Join{Token: testToken, Name: "laptop", Key: newPriv(t), ControlKey: key.Public{1}},
-		func(ctx context.Context, body []byte) ([]byte, error) {
-			sent++
-			m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
-			if err != nil {
-				return nil, err
-			}
-			return m.Data, nil
-		})
+		countedRequests(nc, &sent))
 	require.NoError(t, err)
 	assert.Equal(t, 2, sent, "the challenge and its proof")
 	assert.Equal(t, env.srv.RegisterKey(), resp.ControlKey)
+}
+
+// countedRequests sends register requests over nc, counting them in sent.
+func countedRequests(nc *nats.Conn, sent *int) func(context.Context, []byte) ([]byte, error) {
+	return func(ctx context.Context, body []byte) ([]byte, error) {
+		*sent++
+		m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
+		if err != nil {
+			return nil, err
+		}
+		return m.Data, nil
+	}
 }
