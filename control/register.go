@@ -64,6 +64,7 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		if err != nil {
 			return nil, err
 		}
+		s.challenged.Add(1)
 		resp := &controlapi.RegisterResponse{Challenge: c, ControlKey: s.stamps.pub, Peers: []controlapi.Peer{}}
 		if send != nil {
 			b, _ := json.Marshal(resp)

@@ -84,7 +84,11 @@ type Config struct {
 // Stats counts what a Server did.
 type Stats struct {
 	Registered, Refused, Deregistered uint64
-	SignalsRelayed, SignalsDropped    uint64
+	// Challenged counts registrations answered with a challenge: a node
+	// without control's register key (or with a stale one) registers in
+	// two requests instead of one.
+	Challenged                     uint64
+	SignalsRelayed, SignalsDropped uint64
 	// BadReplies counts requests refused for a reply subject outside the
 	// requester's inbox.
 	BadReplies uint64
@@ -128,8 +132,8 @@ type Server struct {
 	seen   map[string]time.Time // online node ID → its last sign of life
 	stop   context.CancelFunc   // ends presenceLoop
 
-	registered, refused, deregistered, relayed, dropped, badReplies atomic.Uint64
-	events                                                          [len(PeerEventTypes)]atomic.Uint64 // published, by PeerEventTypes' index
+	registered, refused, deregistered, challenged, relayed, dropped, badReplies atomic.Uint64
+	events                                                                      [len(PeerEventTypes)]atomic.Uint64 // published, by PeerEventTypes' index
 }
 
 // New validates cfg and starts the server: NATS (embedded or external),
@@ -416,7 +420,7 @@ func (s *Server) onDeregister(m *nats.Msg) {
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	return Stats{
-		Registered: s.registered.Load(), Refused: s.refused.Load(), Deregistered: s.deregistered.Load(),
+		Registered: s.registered.Load(), Refused: s.refused.Load(), Deregistered: s.deregistered.Load(), Challenged: s.challenged.Load(),
 		SignalsRelayed: s.relayed.Load(), SignalsDropped: s.dropped.Load(), BadReplies: s.badReplies.Load(),
 		PeerEvents: s.peerEventCounts(),
 	}

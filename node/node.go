@@ -18,6 +18,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -99,11 +100,14 @@ type Node struct {
 	id      *Identity
 	resp    *controlapi.RegisterResponse
 	session atomic.Pointer[controlapi.Session]
-	regMu   sync.Mutex    // serializes re-registration
-	epoch   atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
-	mux     *Mux
-	udpMux  *ice.UniversalUDPMuxDefault
-	consent *consentTable // our consent requests in flight (consent.go)
+	regMu   sync.Mutex // serializes re-registration
+	// controlKey is control's register key from the last registration's
+	// answer, for the next one's stamped proof (register).
+	controlKey atomic.Pointer[key.Public]
+	epoch      atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
+	mux        *Mux
+	udpMux     *ice.UniversalUDPMuxDefault
+	consent    *consentTable // our consent requests in flight (consent.go)
 	// networkTypes are the candidate families the socket carries.
 	networkTypes []ice.NetworkType
 	bind         *Bind

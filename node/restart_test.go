@@ -130,6 +130,10 @@ func TestRestartsResume(t *testing.T) {
 		nodes, err := w.ctrl.Store().List(t.Context())
 		return err == nil && len(nodes) == 3
 	}, slow(30*time.Second), 50*time.Millisecond, "nodes did not register again")
+	// Its secret (beside the registry) survived, so its register key did:
+	// each node proved its key with the one it learnt from its last
+	// registration, in one request, and none was answered a challenge.
+	assert.Zero(t, w.ctrl.Stats().Challenged, "a node re-registered without the register key it learnt")
 	again, err := w.ctrl.Store().Get(t.Context(), idBefore.NodeID)
 	require.NoError(t, err)
 	assert.Equal(t, idBefore.Address, again.Address, "same key, same address after the registry was lost")

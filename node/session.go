@@ -14,6 +14,11 @@ import (
 // the private key; connected, if set, is control.Join.Connected.
 func (n *Node) register(ctx context.Context, connected func()) (*controlapi.RegisterResponse, error) {
 	req := controlapi.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected}
+	if k := n.controlKey.Load(); k != nil {
+		// Learnt from the last answer: a re-registration (control
+		// restarted, the session refused) is one request, not two.
+		req.ControlKey = *k
+	}
 	var call func(context.Context, netx.Network, string, controlapi.Join) (*controlapi.RegisterResponse, error)
 	switch {
 	case strings.HasPrefix(n.cfg.Control, "nats://"), strings.HasPrefix(n.cfg.Control, "tls://"):
@@ -26,6 +31,10 @@ func (n *Node) register(ctx context.Context, connected func()) (*controlapi.Regi
 	resp, err := call(ctx, n.cfg.Network, n.cfg.Control, req)
 	if err != nil {
 		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
+	}
+	if !resp.ControlKey.IsZero() {
+		k := resp.ControlKey
+		n.controlKey.Store(&k)
 	}
 	return resp, nil
 }

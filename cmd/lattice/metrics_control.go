@@ -13,7 +13,7 @@ var _ prometheus.Collector = controlCollector{}
 
 var (
 	descControlRegistrations = prometheus.NewDesc("lattice_control_registrations_total",
-		"Registrations by result: registered, refused (bad token or request), deregistered.", []string{"result"}, nil)
+		"Registrations by result: registered, refused (bad token or request), deregistered, challenged (answered with a challenge: the node did not know control's register key, so it registers in two requests).", []string{"result"}, nil)
 	descControlSignals = prometheus.NewDesc("lattice_control_signals_total",
 		"Signaling messages between peers, relayed or dropped.", []string{"result"}, nil)
 	descControlBadReplies = prometheus.NewDesc("lattice_control_bad_reply_subjects_total",
@@ -33,6 +33,7 @@ func (c controlCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.stats()
 	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Registered), "registered")
 	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Refused), "refused")
+	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Challenged), "challenged")
 	ch <- prometheus.MustNewConstMetric(descControlRegistrations, prometheus.CounterValue, float64(st.Deregistered), "deregistered")
 	ch <- prometheus.MustNewConstMetric(descControlSignals, prometheus.CounterValue, float64(st.SignalsRelayed), "relayed")
 	ch <- prometheus.MustNewConstMetric(descControlSignals, prometheus.CounterValue, float64(st.SignalsDropped), "dropped")
