@@ -49,8 +49,8 @@ import (
 //     (1 pair in a few thousand, pinged in a 100-node lab). A copy of the
 //     initiation passed last is dropped here, within dupInitWindow.
 //   - Settling: a lazy peer's keepalive, turned on when it goes direct,
-//     waits for the handshake under way (settling; see
-//     peer.keepaliveWhenSettled): wireguard-go's immediate keepalive
+//     waits for a session with no handshake under way (sessionSettled;
+//     see peer.keepaliveWhenSettled): wireguard-go's immediate keepalive
 //     would open a second handshake racing the first inside wireguard-go.
 //   - Stale sessions: a transport message whose receiver index is none of
 //     ours means the peer still uses a session from before we restarted;
@@ -84,9 +84,9 @@ type handshakes struct {
 	peerInitAt int64
 
 	// initAt is when an initiation last went either way (ours sent, or
-	// the peer's handed to WireGuard), and authAt when a response or a
-	// transport message from the peer last arrived (Unix ns): see
-	// settling.
+	// the peer's let through to WireGuard), and authAt when a response or
+	// a transport message from the peer last arrived (Unix ns): see
+	// sessionSettled.
 	initAt, authAt atomic.Int64
 }
 
@@ -128,8 +128,8 @@ const (
 	// the first (its queue full), the peer's resend at 3 s still helps;
 	// if it did not, WireGuard refuses it as a replay.
 	dupInitWindow = 2 * time.Second
-	// handshakeSettle bounds how long a handshake counts as under way
-	// (settling): WireGuard's own retry interval (REKEY_TIMEOUT).
+	// handshakeSettle bounds how long keepaliveWhenSettled waits for a
+	// session: WireGuard's own retry interval (REKEY_TIMEOUT).
 	handshakeSettle = 5 * time.Second
 	// maxStrays bounds Bind.strays; strayAge is how long one counts.
 	maxStrays = 64
@@ -249,15 +249,15 @@ func (b *Bind) noteReceived(p *Path, pkt []byte) {
 	}
 }
 
-// settling reports whether a WireGuard handshake with the peer is under
-// way at now: an initiation went either way within handshakeSettle, and
-// nothing authenticated (a response, a transport message) has come from
-// the peer since. Received packets count as authenticated before
-// WireGuard checks them: a forged one can end the wait early, which
-// costs only the race the wait avoids, never a packet.
-func (p *Path) settling(now int64) bool {
-	init := p.initAt.Load()
-	return init != 0 && p.authAt.Load() < init && now-init < int64(handshakeSettle)
+// sessionSettled reports whether the peer has sent something
+// authenticated (a response, a transport message) since the last
+// initiation either way: a WireGuard session is up and no handshake is
+// under way. Received packets count before WireGuard checks them: a
+// forged one can end keepaliveWhenSettled's wait early, which costs only
+// the race the wait avoids, never a packet.
+func (p *Path) sessionSettled() bool {
+	auth := p.authAt.Load()
+	return auth != 0 && auth >= p.initAt.Load()
 }
 
 func (b *Bind) noteInitiation(p *Path, pkt []byte) {
@@ -433,6 +433,10 @@ func (p *Path) duplicate(pkt []byte, now int64) bool {
 		return true
 	}
 	p.peerInit, p.peerInitAt = eph, now
+	// Under way from here, not from when WireGuard reads it: the
+	// restore of a trimmed peer and the queue toward WireGuard take
+	// milliseconds, in which our own keepalive must not start another.
+	p.initAt.Store(now)
 	return false
 }
 

@@ -193,22 +193,28 @@ func (p *peer) setKeepalive(on bool) {
 }
 
 // keepaliveWhenSettled turns a lazy peer's keepalive on now that it is
-// direct, once no WireGuard handshake with it is under way. wireguard-go
-// sends a keepalive the moment it is turned on, and with no session yet
-// that opens a handshake of its own. On the side answering the peer's
-// initiation (the usual case: the peer's first packet woke us, and ICE on
-// a LAN can finish before the handshake through the relay), that second
-// initiation races wireguard-go's handling of the first: its handshake
-// workers and the configuration share one handshake state per peer, and
-// the two sides can end with sessions whose keys and indices do not
-// match. The peer's data is then dropped until its timers start over,
-// 15 s later: a ping unanswered for 10 s in about one 100-node lab run in
-// three. Looked at again every settleCheck while it is under way.
+// direct, once a WireGuard session with it is up and no handshake is
+// under way. wireguard-go sends a keepalive the moment it is turned on,
+// and with no session that opens a handshake of its own. On the side
+// answering the peer's initiation (the usual case: the peer's first packet
+// woke us, and ICE on a LAN can finish before the handshake through the
+// relay), that second initiation races wireguard-go's handling of the
+// first: its handshake workers and the configuration share one handshake
+// state per peer, and the two sides can end with sessions whose keys and
+// indices do not match. The peer's data is then dropped until its timers
+// start over, 15 s later: a ping unanswered for 10 s in about one
+// 100-node lab run in six. It looks again every settleCheck, and after
+// handshakeSettle turns the keepalive on regardless (a handshake that
+// opens then has nothing left to race).
 func (p *peer) keepaliveWhenSettled(ctx context.Context) {
 	if !p.lazy() || p.keepaliveOn {
 		return
 	}
-	if p.path.settling(time.Now().UnixNano()) {
+	now := time.Now()
+	if p.settleFrom.IsZero() {
+		p.settleFrom = now
+	}
+	if !p.path.sessionSettled() && now.Sub(p.settleFrom) < handshakeSettle {
 		session := p.connected
 		p.settleTimer = time.AfterFunc(settleCheck, func() {
 			if ctx.Err() == nil {
@@ -217,6 +223,7 @@ func (p *peer) keepaliveWhenSettled(ctx context.Context) {
 		})
 		return
 	}
+	p.settleFrom = time.Time{}
 	p.setKeepalive(true)
 }
 

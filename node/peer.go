@@ -114,9 +114,11 @@ type peer struct {
 	controlling bool // we lead the pair's handshakes and ICE
 	activeSince time.Time
 	idleTimer   *time.Timer
-	// settleTimer looks again whether the handshake under way has
-	// settled, to turn a lazy direct peer's keepalive on (settle).
+	// settleTimer looks again whether a session is up, to turn a lazy
+	// direct peer's keepalive on, and settleFrom is when it started
+	// looking (keepaliveWhenSettled).
 	settleTimer *time.Timer
+	settleFrom  time.Time
 	wg          wgState // in WireGuard's configuration or trimmed (trim.go)
 	// keepaliveTimer turns WireGuard's keepalive on later (see addPeer);
 	// set before run starts, stopped by close.
@@ -302,6 +304,7 @@ func (p *peer) handle(ctx context.Context, ev peerEvent) {
 		p.countOutcome(true)
 		p.env.bind.SetDirect(p.path, ev.connected.addr)
 		p.record(PathDirect, ev.connected.addr, "ICE nominated a pair")
+		p.settleFrom = time.Time{}
 		p.keepaliveWhenSettled(ctx)
 		p.watchDirect(ctx, ev.connected)
 		p.replayRecent()
