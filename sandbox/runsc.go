@@ -32,6 +32,7 @@ type RunscDriver struct {
 	id     string // the container's ID: see ContainerID
 	pol    *policy.Policy
 	egress *kernelEgress
+	bpf    *bpfAhead // wg0's eBPF filter, loaded while the node registers
 
 	agent       *agentPlan // set by Prepare
 	prepWG      sync.WaitGroup
@@ -115,6 +116,9 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Its maps, program and first table need no wg0: made while the node
+	// registers (they mostly wait on the kernel), attached by install.
+	d.bpf = loadBPF(bpfConfig(cfg.Interface, d.pol, recordSink(d.record), d.log))
 	n, err := node.Start(ctx, node.Config{
 		Name: cfg.Name, Network: cfg.Network, Control: cfg.ServerURL, Token: cfg.Token,
 		Credentials: creds, ListenPort: cfg.ListenPort, ListenAddr: cfg.ListenAddr, Provisioner: prov,
@@ -126,6 +130,7 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	d.setNode(n)
 	d.egress = newKernelEgress(cfg.Interface, n.Address(), d.pol, d.peers, d.log)
 	d.egress.audit = recordSink(d.record)
+	d.egress.ahead = d.bpf
 	if err := d.egress.install(); err != nil {
 		return fmt.Errorf("sandbox: phase 1: egress rules: %w", err)
 	}
@@ -265,6 +270,9 @@ func (d *RunscDriver) Close() error {
 		errs = append(errs, d.closePrepared(), d.mgr.Delete(d.ContainerID()))
 		if d.egress != nil {
 			d.egress.remove()
+		}
+		if d.bpf != nil {
+			d.bpf.close() // loaded, never attached: Start failed before
 		}
 		errs = append(errs, d.closeNode(), d.closeAudit())
 		errs = append(errs, d.mgr.Close())
