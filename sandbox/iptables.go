@@ -57,9 +57,9 @@ type kernelEgress struct {
 	// ahead is the eBPF filter being made ahead (loadBPF), if the caller
 	// started it; install starts one otherwise. install attaches it and
 	// remove closes it unless the overlay filter took it.
-	ahead *bpfAhead
-	enforcer     *enforce.Enforcer // keeps wg0's filter current, once installed
-	overlay      netip.Prefix
+	ahead    *bpfAhead
+	enforcer *enforce.Enforcer // keeps wg0's filter current, once installed
+	overlay  netip.Prefix
 
 	hooked6, defaults, defaults6 bool
 }
