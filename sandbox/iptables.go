@@ -90,7 +90,9 @@ func newKernelEgress(iface string, self netip.Prefix, pol *policy.Policy, peers 
 
 // install creates the chains, hooks them and starts following peer
 // changes (the Enforcer's ticker, once a second). The defaults go in
-// first: until they are hooked nothing else is.
+// first: until they are hooked no other chain is. The eBPF filter on
+// wg0 (which only ever refuses more) attaches meanwhile, and is in place
+// when install returns.
 func (k *kernelEgress) install() error {
 	tools := []string{"iptables", "iptables-restore"}
 	if k.v6 {
