@@ -57,10 +57,19 @@ func TestBPFAheadReleased(t *testing.T) {
 	assert.ErrorIs(t, unused.f.Reload(pol, nil), bpf.ErrClosed, "closed")
 	unused.close() // idempotent
 
+	// Closed before it was loaded: nothing starts, and nothing waits.
+	never := newBPF(bpf.Config{Interface: "wg0", Policy: pol})
+	never.close()
+	never.load()
+	never.attach(pol, nil)
+	_, err := never.result()
+	assert.ErrorContains(t, err, "closed")
+	assert.Nil(t, never.f, "not loaded after close")
+
 	failed := loadBPF(bpf.Config{Interface: "lattice-none0", Policy: pol})
 	t.Cleanup(failed.close)
 	failed.attach(pol, nil)
-	_, err := failed.result()
+	_, err = failed.result()
 	assert.ErrorContains(t, err, `interface "lattice-none0"`)
 	assert.False(t, fallBack(err), "a missing interface is no reason to go on without eBPF")
 	assert.ErrorIs(t, failed.f.Reload(pol, nil), bpf.ErrClosed, "closed")

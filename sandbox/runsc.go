@@ -116,9 +116,16 @@ func (d *RunscDriver) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	// Its maps, program and first table need no wg0: made while the node
-	// registers (they mostly wait on the kernel), attached by install.
-	d.bpf = loadBPF(bpfConfig(cfg.Interface, d.pol, recordSink(d.record), d.log))
+	// wg0's eBPF filter: its maps, program and first table need no wg0,
+	// so they are made while the node brings it up (mostly waiting on the
+	// kernel); install attaches it. With an agent prepared, the load
+	// starts once runsc has been started for it (prepare): runsc waits
+	// for registration, which the load's CPU would slow (by 4-5 ms at
+	// load 4 here). Else now.
+	d.bpf = newBPF(bpfConfig(cfg.Interface, d.pol, recordSink(d.record), d.log))
+	if d.agent == nil {
+		d.bpf.load()
+	}
 	n, err := node.Start(ctx, node.Config{
 		Name: cfg.Name, Network: cfg.Network, Control: cfg.ServerURL, Token: cfg.Token,
 		Credentials: creds, ListenPort: cfg.ListenPort, ListenAddr: cfg.ListenAddr, Provisioner: prov,
