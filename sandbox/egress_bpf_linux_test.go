@@ -1,8 +1,12 @@
 package sandbox
 
 import (
+	"fmt"
 	"os/exec"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,4 +77,60 @@ func TestBPFAheadReleased(t *testing.T) {
 	assert.ErrorContains(t, err, `interface "lattice-none0"`)
 	assert.False(t, fallBack(err), "a missing interface is no reason to go on without eBPF")
 	assert.ErrorIs(t, failed.f.Reload(pol, nil), bpf.ErrClosed, "closed")
+}
+
+// TestOverlayFilterFallsBackLate: the eBPF filter's attach, still under
+// way while wg0's iptables chains are made (to leave reporting allowed
+// connections to it), turns out unavailable: the chains are made again,
+// reporting them (conntrack NEW to NFLOG), and nothing of the first ones
+// is left once the filter closes.
+func TestOverlayFilterFallsBackLate(t *testing.T) {
+	ns := testNetns(t)
+	out, err := exec.Command("ip", "-n", ns, "link", "add", "wg0", "type", "veth", "peer", "name", "wg0peer").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	k := inNetns(ns, "default: allow\n", t)
+	k.audit = &auditLines{}
+	var mu sync.Mutex
+	var scripts []string
+	made := make(chan struct{}, 8)
+	run := k.run
+	k.run = func(tool string, args []string, stdin string) error {
+		err := run(tool, args, stdin)
+		if strings.Contains(stdin, "LATTICE-wg0") {
+			mu.Lock()
+			scripts = append(scripts, stdin)
+			mu.Unlock()
+			made <- struct{}{}
+		}
+		return err
+	}
+	// An attach that fails as unavailable once the first chains are in.
+	a := &bpfAhead{loaded: make(chan struct{}), attached: make(chan struct{}), loadStarted: true, attachStarted: true}
+	close(a.loaded)
+	k.ahead = a
+	go func() {
+		select {
+		case <-made:
+		case <-time.After(20 * time.Second): // the assertions below say what went wrong
+		}
+		a.mu.Lock()
+		a.err = fmt.Errorf("bpf: attach: %w: test", bpf.ErrUnavailable)
+		a.mu.Unlock()
+		close(a.attached)
+	}()
+	var f interface{ Close() error }
+	require.NoError(t, netns.Do("/run/netns/"+ns, func() (err error) {
+		f, err = k.newOverlayFilter(k.pol.WithOverlay(k.overlay), nil)
+		return err
+	}))
+	mu.Lock()
+	require.GreaterOrEqual(t, len(scripts), 2, "the chains made twice")
+	first, last := scripts[0], scripts[len(scripts)-1]
+	mu.Unlock()
+	assert.NotContains(t, first, "--ctstate NEW", "made first to leave reporting to eBPF")
+	assert.Contains(t, last, "--ctstate NEW", "made again to report allowed connections")
+	require.NoError(t, f.Close())
+	rules, err := exec.Command("ip", "netns", "exec", ns, "iptables", "-S").CombinedOutput()
+	require.NoError(t, err, "%s", rules)
+	assert.NotContains(t, string(rules), "LATTICE-wg0", "nothing left")
 }
