@@ -399,8 +399,16 @@ func (m *Manager) stateRoot() string { return filepath.Join(m.root, "state") }
 
 func (m *Manager) logPath(id string) string { return filepath.Join(m.root, "logs", id+".log") }
 
+// globalArgs are runsc's flags for container id. --ignore-cgroups: the
+// sandbox and its gofer stay in the caller's cgroup (in Kubernetes, the
+// pod's, whose limits then hold for the agent too) instead of a cgroup of
+// their own at the top of the host's tree, which runsc would join and
+// leave itself (cgroup v1: no CLONE_INTO_CGROUP), each move waiting for an
+// RCU grace period: about 20 ms of a start, two of them between the
+// sandbox being ready and the agent starting. The spec sets no resource
+// limits that such a cgroup would carry.
 func (m *Manager) globalArgs(id string) []string {
-	return []string{"--root", m.stateRoot(), "--platform", m.platform, "--network", "host",
+	return []string{"--root", m.stateRoot(), "--platform", m.platform, "--network", "host", "--ignore-cgroups",
 		"--log", m.logPath(id), "--debug-log", filepath.Join(m.root, "logs", id+".%COMMAND%.log")}
 }
 

@@ -364,6 +364,43 @@ func assertGone(t *testing.T, m *Manager, c *Container) {
 	}
 }
 
+// TestPrepareCgroup: runsc's sandbox and gofer processes stay in the
+// caller's cgroups (--ignore-cgroups), and runsc makes none named after
+// the container.
+func TestPrepareCgroup(t *testing.T) {
+	m := needRunsc(t)
+	var errOut syncBuffer
+	c, err := m.Prepare(Spec{ID: "cgroup-held", Args: []string{staticAgent(t), "hello", "0"}}, Stdio{Stderr: &errOut})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	require.Eventually(t, func() bool { return gateWaiting(c) }, 20*time.Second, 50*time.Millisecond, "the sandbox boots and the hook waits")
+	self, err := os.ReadFile("/proc/self/cgroup")
+	require.NoError(t, err)
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	require.NoError(t, err)
+	var seen []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("--root="+m.stateRoot()+"\x00")) {
+			continue
+		}
+		argv0, _, _ := bytes.Cut(b, []byte{0})
+		cg, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		seen = append(seen, string(argv0))
+		assert.Equal(t, string(self), string(cg), "%s's cgroups", argv0)
+	}
+	assert.Contains(t, seen, "runsc-sandbox")
+	assert.Contains(t, seen, "runsc-gofer")
+	made, err := filepath.Glob("/sys/fs/cgroup/*/" + c.ID())
+	require.NoError(t, err)
+	more, err := filepath.Glob("/sys/fs/cgroup/" + c.ID())
+	require.NoError(t, err)
+	assert.Empty(t, append(made, more...), "a cgroup named after the container")
+}
+
 // gateWaiting reports whether c's gate hook runs: runsc has booted the
 // sandbox and holds the start. (runsc state would block on the lock
 // runsc run holds meanwhile.)

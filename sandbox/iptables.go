@@ -13,7 +13,6 @@ import (
 	enforce "github.com/latticelab/lattice/egress"
 	"github.com/latticelab/lattice/egress/bpf"
 	"github.com/latticelab/lattice/egress/iptables"
-	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/policy"
 )
 
@@ -55,8 +54,12 @@ type kernelEgress struct {
 	// iptablesOnly skips the eBPF filter, which is otherwise used where
 	// the kernel runs it.
 	iptablesOnly bool
-	enforcer     *enforce.Enforcer // keeps wg0's filter current, once installed
-	overlay      netip.Prefix
+	// ahead is the eBPF filter being made ahead (loadBPF), if the caller
+	// started it; install starts one otherwise. install attaches it and
+	// remove closes it unless the overlay filter took it.
+	ahead    *bpfAhead
+	enforcer *enforce.Enforcer // keeps wg0's filter current, once installed
+	overlay  netip.Prefix
 
 	hooked6, defaults, defaults6 bool
 }
@@ -87,7 +90,9 @@ func newKernelEgress(iface string, self netip.Prefix, pol *policy.Policy, peers 
 
 // install creates the chains, hooks them and starts following peer
 // changes (the Enforcer's ticker, once a second). The defaults go in
-// first: until they are hooked nothing else is.
+// first: until they are hooked no other chain is. The eBPF filter on
+// wg0 (which only ever refuses more) attaches meanwhile, and is in place
+// when install returns.
 func (k *kernelEgress) install() error {
 	tools := []string{"iptables", "iptables-restore"}
 	if k.v6 {
@@ -97,6 +102,14 @@ func (k *kernelEgress) install() error {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("sandbox: gvisor mode enforces egress with %s, which is not installed (apt-get install iptables)", tool)
 		}
+	}
+	if !k.iptablesOnly {
+		// The eBPF filter's attach waits for the kernel (an RCU grace
+		// period) while the chains below go in.
+		if k.ahead == nil {
+			k.ahead = loadBPF(bpfConfig(k.iface, k.pol, k.audit, k.log))
+		}
+		k.ahead.attach(k.pol.WithOverlay(k.overlay), k.peerMap())
 	}
 	if err := k.installDefaults(); err != nil {
 		return err
@@ -138,37 +151,88 @@ func (k *kernelEgress) installOverlay() error {
 	return nil
 }
 
-// newOverlayFilter builds wg0's layered filter for the Enforcer.
+// newOverlayFilter builds wg0's layered filter for the Enforcer. The
+// iptables chains go in while the eBPF filter attaches (install started
+// it); they report allowed connections only without it, so in the rare
+// case it turns out unavailable they are made again to report them.
 func (k *kernelEgress) newOverlayFilter(pol *policy.Policy, peers map[string][]netip.Addr) (enforce.Filter, error) {
-	var filters layered
-	if !k.iptablesOnly {
-		cfg := bpf.Config{Interface: k.iface, Policy: pol, Peers: peers, ReportAllowed: true, Logger: k.log}
-		if k.audit != nil {
-			cfg.OnEvent = bpf.AuditTo(k.audit, k.log)
-		}
-		f, err := bpf.New(cfg)
+	var ebpf *bpf.Filter
+	pending := false
+	take := func() error {
+		f, err := k.ahead.result()
 		switch {
 		case err == nil:
-			filters = append(filters, f)
-		case errors.Is(err, bpf.ErrUnavailable) || errors.Is(err, edition.ErrProFeature):
+			ebpf = f
+			// Peers that changed since install started the attach.
+			return f.Reload(pol, peers)
+		case fallBack(err):
 			k.log.Warn("gvisor mode: eBPF egress filter unavailable; enforcing with iptables, connections audited through NFLOG", "err", err)
-		default:
-			return nil, err
+			return nil
+		}
+		return err
+	}
+	if !k.iptablesOnly {
+		if k.ahead == nil {
+			k.ahead = loadBPF(bpfConfig(k.iface, k.pol, k.audit, k.log))
+		}
+		k.ahead.attach(pol, peers) // if install did not
+		if pending = !k.ahead.done(); !pending {
+			if err := take(); err != nil {
+				return nil, k.closeFilters(ebpf, nil, err)
+			}
 		}
 	}
-	cfg := iptables.Config{Interface: k.iface, Policy: pol, Peers: peers, IPv6: &k.v6, Run: k.run, ReportAllowed: len(filters) == 0, Logger: k.log}
+	ipt, err := k.newIptables(pol, peers, k.iptablesOnly || !pending && ebpf == nil)
+	if pending {
+		if err := errors.Join(err, take()); err != nil {
+			return nil, k.closeFilters(ebpf, ipt, err)
+		}
+		if ebpf == nil {
+			// Made to leave reporting to the eBPF filter, which is not there.
+			_ = ipt.Close()
+			ipt, err = k.newIptables(pol, peers, true)
+		}
+	}
+	if err != nil {
+		return nil, k.closeFilters(ebpf, nil, err)
+	}
+	if ebpf == nil {
+		return layered{ipt}, nil
+	}
+	k.log.Info("gvisor mode: egress on wg0 by the eBPF filter behind iptables' REJECT; every connection is audited")
+	return layered{ebpf, ipt}, nil
+}
+
+// newIptables makes wg0's iptables filter; reportAllowed has it report
+// allowed connections too (without the eBPF filter).
+func (k *kernelEgress) newIptables(pol *policy.Policy, peers map[string][]netip.Addr, reportAllowed bool) (*iptables.Filter, error) {
+	cfg := iptables.Config{Interface: k.iface, Policy: pol, Peers: peers, IPv6: &k.v6, Run: k.run, ReportAllowed: reportAllowed, Logger: k.log}
 	if k.audit != nil {
 		cfg.OnEvent = iptables.AuditTo(k.audit, k.iface, k.log)
 	}
-	f, err := iptables.New(cfg)
-	if err != nil {
-		_ = filters.Close()
-		return nil, err
+	return iptables.New(cfg)
+}
+
+// closeFilters closes what a failed newOverlayFilter made and returns err.
+func (k *kernelEgress) closeFilters(ebpf *bpf.Filter, ipt *iptables.Filter, err error) error {
+	if ebpf != nil {
+		_ = ebpf.Close()
 	}
-	if len(filters) > 0 {
-		k.log.Info("gvisor mode: egress on wg0 by the eBPF filter behind iptables' REJECT; every connection is audited")
+	if ipt != nil {
+		_ = ipt.Close()
 	}
-	return append(filters, f), nil
+	return err
+}
+
+// bpfConfig is wg0's eBPF filter's configuration: it reports allowed
+// connections (iptables' REJECT in front of it reports the denied ones),
+// to sink if not nil.
+func bpfConfig(iface string, pol *policy.Policy, sink audit.Sink, log *slog.Logger) bpf.Config {
+	cfg := bpf.Config{Interface: iface, Policy: pol, ReportAllowed: true, Logger: log}
+	if sink != nil {
+		cfg.OnEvent = bpf.AuditTo(sink, log)
+	}
+	return cfg
 }
 
 // layered is several filters on one interface, reloaded and closed
@@ -241,6 +305,9 @@ func (k *kernelEgress) remove() {
 		if err := k.enforcer.Close(); err != nil {
 			k.log.Warn("egress filter on wg0 not removed", "err", err)
 		}
+	}
+	if k.ahead != nil {
+		k.ahead.close() // unless the overlay filter took it
 	}
 	if k.hooked6 {
 		_ = k.ipt("ip6tables", "-D", "OUTPUT", "-o", k.iface, "-j", "REJECT", "-m", "comment", "--comment", "lattice overlay is ipv4")

@@ -71,6 +71,9 @@ func (d *RunscDriver) prepare(id node.Identity) {
 		defer close(p.ready)
 		spec := d.agentSpec(plan.path, plan.argv, id)
 		p.c, p.err = d.mgr.Prepare(spec, runsc.Stdio{Stdin: plan.stdio.Stdin, Stdout: plan.stdio.Stdout, Stderr: plan.stdio.Stderr})
+		if d.bpf != nil {
+			d.bpf.load() // wg0's eBPF filter, now that runsc is on its way
+		}
 	})
 }
 

@@ -11,8 +11,8 @@ import (
 type Config struct {
 	// Interface is the name of the interface whose egress is filtered:
 	// the overlay interface for `lattice up`, the pod's wg0 or veth in
-	// gvisor mode. New must run in that interface's network namespace
-	// (internal/netns.Do). Ethernet links (with a hardware address) and
+	// gvisor mode. New (or Attach, after a Load anywhere) must run in
+	// that interface's network namespace (internal/netns.Do). Ethernet links (with a hardware address) and
 	// TUN devices (without) are both understood.
 	Interface string
 	// Policy is enforced from the first packet. If nil, everything is

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -25,11 +27,11 @@ type Filter struct {
 	cfg     Config
 	log     *slog.Logger
 	ifindex int
+	l3      bool      // the program reads packets without a link-layer header
 	outer   *ebpf.Map // ARRAY_OF_MAPS: key 0 is the current LPM trie
 	events  *ebpf.Map // RINGBUF
 	flows   *ebpf.Map // LRU_HASH of UDP flows and TCP SYNs reported, with ReportAllowed
 	prog    *ebpf.Program
-	link    link.Link
 	reader  *ringbuf.Reader
 	done    chan struct{} // closed when the event goroutine ends
 
@@ -38,6 +40,11 @@ type Filter struct {
 
 	mu     sync.Mutex // guards the following fields
 	closed bool
+	link   link.Link // nil until Attach
+	// table is the current LPM trie while the filter is not attached
+	// (nil once it is): Reload fills it in place, as nothing reads it.
+	table  *ebpf.Map
+	cur    *table // what the current trie holds
 	gen    uint32
 	labels map[uint32][]string // by generation: the current and the one before
 }
@@ -50,16 +57,38 @@ const (
 )
 
 // New loads the program, fills its maps from cfg.Policy and attaches it to
-// cfg.Interface's egress. In the community edition it returns
-// "eBPF egress filter is a Pro feature"; where the kernel cannot do it,
-// an error wrapping ErrUnavailable.
+// cfg.Interface's egress: Load, then Attach. In the community edition it
+// returns "eBPF egress filter is a Pro feature"; where the kernel cannot
+// do it, an error wrapping ErrUnavailable.
 func New(cfg Config) (*Filter, error) {
-	if err := edition.Require("eBPF egress filter"); err != nil {
+	f, err := Load(cfg)
+	if err != nil {
 		return nil, err
 	}
-	ifi, err := net.InterfaceByName(cfg.Interface)
-	if err != nil {
-		return nil, fmt.Errorf("bpf: interface %q: %w", cfg.Interface, err)
+	if err := f.Attach(); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Load makes the filter's maps, its program and its first table (from
+// cfg.Policy and cfg.Peers) without attaching it: nothing is filtered
+// until Attach. Maps and programs belong to no network namespace, and
+// cfg.Interface need not exist yet, so a caller can load while it makes
+// the interface: the first table's swap into the filter waits for an RCU
+// grace period (milliseconds, without CPU), which then overlaps that work.
+// Reload before Attach fills the table in place, without that wait:
+// nothing reads it yet.
+//
+// The program is built for cfg.Interface's link type if it exists in the
+// calling thread's namespace, else for a device without a link-layer
+// header (TUN, WireGuard: what an overlay interface is); Attach rebuilds
+// it if the interface turns out otherwise. Close releases a filter that
+// is never attached.
+func Load(cfg Config) (*Filter, error) {
+	if err := edition.Require("eBPF egress filter"); err != nil {
+		return nil, err
 	}
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = 16384
@@ -67,13 +96,19 @@ func New(cfg Config) (*Filter, error) {
 	if cfg.MaxEntries < 4 {
 		return nil, fmt.Errorf("bpf: MaxEntries %d: want at least 4", cfg.MaxEntries)
 	}
+	if cfg.Interface == "" {
+		return nil, errors.New("bpf: no interface")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Filter{cfg: cfg, ifindex: ifi.Index, labels: map[uint32][]string{}, done: make(chan struct{}),
+	f := &Filter{cfg: cfg, labels: map[uint32][]string{}, done: make(chan struct{}), l3: true,
 		log: log.With("component", "egress-bpf", "interface", cfg.Interface)}
-	if err := f.load(len(ifi.HardwareAddr) == 0); err != nil {
+	if ifi, err := net.InterfaceByName(cfg.Interface); err == nil {
+		f.l3 = len(ifi.HardwareAddr) == 0
+	}
+	if err := f.load(f.l3); err != nil {
 		f.closeObjects()
 		return nil, err
 	}
@@ -81,21 +116,56 @@ func New(cfg Config) (*Filter, error) {
 		f.closeObjects()
 		return nil, err
 	}
-	if err := f.attach(); err != nil {
-		f.closeObjects()
-		return nil, err
-	}
-	if cfg.OnEvent != nil {
-		if f.reader, err = ringbuf.NewReader(f.events); err != nil {
-			f.closeObjects()
-			return nil, fmt.Errorf("bpf: events reader: %w", err)
-		}
-		go f.readEvents()
-	} else {
-		close(f.done)
-	}
-	f.log.Info("eBPF egress filter attached", "policy", cfg.Policy.String(), "pinned", cfg.PinDir != "")
 	return f, nil
+}
+
+// Attach attaches a filter Load made to cfg.Interface's egress (it must
+// run in that interface's network namespace) and starts reading its
+// events. From its return every packet is judged by the current table.
+// On error Close releases it.
+func (f *Filter) Attach() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		return ErrClosed
+	case f.link != nil:
+		return errors.New("bpf: attach: attached already")
+	case f.cur == nil:
+		return errors.New("bpf: attach: the rules table is incomplete after a failed reload")
+	}
+	ifi, err := net.InterfaceByName(f.cfg.Interface)
+	if err != nil {
+		return fmt.Errorf("bpf: interface %q: %w", f.cfg.Interface, err)
+	}
+	if l3 := len(ifi.HardwareAddr) == 0; l3 != f.l3 {
+		// Loaded for the other link type: the program again, the maps stay.
+		prog, err := f.newProgram(l3)
+		if err != nil {
+			return err
+		}
+		f.prog.Close()
+		f.prog, f.l3 = prog, l3
+	}
+	f.ifindex = ifi.Index
+	if err := f.attach(); err != nil {
+		return err
+	}
+	// The outer map holds the table from now on; Reload swaps.
+	if f.table != nil {
+		f.table.Close()
+		f.table = nil
+	}
+	if f.cfg.OnEvent == nil {
+		close(f.done)
+	} else if f.reader, err = ringbuf.NewReader(f.events); err != nil {
+		close(f.done)
+		return fmt.Errorf("bpf: events reader: %w", err)
+	} else {
+		go f.readEvents()
+	}
+	f.log.Info("eBPF egress filter attached", "policy", f.cfg.Policy.String(), "pinned", f.cfg.PinDir != "")
+	return nil
 }
 
 // unavailable marks the errors a caller should fall back from.
@@ -119,26 +189,35 @@ func (f *Filter) load(l3 bool) error {
 	if err != nil {
 		return unavailable("create events ring", err)
 	}
-	flowsFD := -1
 	if f.cfg.ReportAllowed {
 		f.flows, err = ebpf.NewMap(&ebpf.MapSpec{Name: "lattice_flows", Type: ebpf.LRUHash, KeySize: flowKeySize, ValueSize: 8, MaxEntries: flowEntries})
 		if err != nil {
 			return unavailable("create flows map", err)
 		}
-		flowsFD = f.flows.FD()
 	}
+	f.prog, err = f.newProgram(l3)
+	return err
+}
+
+// newProgram loads the program for the maps load made, reading packets
+// with (Ethernet) or without (l3) a link-layer header.
+func (f *Filter) newProgram(l3 bool) (*ebpf.Program, error) {
 	off := 14
 	if l3 {
 		off = 0
 	}
-	f.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+	flowsFD := -1
+	if f.flows != nil {
+		flowsFD = f.flows.FD()
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "lattice_egress", Type: ebpf.SchedCLS, License: "Dual MIT/GPL",
 		Instructions: program(programConfig{outerFD: f.outer.FD(), eventsFD: f.events.FD(), l3Off: off, newConns: f.cfg.ReportAllowed, flowsFD: flowsFD}),
 	})
 	if err != nil {
-		return unavailable("load program", err)
+		return nil, unavailable("load program", err)
 	}
-	return nil
+	return prog, nil
 }
 
 func (f *Filter) innerSpec() *ebpf.MapSpec {
@@ -192,6 +271,7 @@ func (f *Filter) Close() error {
 	f.closeOnce.Do(func() {
 		f.mu.Lock()
 		f.closed = true
+		attached := f.link != nil // Attach closed done or started the reader
 		f.mu.Unlock()
 		if f.link != nil && f.cfg.PinDir != "" && !f.cfg.KeepPinned {
 			if err := f.link.Unpin(); err != nil {
@@ -201,7 +281,9 @@ func (f *Filter) Close() error {
 		if err := f.closeObjects(); err != nil && f.closeErr == nil {
 			f.closeErr = err
 		}
-		<-f.done
+		if attached {
+			<-f.done
+		}
 	})
 	return f.closeErr
 }
@@ -215,7 +297,7 @@ func (f *Filter) closeObjects() error {
 	if f.link != nil {
 		errs = append(errs, f.link.Close())
 	}
-	for _, c := range []interface{ Close() error }{f.prog, f.flows, f.events, f.outer} {
+	for _, c := range []interface{ Close() error }{f.prog, f.table, f.flows, f.events, f.outer} {
 		if c != nil && !isNilPointer(c) {
 			errs = append(errs, c.Close())
 		}
@@ -240,7 +322,10 @@ func isNilPointer(c interface{ Close() error }) bool {
 // built in a fresh map and swapped in with one update of the outer map, so
 // each packet sees the old table or the new one, never a mix, and flows
 // both allow keep flowing. A policy the kernel table cannot express
-// returns an error and leaves the old one in force.
+// returns an error and leaves the old one in force. A table the same as
+// the current one changes nothing. Before Attach the table is filled in
+// place instead (nothing reads it), without the swap's RCU grace period;
+// if that fails, Attach refuses until a Reload succeeds.
 func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 	t, err := compile(p, compileInput{peers: peers, hosts: f.cfg.HostAddrs})
 	if err != nil {
@@ -254,25 +339,73 @@ func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 	if f.closed {
 		return ErrClosed
 	}
+	if f.cur != nil && reflect.DeepEqual(t, f.cur) {
+		return nil
+	}
 	gen := f.gen + 1
+	if f.table != nil {
+		if err := f.fillLocked(f.table, t, gen); err != nil {
+			f.cur = nil // part old, part new: not to be attached
+			return err
+		}
+	} else if err := f.swapLocked(t, gen); err != nil {
+		return err
+	}
+	f.gen, f.cur = gen, t
+	f.labels[gen] = t.labels
+	delete(f.labels, gen-2)
+	f.log.Debug("egress table loaded", "generation", gen, "prefixes", len(t.entries), "policy", p.String(), "in place", f.table != nil)
+	return nil
+}
+
+// swapLocked builds t as generation gen in a fresh map and swaps it in.
+// The first swap keeps the map as the table to fill in place until
+// Attach.
+func (f *Filter) swapLocked(t *table, gen uint32) error {
 	inner, err := ebpf.NewMap(f.innerSpec())
 	if err != nil {
 		return fmt.Errorf("bpf: create rules table: %w", err)
 	}
-	// The outer map holds its own reference once the swap is done.
-	defer inner.Close()
+	if err := f.fillLocked(inner, t, gen); err != nil {
+		inner.Close()
+		return err
+	}
+	if err := f.outer.Put(uint32(0), inner); err != nil {
+		inner.Close()
+		return fmt.Errorf("bpf: swap rules table: %w", err)
+	}
+	if f.link == nil {
+		f.table = inner
+		return nil
+	}
+	// The outer map holds its own reference.
+	inner.Close()
+	return nil
+}
+
+// fillLocked makes m hold t's entries as generation gen, and nothing else.
+func (f *Filter) fillLocked(m *ebpf.Map, t *table, gen uint32) error {
+	keep := make(map[string]bool, len(t.entries))
 	for _, e := range t.entries {
-		if err := inner.Put(marshalKey(e.prefix), marshalValue(e.clauses, gen)); err != nil {
+		k := marshalKey(e.prefix)
+		keep[string(k)] = true
+		if err := m.Put(k, marshalValue(e.clauses, gen)); err != nil {
 			return fmt.Errorf("bpf: rules table: put %s: %w", e.prefix, err)
 		}
 	}
-	if err := f.outer.Put(uint32(0), inner); err != nil {
-		return fmt.Errorf("bpf: swap rules table: %w", err)
+	var stale [][]byte
+	k := make([]byte, keySize)
+	var v []byte
+	for it := m.Iterate(); it.Next(&k, &v); {
+		if !keep[string(k)] {
+			stale = append(stale, slices.Clone(k))
+		}
 	}
-	f.gen = gen
-	f.labels[gen] = t.labels
-	delete(f.labels, gen-2)
-	f.log.Debug("egress table loaded", "generation", gen, "prefixes", len(t.entries), "policy", p.String())
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("bpf: rules table: delete: %w", err)
+		}
+	}
 	return nil
 }
 

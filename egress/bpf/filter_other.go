@@ -26,3 +26,9 @@ func (f *Filter) Reload(p *policy.Policy, peers map[string][]netip.Addr) error {
 
 // Close does nothing.
 func (f *Filter) Close() error { return nil }
+
+// Load returns an error wrapping ErrUnavailable: eBPF is Linux's.
+func Load(cfg Config) (*Filter, error) { return New(cfg) }
+
+// Attach returns ErrClosed.
+func (f *Filter) Attach() error { return ErrClosed }
