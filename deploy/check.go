@@ -17,8 +17,9 @@ import (
 // GVisorCapabilities are the only capabilities a gvisor-mode sandbox
 // keeps, as test/e2e/gvisor_test.go runs it: NET_ADMIN for phase 1 (wg0,
 // routes, iptables), SYS_ADMIN and SYS_CHROOT for runsc's sandbox and its
-// gofer's chroot, DAC_OVERRIDE for runsc's cgroup in the node's tree.
-var GVisorCapabilities = []corev1.Capability{"DAC_OVERRIDE", "NET_ADMIN", "SYS_ADMIN", "SYS_CHROOT"}
+// gofer's chroot. runsc runs with --ignore-cgroups, so it needs neither
+// the node's cgroup tree nor DAC_OVERRIDE to write there.
+var GVisorCapabilities = []corev1.Capability{"NET_ADMIN", "SYS_ADMIN", "SYS_CHROOT"}
 
 // TunResource is the device plugin resource that gives a pod /dev/net/tun.
 const TunResource corev1.ResourceName = "squat.ai/tun"

@@ -36,9 +36,9 @@ const (
 	// gvisorRunTimeout bounds `lattice sandbox run`: registration, wg0,
 	// rules, runsc start, the agent's checks, teardown.
 	gvisorRunTimeout = 90 * time.Second
-	// hostCgroups is the engine's cgroup tree, mounted read-write into the
-	// gvisor container: runsc puts the sandbox in a cgroup of its own,
-	// and a container's own cgroup mount is read-only unless privileged.
+	// hostCgroups is the engine's cgroup tree, which the gvisor container
+	// does not get: runsc runs with --ignore-cgroups, so the sandbox stays
+	// in the container's cgroup and makes none (checked after the run).
 	hostCgroups = "/sys/fs/cgroup"
 )
 
@@ -46,15 +46,15 @@ const (
 // other is dropped), each with its bit in the kernel's capability sets:
 // NET_ADMIN for phase 1 (wg0, its address and route, iptables); SYS_ADMIN
 // for runsc (namespaces, its chroot, the sandbox's mounts); SYS_CHROOT for
-// the gofer's chroot; DAC_OVERRIDE for runsc's cgroup, made in the
-// engine's cgroup tree, whose top directories are mode 0555. With the
-// systrap platform runsc needs no SYS_PTRACE.
+// the gofer's chroot. With the systrap platform runsc needs no SYS_PTRACE,
+// and with --ignore-cgroups no cgroup tree and no DAC_OVERRIDE to write
+// into it.
 //
 // Not --privileged: it asks for every capability, and an engine whose own
 // bounding set lacks one (this engine runs without CAP_SYS_RESOURCE) fails
 // every privileged container with "unable to apply caps: operation not
-// permitted". Four capabilities also say more about what gvisor mode needs.
-var gvisorCaps = map[string]uint{"CAP_DAC_OVERRIDE": 1, "CAP_NET_ADMIN": 12, "CAP_SYS_CHROOT": 18, "CAP_SYS_ADMIN": 21}
+// permitted". Three capabilities also say more about what gvisor mode needs.
+var gvisorCaps = map[string]uint{"CAP_NET_ADMIN": 12, "CAP_SYS_CHROOT": 18, "CAP_SYS_ADMIN": 21}
 
 // gvisorCapNames returns gvisorCaps' names, as the engine reports them.
 func gvisorCapNames() []string { return slices.Sorted(maps.Keys(gvisorCaps)) }
@@ -69,16 +69,17 @@ func gvisorCapSet() string {
 }
 
 // TestSandboxGVisorContainer: `lattice sandbox run --mode gvisor` in a
-// container with what gvisor mode needs and no more (root, four
-// capabilities, /dev/net/tun, no seccomp filter, the engine's cgroup tree
-// writable; not privileged) on the Docker network of control, the relay
+// container with what gvisor mode needs and no more (root, three
+// capabilities, /dev/net/tun, no seccomp filter; not privileged, no cgroup
+// tree of the engine's) on the Docker network of control, the relay
 // and a pod-mode sandbox. Phase 1 makes wg0
 // and the egress rules in the container's network namespace; phase 2 runs
 // the static agent in runsc, and the agent fetches the pod sandbox's
 // forward over the overlay, sees gVisor's kernel, cannot create a TUN, add
 // a route or read the WireGuard key, and exits with 7, which becomes
 // lattice's exit code. Afterwards the container has no wg0, no lattice
-// rule and no runsc container, and the engine no cgroup of the sandbox.
+// rule and no runsc container, and the engine's cgroup tree holds none of
+// the sandbox (runsc made none).
 func TestSandboxGVisorContainer(t *testing.T) {
 	ctx, img := setup(t)
 	gimg := gvisorImage(ctx, t, img)
@@ -87,9 +88,9 @@ func TestSandboxGVisorContainer(t *testing.T) {
 	target := net.JoinHostPort(w.relayIP[nw.Name], "9090")
 	web := w.startSandbox(ctx, t, sandboxSpec{name: "web", net: nw, volume: newVolume(ctx, t, "web"), forwardTo: target})
 
-	// A name of its own: runsc names the sandbox's cgroup after it, in the
-	// engine's cgroup tree, which other runs share. The cleanup is
-	// registered first, so it runs after the container is gone.
+	// A name of its own: a runsc that made cgroups would name them after
+	// it, in the engine's cgroup tree, which other runs share. The cleanup
+	// is registered first, so it runs after the container is gone.
 	name := "gvisor-" + randomHex(4)
 	t.Cleanup(func() { removeSandboxCgroups(t, "lattice-"+name) })
 	g := startGVisorBox(ctx, t, gimg, nw, name)
@@ -139,7 +140,7 @@ func TestSandboxGVisorContainer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, code, "runsc list: %s", out)
 	assert.Empty(t, strings.TrimSpace(out), "no runsc container left")
-	assert.Empty(t, sandboxCgroups("lattice-"+name), "no cgroup of the sandbox left")
+	assert.Empty(t, sandboxCgroups("lattice-"+name), "runsc made a cgroup for the sandbox")
 }
 
 // gvisorBox is the container gvisor mode runs in.
@@ -167,7 +168,6 @@ func startGVisorBox(ctx context.Context, t *testing.T, img string, nw *testconta
 			// profile refuses some, and runsc fails to start.
 			hc.SecurityOpt = []string{"seccomp=unconfined"}
 			hc.Devices = []container.DeviceMapping{{PathOnHost: "/dev/net/tun", PathInContainer: "/dev/net/tun", CgroupPermissions: "rwm"}}
-			hc.Binds = []string{hostCgroups + ":" + hostCgroups + ":rw"}
 			// runsc mounts a tmpfs on /tmp for its chroot, so /tmp must
 			// exist; scratch has none.
 			hc.Tmpfs = map[string]string{"/tmp": "", "/run": ""}
