@@ -338,3 +338,17 @@ func countedRequests(nc *nats.Conn, sent *int) func(context.Context, []byte) ([]
 		return m.Data, nil
 	}
 }
+
+// TestRegisterDialedHook: a NATS registration calls Join.Dialed once, when
+// its TCP connection is up, before Join.Connected (its NATS connection
+// up): the node dials its session's connection then, in an order that
+// does not depend on scheduling.
+func TestRegisterDialedHook(t *testing.T) {
+	env := startServer(t, "")
+	var calls []string
+	j := controlapi.Join{Token: testToken, Name: "laptop", Key: newPriv(t),
+		Dialed: func() { calls = append(calls, "dialed") }, Connected: func() { calls = append(calls, "connected") }}
+	_, err := controlapi.RegisterNATS(ctxT(t), netx.OS, env.url+"?key="+env.srv.RegisterKey().Hex(), j)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"dialed", "connected"}, calls)
+}

@@ -216,14 +216,16 @@ func (n *Node) start(ctx context.Context) error {
 	// The session's connection is dialed while the registration is under
 	// way (control.Predialer). A registration of one request (a stamped
 	// proof, with the control URL's register key) ends one round trip
-	// after its connection is up, before a dial started then would be:
-	// it is dialed with the registration's.
+	// after its NATS connection is up, before a dial started then would
+	// be: it is dialed once the registration's TCP connection is up
+	// (Join.Dialed), two round trips ahead.
 	pre := controlapi.NewPredialer(n.cfg.Network, n.cfg.Control)
 	defer pre.Close()
+	var dialed func()
 	if !controlapi.URLControlKey(n.cfg.Control).IsZero() {
-		pre.Start()
+		dialed = pre.Start
 	}
-	resp, err := n.registerIdentity(ctx, pre.Start)
+	resp, err := n.registerIdentity(ctx, pre.Start, dialed)
 	if err != nil {
 		return err
 	}
@@ -253,7 +255,7 @@ func (n *Node) start(ctx context.Context) error {
 
 // registerIdentity loads (or creates) the identity, registers it and
 // saves what control assigned.
-func (n *Node) registerIdentity(ctx context.Context, connected func()) (*controlapi.RegisterResponse, error) {
+func (n *Node) registerIdentity(ctx context.Context, connected, dialed func()) (*controlapi.RegisterResponse, error) {
 	id, created, err := LoadOrCreate(n.cfg.Credentials, n.cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("node: identity: %w", err)
@@ -262,7 +264,7 @@ func (n *Node) registerIdentity(ctx context.Context, connected func()) (*control
 	n.log = n.log.With("node", id.Name)
 	var resp *controlapi.RegisterResponse
 	err = retryControl(ctx, n.log, "registration", func(ctx context.Context) (err error) {
-		resp, err = n.register(ctx, connected)
+		resp, err = n.register(ctx, connected, dialed)
 		return err
 	})
 	if err != nil {

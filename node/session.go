@@ -11,9 +11,9 @@ import (
 )
 
 // register registers the node's identity with control, proving it holds
-// the private key; connected, if set, is control.Join.Connected.
-func (n *Node) register(ctx context.Context, connected func()) (*controlapi.RegisterResponse, error) {
-	req := controlapi.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected}
+// the private key; connected and dialed, if set, are controlapi.Join's.
+func (n *Node) register(ctx context.Context, connected, dialed func()) (*controlapi.RegisterResponse, error) {
+	req := controlapi.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected, Dialed: dialed}
 	if k := n.controlKey.Load(); k != nil {
 		// Learnt from the last answer: a re-registration (control
 		// restarted, the session refused) is one request, not two.
@@ -189,7 +189,7 @@ func (n *Node) reregister() {
 // rejoin registers again, opens a new session and brings the peers to
 // its list.
 func (n *Node) rejoin(ctx context.Context) error {
-	resp, err := n.register(ctx, nil)
+	resp, err := n.register(ctx, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,30 @@ type Join struct {
 	// to control is up: the registration ends one or two round trips later
 	// (a node dials its session's connection meanwhile, see Predialer).
 	Connected func()
+	// Dialed, if set, is called once a NATS registration's TCP connection
+	// is up, before TLS and NATS's own handshake: a registration of one
+	// request ends three round trips later, and a node dials its session's
+	// connection then. Dialing it at the same moment as the registration's
+	// would gain nothing (it waits for the registration's answer anyway)
+	// and would leave the order of the two connections' first packets to
+	// the scheduler, which a deterministic lab cannot have.
+	Dialed func()
+}
+
+// dialedHook dials with d and calls f once, after the first dial that
+// succeeds.
+type dialedHook struct {
+	d    nats.CustomDialer
+	f    func()
+	once sync.Once
+}
+
+func (h *dialedHook) Dial(network, address string) (net.Conn, error) {
+	c, err := h.d.Dial(network, address)
+	if err == nil {
+		h.once.Do(h.f)
+	}
+	return c, err
 }
 
 // Exchange sends one registration request and returns the answer.
@@ -148,7 +172,7 @@ func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, er
 // client (the join token is its password), answers control's challenge and
 // returns the answer. An *Error reports a refusal, with control's reason.
 func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error) {
-	nc, ep, err := dialJoin(n, url, j.Token)
+	nc, ep, err := dialJoin(n, url, j.Token, j.Dialed)
 	if err == nil && j.ControlKey.IsZero() {
 		j.ControlKey = ep.controlKey
 	}
@@ -169,7 +193,7 @@ func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*Reg
 
 // dialJoin connects to control's NATS at url as a joining client, the
 // join token its password.
-func dialJoin(n netx.Network, url, token string) (*nats.Conn, *endpoint, error) {
+func dialJoin(n netx.Network, url, token string, dialed func()) (*nats.Conn, *endpoint, error) {
 	if len(token) > MaxTokenBytes {
 		// NATS would refuse the login, without saying why.
 		return nil, nil, &Error{Code: CodeBadRequest, Message: fmt.Sprintf("token is %d bytes, at most %d", len(token), MaxTokenBytes)}
@@ -177,8 +201,13 @@ func dialJoin(n netx.Network, url, token string) (*nats.Conn, *endpoint, error) 
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
 	user := JoinPrefix + fmt.Sprintf("%x", rnd)
-	nc, ep, err := dialNATS(n, url, nats.UserInfo(user, token),
-		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join"))
+	opts := []nats.Option{nats.UserInfo(user, token),
+		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join")}
+	if dialed != nil {
+		// After dialNATS's own dialer, so this one is used.
+		opts = append(opts, nats.SetCustomDialer(&dialedHook{d: Dialer(n), f: dialed}))
+	}
+	nc, ep, err := dialNATS(n, url, opts...)
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "Authorization") {
 			// Control admits every joining client and answers with the
@@ -203,7 +232,7 @@ func Servers(ctx context.Context, n netx.Network, url, token string) (*ServersRe
 	var b []byte
 	switch {
 	case strings.HasPrefix(url, "nats://"), strings.HasPrefix(url, "tls://"):
-		nc, _, err := dialJoin(n, url, token)
+		nc, _, err := dialJoin(n, url, token, nil)
 		if err != nil {
 			return nil, fmt.Errorf("servers: %w", err)
 		}
