@@ -202,7 +202,7 @@ func dialJoin(n netx.Network, url, token string, dialed func()) (*nats.Conn, *en
 	_, _ = rand.Read(rnd[:])
 	user := JoinPrefix + fmt.Sprintf("%x", rnd)
 	opts := []nats.Option{nats.UserInfo(user, token),
-		nats.CustomInboxPrefix(InboxPrefix+"."+user), nats.NoReconnect(), nats.Name("lattice-join")}
+		nats.CustomInboxPrefix(InboxPrefix + "." + user), nats.NoReconnect(), nats.Name("lattice-join")}
 	if dialed != nil {
 		// After dialNATS's own dialer, so this one is used.
 		opts = append(opts, nats.SetCustomDialer(&dialedHook{d: Dialer(n), f: dialed}))
