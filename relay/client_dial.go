@@ -197,7 +197,25 @@ func (c *Client) exchangeHello(w *wire, tok Token, q *pktQueue) (*cconn, error) 
 		c.stats.bytesSent.Add(uint64(len(pkt)))
 	}
 	hello := frame{typ: frameHello, version: ProtocolVersion, key: c.cfg.Key, data: []byte(tok)}
-	err := w.writeFrame(&hello)
+	f, err := c.sendHello(w, &hello, q)
+	if err != nil {
+		return nil, err
+	}
+	if f.version != ProtocolVersion {
+		return nil, fmt.Errorf("%w: server speaks version %d", ErrProtocol, f.version)
+	}
+	return &cconn{
+		w:         w,
+		sendq:     q,
+		keepalive: max(time.Duration(f.keepalive)*time.Millisecond, minKeepAlive),
+	}, nil
+}
+
+// sendHello writes hello and the packets behind it (writeEarly) in one
+// flush and returns the server's WELCOME, or its refusal as a
+// *CloseError.
+func (c *Client) sendHello(w *wire, hello *frame, q *pktQueue) (frame, error) {
+	err := w.writeFrame(hello)
 	if err == nil {
 		err = c.writeEarly(w, q)
 	}
@@ -210,32 +228,27 @@ func (c *Client) exchangeHello(w *wire, tok Token, q *pktQueue) (*cconn, error) 
 		// that close (the TLS records after the first leave in writes
 		// of their own); its answer, which says why, may be in already.
 		if f, rerr := readFrame(w.br); rerr == nil && f.typ == frameClose {
-			return nil, remoteClose(f.reason, string(f.data))
+			return frame{}, remoteClose(f.reason, string(f.data))
 		} else if ce, ok := asRemoteClose(rerr); ok {
-			return nil, ce
+			return frame{}, ce
 		}
-		return nil, fmt.Errorf("hello: %w", err)
+		return frame{}, fmt.Errorf("hello: %w", err)
 	}
 	f, err := readFrame(w.br)
 	if err != nil {
 		if ce, ok := asRemoteClose(err); ok {
-			return nil, ce
+			return frame{}, ce
 		}
-		return nil, fmt.Errorf("waiting for welcome: %w", err)
+		return frame{}, fmt.Errorf("waiting for welcome: %w", err)
 	}
-	switch {
-	case f.typ == frameClose:
-		return nil, remoteClose(f.reason, string(f.data))
-	case f.typ != frameWelcome:
-		return nil, fmt.Errorf("%w: %s instead of WELCOME", ErrProtocol, f.typ)
-	case f.version != ProtocolVersion:
-		return nil, fmt.Errorf("%w: server speaks version %d", ErrProtocol, f.version)
+	switch f.typ {
+	case frameClose:
+		return frame{}, remoteClose(f.reason, string(f.data))
+	case frameWelcome:
+		return f, nil
+	default:
+		return frame{}, fmt.Errorf("%w: %s instead of WELCOME", ErrProtocol, f.typ)
 	}
-	return &cconn{
-		w:         w,
-		sendq:     q,
-		keepalive: max(time.Duration(f.keepalive)*time.Millisecond, minKeepAlive),
-	}, nil
 }
 
 // maxEarly bounds the packet bytes that follow HELLO before WELCOME: a

@@ -159,23 +159,9 @@ func helloVersion(t *testing.T, d *Client, tr string, v uint8, q *pktQueue) erro
 	a, err := d.connect(ctxT(t, 10*time.Second), tr)
 	require.NoError(t, err)
 	t.Cleanup(a.close)
-	w := a.w
-	w.onSent = func(pkt []byte, _ bool) { d.stats.packetsSent.Add(1) }
-	require.NoError(t, w.writeFrame(&frame{typ: frameHello, version: v, key: d.cfg.Key, data: []byte(d.token)}))
-	require.NoError(t, d.writeEarly(w, q))
-	require.NoError(t, w.bw.Flush())
-	f, err := readFrame(w.br)
-	if err != nil {
-		if ce, ok := asRemoteClose(err); ok {
-			return ce
-		}
-		return err
-	}
-	if f.typ == frameClose {
-		return remoteClose(f.reason, string(f.data))
-	}
-	require.Equal(t, frameWelcome, f.typ)
-	return nil
+	a.w.onSent = func([]byte, bool) { d.stats.packetsSent.Add(1) }
+	_, err = d.sendHello(a.w, &frame{typ: frameHello, version: v, key: d.cfg.Key, data: []byte(d.token)}, q)
+	return err
 }
 
 // TestSendWhileDialing: a client's Send before its first connection is
