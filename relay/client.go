@@ -142,6 +142,10 @@ type Client struct {
 	tls   *tls.Config
 	recvq chan inPacket
 	cur   atomic.Pointer[cconn] // the live connection, or nil
+	// dialq, while cur is nil and a connection is being dialed, is that
+	// connection's send queue: Send queues there, and the packets follow
+	// HELLO without waiting for WELCOME (exchangeHello).
+	dialq atomic.Pointer[pktQueue]
 	stats clientCounters
 
 	ctx       context.Context // cancelled by Close
@@ -220,6 +224,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		tokenSet: make(chan struct{}, 1),
 		changed:  make(chan struct{}),
 	}
+	// A packet sent as soon as NewClient returns waits for the first
+	// connection (see Send).
+	c.dialq.Store(newPktQueue(cfg.QueueLen))
 	c.wg.Add(1)
 	go c.run()
 	if cfg.RenewToken != nil {
@@ -298,10 +305,13 @@ func (c *Client) WaitConnected(ctx context.Context) error {
 }
 
 // Send queues pkt for the peer dst; pkt is copied, so the caller may reuse
-// it. It blocks while the send queue is full, like a socket, and fails at
-// once with ErrNotConnected while the client has no connection (packets
-// are not buffered across reconnects: WireGuard retransmits what
-// matters). Delivery is not guaranteed.
+// it. It blocks while the send queue is full, like a socket. While a
+// connection is being dialed, the packet waits for it (without blocking:
+// beyond QueueLen packets Send fails with ErrNotConnected) and goes out
+// right behind HELLO; if that attempt fails, it is lost. Between attempts
+// Send fails at once with ErrNotConnected (packets are not buffered
+// across reconnects: WireGuard retransmits what matters). Delivery is not
+// guaranteed.
 func (c *Client) Send(dst key.Public, pkt []byte) error {
 	if len(pkt) == 0 || len(pkt) > MaxPacketSize {
 		return fmt.Errorf("relay: send %d bytes to %s: %w", len(pkt), dst.ShortString(), ErrPacketSize)
@@ -311,7 +321,21 @@ func (c *Client) Send(dst key.Public, pkt []byte) error {
 		if c.ctx.Err() != nil {
 			return ErrClosed
 		}
-		return ErrNotConnected
+		q := c.dialq.Load()
+		if q == nil {
+			// The dial may have just succeeded: run publishes the
+			// connection before it clears dialq.
+			if cc = c.cur.Load(); cc == nil {
+				return ErrNotConnected
+			}
+		} else {
+			p := copyPacket(dst, pkt)
+			if !q.push(p) {
+				p.release()
+				return ErrNotConnected
+			}
+			return nil
+		}
 	}
 	if w := cc.w; w.qc != nil {
 		// Fast path: an acknowledged peer's datagram goes straight to
@@ -395,8 +419,15 @@ func (c *Client) run() {
 	failures, refusals := 0, 0
 	for c.ctx.Err() == nil {
 		tok := c.currentToken()
-		cc, err := c.dial(c.ctx, tok)
+		q := c.dialq.Load() // NewClient's, for the first attempt
+		if q == nil {
+			q = newPktQueue(c.cfg.QueueLen)
+			c.dialq.Store(q)
+		}
+		cc, err := c.dial(c.ctx, tok, q)
 		if err != nil {
+			c.dialq.Store(nil)
+			q.discard()
 			if c.ctx.Err() != nil {
 				return
 			}
@@ -434,6 +465,7 @@ func (c *Client) run() {
 		start := time.Now()
 		c.stats.connects.Add(1)
 		c.setState(cc, nil)
+		c.dialq.Store(nil) // after setState: Send finds cur or dialq
 		c.log.Info("relay connected", "transport", cc.w.transport)
 		err = c.serve(cc)
 		c.setState(nil, err)

@@ -19,8 +19,10 @@ import (
 const minKeepAlive = 10 * time.Millisecond
 
 // dial connects and authenticates: over the configured transport, or,
-// with none configured, over the one race picks by measurement.
-func (c *Client) dial(ctx context.Context, tok Token) (*cconn, error) {
+// with none configured, over the one race picks by measurement. q becomes
+// the connection's send queue: what it holds when HELLO goes out follows
+// HELLO in the same flush (see exchangeHello).
+func (c *Client) dial(ctx context.Context, tok Token, q *pktQueue) (*cconn, error) {
 	var (
 		a   *attempt
 		why string
@@ -36,7 +38,7 @@ func (c *Client) dial(ctx context.Context, tok Token) (*cconn, error) {
 		return nil, err
 	}
 	defer a.cancel()
-	cc, err := c.hello(a.ctx, a.w, tok, a.stop)
+	cc, err := c.hello(a.ctx, a.w, tok, q, a.stop)
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s %s: %w", a.transport, c.cfg.Server, err)
 	}
@@ -44,14 +46,14 @@ func (c *Client) dial(ctx context.Context, tok Token) (*cconn, error) {
 	return cc, nil
 }
 
-// dialOne connects and authenticates over transport.
-func (c *Client) dialOne(ctx context.Context, transport string, tok Token) (*cconn, error) {
+// dialOne connects and authenticates over transport; q is as for dial.
+func (c *Client) dialOne(ctx context.Context, transport string, tok Token, q *pktQueue) (*cconn, error) {
 	a, err := c.connect(ctx, transport)
 	if err != nil {
 		return nil, err
 	}
 	defer a.cancel()
-	cc, err := c.hello(a.ctx, a.w, tok, a.stop)
+	cc, err := c.hello(a.ctx, a.w, tok, q, a.stop)
 	if err != nil {
 		return nil, fmt.Errorf("relay: dial %s %s: %w", transport, c.cfg.Server, err)
 	}
@@ -169,8 +171,8 @@ func (c *Client) quicConfig() *quic.Config {
 // hello authenticates an established connection: HELLO out, WELCOME (or
 // the server's refusal) back. stop disarms the close that ctx's end
 // triggers; if it already fired, the attempt is lost.
-func (c *Client) hello(ctx context.Context, w *wire, tok Token, stop func() bool) (*cconn, error) {
-	cc, err := c.exchangeHello(w, tok)
+func (c *Client) hello(ctx context.Context, w *wire, tok Token, q *pktQueue, stop func() bool) (*cconn, error) {
+	cc, err := c.exchangeHello(w, tok, q)
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -181,42 +183,97 @@ func (c *Client) hello(ctx context.Context, w *wire, tok Token, stop func() bool
 	return cc, nil
 }
 
-func (c *Client) exchangeHello(w *wire, tok Token) (*cconn, error) {
+// exchangeHello sends HELLO and, in the same flush, the packets q holds
+// (pipelined: they need not wait a round trip for WELCOME; the server
+// reads them only once it has accepted HELLO, and drops them with the
+// connection if it refuses it, docs/LRP.md §1). Packets queued later
+// wait in q for the connection's writer, which starts after WELCOME.
+func (c *Client) exchangeHello(w *wire, tok Token, q *pktQueue) (*cconn, error) {
 	if len(tok) > MaxTokenSize {
 		return nil, fmt.Errorf("relay: hello: %d-byte token exceeds %d", len(tok), MaxTokenSize)
-	}
-	hello := frame{typ: frameHello, version: ProtocolVersion, key: c.cfg.Key, data: []byte(tok)}
-	err := w.writeFrame(&hello)
-	if err == nil {
-		err = w.bw.Flush()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("hello: %w", err)
-	}
-	f, err := readFrame(w.br)
-	if err != nil {
-		if ce, ok := asRemoteClose(err); ok {
-			return nil, ce
-		}
-		return nil, fmt.Errorf("waiting for welcome: %w", err)
-	}
-	switch {
-	case f.typ == frameClose:
-		return nil, remoteClose(f.reason, string(f.data))
-	case f.typ != frameWelcome:
-		return nil, fmt.Errorf("%w: %s instead of WELCOME", ErrProtocol, f.typ)
-	case f.version != ProtocolVersion:
-		return nil, fmt.Errorf("%w: server speaks version %d", ErrProtocol, f.version)
 	}
 	w.onSent = func(pkt []byte, _ bool) {
 		c.stats.packetsSent.Add(1)
 		c.stats.bytesSent.Add(uint64(len(pkt)))
 	}
+	hello := frame{typ: frameHello, version: ProtocolVersion, key: c.cfg.Key, data: []byte(tok)}
+	f, err := c.sendHello(w, &hello, q)
+	if err != nil {
+		return nil, err
+	}
+	if f.version != ProtocolVersion {
+		return nil, fmt.Errorf("%w: server speaks version %d", ErrProtocol, f.version)
+	}
 	return &cconn{
 		w:         w,
-		sendq:     newPktQueue(c.cfg.QueueLen),
+		sendq:     q,
 		keepalive: max(time.Duration(f.keepalive)*time.Millisecond, minKeepAlive),
 	}, nil
+}
+
+// sendHello writes hello and the packets behind it (writeEarly) in one
+// flush and returns the server's WELCOME, or its refusal as a
+// *CloseError.
+func (c *Client) sendHello(w *wire, hello *frame, q *pktQueue) (frame, error) {
+	err := w.writeFrame(hello)
+	if err == nil {
+		err = c.writeEarly(w, q)
+	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	if err != nil {
+		// A server that refused HELLO closes the connection without
+		// reading what followed it, and the rest of the flush may meet
+		// that close (the TLS records after the first leave in writes
+		// of their own); its answer, which says why, may be in already.
+		if f, rerr := readFrame(w.br); rerr == nil && f.typ == frameClose {
+			return frame{}, remoteClose(f.reason, string(f.data))
+		} else if ce, ok := asRemoteClose(rerr); ok {
+			return frame{}, ce
+		}
+		return frame{}, fmt.Errorf("hello: %w", err)
+	}
+	f, err := readFrame(w.br)
+	if err != nil {
+		if ce, ok := asRemoteClose(err); ok {
+			return frame{}, ce
+		}
+		return frame{}, fmt.Errorf("waiting for welcome: %w", err)
+	}
+	switch f.typ {
+	case frameClose:
+		return frame{}, remoteClose(f.reason, string(f.data))
+	case frameWelcome:
+		return f, nil
+	default:
+		return frame{}, fmt.Errorf("%w: %s instead of WELCOME", ErrProtocol, f.typ)
+	}
+}
+
+// maxEarly bounds the packet bytes that follow HELLO before WELCOME: a
+// first flight's worth (TCP's initial window is ten segments). More would
+// not arrive sooner, and a client whose HELLO is refused must not block
+// writing into a connection the server no longer reads: it has to read
+// the refusal's code, which decides whether it renews its token.
+const maxEarly = 12 << 10
+
+// writeEarly writes packets q holds behind HELLO, as the writer would,
+// until maxEarly bytes; on QUIC that is a BIND and a SEND on the control
+// stream for each new peer, as no id can be acknowledged before WELCOME.
+// The rest stay queued for the writer.
+func (c *Client) writeEarly(w *wire, q *pktQueue) error {
+	var err error
+	batch := make([]outPacket, 0, 1)
+	for n := 0; err == nil && q.peekLen() > 0 && n+q.peekLen() <= maxEarly; {
+		batch = q.pop(batch[:0], 1)
+		for i := range batch {
+			n += len(batch[i].pkt)
+			err = w.writePacket(&batch[i])
+			batch[i].release()
+		}
+	}
+	return err
 }
 
 // resolve turns Server into an address for QUIC. TCP dials the name

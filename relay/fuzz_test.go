@@ -151,6 +151,10 @@ func FuzzServerHandshake(f *testing.F) {
 	f.Add(hello(IssueToken(testSecret, k, time.Unix(1, 0))))
 	f.Add(hello(IssueToken(testSecret, key.Public{8}, time.Unix(2_000_000_000, 0))))
 	f.Add(hello("short"))
+	// Packets pipelined behind a refused HELLO (docs/LRP.md §1).
+	f.Add(append(hello(IssueToken(testSecret, k, time.Unix(1, 0))), send...))
+	f.Add(append(hello(IssueToken(testSecret, key.Public{8}, time.Unix(2_000_000_000, 0))), send...))
+	f.Add(append(hello(IssueToken([]byte("another secret, just as long...."), k, time.Unix(2_000_000_000, 0))), send...))
 	f.Add(send)
 	f.Add([]byte{byte(frameHello), 0xff, 0xff})
 	f.Add([]byte{})
@@ -183,6 +187,9 @@ func FuzzServerHandshake(f *testing.F) {
 		}
 		if refusals+st.Connections[transportTCP] != 1 {
 			t.Fatalf("counted %d refusals %v and %d connections", refusals, st.AuthFailures, st.Connections[transportTCP])
+		}
+		if refusals != 0 && st.PacketsIn != 0 {
+			t.Fatalf("refused (%v), yet %d packets behind the HELLO were read", st.AuthFailures, st.PacketsIn)
 		}
 		if all, _ := s.pre.len(netip.Addr{}); all != 0 || len(s.clients) != 0 || st.Clients[transportTCP] != 0 {
 			t.Fatalf("left behind: %d pending, %d registered", all, len(s.clients))

@@ -98,7 +98,7 @@ func dialRaw(t testing.TB, s *Server, transport string, key key.Public, tok Toke
 	tc, err := clientTLS(&cfg, "127.0.0.1")
 	require.NoError(t, err)
 	d := &Client{cfg: cfg, tls: tc, token: tok}
-	cc, err := d.dialOne(ctxT(t, 10*time.Second), transport, tok)
+	cc, err := d.dialOne(ctxT(t, 10*time.Second), transport, tok, newPktQueue(cfg.QueueLen))
 	if err != nil {
 		return nil, err
 	}

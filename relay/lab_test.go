@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -15,6 +16,7 @@ import (
 	"github.com/latticelab/lattice/lab/fabric"
 	"github.com/latticelab/lattice/lab/link"
 	"github.com/latticelab/lattice/lab/nat"
+	"github.com/latticelab/lattice/lab/vtime"
 	"github.com/latticelab/lattice/relay"
 )
 
@@ -224,4 +226,81 @@ func TestLabBurstToFarClient(t *testing.T) {
 	st := s.Stats()
 	assert.Zero(t, st.Drops["queue_full"], "packets the relay dropped for a full queue")
 	assert.Equal(t, burst, got, "packets the far client received")
+}
+
+// TestLabHelloPipelinedVirtual measures, in virtual time, a packet sent
+// the moment a client starts, 20 ms round trip from the relay, to a peer
+// next to it: the packet waits for the connection, not for WELCOME. Over
+// TCP the connection takes one round trip and TLS 1.3 one more, so HELLO
+// and the packet behind it reach the relay at 50 ms, where WELCOME
+// reaches the client at 60 (before pipelining the packet could leave only
+// then, and reach the peer at 70); over QUIC the handshake takes one
+// round trip and the packet arrives at 30 ms, WELCOME at 40. A client
+// whose HELLO is refused gets the refusal and delivers nothing.
+func TestLabHelloPipelinedVirtual(t *testing.T) {
+	if ok, why := vtime.Available(); !ok {
+		t.Skip(why)
+	}
+	for _, tt := range []struct {
+		transport         string
+		arrives, welcomed time.Duration
+	}{
+		{"tcp", 50 * time.Millisecond, 60 * time.Millisecond},
+		{"quic", 30 * time.Millisecond, 40 * time.Millisecond},
+	} {
+		t.Run(tt.transport, func(t *testing.T) {
+			dog := vtime.Watch(vtime.WatchdogConfig{Name: t.Name()})
+			synctest.Test(t, func(t *testing.T) {
+				defer dog.Pulse()()
+				f, s, secret := labRelay(t)
+				near, err := f.AddHost(fabric.HostConfig{Name: "near", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.50")}}})
+				require.NoError(t, err)
+				far, err := f.AddHost(fabric.HostConfig{Name: "far", Interfaces: []fabric.InterfaceConfig{{Network: "internet", Addr: netip.MustParseAddr("203.0.113.60"),
+					Egress: link.Impairments{Latency: 10 * time.Millisecond}, Ingress: link.Impairments{Latency: 10 * time.Millisecond}}}})
+				require.NoError(t, err)
+				to := labClient(t, s, secret, near, key.Public{2}, tt.transport)
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+
+				start := time.Now()
+				from, err := relay.NewClient(relay.ClientConfig{
+					Network: far, Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: key.Public{1},
+					Token: relay.IssueToken(secret, key.Public{1}, time.Now().Add(time.Hour)), Transport: tt.transport,
+				})
+				require.NoError(t, err)
+				require.NoError(t, from.Send(to.Key(), []byte("first")), "a packet sent while the client dials")
+				src, pkt, err := to.Recv(ctx)
+				require.NoError(t, err)
+				arrived := time.Since(start)
+				assert.Equal(t, key.Public{1}, src)
+				assert.Equal(t, []byte("first"), pkt)
+				require.NoError(t, from.WaitConnected(ctx))
+				welcomed := time.Since(start)
+				require.NoError(t, from.Close())
+				t.Logf("%s: first packet at the peer %v, WELCOME at the client %v", tt.transport, arrived, welcomed)
+				assert.Equal(t, tt.arrives, arrived.Round(time.Millisecond), "the first packet's arrival")
+				assert.Equal(t, tt.welcomed, welcomed.Round(time.Millisecond), "WELCOME")
+
+				// Refused: an expired token, a packet behind it.
+				before := s.Stats()
+				bad, err := relay.NewClient(relay.ClientConfig{
+					Network: far, Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: key.Public{3},
+					Token: relay.IssueToken(secret, key.Public{3}, time.Now().Add(-time.Second)), Transport: tt.transport,
+				})
+				require.NoError(t, err)
+				defer func() { require.NoError(t, bad.Close()) }()
+				require.NoError(t, bad.Send(to.Key(), []byte("refused")))
+				var ce *relay.CloseError
+				require.ErrorAs(t, bad.WaitConnected(ctx), &ce)
+				assert.Equal(t, relay.CloseAuthExpired, ce.Code)
+				rctx, rcancel := context.WithTimeout(ctx, time.Second)
+				defer rcancel()
+				_, pkt, err = to.Recv(rctx)
+				require.ErrorIs(t, err, context.DeadlineExceeded, "delivered behind a refused HELLO: %q", pkt)
+				assert.Equal(t, before.PacketsIn, s.Stats().PacketsIn)
+				assert.Equal(t, uint64(1), bad.Stats().PacketsSent, "the packet went out behind HELLO")
+			})
+			require.NoError(t, dog.Stop())
+		})
+	}
 }

@@ -95,6 +95,16 @@ func (q *pktQueue) pop(dst []outPacket, n int) []outPacket {
 	return dst
 }
 
+// peekLen returns the length of the oldest packet, 0 if none is queued.
+func (q *pktQueue) peekLen() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.n == 0 {
+		return 0
+	}
+	return len(q.ring[q.head].pkt)
+}
+
 // discard releases every queued packet (the connection is gone).
 func (q *pktQueue) discard() {
 	q.mu.Lock()

@@ -425,8 +425,19 @@ func TestClientErrors(t *testing.T) {
 	assert.ErrorIs(t, a.Send(key.Public{1}, nil), ErrPacketSize)
 	assert.ErrorIs(t, a.Send(key.Public{1}, make([]byte, MaxPacketSize+1)), ErrPacketSize)
 
-	// Nothing listens on a port the server just gave back.
-	lost := clientFor(t, s, func(c *ClientConfig) { c.Server = "127.0.0.1:1" })
+	// Nothing listens on port 1. Once the first attempt failed, and
+	// until the next (a minute later), Send fails at once. (While an
+	// attempt is under way it queues instead: TestSendWhileDialing.)
+	lost := clientFor(t, s, func(c *ClientConfig) {
+		c.Server = "127.0.0.1:1"
+		c.MinBackoff, c.MaxBackoff = 2*time.Minute, 2*time.Minute
+		c.DialTimeout = 300 * time.Millisecond // QUIC hears no refusal
+	})
+	eventually(t, 5*time.Second, func() bool {
+		lost.mu.Lock()
+		defer lost.mu.Unlock()
+		return lost.lastErr != nil
+	}, "the first attempt never failed")
 	assert.ErrorIs(t, lost.Send(key.Public{1}, []byte("x")), ErrNotConnected)
 
 	require.NoError(t, a.Close())
