@@ -323,8 +323,9 @@ func (b *Bind) kick(p *Path) {
 }
 
 // RelayUp tells the Bind its relay connection came up: an initiation to p
-// still unanswered was sent, or kicked, while it was not, and is lost; it
-// is sent again now. It is not p's kick (a signal from the peer still
+// still unanswered may have been sent, or kicked, while it was between
+// attempts, and lost (one sent while it was dialing was queued and went
+// behind its HELLO); it is sent again now. It is not p's kick (a signal from the peer still
 // sends it once more).
 func (b *Bind) RelayUp(p *Path) {
 	if _, direct := p.Direct(); direct {

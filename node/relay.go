@@ -96,7 +96,7 @@ type lrpClient struct {
 func (l *lrpClient) Send(dst key.Public, pkt []byte) error {
 	err := l.c.Send(dst, pkt)
 	if errors.Is(err, relay.ErrNotConnected) {
-		return nil // the relay is reconnecting: the packet is lost, as on a lossy link
+		return nil // between attempts, or its queue full: the packet is lost, as on a lossy link
 	}
 	return err
 }

@@ -82,9 +82,12 @@ type relayWaiter interface {
 // addEarlyPeers adds the registration's peers, before the control
 // session (join brings them to its list). WireGuard opens its handshakes
 // to the peers this node leads at once, while the relay connection,
-// dialed just before, is still opening: those first initiations are
-// lost, and the next resend comes 100 ms later. So once the relay
-// connects, each peer's unanswered initiation is sent again.
+// dialed just before, is still opening: the relay client queues those
+// first initiations and sends them behind its HELLO (docs/LRP.md §1).
+// An initiation sent while the relay is between attempts (backing off
+// after a failed one) is lost, though, so once the relay connects each
+// peer's unanswered initiation is sent again; a copy the peer already
+// has is dropped by its Bind (duplicate) or WireGuard (replay).
 func (n *Node) addEarlyPeers(peers []controlapi.Peer) {
 	for _, p := range peers {
 		n.setPeer(p)
