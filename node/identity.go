@@ -24,6 +24,10 @@ type Identity struct {
 	Private key.Private
 	NodeID  string
 	Address netip.Prefix
+	// ControlKey is control's register key from the last registration's
+	// answer (public): the next registration, after a restart too, proves
+	// the private key in one request (controlapi.Join.ControlKey).
+	ControlKey key.Public
 }
 
 // newIdentity returns an identity with private key priv.
@@ -104,6 +108,7 @@ type credFile struct {
 	PrivateKey string       `json:"private_key"`
 	NodeID     string       `json:"node_id,omitempty"`
 	Address    netip.Prefix `json:"address,omitzero"`
+	ControlKey string       `json:"control_key,omitempty"` // hex, as in a control URL's key=
 }
 
 func (f *FileCredentials) Load() (*Identity, error) {
@@ -140,11 +145,21 @@ func (f *FileCredentials) Load() (*Identity, error) {
 	}
 	id := newIdentity(c.Name, priv)
 	id.NodeID, id.Address = c.NodeID, c.Address
+	if c.ControlKey != "" {
+		// Only an optimisation: a key that does not parse is left out
+		// (the registration then takes a challenge), never fatal.
+		if ck, err := key.ParsePublicHex(c.ControlKey); err == nil {
+			id.ControlKey = ck
+		}
+	}
 	return id, nil
 }
 
 func (f *FileCredentials) Save(id *Identity) error {
 	c := credFile{Version: 1, Name: id.Name, PrivateKey: id.Private.RevealBase64(), NodeID: id.NodeID, Address: id.Address}
+	if !id.ControlKey.IsZero() {
+		c.ControlKey = id.ControlKey.Hex()
+	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("credentials: %w", err)

@@ -103,3 +103,28 @@ func TestCredentialsBadKeyNotQuoted(t *testing.T) {
 		})
 	}
 }
+
+// TestCredentialsKeepControlKey: the credentials file keeps control's
+// register key (public, hex) beside the identity; one that does not parse
+// is left out, never fatal: it only saves a round trip.
+func TestCredentialsKeepControlKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cred.json")
+	s := OpenCredentials(path)
+	id, _, err := LoadOrCreate(s, "laptop")
+	require.NoError(t, err)
+	id.ControlKey = key.NewPrivate().Public()
+	require.NoError(t, s.Save(id))
+	got, err := s.Load()
+	require.NoError(t, err)
+	assert.Equal(t, id.ControlKey, got.ControlKey)
+
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	bad := strings.Replace(string(b), id.ControlKey.Hex(), "not-a-key", 1)
+	require.NotEqual(t, string(b), bad)
+	require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+	got, err = s.Load()
+	require.NoError(t, err, "an unusable control key is not fatal")
+	assert.True(t, got.ControlKey.IsZero())
+	assert.Equal(t, id.Private, got.Private)
+}

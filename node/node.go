@@ -221,9 +221,10 @@ func (n *Node) start(ctx context.Context) error {
 	// (Join.Dialed), two round trips ahead.
 	pre := controlapi.NewPredialer(n.cfg.Network, n.cfg.Control)
 	defer pre.Close()
-	var dialed func()
-	if !controlapi.URLControlKey(n.cfg.Control).IsZero() {
-		dialed = pre.Start
+	dialed := func() {
+		if !controlapi.URLControlKey(n.cfg.Control).IsZero() || n.controlKey.Load() != nil {
+			pre.Start()
+		}
 	}
 	resp, err := n.registerIdentity(ctx, pre.Start, dialed)
 	if err != nil {
@@ -261,6 +262,12 @@ func (n *Node) registerIdentity(ctx context.Context, connected, dialed func()) (
 		return nil, fmt.Errorf("node: identity: %w", err)
 	}
 	n.id = id
+	if !id.ControlKey.IsZero() && controlapi.URLControlKey(n.cfg.Control).IsZero() {
+		// The key the last run learnt, unless the URL names one (the
+		// operator's is the newer word).
+		k := id.ControlKey
+		n.controlKey.Store(&k)
+	}
 	n.log = n.log.With("node", id.Name)
 	var resp *controlapi.RegisterResponse
 	err = retryControl(ctx, n.log, "registration", func(ctx context.Context) (err error) {
@@ -276,6 +283,9 @@ func (n *Node) registerIdentity(ctx context.Context, connected, dialed func()) (
 		n.log.Warn("control assigned a different identity", "was", id.Address, "now", resp.Address)
 	}
 	id.NodeID, id.Address = resp.NodeID, resp.Address
+	if !resp.ControlKey.IsZero() {
+		id.ControlKey = resp.ControlKey
+	}
 	if err := n.cfg.Credentials.Save(id); err != nil {
 		return nil, fmt.Errorf("node: save identity: %w", err)
 	}

@@ -103,11 +103,16 @@ func TestRestartsResume(t *testing.T) {
 		"alpha never heard of gamma after control restarted")
 	eventuallyEcho(t, na, c.Address().Addr(), 7, slow(20*time.Second), "to a node registered after a control restart")
 
-	// Node restart: same identity, same address, traffic resumes.
+	// Node restart: same identity, same address, traffic resumes; the
+	// register key saved with the identity makes its registration one
+	// request, with no challenge.
 	require.NoError(t, a.Close())
+	challenged := w.ctrl.Stats().Challenged
 	na2 := &stockNetstack{}
 	a2 := startNode(t, hostA, "alpha", na2, withCreds)
 	assert.Equal(t, idBefore, a2.Identity(), "identity and address survive a restart")
+	assert.False(t, idBefore.ControlKey.IsZero(), "the identity keeps control's register key")
+	assert.Equal(t, challenged, w.ctrl.Stats().Challenged, "the restarted node was answered a challenge")
 	eventuallyEcho(t, na2, b.Address().Addr(), 7, slow(20*time.Second), "after a node restart")
 
 	// Control restarted with its registry lost: the nodes' credentials are
