@@ -142,18 +142,29 @@ func verifyWith(priv *ecdh.PrivateKey, req *controlapi.RegisterRequest) error {
 	if subtle.ConstantTimeCompare(priv.PublicKey().Bytes(), c.Key[:]) != 1 {
 		return errBadProof("challenge not issued by this control for this key")
 	}
-	pk, err := ecdh.X25519().NewPublicKey(req.PublicKey[:])
+	shared, err := sharedWith(priv, req.PublicKey)
 	if err != nil {
-		return errBadProof("public key: %v", err)
-	}
-	shared, err := priv.ECDH(pk)
-	if err != nil {
-		return errBadProof("public key of low order cannot prove anything")
+		return err
 	}
 	if !hmac.Equal(controlapi.ProofMAC(shared, c, req.Name, req.PublicKey), req.Proof) {
 		return errBadProof("does not verify with this public key")
 	}
 	return nil
+}
+
+// sharedWith is the X25519 shared secret of control's priv and a node's
+// pub, the key of both proofs' MAC; a key that cannot give one is a
+// refused proof.
+func sharedWith(priv *ecdh.PrivateKey, pub key.Public) ([]byte, error) {
+	pk, err := ecdh.X25519().NewPublicKey(pub[:])
+	if err != nil {
+		return nil, errBadProof("public key: %v", err)
+	}
+	shared, err := priv.ECDH(pk)
+	if err != nil {
+		return nil, errBadProof("public key of low order cannot prove anything")
+	}
+	return shared, nil
 }
 
 // challengeCacheSize bounds the challenge keys a challenger keeps: about

@@ -70,13 +70,9 @@ func (st *stamper) judge(req *controlapi.RegisterRequest, now time.Time) (ok boo
 	if len(req.Proof) != sha256.Size {
 		return false, errBadProof("proof is %d bytes, want %d", len(req.Proof), sha256.Size)
 	}
-	pk, err := ecdh.X25519().NewPublicKey(req.PublicKey[:])
+	shared, err := sharedWith(st.priv, req.PublicKey)
 	if err != nil {
-		return false, errBadProof("public key: %v", err)
-	}
-	shared, err := st.priv.ECDH(pk)
-	if err != nil {
-		return false, errBadProof("public key of low order cannot prove anything")
+		return false, err
 	}
 	if !hmac.Equal(controlapi.StampedProofMAC(shared, req), req.Proof) {
 		return false, errBadProof("does not verify with this public key")

@@ -42,21 +42,30 @@ func ProofMAC(shared []byte, c *Challenge, name string, pub key.Public) []byte {
 
 // ProveKey answers c for a node named name holding priv.
 func ProveKey(priv key.Private, c *Challenge, name string) ([]byte, error) {
-	raw := priv.Reveal()
-	sk, err := ecdh.X25519().NewPrivateKey(raw[:])
-	if err != nil {
-		return nil, fmt.Errorf("prove key: %w", err)
-	}
-	pk, err := ecdh.X25519().NewPublicKey(c.Key[:])
+	shared, pub, err := sharedKey(priv, c.Key)
 	if err != nil {
 		return nil, fmt.Errorf("prove key: challenge key: %w", err)
 	}
-	shared, err := sk.ECDH(pk)
+	return ProofMAC(shared, c, name, pub), nil
+}
+
+// sharedKey is the X25519 shared secret of priv and their, both proofs'
+// MAC key, and priv's public key, which the same step computes (priv.Public
+// would do it again).
+func sharedKey(priv key.Private, their key.Public) (shared []byte, pub key.Public, err error) {
+	raw := priv.Reveal()
+	sk, err := ecdh.X25519().NewPrivateKey(raw[:])
 	if err != nil {
-		return nil, fmt.Errorf("prove key: %w", err)
+		return nil, key.Public{}, err
 	}
-	// sk's public key is computed already: priv.Public() would do it again.
-	return ProofMAC(shared, c, name, key.Public(sk.PublicKey().Bytes())), nil
+	pk, err := ecdh.X25519().NewPublicKey(their[:])
+	if err != nil {
+		return nil, key.Public{}, err
+	}
+	if shared, err = sk.ECDH(pk); err != nil {
+		return nil, key.Public{}, err
+	}
+	return shared, key.Public(sk.PublicKey().Bytes()), nil
 }
 
 // A stamped proof needs no challenge: the node keys its MAC with the
@@ -92,16 +101,7 @@ func StampedProofMAC(shared []byte, req *RegisterRequest) []byte {
 // ProveKeyAt sets req's Stamp to at, its ControlKey to control and its
 // Proof to the stamped proof by priv, req.PublicKey's private key.
 func ProveKeyAt(priv key.Private, control key.Public, at time.Time, req *RegisterRequest) error {
-	raw := priv.Reveal()
-	sk, err := ecdh.X25519().NewPrivateKey(raw[:])
-	if err != nil {
-		return fmt.Errorf("prove key: %w", err)
-	}
-	pk, err := ecdh.X25519().NewPublicKey(control[:])
-	if err != nil {
-		return fmt.Errorf("prove key: control key: %w", err)
-	}
-	shared, err := sk.ECDH(pk)
+	shared, _, err := sharedKey(priv, control)
 	if err != nil {
 		return fmt.Errorf("prove key: control key: %w", err)
 	}
