@@ -232,20 +232,29 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 }
 
 // noteReceived records what WireGuard receives from p: a response ends
-// the resends.
+// the resends, and either it or a transport message settles the session
+// (the peer's initiations were recorded as they passed the Bind's checks,
+// see duplicate).
 func (b *Bind) noteReceived(p *Path, pkt []byte) {
 	switch {
-	case isData(pkt):
+	case isTransport(pkt):
 		now := time.Now().UnixNano()
-		p.authAt.Store(now)
-		p.noteData(now)
-	case isTransport(pkt): // a keepalive
-		p.authAt.Store(time.Now().UnixNano())
+		p.noteAuth(now)
+		if isData(pkt) {
+			p.noteData(now)
+		}
 	case isResponse(pkt):
-		p.authAt.Store(time.Now().UnixNano())
+		p.noteAuth(time.Now().UnixNano())
 		b.noteResponse(p)
-	case isInitiation(pkt):
-		p.initAt.Store(time.Now().UnixNano())
+	}
+}
+
+// noteAuth records that something authenticated came from the peer at
+// now (see sessionSettled). Only the first since the last initiation is
+// written: the store would otherwise be on every received packet.
+func (p *Path) noteAuth(now int64) {
+	if p.authAt.Load() <= p.initAt.Load() {
+		p.authAt.Store(now)
 	}
 }
 
