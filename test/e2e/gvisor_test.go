@@ -155,26 +155,37 @@ type gvisorBox struct {
 // the test ends, with its logs attached if the test failed.
 func startGVisorBox(ctx context.Context, t *testing.T, img string, nw *testcontainers.DockerNetwork, name string) *gvisorBox {
 	t.Helper()
-	opts := []testcontainers.ContainerCustomizer{
+	return runGVisorImage(ctx, t, img, nw, name, func(hc *container.HostConfig) {
+		hc.CapAdd = gvisorCapNames()
+		// runsc makes the system calls that build a sandbox (unshare,
+		// mount, pivot_root, seccomp of its own): Docker's default
+		// profile refuses some, and runsc fails to start.
+		hc.SecurityOpt = []string{"seccomp=unconfined"}
+		// runsc mounts a tmpfs on /tmp for its chroot, so /tmp must
+		// exist; scratch has none.
+		hc.Tmpfs = map[string]string{"/tmp": "", "/run": ""}
+	}, testcontainers.WithMounts(testcontainers.VolumeMount(newVolume(ctx, t, name), gvisorData)))
+}
+
+// runGVisorImage runs the gvisor image (the agent sleeping, as PID 1) on
+// nw as name, not privileged, every capability dropped, with /dev/net/tun;
+// settings adds to that. The container is removed when the test ends,
+// with its logs attached if the test failed.
+func runGVisorImage(ctx context.Context, t *testing.T, img string, nw *testcontainers.DockerNetwork, name string,
+	settings func(*container.HostConfig), more ...testcontainers.ContainerCustomizer) *gvisorBox {
+	t.Helper()
+	opts := append([]testcontainers.ContainerCustomizer{
 		testcontainers.WithLogger(tclog.TestLogger(t)),
 		testcontainers.WithLabels(ownerLabels()),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.NetworkMode = container.NetworkMode(nw.Name)
 			hc.CapDrop = []string{"ALL"}
-			hc.CapAdd = gvisorCapNames()
 			hc.Privileged = false
-			// runsc makes the system calls that build a sandbox (unshare,
-			// mount, pivot_root, seccomp of its own): Docker's default
-			// profile refuses some, and runsc fails to start.
-			hc.SecurityOpt = []string{"seccomp=unconfined"}
 			hc.Devices = []container.DeviceMapping{{PathOnHost: "/dev/net/tun", PathInContainer: "/dev/net/tun", CgroupPermissions: "rwm"}}
-			// runsc mounts a tmpfs on /tmp for its chroot, so /tmp must
-			// exist; scratch has none.
-			hc.Tmpfs = map[string]string{"/tmp": "", "/run": ""}
+			settings(hc)
 		}),
-		testcontainers.WithMounts(testcontainers.VolumeMount(newVolume(ctx, t, name), gvisorData)),
 		tcnetwork.WithNetwork([]string{name}, nw),
-	}
+	}, more...)
 	c, err := testcontainers.Run(ctx, img, opts...)
 	b := &box{DockerContainer: c, name: name}
 	if c != nil {
@@ -233,9 +244,18 @@ func (g *gvisorBox) exec(ctx context.Context, argv ...string) (int, string, erro
 
 // execSplit is exec with stdout and stderr apart and a timeout of its own.
 func (g *gvisorBox) execSplit(ctx context.Context, timeout time.Duration, argv ...string) (code int, stdout, stderr string, err error) {
+	return g.execSplitAs(ctx, "", timeout, argv...)
+}
+
+// execSplitAs is execSplit as user (UID:GID; the image's if empty).
+func (g *gvisorBox) execSplitAs(ctx context.Context, user string, timeout time.Duration, argv ...string) (code int, stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	code, r, err := g.Exec(ctx, argv)
+	var opts []tcexec.ProcessOption
+	if user != "" {
+		opts = append(opts, tcexec.WithUser(user))
+	}
+	code, r, err := g.Exec(ctx, argv, opts...)
 	if err != nil {
 		return 0, "", "", fmt.Errorf("exec %v in %s: %w", argv, g.name, err)
 	}

@@ -1,21 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/testcontainers/testcontainers-go"
-	tcexec "github.com/testcontainers/testcontainers-go/exec"
-	tclog "github.com/testcontainers/testcontainers-go/log"
-	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 )
 
 // nsState is the namespace sandbox's --state-dir: on a tmpfs nobody can
@@ -51,7 +46,7 @@ func TestSandboxNamespaceContainer(t *testing.T) {
 
 	url := fmt.Sprintf("http://%s/metrics", net.JoinHostPort(web.addr, fmt.Sprint(webPort)))
 	start := time.Now()
-	code, stdout, stderr, err := b.execAs(ctx, "65534:65534", gvisorRunTimeout,
+	code, stdout, stderr, err := b.execSplitAs(ctx, "65534:65534", gvisorRunTimeout,
 		"/lattice", "sandbox", "run", "--mode", "pod", "--name", name, "--server-url", w.controlURL,
 		"--token", w.token, "--state-dir", nsState, "--",
 		"/agent", "fetch", url, "noread", nsState+"/credentials.json", "exit", "7")
@@ -73,46 +68,10 @@ func TestSandboxNamespaceContainer(t *testing.T) {
 // unmasked and /dev/net/tun, on nw as name.
 func startNSBox(ctx context.Context, t *testing.T, img string, nw *testcontainers.DockerNetwork, name string) *gvisorBox {
 	t.Helper()
-	opts := []testcontainers.ContainerCustomizer{
-		testcontainers.WithLogger(tclog.TestLogger(t)),
-		testcontainers.WithLabels(ownerLabels()),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.NetworkMode = container.NetworkMode(nw.Name)
-			hc.CapDrop = []string{"ALL"}
-			hc.Privileged = false
-			hc.SecurityOpt = []string{"no-new-privileges", "seccomp=unconfined"}
-			// systempaths=unconfined: /proc unmasked, as procMount: Unmasked.
-			hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
-			hc.Devices = []container.DeviceMapping{{PathOnHost: "/dev/net/tun", PathInContainer: "/dev/net/tun", CgroupPermissions: "rwm"}}
-			hc.Tmpfs = map[string]string{"/ns": "mode=1777", "/tmp": "mode=1777"}
-		}),
-		tcnetwork.WithNetwork([]string{name}, nw),
-	}
-	c, err := testcontainers.Run(ctx, img, opts...)
-	bx := &box{DockerContainer: c, name: name}
-	if c != nil {
-		t.Cleanup(func() { bx.terminate(t) })
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("logs of %s:\n%s", bx.name, bx.output())
-			}
-		})
-	}
-	require.NoError(t, err, "container %s; its logs:\n%s", name, bx.output())
-	return &gvisorBox{box: bx}
-}
-
-// execAs is execSplit as user (UID:GID).
-func (g *gvisorBox) execAs(ctx context.Context, user string, timeout time.Duration, argv ...string) (code int, stdout, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	code, r, err := g.Exec(ctx, argv, tcexec.WithUser(user))
-	if err != nil {
-		return 0, "", "", fmt.Errorf("exec %v in %s: %w", argv, g.name, err)
-	}
-	var o, e bytes.Buffer
-	if _, err := stdcopy.StdCopy(&o, &e, r); err != nil {
-		return code, o.String(), e.String(), fmt.Errorf("exec in %s: output: %w", g.name, err)
-	}
-	return code, o.String(), e.String(), nil
+	return runGVisorImage(ctx, t, img, nw, name, func(hc *container.HostConfig) {
+		hc.SecurityOpt = []string{"no-new-privileges", "seccomp=unconfined"}
+		// systempaths=unconfined: /proc unmasked, as procMount: Unmasked.
+		hc.MaskedPaths, hc.ReadonlyPaths = []string{}, []string{}
+		hc.Tmpfs = map[string]string{"/ns": "mode=1777", "/tmp": "mode=1777"}
+	})
 }
