@@ -74,9 +74,9 @@ func loopbackMesh(b *testing.B, relayOnly, dualStack bool, relayTransport ...str
 // direct path (udp4 sockets, and dual-stack ones carrying IPv4) and
 // through the relay (over TCP, the default, and over QUIC), in Gbit/s.
 // Relayed modes also report the share of relayed packets lost on the way
-// up (nodes to relay: drops inside the relay's QUIC stack) and down
-// (relay to nodes), in both directions together: the inner TCP takes any
-// loss as congestion.
+// up (nodes to relay), on the way down (relay to the nodes' relay
+// clients) and in the clients' receive queues (recvq-drop), both
+// directions together: the inner TCP takes any loss as congestion.
 func BenchmarkPath(b *testing.B) {
 	for _, mode := range []string{"direct", "direct-dual-stack", "relay", "relay-quic"} {
 		b.Run(mode, func(b *testing.B) {
@@ -146,7 +146,9 @@ func BenchmarkPath(b *testing.B) {
 					b.ReportMetric(100*float64(d.sent-min(d.in, d.sent))/float64(d.sent), "up-loss-%")
 				}
 				if d.out > 0 {
-					b.ReportMetric(100*float64(d.out-min(d.received, d.out))/float64(d.out), "down-loss-%")
+					arrived := min(d.received+d.recvDropped, d.out)
+					b.ReportMetric(100*float64(d.out-arrived)/float64(d.out), "down-loss-%")
+					b.ReportMetric(100*float64(d.recvDropped)/float64(d.out), "recvq-drop-%")
 				}
 			}
 		})
@@ -154,18 +156,20 @@ func BenchmarkPath(b *testing.B) {
 }
 
 // relayTally counts relayed packets at each hop: sent by both nodes, in
-// and out at the relay, received by both nodes.
-type relayTally struct{ sent, in, out, received uint64 }
+// and out at the relay, received by both nodes' relay clients (and
+// dropped there because the node fell behind).
+type relayTally struct{ sent, in, out, received, recvDropped uint64 }
 
 func relayCounts(a, b *node.Node, rs *relay.Server) relayTally {
 	ra, _ := a.RelayStats()
 	rb, _ := b.RelayStats()
 	st := rs.Stats()
 	return relayTally{
-		sent:     ra.PacketsSent + rb.PacketsSent,
-		in:       st.PacketsIn,
-		out:      st.PacketsOut,
-		received: ra.PacketsReceived + rb.PacketsReceived,
+		sent:        ra.PacketsSent + rb.PacketsSent,
+		in:          st.PacketsIn,
+		out:         st.PacketsOut,
+		received:    ra.PacketsReceived + rb.PacketsReceived,
+		recvDropped: ra.RecvDropped + rb.RecvDropped,
 	}
 }
 
@@ -185,7 +189,7 @@ func settledRelayCounts(a, b *node.Node, rs *relay.Server) relayTally {
 }
 
 func (t relayTally) minus(u relayTally) relayTally {
-	return relayTally{t.sent - u.sent, t.in - u.in, t.out - u.out, t.received - u.received}
+	return relayTally{t.sent - u.sent, t.in - u.in, t.out - u.out, t.received - u.received, t.recvDropped - u.recvDropped}
 }
 
 // BenchmarkConnect: in the lab with no added latency, the time from both
