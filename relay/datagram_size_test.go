@@ -52,8 +52,9 @@ func (c *sizeConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 
 // TestDatagramPacketsFull: a MaxDatagramPacket-byte packet travels as a
 // datagram in a QUIC packet of exactly quicPacketSize bytes — the size
-// quic-go needs to batch packets into one GSO send — and a byte more takes
-// the control stream without being lost.
+// quic-go needs to batch packets into one GSO send — and so does a packet
+// a few bytes shorter (padded); a byte more takes the control stream
+// without being lost.
 func TestDatagramPacketsFull(t *testing.T) {
 	require.Equal(t, 1408, MaxDatagramPacket)
 	s := startServer(t, ServerConfig{PacketRate: -1})
@@ -89,6 +90,17 @@ func TestDatagramPacketsFull(t *testing.T) {
 	for size, n := range sizes {
 		assert.False(t, size > 1000 && size != quicPacketSize, "%d QUIC packets of %d bytes beside %d-byte full ones: %v", n, size, quicPacketSize, sizes)
 	}
+
+	// A packet a little short of full size (gVisor's full TCP segments
+	// under the QUIC-relay MSS are 16 bytes short) is padded to fill its
+	// QUIC packet too, and arrives without the padding.
+	short := MaxDatagramPacket - 16
+	before = s.Stats()
+	send(short, 100)
+	after = s.Stats()
+	assert.Equal(t, uint64(100), after.DatagramsIn-before.DatagramsIn, "every %d-byte packet a datagram", short)
+	sizes = sn.reset()
+	assert.GreaterOrEqual(t, sizes[quicPacketSize], 100, "QUIC packets by size, %d-byte packets: %v", short, sizes)
 
 	before = s.Stats()
 	send(MaxDatagramPacket+1, 20)
