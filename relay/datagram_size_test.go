@@ -102,6 +102,13 @@ func TestDatagramPacketsFull(t *testing.T) {
 	sizes = sn.reset()
 	assert.GreaterOrEqual(t, sizes[quicPacketSize], 100, "QUIC packets by size, %d-byte packets: %v", short, sizes)
 
+	// Toward an end that did not announce FEATURES (a relay or client
+	// from before it), the same packets go unpadded, and still arrive.
+	src.cur.Load().w.padOut.Store(false)
+	send(short, 20)
+	sizes = sn.reset()
+	assert.Equal(t, 20, sizes[quicPacketSize-16], "QUIC packets by size, unpadded: %v", sizes)
+
 	before = s.Stats()
 	send(MaxDatagramPacket+1, 20)
 	after = s.Stats()
