@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -103,15 +104,31 @@ func TestDatagramPacketsFull(t *testing.T) {
 	assert.GreaterOrEqual(t, sizes[quicPacketSize], 100, "QUIC packets by size, %d-byte packets: %v", short, sizes)
 
 	// Toward an end that did not announce FEATURES (a relay or client
-	// from before it), the same packets go unpadded, and still arrive.
+	// from before it), the same packets go unpadded (TestPacketDatagram),
+	// and still arrive.
 	src.cur.Load().w.padOut.Store(false)
 	send(short, 20)
-	sizes = sn.reset()
-	assert.Equal(t, 20, sizes[quicPacketSize-16], "QUIC packets by size, unpadded: %v", sizes)
 
 	before = s.Stats()
 	send(MaxDatagramPacket+1, 20)
 	after = s.Stats()
 	assert.Equal(t, before.DatagramsIn, after.DatagramsIn, "a %d-byte packet went as a datagram", MaxDatagramPacket+1)
 	assert.Equal(t, uint64(20), after.PacketsIn-before.PacketsIn)
+}
+
+// TestPacketDatagram: a packet a little short of full size is padded only
+// toward an end that announced it reads padding (FEATURES); a full-size
+// one never is.
+func TestPacketDatagram(t *testing.T) {
+	var w wire
+	short := make([]byte, MaxDatagramPacket-16)
+	full := make([]byte, MaxDatagramPacket)
+	assert.Equal(t, appendDatagram(nil, 3, short), w.appendPacketDatagram(nil, 3, short), "before FEATURES")
+
+	w.qc = &quic.Conn{} // handleFeatures heeds FEATURES on QUIC only
+	w.handleFeatures(&frame{typ: frameFeatures, data: []byte{featurePaddedDatagrams}})
+	got := w.appendPacketDatagram(nil, 3, short)
+	assert.Equal(t, appendPaddedDatagram(nil, 3, short, 15), got, "after FEATURES")
+	assert.Len(t, got, len(appendDatagram(nil, 3, full)))
+	assert.Equal(t, appendDatagram(nil, 3, full), w.appendPacketDatagram(nil, 3, full), "full size")
 }

@@ -288,6 +288,15 @@ func (w *wire) handleFeatures(f *frame) {
 	}
 }
 
+// appendPacketDatagram appends pkt's datagram for peer id: padded when
+// the other end reads padding and pkt is a little short of full size.
+func (w *wire) appendPacketDatagram(dst []byte, id uint32, pkt []byte) []byte {
+	if pad, ok := paddedLen(pkt); ok && w.padOut.Load() {
+		return appendPaddedDatagram(dst, id, pkt, pad)
+	}
+	return appendDatagram(dst, id, pkt)
+}
+
 // sendDatagram sends pkt as a datagram for peer id, assembled in scratch
 // (at least maxDatagramSize bytes), padded to fill its QUIC packet when
 // it is a little short and the other end reads padding. sent is false,
@@ -296,13 +305,7 @@ func (w *wire) handleFeatures(f *frame) {
 // datagram).
 func (w *wire) sendDatagram(scratch []byte, id uint32, pkt []byte) (sent bool, err error) {
 	if len(pkt) <= MaxDatagramPacket {
-		var dg []byte
-		if pad, ok := paddedLen(pkt); ok && w.padOut.Load() {
-			dg = appendPaddedDatagram(scratch[:0], id, pkt, pad)
-		} else {
-			dg = appendDatagram(scratch[:0], id, pkt)
-		}
-		err := w.qc.SendDatagram(dg)
+		err := w.qc.SendDatagram(w.appendPacketDatagram(scratch[:0], id, pkt))
 		if err == nil {
 			w.sent(pkt, true)
 			return true, nil
