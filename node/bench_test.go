@@ -21,7 +21,7 @@ import (
 // sockets are bound to 127.0.0.1, so nothing leaves the machine; with
 // dualStack their sockets are on [::] (as by default) and ICE sees only
 // 127.0.0.1 (loopback4OS).
-func loopbackMesh(b *testing.B, relayOnly, dualStack bool, relayTransport ...string) (*stockNetstack, *stockNetstack, *node.Node, *node.Node) {
+func loopbackMesh(b *testing.B, relayOnly, dualStack bool, relayTransport ...string) (*stockNetstack, *stockNetstack, *node.Node, *node.Node, *relay.Server) {
 	secret := []byte("bench-relay-secret-0123456789abcdef")
 	rs, err := relay.NewServer(relay.ServerConfig{Network: netx.OS, Addr: "127.0.0.1:0", Secret: secret, PacketRate: -1})
 	if err != nil {
@@ -67,12 +67,16 @@ func loopbackMesh(b *testing.B, relayOnly, dualStack bool, relayTransport ...str
 	}
 	pa, a := start("alpha", -1)
 	pb, bn := start("beta", -1)
-	return pa, pb, a, bn
+	return pa, pb, a, bn, rs
 }
 
 // BenchmarkPath: TCP over the mesh between two nodes on loopback, on the
 // direct path (udp4 sockets, and dual-stack ones carrying IPv4) and
 // through the relay (over TCP, the default, and over QUIC), in Gbit/s.
+// Relayed modes also report the share of relayed packets lost on the way
+// up (nodes to relay), on the way down (relay to the nodes' relay
+// clients) and in the clients' receive queues (recvq-drop), both
+// directions together: the inner TCP takes any loss as congestion.
 func BenchmarkPath(b *testing.B) {
 	for _, mode := range []string{"direct", "direct-dual-stack", "relay", "relay-quic"} {
 		b.Run(mode, func(b *testing.B) {
@@ -81,7 +85,7 @@ func BenchmarkPath(b *testing.B) {
 			if mode == "relay-quic" {
 				transport = "quic"
 			}
-			pa, pb, a, bn := loopbackMesh(b, relayed, mode == "direct-dual-stack", transport)
+			pa, pb, a, bn, rs := loopbackMesh(b, relayed, mode == "direct-dual-stack", transport)
 			want := node.PathDirect
 			if relayed {
 				want = node.PathRelay
@@ -121,6 +125,7 @@ func BenchmarkPath(b *testing.B) {
 				b.Fatal(err)
 			}
 			buf := make([]byte, 64<<10)
+			before := relayCounts(a, bn, rs)
 			b.SetBytes(int64(len(buf)))
 			b.ResetTimer()
 			for range b.N {
@@ -135,8 +140,56 @@ func BenchmarkPath(b *testing.B) {
 				b.Fatalf("received %d of %d bytes", n, int64(b.N)*int64(len(buf)))
 			}
 			b.ReportMetric(float64(n)*8/b.Elapsed().Seconds()/1e9, "Gbit/s")
+			if relayed {
+				d := settledRelayCounts(a, bn, rs).minus(before)
+				if d.sent > 0 {
+					b.ReportMetric(100*float64(d.sent-min(d.in, d.sent))/float64(d.sent), "up-loss-%")
+				}
+				if d.out > 0 {
+					arrived := min(d.received+d.recvDropped, d.out)
+					b.ReportMetric(100*float64(d.out-arrived)/float64(d.out), "down-loss-%")
+					b.ReportMetric(100*float64(d.recvDropped)/float64(d.out), "recvq-drop-%")
+				}
+			}
 		})
 	}
+}
+
+// relayTally counts relayed packets at each hop: sent by both nodes, in
+// and out at the relay, received by both nodes' relay clients (and
+// dropped there because the node fell behind).
+type relayTally struct{ sent, in, out, received, recvDropped uint64 }
+
+func relayCounts(a, b *node.Node, rs *relay.Server) relayTally {
+	ra, _ := a.RelayStats()
+	rb, _ := b.RelayStats()
+	st := rs.Stats()
+	return relayTally{
+		sent:        ra.PacketsSent + rb.PacketsSent,
+		in:          st.PacketsIn,
+		out:         st.PacketsOut,
+		received:    ra.PacketsReceived + rb.PacketsReceived,
+		recvDropped: ra.RecvDropped + rb.RecvDropped,
+	}
+}
+
+// settledRelayCounts waits until no relayed packet is still on its way
+// (the counts stop moving for 50 ms, at most 2 s) and returns them.
+func settledRelayCounts(a, b *node.Node, rs *relay.Server) relayTally {
+	last := relayCounts(a, b, rs)
+	for range 40 {
+		time.Sleep(50 * time.Millisecond)
+		now := relayCounts(a, b, rs)
+		if now == last {
+			break
+		}
+		last = now
+	}
+	return last
+}
+
+func (t relayTally) minus(u relayTally) relayTally {
+	return relayTally{t.sent - u.sent, t.in - u.in, t.out - u.out, t.received - u.received, t.recvDropped - u.recvDropped}
 }
 
 // BenchmarkConnect: in the lab with no added latency, the time from both

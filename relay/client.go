@@ -555,6 +555,8 @@ func (c *Client) readLoop(w *wire) {
 				w.fail(CloseProtocol, err.Error(), err, false)
 				return
 			}
+		case frameFeatures:
+			w.handleFeatures(&f)
 		case frameClose:
 			w.fail(CloseCode(f.reason), string(f.data), nil, true)
 			return

@@ -217,6 +217,9 @@ func (c *Client) exchangeHello(w *wire, tok Token, q *pktQueue) (*cconn, error) 
 func (c *Client) sendHello(w *wire, hello *frame, q *pktQueue) (frame, error) {
 	err := w.writeFrame(hello)
 	if err == nil {
+		err = w.writeFeatures()
+	}
+	if err == nil {
 		err = c.writeEarly(w, q)
 	}
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -52,8 +53,9 @@ func (c *sizeConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 
 // TestDatagramPacketsFull: a MaxDatagramPacket-byte packet travels as a
 // datagram in a QUIC packet of exactly quicPacketSize bytes — the size
-// quic-go needs to batch packets into one GSO send — and a byte more takes
-// the control stream without being lost.
+// quic-go needs to batch packets into one GSO send — and so does a packet
+// a few bytes shorter (padded); a byte more takes the control stream
+// without being lost.
 func TestDatagramPacketsFull(t *testing.T) {
 	require.Equal(t, 1408, MaxDatagramPacket)
 	s := startServer(t, ServerConfig{PacketRate: -1})
@@ -90,9 +92,43 @@ func TestDatagramPacketsFull(t *testing.T) {
 		assert.False(t, size > 1000 && size != quicPacketSize, "%d QUIC packets of %d bytes beside %d-byte full ones: %v", n, size, quicPacketSize, sizes)
 	}
 
+	// A packet a little short of full size (gVisor's full TCP segments
+	// under the QUIC-relay MSS are 16 bytes short) is padded to fill its
+	// QUIC packet too, and arrives without the padding.
+	short := MaxDatagramPacket - 16
+	before = s.Stats()
+	send(short, 100)
+	after = s.Stats()
+	assert.Equal(t, uint64(100), after.DatagramsIn-before.DatagramsIn, "every %d-byte packet a datagram", short)
+	sizes = sn.reset()
+	assert.GreaterOrEqual(t, sizes[quicPacketSize], 100, "QUIC packets by size, %d-byte packets: %v", short, sizes)
+
+	// Toward an end that did not announce FEATURES (a relay or client
+	// from before it), the same packets go unpadded (TestPacketDatagram),
+	// and still arrive.
+	src.cur.Load().w.padOut.Store(false)
+	send(short, 20)
+
 	before = s.Stats()
 	send(MaxDatagramPacket+1, 20)
 	after = s.Stats()
 	assert.Equal(t, before.DatagramsIn, after.DatagramsIn, "a %d-byte packet went as a datagram", MaxDatagramPacket+1)
 	assert.Equal(t, uint64(20), after.PacketsIn-before.PacketsIn)
+}
+
+// TestPacketDatagram: a packet a little short of full size is padded only
+// toward an end that announced it reads padding (FEATURES); a full-size
+// one never is.
+func TestPacketDatagram(t *testing.T) {
+	var w wire
+	short := make([]byte, MaxDatagramPacket-16)
+	full := make([]byte, MaxDatagramPacket)
+	assert.Equal(t, appendDatagram(nil, 3, short), w.appendPacketDatagram(nil, 3, short), "before FEATURES")
+
+	w.qc = &quic.Conn{} // handleFeatures heeds FEATURES on QUIC only
+	w.handleFeatures(&frame{typ: frameFeatures, data: []byte{featurePaddedDatagrams}})
+	got := w.appendPacketDatagram(nil, 3, short)
+	assert.Equal(t, appendPaddedDatagram(nil, 3, short, 15), got, "after FEATURES")
+	assert.Len(t, got, len(appendDatagram(nil, 3, full)))
+	assert.Equal(t, appendDatagram(nil, 3, full), w.appendPacketDatagram(nil, 3, full), "full size")
 }

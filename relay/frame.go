@@ -54,11 +54,32 @@ const (
 	// optional frames without a version bump. 0x00 is never valid.
 	firstUnknownFrame frameType = 0x0b
 
+	// frameFeatures (optional, QUIC only, either way: a flags byte) says
+	// which optional datagram forms the sender reads. Version 1 receivers
+	// that do not know it skip it, so nobody sends those forms to them.
+	frameFeatures frameType = 0x0b
+
 	// datagramPacket is the type byte of a QUIC datagram carrying a packet.
 	datagramPacket = 0x10
+	// datagramPadded is a packet datagram followed by padding and a byte
+	// counting the padding, sent only to an end that announced
+	// featurePaddedDatagrams (see paddedLen).
+	datagramPadded = 0x11
 )
 
-var frameNames = [...]string{"invalid", "HELLO", "WELCOME", "SEND", "RECV", "PING", "PONG", "PEER_GONE", "BIND", "BIND_ACK", "CLOSE"}
+// featurePaddedDatagrams is the FEATURES flag of an end that reads
+// datagramPadded.
+const featurePaddedDatagrams = 0x01
+
+// maxDatagramPad bounds the padding added to a datagram: packets up to
+// this many bytes short of MaxDatagramPacket are padded to fill a QUIC
+// packet, so quic-go batches them (it continues a GSO batch only after a
+// full-size packet). gVisor's full TCP segments under the QUIC-relay MSS
+// are 16 bytes short: it sizes them for the largest options it might send
+// (28 bytes), not the 12 it does.
+const maxDatagramPad = 32
+
+var frameNames = [...]string{"invalid", "HELLO", "WELCOME", "SEND", "RECV", "PING", "PONG", "PEER_GONE", "BIND", "BIND_ACK", "CLOSE", "FEATURES"}
 
 func (t frameType) String() string {
 	if int(t) < len(frameNames) {
@@ -334,12 +355,46 @@ func appendDatagram(dst []byte, id uint32, pkt []byte) []byte {
 	return append(dst, pkt...)
 }
 
-// decodeDatagram parses a QUIC datagram. pkt aliases b.
+// paddedLen returns how many padding bytes a padded datagram of pkt
+// carries (besides its count byte) so that it is as long as a plain one
+// of MaxDatagramPacket bytes, and false when pkt is not worth padding:
+// already full size, too large, or more than maxDatagramPad short.
+func paddedLen(pkt []byte) (int, bool) {
+	short := MaxDatagramPacket - len(pkt)
+	if short <= 0 || short > maxDatagramPad {
+		return 0, false
+	}
+	return short - 1, true
+}
+
+// appendPaddedDatagram appends a padded packet datagram: type, peer id,
+// the packet, pad zero bytes and the count of them.
+func appendPaddedDatagram(dst []byte, id uint32, pkt []byte, pad int) []byte {
+	dst = append(dst, datagramPadded)
+	dst = binary.BigEndian.AppendUint32(dst, id)
+	dst = append(dst, pkt...)
+	for range pad {
+		dst = append(dst, 0)
+	}
+	return append(dst, byte(pad))
+}
+
+// decodeDatagram parses a QUIC datagram, plain or padded. pkt aliases b.
 func decodeDatagram(b []byte) (id uint32, pkt []byte, err error) {
 	if len(b) <= datagramHeaderLen {
 		return 0, nil, fmt.Errorf("%w: %d-byte datagram", ErrProtocol, len(b))
 	}
-	if b[0] != datagramPacket {
+	switch b[0] {
+	case datagramPacket:
+	case datagramPadded:
+		// The count byte and the padding it counts leave at least one
+		// packet byte.
+		pad := int(b[len(b)-1])
+		if len(b)-datagramHeaderLen < pad+2 {
+			return 0, nil, fmt.Errorf("%w: %d-byte datagram padded by %d", ErrProtocol, len(b), pad)
+		}
+		b = b[:len(b)-1-pad]
+	default:
 		return 0, nil, fmt.Errorf("%w: datagram type 0x%02x", ErrProtocol, b[0])
 	}
 	if len(b)-datagramHeaderLen > MaxPacketSize {

@@ -163,6 +163,16 @@ func TestDatagram(t *testing.T) {
 	assert.Equal(t, uint32(42), id)
 	assert.Equal(t, []byte("pkt"), pkt)
 
+	b = appendPaddedDatagram(nil, 42, []byte("pkt"), 3)
+	assert.Equal(t, []byte{datagramPadded, 0, 0, 0, 42, 'p', 'k', 't', 0, 0, 0, 3}, b)
+	id, pkt, err = decodeDatagram(b)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(42), id)
+	assert.Equal(t, []byte("pkt"), pkt)
+	_, pkt, err = decodeDatagram(appendPaddedDatagram(nil, 7, []byte("x"), 0))
+	require.NoError(t, err)
+	assert.Equal(t, []byte("x"), pkt)
+
 	tests := []struct {
 		name    string
 		in      []byte
@@ -170,8 +180,11 @@ func TestDatagram(t *testing.T) {
 	}{
 		{"empty", nil, "0-byte datagram"},
 		{"header only", appendDatagram(nil, 1, nil), "5-byte datagram"},
-		{"wrong type", append([]byte{0x11, 0, 0, 0, 1}, 'x'), "datagram type 0x11"},
+		{"wrong type", append([]byte{0x12, 0, 0, 0, 1}, 'x'), "datagram type 0x12"},
 		{"id zero", appendDatagram(nil, 0, []byte("x")), "datagram with peer id 0"},
+		{"padded id zero", appendPaddedDatagram(nil, 0, []byte("x"), 1), "datagram with peer id 0"},
+		{"padding only", appendPaddedDatagram(nil, 1, nil, 2), "8-byte datagram padded by 2"},
+		{"padding beyond the packet", []byte{datagramPadded, 0, 0, 0, 1, 'p', 'k', 't', 9}, "9-byte datagram padded by 9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,8 +195,33 @@ func TestDatagram(t *testing.T) {
 	}
 }
 
+func TestPaddedLen(t *testing.T) {
+	tests := []struct {
+		size    int
+		wantPad int
+		wantOK  bool
+	}{
+		{MaxDatagramPacket, 0, false},
+		{MaxDatagramPacket + 1, 0, false},
+		{MaxDatagramPacket - 1, 0, true},
+		{MaxDatagramPacket - 16, 15, true},
+		{MaxDatagramPacket - maxDatagramPad, maxDatagramPad - 1, true},
+		{MaxDatagramPacket - maxDatagramPad - 1, 0, false},
+		{100, 0, false},
+	}
+	for _, tt := range tests {
+		pad, ok := paddedLen(make([]byte, tt.size))
+		assert.Equal(t, tt.wantOK, ok, "%d bytes", tt.size)
+		assert.Equal(t, tt.wantPad, pad, "%d bytes", tt.size)
+		if ok {
+			assert.Len(t, appendPaddedDatagram(nil, 1, make([]byte, tt.size), pad), len(appendDatagram(nil, 1, make([]byte, MaxDatagramPacket))), "%d bytes", tt.size)
+		}
+	}
+}
+
 func TestFrameNames(t *testing.T) {
 	assert.Equal(t, "PEER_GONE", framePeerGone.String())
+	assert.Equal(t, "FEATURES", frameFeatures.String())
 	assert.Equal(t, "frame-0x42", frameType(0x42).String())
 	assert.Equal(t, "auth-expired", CloseAuthExpired.String())
 	assert.Equal(t, "close-code-99", CloseCode(99).String())

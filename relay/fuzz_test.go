@@ -30,6 +30,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add([]byte{0, 0, 0})
 	f.Add([]byte{byte(frameSend), 0xff, 0xff})
 	f.Add(appendDatagram(nil, 7, []byte("wireguard")))
+	f.Add(appendPaddedDatagram(nil, 7, []byte("wireguard"), 5))
 
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fr, n, err := decodeFrame(in)
@@ -70,7 +71,14 @@ func FuzzDecodeFrame(f *testing.F) {
 
 		id, pkt, err := decodeDatagram(in)
 		if err == nil {
-			if id == 0 || len(pkt) == 0 || !bytes.Equal(appendDatagram(nil, id, pkt), in) {
+			again := appendDatagram(nil, id, pkt)
+			if in[0] == datagramPadded {
+				// The padding's content is not read.
+				pad := int(in[len(in)-1])
+				again = appendPaddedDatagram(nil, id, pkt, pad)
+				copy(again[len(again)-1-pad:], in[len(in)-1-pad:])
+			}
+			if id == 0 || len(pkt) == 0 || !bytes.Equal(again, in) {
 				t.Fatalf("datagram round trip: id %d pkt %x from %x", id, pkt, in)
 			}
 		} else if !errors.Is(err, ErrProtocol) {

@@ -198,6 +198,9 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	welcome := frame{typ: frameWelcome, version: ProtocolVersion, keepalive: uint32(s.cfg.KeepAlive.Milliseconds())}
 	err = w.writeFrame(&welcome)
 	if err == nil {
+		err = w.writeFeatures()
+	}
+	if err == nil {
 		err = w.bw.Flush()
 	}
 	if !stop() && err == nil {
@@ -260,6 +263,8 @@ func (c *sconn) readLoop() {
 				c.protocolError(err)
 				return
 			}
+		case frameFeatures:
+			c.w.handleFeatures(&f)
 		case frameClose:
 			c.w.fail(CloseCode(f.reason), string(f.data), nil, true)
 			return

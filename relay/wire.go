@@ -95,6 +95,7 @@ type wire struct {
 	seen    atomic.Bool                     // something arrived since the last keepalive tick
 	onSent  func(pkt []byte, datagram bool) // counts a packet written, or nil
 	onFall  func()                          // counts a datagram fallback, or nil
+	padOut  atomic.Bool                     // QUIC: the other end reads padded datagrams
 
 	failOnce sync.Once
 	done     chan struct{} // closed by fail
@@ -271,13 +272,40 @@ func (w *wire) writePacket(p *outPacket) error {
 	return nil
 }
 
+// writeFeatures tells a QUIC peer which optional datagram forms this end
+// reads. Writer or handshake only.
+func (w *wire) writeFeatures() error {
+	if w.qc == nil {
+		return nil
+	}
+	return w.writeFrame(&frame{typ: frameFeatures, data: []byte{featurePaddedDatagrams}})
+}
+
+// handleFeatures records what the other end's FEATURES frame announced.
+func (w *wire) handleFeatures(f *frame) {
+	if w.qc != nil && len(f.data) > 0 && f.data[0]&featurePaddedDatagrams != 0 {
+		w.padOut.Store(true)
+	}
+}
+
+// appendPacketDatagram appends pkt's datagram for peer id: padded when
+// the other end reads padding and pkt is a little short of full size.
+func (w *wire) appendPacketDatagram(dst []byte, id uint32, pkt []byte) []byte {
+	if pad, ok := paddedLen(pkt); ok && w.padOut.Load() {
+		return appendPaddedDatagram(dst, id, pkt, pad)
+	}
+	return appendDatagram(dst, id, pkt)
+}
+
 // sendDatagram sends pkt as a datagram for peer id, assembled in scratch
-// (at least maxDatagramSize bytes). sent is false, with a nil error, when
-// the packet does not fit a datagram right now and must go on the stream.
-// Safe for concurrent use (quic-go copies the datagram).
+// (at least maxDatagramSize bytes), padded to fill its QUIC packet when
+// it is a little short and the other end reads padding. sent is false,
+// with a nil error, when the packet does not fit a datagram right now and
+// must go on the stream. Safe for concurrent use (quic-go copies the
+// datagram).
 func (w *wire) sendDatagram(scratch []byte, id uint32, pkt []byte) (sent bool, err error) {
 	if len(pkt) <= MaxDatagramPacket {
-		err := w.qc.SendDatagram(appendDatagram(scratch[:0], id, pkt))
+		err := w.qc.SendDatagram(w.appendPacketDatagram(scratch[:0], id, pkt))
 		if err == nil {
 			w.sent(pkt, true)
 			return true, nil
