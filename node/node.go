@@ -75,7 +75,7 @@ type Config struct {
 	// (LRPRelay) with RelayTransport.
 	Relay RelayDialer
 	// RelayTransport is the LRP transport when Relay is nil: "tcp",
-	// "quic" or "race" (both, QUIC preferred). If empty, "tcp".
+	// "quic" or "race" (both, TCP unless QUIC measures clearly faster). If empty, "tcp".
 	RelayTransport string
 	// ICE tunes path selection.
 	ICE ICEConfig

@@ -42,14 +42,14 @@ var relayTransports = []string{"tcp", "quic", "race"}
 
 // LRPRelay returns a RelayDialer for LRP relays on network n over
 // transport: "tcp" (the default when empty), "quic", or "race" (race both
-// and keep the one that measures better, QUIC on a tie; measured again
-// every few minutes).
+// and keep the one that measures better, TCP unless QUIC's path is
+// clearly the faster; measured again every few minutes).
 //
-// TCP is the default because a full-size WireGuard packet (1420-byte MTU
-// plus 32 bytes) does not fit a QUIC datagram on a 1500-byte path (at most
-// about 1410 bytes), so over QUIC it rides the reliable stream anyway, at
-// several times the cost: BenchmarkPath measured the relay path at 0.43
-// Gbit/s over TCP and 0.17 over QUIC on the same machine.
+// TCP is the default because it carries more: over QUIC the node holds
+// relayed peers' packets to QUICRelayMTU so they fit datagrams, and even
+// so BenchmarkPath measured the relay path over QUIC at about half of
+// TCP's (0.42-0.66x, 2026-12-07), with losses where quic-go's datagram
+// queue overflows.
 func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 	switch transport {
 	case "":

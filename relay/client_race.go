@@ -15,25 +15,30 @@ import (
 // first packet to a connection ready to authenticate. Both include one
 // TLS key exchange and certificate check, so they compare paths, not
 // crypto (a round-trip sample alone does not: quic-go's first one
-// includes the server's signature, TCP's SYN/SYN-ACK nothing); QUIC needs
-// one round trip less. QUIC is kept unless TCP's handshake is shorter by
-// more than a quarter and by more than quicSlack: datagrams suit WireGuard
-// (no head-of-line blocking), and equal paths should not flap on noise.
-// A transport that fails or does not finish within RaceWait loses. The
-// loser is closed before it authenticates, so the relay never sees two
-// connections for one key (a second would replace the first).
+// includes the server's signature, TCP's SYN/SYN-ACK nothing).
+//
+// TCP is kept unless QUIC's path measures clearly better. TCP and TLS
+// take one round trip more than QUIC by design, and QUIC's own handshake
+// bounds a round trip from above, so on a path that treats both alike
+// TCP's handshake is at most twice QUIC's; QUIC wins when TCP's is longer
+// than that by more than quicSlack (a shaped or lossy TCP path, a SYN
+// retransmitted). On a healthy path TCP carries more: the relay's TCP
+// forwards 2.4-6x QUIC's packets at a third of the CPU, and the node over
+// it 1.8x, without QUIC's losses when quic-go's datagram queue overflows
+// (docs/PERFORMANCE.md, 2026-12-07). A transport that fails or does not
+// finish within RaceWait loses. The loser is closed before it
+// authenticates, so the relay never sees two connections for one key (a
+// second would replace the first).
 //
 // While connected, the client measures both again every Remeasure (fresh
 // handshakes, closed unauthenticated) and moves to the other transport
-// when it wins: a path whose UDP became slow or blocked goes to TCP, and
-// back when UDP recovers.
+// when it wins: a path whose TCP became slow or blocked goes to QUIC, and
+// back when TCP recovers; UDP blocked or slow stays on TCP.
 
-// quicSlack is how much longer QUIC's handshake may be than TCP's, at
-// least, before TCP wins the race: more than a busy machine's scheduling
-// noise (QUIC's handshake runs more of our code: with the race detector
-// on loopback it took 6 ms against TCP's 0.2), less than what a shaped or
-// lossy UDP path costs (a lost handshake packet waits for quic-go's
-// probe timeout, hundreds of milliseconds).
+// quicSlack is how much longer than twice QUIC's handshake TCP's may be,
+// at least, before QUIC wins the race: more than a busy machine's
+// scheduling noise, less than a retransmitted SYN (a second) or a shaped
+// TCP path's queueing.
 const quicSlack = 20 * time.Millisecond
 
 // pick chooses between the measured round trips (zero: that transport
@@ -44,11 +49,11 @@ func pick(quic, tcp time.Duration, wait time.Duration) (string, string) {
 		return transportQUIC, fmt.Sprintf("QUIC handshake %v; TCP did not connect within %v of it", round(quic), wait)
 	case tcp > 0 && quic <= 0:
 		return transportTCP, fmt.Sprintf("TCP+TLS handshake %v; QUIC did not connect within %v of it", round(tcp), wait)
-	case quic-tcp > quic/4 && quic-tcp > quicSlack:
-		return transportTCP, fmt.Sprintf("measured: TCP+TLS handshake %v against QUIC's %v", round(tcp), round(quic))
+	case tcp-quic > quic+quicSlack:
+		return transportQUIC, fmt.Sprintf("measured: QUIC handshake %v against TCP+TLS's %v", round(quic), round(tcp))
 	}
-	return transportQUIC, fmt.Sprintf("measured: QUIC handshake %v against TCP+TLS's %v (QUIC kept unless TCP is faster by a quarter and %v)",
-		round(quic), round(tcp), quicSlack)
+	return transportTCP, fmt.Sprintf("measured: TCP+TLS handshake %v against QUIC's %v (TCP kept unless QUIC's is shorter by its own length and %v)",
+		round(tcp), round(quic), quicSlack)
 }
 
 func round(d time.Duration) time.Duration {

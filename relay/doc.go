@@ -5,8 +5,9 @@
 // A Server listens on one port number for two transports: QUIC (ALPN
 // "lrp/1"), where packets ride unreliable datagrams beside one control
 // stream, and TLS over TCP, where everything is a length-prefixed frame on
-// the stream — the fallback for networks that block UDP. A Client races
-// the two, prefers QUIC, and reconnects with jittered exponential backoff;
+// the stream. A Client uses the transport it is given or races the two,
+// keeping TCP unless QUIC's path measures clearly faster (TCP carries more
+// on a healthy path), and reconnects with jittered exponential backoff;
 // Send and Recv move packets by peer key for the node's WireGuard Bind.
 //
 // Clients authenticate with a relay Token that control issues

@@ -71,11 +71,12 @@ func TestPick(t *testing.T) {
 		quic, tcp time.Duration
 		want      string
 	}{
-		{"equal: QUIC", 2 * ms, 2 * ms, transportQUIC},
-		{"QUIC faster", ms, 3 * ms, transportQUIC},
-		{"TCP faster by a quarter but under the slack: QUIC", 19 * ms, 2 * ms, transportQUIC},
-		{"TCP faster by the slack but not a quarter: QUIC", 100 * ms, 79 * ms, transportQUIC},
-		{"TCP faster by both: TCP", 50 * ms, 10 * ms, transportTCP},
+		{"equal: TCP", 2 * ms, 2 * ms, transportTCP},
+		{"TCP one round trip longer, as by design: TCP", 40 * ms, 80 * ms, transportTCP},
+		{"TCP longer by QUIC's length but under the slack: TCP", 2 * ms, 23 * ms, transportTCP},
+		{"TCP longer by the slack but not QUIC's length: TCP", 100 * ms, 150 * ms, transportTCP},
+		{"TCP longer by both (a SYN retransmitted): QUIC", 10 * ms, 1040 * ms, transportQUIC},
+		{"QUIC slower: TCP", 50 * ms, 10 * ms, transportTCP},
 		{"only QUIC connected", ms, 0, transportQUIC},
 		{"only TCP connected", 0, ms, transportTCP},
 	}
@@ -84,8 +85,8 @@ func TestPick(t *testing.T) {
 			got, why := pick(tt.quic, tt.tcp, 300*ms)
 			assert.Equal(t, tt.want, got, why)
 			assert.NotEmpty(t, why)
-			// TestRacePicksByMeasurement reads a TCP win's reason back.
-			assert.Equal(t, got == transportTCP && tt.quic > 0, tcpWon.MatchString(why), why)
+			// TestRacePicksByMeasurement reads a QUIC win's reason back.
+			assert.Equal(t, got == transportQUIC && tt.tcp > 0, quicWon.MatchString(why), why)
 		})
 	}
 }
@@ -101,12 +102,12 @@ func TestRacePicksByMeasurement(t *testing.T) {
 		wantWhy string
 	}{
 		{"UDP 100ms slower: TCP", func(n slowNet) slowNet { n.udp.Store(int64(100 * time.Millisecond)); return n }, transportTCP, "measured: TCP+TLS handshake"},
-		{"TCP 100ms slower: QUIC", func(n slowNet) slowNet { n.tcp.Store(int64(100 * time.Millisecond)); return n }, transportQUIC, "measured: QUIC handshake"},
+		{"TCP 200ms slower: QUIC", func(n slowNet) slowNet { n.tcp.Store(int64(200 * time.Millisecond)); return n }, transportQUIC, "measured: QUIC handshake"},
 		{"TCP blocked: QUIC", func(n slowNet) slowNet { n.tcpBlocked = true; return n }, transportQUIC, "TCP did not connect within"},
-		// Alike on the network; on a loaded machine QUIC's handshake can
-		// take its CPU 20 ms longer than TCP's (seen in CI under -race:
-		// 32.5 against 12.0 ms), and then TCP rightly wins, by the rule.
-		{"both alike: QUIC unless TCP measured faster by the rule", func(n slowNet) slowNet { return n }, transportQUIC, "measured: "},
+		// Alike on the network, TCP is kept: its handshake is at most one
+		// round trip longer. On a loaded machine TCP's can take its CPU
+		// long enough (QUIC's is the heavier) that QUIC wins, by the rule.
+		{"both alike: TCP unless QUIC measured faster by the rule", func(n slowNet) slowNet { return n }, transportTCP, "measured: "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,12 +115,12 @@ func TestRacePicksByMeasurement(t *testing.T) {
 			a := connectedClient(t, s, func(c *ClientConfig) { c.Network = n })
 			why := a.TransportReason()
 			assert.Contains(t, why, tt.wantWhy)
-			if m := tcpWon.FindStringSubmatch(why); m != nil && strings.HasPrefix(tt.name, "both alike") {
-				tcp, err1 := time.ParseDuration(m[1])
-				quic, err2 := time.ParseDuration(m[2])
+			if m := quicWon.FindStringSubmatch(why); m != nil && strings.HasPrefix(tt.name, "both alike") {
+				quic, err1 := time.ParseDuration(m[1])
+				tcp, err2 := time.ParseDuration(m[2])
 				require.NoError(t, errors.Join(err1, err2), why)
-				assert.Equal(t, transportTCP, a.Transport(), why)
-				assert.Equal(t, transportTCP, mustPick(t, quic, tcp), "TCP picked against the rule: %s", why)
+				assert.Equal(t, transportQUIC, a.Transport(), why)
+				assert.Equal(t, transportQUIC, mustPick(t, quic, tcp), "QUIC picked against the rule: %s", why)
 			} else {
 				assert.Equal(t, tt.want, a.Transport(), why)
 			}
@@ -131,24 +132,24 @@ func TestRacePicksByMeasurement(t *testing.T) {
 }
 
 // TestRaceRemeasures: a connected racing client measures again and moves
-// to TCP when its UDP path turns slow, and back to QUIC when it recovers.
+// to QUIC when its TCP path turns slow, and back to TCP when it recovers.
 func TestRaceRemeasures(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	n := newSlowNet()
 	a := connectedClient(t, s, func(c *ClientConfig) { c.Network, c.Remeasure = n, 100*time.Millisecond })
 	b := connectedClient(t, s, nil)
-	assert.Equal(t, transportQUIC, a.Transport())
-	n.udp.Store(int64(100 * time.Millisecond))
-	eventually(t, 10*time.Second, func() bool { return a.Transport() == transportTCP }, "never moved to TCP: %s", a.TransportReason())
-	assert.Contains(t, a.TransportReason(), "measured: TCP+TLS handshake")
-	exchange(t, a, b, []byte("over tcp now"))
-	n.udp.Store(0)
-	eventually(t, 10*time.Second, func() bool { return a.Transport() == transportQUIC }, "never moved back to QUIC: %s", a.TransportReason())
-	exchange(t, b, a, []byte("over quic again"))
+	assert.Equal(t, transportTCP, a.Transport(), a.TransportReason())
+	n.tcp.Store(int64(200 * time.Millisecond))
+	eventually(t, 10*time.Second, func() bool { return a.Transport() == transportQUIC }, "never moved to QUIC: %s", a.TransportReason())
+	assert.Contains(t, a.TransportReason(), "measured: QUIC handshake")
+	exchange(t, a, b, []byte("over quic now"))
+	n.tcp.Store(0)
+	eventually(t, 10*time.Second, func() bool { return a.Transport() == transportTCP }, "never moved back to TCP: %s", a.TransportReason())
+	exchange(t, b, a, []byte("over tcp again"))
 }
 
-// tcpWon matches the reason of a race TCP won by measurement.
-var tcpWon = regexp.MustCompile(`^measured: TCP\+TLS handshake (\S+) against QUIC's (\S+)$`)
+// quicWon matches the reason of a race QUIC won by measurement.
+var quicWon = regexp.MustCompile(`^measured: QUIC handshake (\S+) against TCP\+TLS's (\S+)$`)
 
 // mustPick is pick's choice for the measured handshakes.
 func mustPick(t *testing.T, quic, tcp time.Duration) string {

@@ -46,7 +46,9 @@ func TestRaceFallsBackToTCPWhenUDPIsBlocked(t *testing.T) {
 	assert.Equal(t, transportTCP, blocked.Transport())
 	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "TCP won before the race waited for QUIC")
 	assert.Contains(t, blocked.TransportReason(), "QUIC did not connect within 300ms")
-	open := connectedClient(t, s, nil)
+	// A client on QUIC (configured: racing on an open path keeps TCP)
+	// talks with the one that fell back.
+	open := connectedClient(t, s, func(c *ClientConfig) { c.Transport = transportQUIC })
 	assert.Equal(t, transportQUIC, open.Transport())
 	exchange(t, blocked, open, []byte("over tcp, then quic"))
 	exchange(t, open, blocked, []byte("over quic, then tcp"))

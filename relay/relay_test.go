@@ -76,10 +76,13 @@ func TestForward(t *testing.T) {
 	}
 }
 
-func TestPreferQUIC(t *testing.T) {
+// TestRaceKeepsTCPOnAnOpenPath: on a path that treats both alike a
+// racing client stays on TCP, which carries more, and says why.
+func TestRaceKeepsTCPOnAnOpenPath(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	c := connectedClient(t, s, nil)
-	assert.Equal(t, transportQUIC, c.Transport())
+	assert.Equal(t, transportTCP, c.Transport(), c.TransportReason())
+	assert.Contains(t, c.TransportReason(), "TCP kept unless QUIC's is shorter")
 }
 
 func TestAuthRefused(t *testing.T) {
@@ -492,8 +495,8 @@ func TestConfigErrors(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := startServer(t, ServerConfig{Registerer: reg})
-	a := connectedClient(t, s, nil)
-	b := connectedClient(t, s, nil)
+	a := connectedClient(t, s, onTransport(transportQUIC))
+	b := connectedClient(t, s, onTransport(transportQUIC))
 	exchange(t, a, b, []byte("counted"))
 
 	_, err := NewServer(ServerConfig{Secret: testSecret, Registerer: reg})

@@ -24,8 +24,10 @@ authenticate with a relay token that control issues; relay and control share
 the secret in --secret-file (32 bytes or more, file mode 0600).
 
 The relay serves QUIC (unreliable datagrams, ALPN lrp/1) and TLS over TCP on
-the same port number; clients race both and prefer QUIC, so a network that
-blocks UDP still reaches the relay over TCP. Without --cert/--key the relay
+the same port number. Nodes use TCP unless told otherwise (--relay-transport);
+racing, they keep TCP unless QUIC's handshake is clearly the faster, so a
+network that blocks UDP still reaches the relay over TCP, and one whose TCP is
+slow or blocked over QUIC. Without --cert/--key the relay
 makes a self-signed certificate and prints its fingerprint: give it to control
 as --relay ADDR,FINGERPRINT so nodes can pin it. The wire format is in
 docs/LRP.md.
