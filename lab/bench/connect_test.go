@@ -6,17 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server/ats"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/key"
-	"github.com/latticelab/lattice/lab/labfile"
 	"github.com/latticelab/lattice/lab/runner"
-	"github.com/latticelab/lattice/lab/vtime"
 	"github.com/latticelab/lattice/node"
 )
 
@@ -40,15 +36,7 @@ import (
 // the answer: 190 ms too, where waiting for WELCOME made it 210 (laptop's
 // data waits for tablet's first packet to confirm the session).
 func TestConnectVirtual(t *testing.T) {
-	if ok, why := vtime.Available(); !ok {
-		t.Skip(why)
-	}
-	var l labfile.Loader
-	release := l.Hold()
-	defer func() { require.NoError(t, release()) }()
-	f, err := l.Load("builtin:quickstart", labfile.Options{Kind: labfile.Topology})
-	require.NoError(t, err)
-	topos := Topologies{Pair: f.Plan, Direct: [2]string{"laptop", "tablet"}}
+	topos := Topologies{Pair: quickstart(t), Direct: [2]string{"laptop", "tablet"}}
 	for _, tt := range []struct {
 		name                  string
 		leads                 string
@@ -64,13 +52,7 @@ func TestConnectVirtual(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			state := t.TempDir()
 			keys := writeIdentities(t, state, tt.leads, map[string]string{"laptop": "tablet", "tablet": "laptop"}[tt.leads])
-			ats.Register()
-			defer ats.Unregister()
-			dog := vtime.Watch(vtime.WatchdogConfig{Name: t.Name()})
-			synctest.Test(t, func(t *testing.T) {
-				defer dog.Pulse()()
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
+			inVirtualTime(t, func(t *testing.T, ctx context.Context) {
 				c, err := connectOnce(ctx, topos, state, func(l *runner.Lab) {
 					for _, p := range [][2]string{{"laptop", "tablet"}, {"tablet", "laptop"}} {
 						st, _ := l.CheckPath(p[0], p[1], "direct") // any path: only the key matters
@@ -83,7 +65,6 @@ func TestConnectVirtual(t *testing.T) {
 				assert.LessOrEqual(t, c.firstByte.Round(time.Millisecond), tt.firstByte, "first byte")
 				assert.LessOrEqual(t, c.direct.Round(time.Millisecond), tt.wantDirect, "direct")
 			})
-			require.NoError(t, dog.Stop())
 		})
 	}
 }

@@ -3,16 +3,12 @@ package bench
 import (
 	"context"
 	"testing"
-	"testing/synctest"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server/ats"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/latticelab/lattice/lab/labfile"
 	"github.com/latticelab/lattice/lab/runner"
-	"github.com/latticelab/lattice/lab/vtime"
 )
 
 // TestDataPathVirtual moves the datapath bench's 32 MiB over its direct
@@ -27,22 +23,9 @@ import (
 // acknowledged. (A 6 MiB send buffer with a 32 MiB receive buffer made it
 // 380 ms; 16 MiB, 260 ms.)
 func TestDataPathVirtual(t *testing.T) {
-	if ok, why := vtime.Available(); !ok {
-		t.Skip(why)
-	}
-	var l labfile.Loader
-	release := l.Hold()
-	defer func() { require.NoError(t, release()) }()
-	f, err := l.Load("builtin:quickstart", labfile.Options{Kind: labfile.Topology})
-	require.NoError(t, err)
-	ats.Register()
-	defer ats.Unregister()
-	dog := vtime.Watch(vtime.WatchdogConfig{Name: t.Name()})
-	synctest.Test(t, func(t *testing.T) {
-		defer dog.Pulse()()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		lab, err := runner.Up(ctx, runner.Config{Plan: f.Plan, Nodes: []string{"laptop", "tablet"}, StateDir: t.TempDir()})
+	plan := quickstart(t)
+	inVirtualTime(t, func(t *testing.T, ctx context.Context) {
+		lab, err := runner.Up(ctx, runner.Config{Plan: plan, Nodes: []string{"laptop", "tablet"}, StateDir: t.TempDir()})
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, lab.Close()) }()
 		_, err = lab.WaitPath(ctx, "laptop", "tablet", "direct")
@@ -53,5 +36,4 @@ func TestDataPathVirtual(t *testing.T) {
 		t.Logf("%d MiB in %v of network time: %.0f Mbit/s", size>>20, d, size*8/d.Seconds()/1e6)
 		assert.LessOrEqual(t, d.Round(time.Millisecond), 460*time.Millisecond, "23 round trips at most")
 	})
-	require.NoError(t, dog.Stop())
 }
