@@ -24,7 +24,7 @@ import (
 //	 "ice": {"session": 1, "state": "connected", "local_candidates": […], "remote_candidates": […],
 //	         "self_candidates": […], "pairs": […], "error": ""},
 //	 "why": "attempt timed out after 10s: …, next in 8s",
-//	 "mtu": 1378, "mtu_reason": "relayed over QUIC datagrams"}
+//	 "mtu": 1376, "mtu_reason": "relayed over QUIC datagrams"}
 //
 // state is "online" or "offline" (online as a word); path is "direct",
 // "relay" or "offline"; endpoint is empty when offline; last_handshake is

@@ -19,8 +19,8 @@ import (
 // delivered packet (user and system, both hops and both clients), which
 // a loaded machine disturbs less than throughput.
 //
-// The -1410 variants send MaxDatagramPacket-byte packets, the full-size
-// packets of a WireGuard MTU of 1378: the largest that ride a datagram,
+// The -1408 variants send MaxDatagramPacket-byte packets, the full-size
+// packets of a WireGuard MTU of 1376: the largest that ride a datagram,
 // each in one full-size QUIC packet, which quic-go sends in GSO batches.
 //
 // The sender keeps at most benchWindow packets in flight, as the

@@ -65,7 +65,7 @@ under the node's own line. Connections to an offline peer fail at once (host unr
            tx_bytes, rx_bytes, tx_direct_bytes, tx_relay_bytes, rx_direct_bytes, rx_relay_bytes,
            history: [{time, to, addr, reason}],
            ice: {session, state, local_candidates, remote_candidates, self_candidates, pairs, error},
-           mtu, mtu_reason (the overlay MTU toward the peer and why: 1378 while it is
+           mtu, mtu_reason (the overlay MTU toward the peer and why: 1376 while it is
            relayed over QUIC datagrams)}]`
 
 // serveStatus answers GET /status on a unix socket only the owner can use;
