@@ -51,15 +51,13 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Info("registration refused", "err", err)
 		return nil, err
 	}
-	stamped := false
-	if req.Stamp != 0 {
-		if stamped, err = s.stamps.judge(req, s.cfg.Now()); err != nil {
-			s.refused.Add(1)
-			s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
-			return nil, err
-		}
+	challenge, err := s.checkProof(req)
+	if err != nil {
+		s.refused.Add(1)
+		s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
+		return nil, err
 	}
-	if req.Proof == nil || (req.Stamp != 0 && !stamped) {
+	if challenge {
 		c, err := s.challenges.issue(req.PublicKey, s.cfg.Now())
 		if err != nil {
 			return nil, err
@@ -74,13 +72,6 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		}
 		return resp, nil
 	}
-	if !stamped {
-		if err := s.challenges.verify(req, s.cfg.Now()); err != nil {
-			s.refused.Add(1)
-			s.log.Warn("registration refused", "name", req.Name, "public_key", req.PublicKey.ShortString(), "err", err)
-			return nil, err
-		}
-	}
 	resp, err := s.register(ctx, req, send, adm)
 	if err != nil {
 		s.refused.Add(1)
@@ -92,6 +83,22 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Info("known node re-registered on its proof of key alone", "id", resp.NodeID, "name", req.Name, "token", adm.refuseNew)
 	}
 	return resp, nil
+}
+
+// checkProof judges req's proof of key: a stamped proof (stamp.go) or a
+// challenge's answer. challenge is true, with a nil error, when control
+// answers with a challenge instead: no proof, or a stamp it cannot judge.
+// An error refuses the registration.
+func (s *Server) checkProof(req *controlapi.RegisterRequest) (challenge bool, err error) {
+	now := s.cfg.Now()
+	switch {
+	case req.Stamp != 0:
+		ok, err := s.stamps.judge(req, now)
+		return err == nil && !ok, err
+	case req.Proof == nil:
+		return true, nil
+	}
+	return false, s.challenges.verify(req, now)
 }
 
 // admission is what admit found: the live token's tags, or, for a known

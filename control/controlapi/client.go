@@ -114,36 +114,18 @@ func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, er
 		return &resp, nil
 	}
 	// Connect reads the shared peer events when control offers them.
-	plain := RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public(), SharedEvents: true}
+	req := &RegisterRequest{Token: j.Token, Name: j.Name, PublicKey: j.Key.Public(), SharedEvents: true}
 	var first *RegisterResponse
 	if !j.ControlKey.IsZero() {
-		now := j.Now
-		if now == nil {
-			now = time.Now
-		}
-		req := plain
-		var resp *RegisterResponse
-		err := ProveKeyAt(j.Key, j.ControlKey, now(), &req)
-		if err == nil {
-			resp, err = ask(&req)
-		} else {
-			// A control key of low order, given by mistake: no
-			// stamped proof can be made with it.
-			err = &Error{Code: CodeBadRequest, Message: err.Error()}
-		}
-		var e *Error
+		resp, err := askStamped(j, *req, ask)
 		switch {
-		case errors.As(err, &e) && (e.Code == CodeBadRequest || e.Code == CodeBadProof):
-			// Not taken: fall back to a challenge.
 		case err != nil:
 			return nil, err
-		case resp.Challenge == nil:
+		case resp != nil && resp.Challenge == nil:
 			return resp, nil
-		default:
-			first = resp
 		}
+		first = resp // a challenge, or nil: not taken
 	}
-	req := &plain
 	if first == nil {
 		var err error
 		if first, err = ask(req); err != nil {
@@ -168,16 +150,40 @@ func Register(ctx context.Context, j Join, send Exchange) (*RegisterResponse, er
 	return resp, nil
 }
 
+// askStamped sends req with a stamped proof keyed to j.ControlKey and
+// returns the answer: the registration, or a challenge. It returns nil and
+// no error when control did not take the proof (refused as a bad request
+// or a bad proof: a control without stamped proofs, a stamp at or below
+// the last one it took for this key), and the registration falls back to
+// a challenge.
+func askStamped(j Join, req RegisterRequest, ask func(*RegisterRequest) (*RegisterResponse, error)) (*RegisterResponse, error) {
+	now := j.Now
+	if now == nil {
+		now = time.Now
+	}
+	if err := ProveKeyAt(j.Key, j.ControlKey, now(), &req); err != nil {
+		// A control key of low order, given by mistake: no stamped
+		// proof can be made with it.
+		return nil, nil
+	}
+	resp, err := ask(&req)
+	var e *Error
+	if errors.As(err, &e) && (e.Code == CodeBadRequest || e.Code == CodeBadProof) {
+		return nil, nil
+	}
+	return resp, err
+}
+
 // RegisterNATS registers over NATS at url: it connects as a joining
 // client (the join token is its password), answers control's challenge and
 // returns the answer. An *Error reports a refusal, with control's reason.
 func RegisterNATS(ctx context.Context, n netx.Network, url string, j Join) (*RegisterResponse, error) {
 	nc, ep, err := dialJoin(n, url, j.Token, j.Dialed)
-	if err == nil && j.ControlKey.IsZero() {
-		j.ControlKey = ep.controlKey
-	}
 	if err != nil {
 		return nil, fmt.Errorf("register: %w", err)
+	}
+	if j.ControlKey.IsZero() {
+		j.ControlKey = ep.controlKey
 	}
 	defer nc.Close()
 	if j.Connected != nil {
