@@ -101,8 +101,9 @@ type Node struct {
 	resp    *controlapi.RegisterResponse
 	session atomic.Pointer[controlapi.Session]
 	regMu   sync.Mutex // serializes re-registration
-	// controlKey is control's register key from the last registration's
-	// answer, for the next one's stamped proof (register).
+	// controlKey is control's register key, for the next registration's
+	// stamped proof: the control URL's or the stored identity's at start,
+	// then the last answer's (learnControlKey).
 	controlKey atomic.Pointer[key.Public]
 	epoch      atomic.Uint64 // our registration's epoch (control.RegisterResponse.Epoch)
 	mux        *Mux
@@ -222,7 +223,7 @@ func (n *Node) start(ctx context.Context) error {
 	pre := controlapi.NewPredialer(n.cfg.Network, n.cfg.Control)
 	defer pre.Close()
 	dialed := func() {
-		if !controlapi.URLControlKey(n.cfg.Control).IsZero() || n.controlKey.Load() != nil {
+		if n.controlKey.Load() != nil { // one request: a stamped proof
 			pre.Start()
 		}
 	}
@@ -262,11 +263,12 @@ func (n *Node) registerIdentity(ctx context.Context, connected, dialed func()) (
 		return nil, fmt.Errorf("node: identity: %w", err)
 	}
 	n.id = id
-	if !id.ControlKey.IsZero() && controlapi.URLControlKey(n.cfg.Control).IsZero() {
-		// The key the last run learnt, unless the URL names one (the
-		// operator's is the newer word).
-		k := id.ControlKey
-		n.controlKey.Store(&k)
+	// Control's register key: the one the URL names (the operator's is
+	// the newer word), else the one the last run learnt.
+	if k := controlapi.URLControlKey(n.cfg.Control); !k.IsZero() {
+		n.learnControlKey(k)
+	} else {
+		n.learnControlKey(id.ControlKey)
 	}
 	n.log = n.log.With("node", id.Name)
 	var resp *controlapi.RegisterResponse

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/netx"
 )
 
@@ -15,8 +16,9 @@ import (
 func (n *Node) register(ctx context.Context, connected, dialed func()) (*controlapi.RegisterResponse, error) {
 	req := controlapi.Join{Token: n.cfg.Token, Name: n.id.Name, Key: n.id.Private, Connected: connected, Dialed: dialed}
 	if k := n.controlKey.Load(); k != nil {
-		// Learnt from the last answer: a re-registration (control
-		// restarted, the session refused) is one request, not two.
+		// The URL's, the stored identity's or the last answer's: a
+		// registration, and a re-registration (control restarted, the
+		// session refused), is one request, not two.
 		req.ControlKey = *k
 	}
 	var call func(context.Context, netx.Network, string, controlapi.Join) (*controlapi.RegisterResponse, error)
@@ -32,11 +34,16 @@ func (n *Node) register(ctx context.Context, connected, dialed func()) (*control
 	if err != nil {
 		return nil, fmt.Errorf("node: register with %s: %w", n.cfg.Control, err)
 	}
-	if !resp.ControlKey.IsZero() {
-		k := resp.ControlKey
+	n.learnControlKey(resp.ControlKey)
+	return resp, nil
+}
+
+// learnControlKey keeps k, unless zero, as control's register key for the
+// next registration's stamped proof.
+func (n *Node) learnControlKey(k key.Public) {
+	if !k.IsZero() {
 		n.controlKey.Store(&k)
 	}
-	return resp, nil
 }
 
 // connectSession opens the control session on nw with resp's credentials
