@@ -13,12 +13,12 @@
 #   docker build --build-arg EDITION=... -t lattice:dev .
 #
 # The root filesystem can be mounted read-only: everything that writes takes
-# a directory (sandbox --state-dir, control --data-dir). /var/lib/lattice is
+# a directory (sandbox --state-dir, control --state-dir). /var/lib/lattice is
 # owned by nobody, so a named volume mounted there starts out writable, e.g.
 #
 #   docker run --read-only --cap-drop ALL --security-opt no-new-privileges \
 #     -v agent-1:/var/lib/lattice lattice:dev sandbox start --name agent-1 \
-#     --server-url nats://control:4222 --token-file /var/lib/lattice/token \
+#     --control tls://control:4222 --token-file /var/lib/lattice/token \
 #     --state-dir /var/lib/lattice/state --socks5 0.0.0.0:1080
 FROM scratch
 ARG EDITION=community

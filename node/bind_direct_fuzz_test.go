@@ -135,7 +135,7 @@ func FuzzBindDirect(f *testing.F) {
 		// whole queue.
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			st := mux.Stats()
-			if st.STUN+st.WireGuard+st.Other+st.STUNDropped+st.WireGuardDroped >= uint64(len(sent)) {
+			if st.STUN+st.WireGuard+st.Other+st.STUNDropped+st.WireGuardDropped >= uint64(len(sent)) {
 				break
 			}
 			if time.Now().After(deadline) {

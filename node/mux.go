@@ -89,8 +89,8 @@ type MuxStats struct {
 	WireGuard uint64 `json:"wireguard_datagrams"`
 	Other     uint64 `json:"other_datagrams"`
 	// Datagrams dropped because their queue was full.
-	STUNDropped     uint64 `json:"stun_dropped"`
-	WireGuardDroped uint64 `json:"wireguard_dropped"`
+	STUNDropped      uint64 `json:"stun_dropped"`
+	WireGuardDropped uint64 `json:"wireguard_dropped"`
 }
 
 // datagram is a received packet with its source.
@@ -412,7 +412,7 @@ func (m *Mux) LocalAddr() net.Addr { return m.pc.LocalAddr() }
 // Stats returns the mux's counters.
 func (m *Mux) Stats() MuxStats {
 	return MuxStats{STUN: m.stunN.Load(), WireGuard: m.wgN.Load(), Other: m.other.Load(),
-		STUNDropped: m.stunDrop.Load(), WireGuardDroped: m.wgDrop.Load()}
+		STUNDropped: m.stunDrop.Load(), WireGuardDropped: m.wgDrop.Load()}
 }
 
 // Close stops the read loop and closes the socket.

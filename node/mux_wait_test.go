@@ -108,7 +108,7 @@ func TestMuxWaitsOnLabSocket(t *testing.T) {
 	}
 	st := mux.Stats()
 	assert.Equal(t, uint64(sent), st.WireGuard)
-	assert.Zero(t, st.WireGuardDroped)
+	assert.Zero(t, st.WireGuardDropped)
 }
 
 // TestMuxStopsWaitingWhenNobodyReads: when nothing reads WireGuard (the
@@ -138,7 +138,7 @@ func TestMuxStopsWaitingWhenNobodyReads(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*time.Second, "one wait, not one per datagram")
 	st := mux.Stats()
 	assert.Equal(t, uint64(sent), st.WireGuard)
-	assert.Equal(t, uint64(sent-1024), st.WireGuardDroped, "the queue holds 1,024; the rest were dropped")
+	assert.Equal(t, uint64(sent-1024), st.WireGuardDropped, "the queue holds 1,024; the rest were dropped")
 
 	// Once WireGuard reads again, the mux waits for room again: a second
 	// burst larger than the queue arrives whole.
@@ -150,7 +150,7 @@ func TestMuxStopsWaitingWhenNobodyReads(t *testing.T) {
 	}
 	got = readAllWireGuard(t, mux, 2*1024)
 	require.Equal(t, 2*1024, len(got), "the second burst, whole")
-	assert.Equal(t, uint64(sent-1024), mux.Stats().WireGuardDroped, "no drop in the second burst")
+	assert.Equal(t, uint64(sent-1024), mux.Stats().WireGuardDropped, "no drop in the second burst")
 }
 
 // TestMuxDropsOnKernelSocket: on a kernel UDP socket the mux keeps
@@ -190,6 +190,6 @@ func TestMuxDropsOnKernelSocket(t *testing.T) {
 	}
 	st := mux.Stats()
 	require.Greater(t, st.WireGuard, uint64(1024), "the mux read more than its queue holds")
-	assert.Equal(t, st.WireGuard-1024, st.WireGuardDroped, "and dropped what its queue could not hold")
+	assert.Equal(t, st.WireGuard-1024, st.WireGuardDropped, "and dropped what its queue could not hold")
 	assert.Equal(t, 1024, len(readAllWireGuard(t, mux, 1024)))
 }

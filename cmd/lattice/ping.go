@@ -31,7 +31,7 @@ func newPingCmd() *cobra.Command {
 overlay address) through this host's overlay interface, and for each reply
 prints the round trip and the path the running node uses for PEER at that
 moment (direct with its endpoint, or relay), read from the node's status socket.
-When the path changes during the run it says so ("path upgraded to direct").
+When the path changes during the run it says so ("path upgraded: relay -> direct (reason)").
 --until-direct stops at the first reply over a direct path and fails if none
 comes within -c pings, as 'tailscale ping' does.
 

@@ -23,7 +23,7 @@ func sampleStatus() statusReply {
 	hs := time.Date(2026, 12, 1, 20, 7, 25, 0, time.UTC)
 	return statusReply{
 		Name: "alpha", NodeID: "n-alpha", Address: "100.64.0.1/10", LivenessTimeoutMillis: 15000,
-		Mux: node.MuxStats{STUN: 1, WireGuard: 2, Other: 3, STUNDropped: 4, WireGuardDroped: 5},
+		Mux: node.MuxStats{STUN: 1, WireGuard: 2, Other: 3, STUNDropped: 4, WireGuardDropped: 5},
 		Peers: []node.PeerStatus{
 			{
 				Peer:   controlapi.Peer{NodeID: "n-web", Name: "web-1", PublicKey: key.Public{1}, Address: netip.MustParsePrefix("100.64.1.2/10")},

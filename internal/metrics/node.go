@@ -103,9 +103,9 @@ var (
 	descNodeNoHandshake = nodeDesc("lattice_node_peers_without_handshake",
 		"Online peers with no completed WireGuard handshake.", nil, nil)
 	descNodeICEAttempts = nodeDesc("lattice_node_ice_attempts_total",
-		"ICE attempts (sessions) seen, sampled at scrape time.", nil, nil)
+		"ICE attempts (sessions) the node started (sampled from peers' status at each scrape where it cannot count).", nil, nil)
 	descNodeICEOutcomes = nodeDesc("lattice_node_ice_outcomes_total",
-		"ICE attempts that ended connected or failed, sampled at scrape time.", []string{"outcome"}, nil)
+		"ICE attempts that ended connected or failed (sampled from peers' status at each scrape where it cannot count).", []string{"outcome"}, nil)
 	descNodeICEState = nodeDesc("lattice_node_ice_state",
 		"Peers by the state of their last ICE attempt.", []string{"state"}, nil)
 	descNodeMux = nodeDesc("lattice_node_socket_datagrams_total",
@@ -243,7 +243,7 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descNodeMux, prometheus.CounterValue, float64(v), kind)
 		}
 		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.STUNDropped), "stun")
-		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.WireGuardDroped), "wireguard")
+		ch <- prometheus.MustNewConstMetric(descNodeMuxDrops, prometheus.CounterValue, float64(ms.WireGuardDropped), "wireguard")
 	}
 	if rs, ok := c.relayStats(); ok {
 		connected, transport := 1.0, rs.Transport

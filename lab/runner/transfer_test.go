@@ -33,7 +33,7 @@ func TestTransferOverLatencyDropsNothing(t *testing.T) {
 		for _, name := range []string{"laptop", "tablet"} {
 			rn, err := l.node(name)
 			require.NoError(t, err)
-			out[name] = rn.(*inProcessNode).node.MuxStats().WireGuardDroped
+			out[name] = rn.(*inProcessNode).node.MuxStats().WireGuardDropped
 		}
 		return out
 	}
