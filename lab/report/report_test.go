@@ -82,6 +82,9 @@ func TestJSONShape(t *testing.T) {
 func TestJSONBadWall(t *testing.T) {
 	var r Result
 	assert.EqualError(t, json.Unmarshal([]byte(`{"scenario":"s","wall_seconds":-1}`), &r), `result "s": wall_seconds -1 out of range`)
+	// Just below MaxInt64/1e9 seconds, but 2^63 ns once rounded.
+	assert.EqualError(t, json.Unmarshal([]byte(`{"scenario":"s","wall_seconds":9223372036.854775807}`), &r),
+		`result "s": wall_seconds 9.223372036854776e+09 out of range`)
 }
 
 func TestXRealtime(t *testing.T) {

@@ -202,9 +202,12 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	if v.WallSeconds < 0 || v.WallSeconds > math.MaxInt64/1e9 {
+	// Bound the nanoseconds, not the seconds: the largest seconds below
+	// MaxInt64/1e9 still round up to 2^63 ns, which overflows Duration.
+	ns := math.Round(v.WallSeconds * 1e9)
+	if v.WallSeconds < 0 || ns >= math.MaxInt64 {
 		return fmt.Errorf("result %q: wall_seconds %v out of range", r.Scenario, v.WallSeconds)
 	}
-	r.Wall = time.Duration(math.Round(v.WallSeconds * 1e9))
+	r.Wall = time.Duration(ns)
 	return nil
 }
