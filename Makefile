@@ -20,7 +20,7 @@ build: ## build the binaries into bin/ (EDITION=pro for the Pro edition)
 	@# lattice-sandbox static, as in the image: an idle sandbox maps no libc.
 	CGO_ENABLED=0 $(GO) build -tags '$(TAGS)' -o $(BIN)/ ./cmd/lattice-sandbox
 
-deps: ## install what the tests need (tshark) when missing
+deps: ## install what the tests need when missing (tshark, ping, ip, nsenter, iptables, curl, wg, chromium: scripts/deps.sh)
 	@scripts/deps.sh
 
 test: deps runsc lint test-community test-pro ## vet, lint and test both editions

@@ -275,7 +275,7 @@ $LATTICE_TOKEN or --token.`,
 		if st.Isolation != "" {
 			fmt.Fprintf(out, "sandbox: isolation %s: %s\n", st.Isolation, isolationNote(st.Isolation))
 		}
-		printProxies(out, d, cfg)
+		printProxies(out, d, cfg, f.credsFile)
 		for _, fw := range st.Forwards {
 			fmt.Fprintf(out, "sandbox: forwarding overlay %s\n", fw)
 		}
@@ -313,10 +313,15 @@ func isolationNote(i sandbox.Isolation) string {
 	return "agents run with `sandbox exec` get their own user, network, mount and PID namespaces; their only interface is a TUN device to this sandbox"
 }
 
-func printProxies(out io.Writer, d sandbox.IsolationDriver, cfg sandbox.DriverConfig) {
+// printProxies says where each proxy listens and where its credentials
+// are: credsFile (--proxy-credentials-file) when given, else the state
+// dir's generated file, or the credentials themselves when none is kept.
+func printProxies(out io.Writer, d sandbox.IsolationDriver, cfg sandbox.DriverConfig, credsFile string) {
 	st := d.Status()
 	where := "in " + filepath.Join(cfg.StateDir, "proxy-credentials")
-	if cfg.ProxyCredentials == nil {
+	if credsFile != "" {
+		where = "in " + credsFile
+	} else if cfg.ProxyCredentials == nil {
 		if pd, ok := d.(*sandbox.PodDriver); ok {
 			c := pd.ProxyCredentials()
 			where = c.Username + ":" + c.Password

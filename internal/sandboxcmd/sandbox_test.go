@@ -1,6 +1,7 @@
 package sandboxcmd
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/proxy"
 	"github.com/latticelab/lattice/sandbox"
 )
 
@@ -23,4 +25,33 @@ func TestSandboxNames(t *testing.T) {
 	}
 	assert.Equal(t, []string{"agent-1", "agent-2"}, sandboxNames(dir), "only sandboxes with a control socket")
 	assert.Empty(t, sandboxNames(filepath.Join(dir, "none")))
+}
+
+// statusDriver is a driver that only reports a status.
+type statusDriver struct {
+	sandbox.IsolationDriver
+	st sandbox.Status
+}
+
+func (d statusDriver) Status() sandbox.Status { return d.st }
+
+// TestPrintProxiesSaysWhereTheCredentialsAre: start's proxy lines name the
+// file the credentials are in: --proxy-credentials-file's when given, else
+// the one generated in the state dir.
+func TestPrintProxiesSaysWhereTheCredentialsAre(t *testing.T) {
+	d := statusDriver{st: sandbox.Status{SOCKS5: "127.0.0.1:1080", HTTPProxy: "127.0.0.1:3128"}}
+	creds := &proxy.Credentials{Username: "u", Password: "p"}
+	for _, tc := range []struct {
+		name, flag, want string
+	}{
+		{"generated", "", "in /state/proxy-credentials"},
+		{"from --proxy-credentials-file", "/etc/agent/creds", "in /etc/agent/creds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			printProxies(&out, d, sandbox.DriverConfig{StateDir: "/state", ProxyCredentials: creds}, tc.flag)
+			assert.Equal(t, "sandbox: SOCKS5 on 127.0.0.1:1080 (credentials "+tc.want+")\n"+
+				"sandbox: HTTP proxy on 127.0.0.1:3128 (credentials "+tc.want+")\n", out.String())
+		})
+	}
 }
