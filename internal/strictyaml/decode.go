@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -82,7 +83,9 @@ func parseDocument(data []byte) (body ast.Node, err error) {
 	if tk, msg := CheckShape(tks, LabShape); tk != nil {
 		return nil, &yaml.SyntaxError{Message: msg, Token: tk}
 	}
-	f, err := parser.Parse(tks, 0)
+	// Duplicate keys are found while decoding, which knows the key's path
+	// and goes on to report the file's other problems.
+	f, err := parser.Parse(tks, 0, parser.AllowDuplicateMapKey())
 	if err != nil {
 		return nil, err
 	}
@@ -98,6 +101,25 @@ func parseDocument(data []byte) (body ast.Node, err error) {
 	return body, nil
 }
 
+// dupKey matches the YAML parser's message for a repeated key.
+var dupKey = regexp.MustCompile(`^mapping key ("(?:[^"\\]|\\.)*") already defined at \[(\d+):(\d+)\]$`)
+
+// ExplainSyntax rewords a YAML parser message for a person editing the
+// file and returns a hint on how to fix it, or "".
+func ExplainSyntax(msg string) (string, string) {
+	switch {
+	case strings.Contains(msg, "\t"), strings.Contains(msg, "tab"):
+		// The lexer quotes the tab itself, which prints as blank space.
+		return strings.ReplaceAll(msg, "\t", `\t`), "YAML indents with spaces, never tabs"
+	case strings.Contains(msg, "alias"), strings.Contains(msg, "anchor"):
+		return msg, `a bare * or & starts a YAML alias or anchor; quote the value ("*")`
+	}
+	if m := dupKey.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("duplicate key %s, first at %s:%s", m[1], m[2], m[3]), "remove one of them"
+	}
+	return msg, ""
+}
+
 func (d *Decoder) syntaxError(err error) {
 	var ye yaml.Error
 	if errors.As(err, &ye) {
@@ -105,14 +127,7 @@ func (d *Decoder) syntaxError(err error) {
 		if tk := ye.GetToken(); tk != nil && tk.Position != nil {
 			pos = Pos{tk.Position.Line, tk.Position.Column}
 		}
-		msg := ye.GetMessage()
-		hint := ""
-		if strings.Contains(msg, "alias") || strings.Contains(msg, "anchor") {
-			hint = `a bare * or & starts a YAML alias or anchor; quote the value ("*")`
-		}
-		if strings.Contains(msg, "tab") {
-			hint = "YAML indents with spaces, never tabs"
-		}
+		msg, hint := ExplainSyntax(ye.GetMessage())
 		d.c.Add(&Error{File: d.file, Pos: pos, Msg: "yaml: " + msg, Hint: hint})
 		return
 	}
@@ -269,6 +284,7 @@ func (d *Decoder) decodeStruct(n Node, v reflect.Value, path string) {
 		return
 	}
 	present := map[*field]bool{}
+	seen := map[string]Pos{}
 	for _, kv := range kvs {
 		key, ok := keyString(kv.Key)
 		if !ok {
@@ -279,6 +295,12 @@ func (d *Decoder) decodeStruct(n Node, v reflect.Value, path string) {
 			d.Errorf(kv.Key, path, "merge keys (<<) are not supported")
 			continue
 		}
+		if first, dup := seen[key]; dup {
+			d.HintErrorf(kv.Key, join(path, key), "remove one of them",
+				"duplicate key %q, first at %d:%d", key, first.Line, first.Col)
+			continue
+		}
+		seen[key] = position(kv.Key)
 		f := si.byName[key]
 		if f == nil {
 			d.unknownKey(kv.Key, path, key, si)
@@ -346,6 +368,7 @@ func (d *Decoder) decodeKeyed(n Node, v reflect.Value, path string, f *field) {
 	et := v.Type().Elem()
 	si := infoOf(et)
 	out := reflect.MakeSlice(v.Type(), 0, len(kvs))
+	seen := map[string]Pos{}
 	for _, kv := range kvs {
 		name, ok := keyString(kv.Key)
 		if !ok || kv.Key.IsMergeKey() {
@@ -353,6 +376,13 @@ func (d *Decoder) decodeKeyed(n Node, v reflect.Value, path string, f *field) {
 			continue
 		}
 		p := join(path, name)
+		if first, dup := seen[name]; dup {
+			// Decoding it would overwrite the first one's positions.
+			d.HintErrorf(kv.Key, p, "give each its own name, or remove one",
+				"name %q is already declared at %d:%d", name, first.Line, first.Col)
+			continue
+		}
+		seen[name] = position(kv.Key)
 		d.pos[p] = position(kv.Key)
 		if si.key != nil && si.key.pattern != nil && !si.key.pattern.MatchString(name) {
 			d.HintErrorf(kv.Key, p, si.key.doc, "bad name %q", name)

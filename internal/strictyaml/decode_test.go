@@ -216,6 +216,35 @@ f.yaml:3:6: networks.b: anchors and aliases are not supported; copy the value in
 			want: "1 problem:\nf.yaml:2:6: nat: want a mapping, got a list; write a value (full-cone, symmetric), or a mapping with profile, hairpin",
 		},
 		{
+			name: "duplicate keys and names, other problems still reported",
+			in: `networks:
+  home: {cidr: 10.0.0.0/8}
+  home: {cidr: 10.1.0.0/16}
+name: a
+name: b
+steps:
+  - ping: {from: a, to: b, to: c}
+wait: 30
+`,
+			want: `4 problems:
+f.yaml:3:3: networks.home: name "home" is already declared at 2:3; give each its own name, or remove one
+f.yaml:5:1: name: duplicate key "name", first at 4:1; remove one of them
+f.yaml:7:28: steps[1].ping.to: duplicate key "to", first at 7:21; remove one of them
+f.yaml:8:7: wait: want a duration such as 500ms, 3s or 1m30s, got number 30; add a unit: 30s or 30ms`,
+		},
+		{
+			name: "tab indentation",
+			in:   "networks:\n  home:\n\tcidr: 10.0.0.0/8\n",
+			want: `1 problem:
+f.yaml:3:1: yaml: found character '\t' that cannot start any token; YAML indents with spaces, never tabs`,
+		},
+		{
+			name: "only comments",
+			in:   "# networks: {}\n\n",
+			want: `1 problem:
+f.yaml:1:1: missing required key "networks"; networks: The networks`,
+		},
+		{
 			name: "tags",
 			in:   "networks: {}\nname: !!str abc\n",
 			want: "1 problem:\nf.yaml:2:7: name: YAML tags are not supported; remove the tag; the format says what type each value is",
@@ -229,6 +258,23 @@ f.yaml:3:6: networks.b: anchors and aliases are not supported; copy the value in
 			assert.ErrorIs(t, err, ErrInvalid)
 			assert.Equal(t, tt.want, err.Error())
 		})
+	}
+}
+
+// TestExplainSyntax: the YAML parser's messages that other parsers (policy)
+// still get from it are reworded with a hint.
+func TestExplainSyntax(t *testing.T) {
+	tests := []struct{ in, msg, hint string }{
+		{`mapping key "default" already defined at [1:1]`, `duplicate key "default", first at 1:1`, "remove one of them"},
+		{`mapping key "a \"b\"" already defined at [12:5]`, `duplicate key "a \"b\"", first at 12:5`, "remove one of them"},
+		{"found character '\t' that cannot start any token", `found character '\t' that cannot start any token`, "YAML indents with spaces, never tabs"},
+		{"undefined alias name", "undefined alias name", `a bare * or & starts a YAML alias or anchor; quote the value ("*")`},
+		{"could not find flow mapping end token '}'", "could not find flow mapping end token '}'", ""},
+	}
+	for _, tt := range tests {
+		msg, hint := ExplainSyntax(tt.in)
+		assert.Equal(t, tt.msg, msg, tt.in)
+		assert.Equal(t, tt.hint, hint, tt.in)
 	}
 }
 
