@@ -1,6 +1,9 @@
 package topology
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -216,4 +219,126 @@ t.yaml:11:38: networks.corp.firewall.rules[3].ports[2]: port range "90-80" is re
 			assert.Equal(t, tt.want, err.Error())
 		})
 	}
+}
+
+// TestMistakes: the slips people make writing a topology by hand, each
+// reported at the offending key or value with what was wrong.
+func TestMistakes(t *testing.T) {
+	const base = `networks:
+  internet: {cidr: 203.0.113.0/24}
+  home: {cidr: 192.168.1.0/24, uplink: internet, nat: full-cone}
+control: {network: internet}
+`
+	tests := []struct {
+		name, in, want string
+	}{
+		{
+			name: "empty file",
+			in:   "",
+			want: `t.yaml:1:1: missing required key "networks"; networks: Network segments by name`,
+		},
+		{
+			name: "only comments",
+			in:   "# networks:\n#   internet: {cidr: 203.0.113.0/24}\n",
+			want: `t.yaml:1:1: missing required key "networks"; networks: Network segments by name`,
+		},
+		{
+			name: "misspelled key",
+			in:   base + "nodes:\n  a: {network: home}\n  b: {netwrok: home}\n",
+			want: `t.yaml:7:3: nodes.b: node b runs nowhere; add network: NAME (a host of its own) or host: NAME (a declared host)
+t.yaml:7:7: nodes.b: unknown key "netwrok"; did you mean "network"? (known keys: host, network, addr, aliases, link, count, roams, sandbox, start, listen_port, relay_transport, ice, mtu)`,
+		},
+		{
+			name: "duplicate node name",
+			in:   base + "nodes:\n  a: {network: home}\n  a: {network: internet}\n",
+			want: `t.yaml:7:3: nodes.a: name "a" is already declared at 6:3; give each its own name, or remove one`,
+		},
+		{
+			name: "duplicate network name, rest still checked",
+			in:   "networks:\n  internet: {cidr: 203.0.113.0/24}\n  home: {cidr: 192.168.1.0/24, uplink: internet}\n  internet: {cidr: 198.51.100.0/24}\ncontrol: {network: internet}\nnodes:\n  a: {network: hom}\n",
+			want: `t.yaml:4:3: networks.internet: name "internet" is already declared at 2:3; give each its own name, or remove one
+t.yaml:7:16: nodes.a.network: no network "hom"; did you mean "home"?`,
+		},
+		{
+			name: "duplicate key in a node",
+			in:   base + "nodes:\n  a:\n    network: home\n    network: internet\n",
+			want: `t.yaml:8:5: nodes.a.network: duplicate key "network", first at 7:5; remove one of them`,
+		},
+		{
+			name: "node and host share a name",
+			in:   base + "nodes:\n  a: {network: home}\nhosts:\n  a: {network: internet}\n",
+			want: `t.yaml:6:3: nodes.a: name "a" is already the host declared at 8:3; networks, routers, hosts, services and nodes share one namespace`,
+		},
+		{
+			name: "count zero",
+			in:   base + "nodes:\n  a: {network: home, count: 0}\n",
+			want: `t.yaml:6:29: nodes.a.count: want an integer from 1 to 1000, got 0`,
+		},
+		{
+			name: "count negative",
+			in:   base + "nodes:\n  a: {network: home, count: -2}\n",
+			want: `t.yaml:6:29: nodes.a.count: want an integer from 1 to 1000, got -2`,
+		},
+		{
+			name: "count a word",
+			in:   base + "nodes:\n  a: {network: home, count: two}\n",
+			want: `t.yaml:6:29: nodes.a.count: want an integer, got "two"`,
+		},
+		{
+			name: "negative latency",
+			in:   base + "nodes:\n  a: {network: home}\nhosts:\n  h: {network: home, link: {latency: -5ms}}\n",
+			want: `t.yaml:8:38: hosts.h.link.latency: want a duration such as 500ms, 3s or 1m30s, got the negative -5ms`,
+		},
+		{
+			name: "duration without unit",
+			in:   base + "hosts:\n  h: {network: home, link: {latency: 10}}\n",
+			want: `t.yaml:6:38: hosts.h.link.latency: want a duration such as 500ms, 3s or 1m30s, got number 10; add a unit: 10s or 10ms`,
+		},
+		{
+			name: "string where a list is wanted",
+			in:   base + "nodes:\n  a: {network: home, roams: internet}\n",
+			want: `t.yaml:6:29: nodes.a.roams: want a list, got "internet"; for one item write [internet]`,
+		},
+		{
+			name: "unknown NAT profile",
+			in:   "networks:\n  internet: {cidr: 203.0.113.0/24}\n  home: {cidr: 192.168.1.0/24, uplink: internet, nat: {profile: fullcone}}\n",
+			want: `t.yaml:3:65: networks.home.nat.profile: unknown value "fullcone"; did you mean "full-cone"? (one of: full-cone, restricted-cone, port-restricted-cone, symmetric, cgnat, udp-blocked, ipv6-firewall, nat64)`,
+		},
+		{
+			name: "port zero",
+			in:   base + "nodes:\n  a: {network: home, listen_port: 0}\n",
+			want: `t.yaml:6:35: nodes.a.listen_port: want an integer from 1 to 65535, got 0`,
+		},
+		{
+			name: "tab indentation",
+			in:   base + "nodes:\n\ta: {network: home}\n",
+			want: `t.yaml:6:1: yaml: found character '\t' that cannot start any token; YAML indents with spaces, never tabs`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, p, err := Parse("t.yaml", []byte(tt.in))
+			require.Error(t, err)
+			assert.Nil(t, p)
+			assert.ErrorIs(t, err, strictyaml.ErrInvalid)
+			var es *strictyaml.Errors
+			require.ErrorAs(t, err, &es)
+			lines := strings.SplitN(err.Error(), "\n", 2)
+			require.Len(t, lines, 2)
+			assert.Equal(t, tt.want, lines[1])
+		})
+	}
+}
+
+// TestLoadNotAFile: a path that is no readable file is refused naming it,
+// once.
+func TestLoadNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := Load(dir)
+	assert.EqualError(t, err, "read "+dir+": is a directory, not a YAML file")
+
+	gone := filepath.Join(dir, "gone.yaml")
+	_, _, err = Load(gone)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	assert.EqualError(t, err, "open "+gone+": no such file or directory")
 }

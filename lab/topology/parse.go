@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,6 +73,10 @@ func Load(path string) (*File, *Plan, error) {
 	return Parse(path, data)
 }
 
+// errIsDir is why ReadFile refuses a directory: reading one fails with an
+// error that repeats the path ("read d: read d: is a directory").
+var errIsDir = errors.New("is a directory, not a YAML file")
+
 // ReadFile reads a lab file, refusing more than strictyaml.MaxSize bytes.
 func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -79,6 +84,9 @@ func ReadFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.IsDir() {
+		return nil, fmt.Errorf("read %s: %w", path, errIsDir)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, strictyaml.MaxSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
