@@ -51,7 +51,14 @@ func check(f *File, c *strictyaml.Collector) {
 		k.location[n.Name] = n.Network
 	}
 	if len(f.Nodes) > 0 {
+		first := map[string]int{}
 		for i, name := range f.Nodes {
+			if j, dup := first[name]; dup {
+				k.errorf(fmt.Sprintf("nodes[%d]", i+1), "list each node once",
+					"node %q is listed twice (first as nodes[%d])", name, j)
+				continue
+			}
+			first[name] = i + 1
 			members := k.plan.Group(name)
 			if len(members) == 0 {
 				k.errorf(fmt.Sprintf("nodes[%d]", i+1), k.nodeHint(name), "no node %q in the topology", name)
