@@ -112,4 +112,9 @@ s.yaml:1:1: missing required key "steps"; steps: The timeline, run in order`)
 	require.NoError(t, os.WriteFile(s, []byte("topology: .\nsteps:\n  - sleep: 1s\n"), 0o644))
 	_, err = Load(s)
 	assert.EqualError(t, err, "1 problem:\n"+s+":1:11: topology: read "+dir+": is a directory, not a YAML file; the path is relative to the scenario file")
+
+	// A topology given to run the scenario on is read as given: no hint
+	// that sends the user looking next to the scenario.
+	_, err = Parse(s, []byte("topology: t.yaml\nsteps:\n  - sleep: 1s\n"), Options{Topology: dir})
+	assert.EqualError(t, err, "1 problem:\n"+s+":1:11: topology: read "+dir+": is a directory, not a YAML file")
 }

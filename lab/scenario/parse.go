@@ -69,8 +69,11 @@ func Parse(name string, data []byte, opt Options) (*File, error) {
 		}
 		tdata, rerr := opt.ReadFile(path)
 		if rerr != nil {
-			c.Add(&strictyaml.Error{File: name, Pos: pos["topology"], Path: "topology", Msg: rerr.Error(),
-				Hint: "the path is relative to the scenario file"})
+			hint := "the path is relative to the scenario file"
+			if opt.Topology != "" {
+				hint = "" // the path was given instead of the scenario's own
+			}
+			c.Add(&strictyaml.Error{File: name, Pos: pos["topology"], Path: "topology", Msg: rerr.Error(), Hint: hint})
 			break
 		}
 		tf, plan, terr := topology.Parse(path, tdata)
