@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/topology"
 	"github.com/latticelab/lattice/scenarios"
 	"github.com/latticelab/lattice/topologies"
@@ -84,6 +85,7 @@ func (l *Loader) Resolve(ref string, kind Kind) (string, error) {
 		}
 	}
 	base := strings.TrimSuffix(name, ".yaml") + ".yaml"
+	var names []string
 	for _, g := range l.groups() {
 		if kind != "" && kind != g.kind {
 			continue
@@ -91,6 +93,13 @@ func (l *Loader) Resolve(ref string, kind Kind) (string, error) {
 		if _, err := fs.Stat(g.fsys, base); err == nil {
 			return g.dir + "/" + base, nil
 		}
+		files, _ := fs.Glob(g.fsys, "*.yaml") // only for a suggestion
+		for _, f := range files {
+			names = append(names, strings.TrimSuffix(f, ".yaml"))
+		}
+	}
+	if s := strictyaml.Suggest(strings.TrimSuffix(name, ".yaml"), names); s != "" {
+		return "", fmt.Errorf("%w %q; did you mean %q? (lattice-lab list shows them)", ErrNoBuiltin, name, s)
 	}
 	return "", fmt.Errorf("%w %q (lattice-lab list shows them)", ErrNoBuiltin, name)
 }

@@ -65,12 +65,22 @@ type Options struct {
 // scenarioKey matches a top-level key only scenarios have.
 var scenarioKey = regexp.MustCompile(`(?m)^(steps|topology)\s*:`)
 
+// topKey matches a top-level key.
+var topKey = regexp.MustCompile(`(?m)^([A-Za-z_][A-Za-z0-9_-]*)\s*:`)
+
 // KindOf guesses whether data is a scenario or a topology from its
 // top-level keys; a file with neither is taken for a topology, whose
-// errors then say what is missing.
+// errors then say what is missing. A misspelt steps: or topology: still
+// makes a scenario, so its errors suggest the key meant rather than list
+// a topology's keys.
 func KindOf(data []byte) Kind {
 	if scenarioKey.Match(data) {
 		return Scenario
+	}
+	for _, m := range topKey.FindAllSubmatch(data, -1) {
+		if strictyaml.Suggest(string(m[1]), []string{"steps", "topology"}) != "" {
+			return Scenario
+		}
 	}
 	return Topology
 }

@@ -75,6 +75,9 @@ func TestKindOf(t *testing.T) {
 		{name: "nested steps are not top-level", data: "nodes:\n  steps: {network: lan}\n", want: labfile.Topology},
 		{name: "a comment naming steps", data: "# steps: none\nnetworks: {}\n", want: labfile.Topology},
 		{name: "empty", data: "", want: labfile.Topology},
+		{name: "steps misspelt", data: "topolgy: t.yaml\nstesp:\n  - sleep: 1s\n", want: labfile.Scenario},
+		{name: "topology misspelt", data: "topolgy: t.yaml\n", want: labfile.Scenario},
+		{name: "topology keys near no scenario key", data: "seed: 1\nstun: {}\nhosts: {}\nnodes: {}\ndns: {}\nnetworks: {}\n", want: labfile.Topology},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, labfile.KindOf([]byte(tc.data)))
@@ -97,6 +100,7 @@ func TestResolve(t *testing.T) {
 		{name: "with .yaml", ref: "builtin:cgnat.yaml", want: "topologies/cgnat.yaml"},
 		{name: "by directory", ref: "builtin:topologies/quickstart", want: "topologies/quickstart.yaml"},
 		{name: "the directory wins over kind", ref: "builtin:scenarios/quickstart", kind: labfile.Topology, want: "scenarios/quickstart.yaml"},
+		{name: "misspelt", ref: "builtin:cgant", wantErr: `no built-in scenario or topology "cgant"; did you mean "cgnat"? (lattice-lab list shows them)`},
 		{name: "unknown", ref: "builtin:nope", wantErr: `no built-in scenario or topology "nope" (lattice-lab list shows them)`},
 		{name: "not of that kind", ref: "builtin:cgnat", kind: labfile.Scenario, wantErr: `no built-in scenario or topology "cgnat" (lattice-lab list shows them)`},
 		{name: "out of the directory", ref: "builtin:../go.mod", wantErr: `no built-in scenario or topology "../go.mod" (lattice-lab list shows them)`},
@@ -270,6 +274,42 @@ func TestLoadErrors(t *testing.T) {
 	_, err := l.Load("missing.yaml", labfile.Options{})
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	assert.EqualError(t, err, "open missing.yaml: no such file or directory")
+}
+
+// TestLoadMistakes: files that are wrong as a whole are refused naming the
+// file and, for contents, the line and column.
+func TestLoadMistakes(t *testing.T) {
+	t.Chdir(t.TempDir())
+	l := held(t, fakeBuiltins())
+	write(t, "empty.yaml", "")
+	write(t, "typos.yaml", "topolgy: t.yaml\nstesp:\n  - sleep: 1s\n")
+	write(t, "tab.yaml", "topology: t.yaml\nsteps:\n\t- sleep: 1s\n")
+	write(t, "dir/x.yaml", "")
+	for _, tc := range []struct {
+		name, ref string
+		opt       labfile.Options
+		wantErr   string
+	}{
+		{name: "empty file", ref: "empty.yaml",
+			wantErr: "1 problem:\nempty.yaml:1:1: missing required key \"networks\"; networks: Network segments by name"},
+		{name: "scenario keys misspelt", ref: "typos.yaml", wantErr: `4 problems:
+typos.yaml:1:1: unknown key "topolgy"; did you mean "topology"? (known keys: version, name, description, topology, nodes, tags, requires, timeout, clock, steps)
+typos.yaml:1:1: missing required key "topology"; topology: The topology: a path to a topology file (relative to this file), or a topology written inline
+typos.yaml:1:1: missing required key "steps"; steps: The timeline, run in order
+typos.yaml:2:1: unknown key "stesp"; did you mean "steps"? (known keys: version, name, description, topology, nodes, tags, requires, timeout, clock, steps)`},
+		{name: "tab indentation", ref: "tab.yaml",
+			wantErr: "1 problem:\ntab.yaml:3:1: yaml: found character '\\t' that cannot start any token; YAML indents with spaces, never tabs"},
+		{name: "a directory", ref: "dir", wantErr: "read dir: is a directory, not a YAML file"},
+		{name: "on a directory", ref: "builtin:agent-up", opt: labfile.Options{On: "dir"},
+			wantErr: "1 problem:\nscenarios/agent-up.yaml:3:11: topology: read dir: is a directory, not a YAML file"},
+		{name: "a misspelt builtin", ref: "builtin:agnet-up",
+			wantErr: `no built-in scenario or topology "agnet-up"; did you mean "agent-up"? (lattice-lab list shows them)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.Load(tc.ref, tc.opt)
+			assert.EqualError(t, err, tc.wantErr)
+		})
+	}
 }
 
 func TestLoadBuiltinNeedsHold(t *testing.T) {
