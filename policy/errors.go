@@ -19,6 +19,9 @@ var (
 	ErrInvalidConfig = errors.New("policy: invalid watcher config")
 	// ErrClosed is returned by Reload on a closed Watcher.
 	ErrClosed = errors.New("policy: watcher closed")
+
+	// errIsDir is why a policy path naming a directory is refused.
+	errIsDir = errors.New("is a directory, not a policy file")
 )
 
 // PosError is one problem in a policy file, at a position an editor can

@@ -50,6 +50,10 @@ func readFile(path string) ([]byte, os.FileInfo, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err)
 	}
+	if info.IsDir() {
+		// Reading it would fail with "read D: read D: is a directory".
+		return nil, nil, fmt.Errorf("policy: read %s: %w", path, errIsDir)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: read %s: %w", path, err)
@@ -151,6 +155,8 @@ func (ps *parseState) syntaxError(err error) {
 		if strings.Contains(msg, "alias") {
 			// The likeliest cause in a policy is allow: * unquoted.
 			msg += ` (a bare * starts a YAML alias; write any or "*")`
+		} else if m, hint := strictyaml.ExplainSyntax(msg); hint != "" {
+			msg = m + "; " + hint
 		}
 		ps.errorAt(line, col, "yaml: %s", msg)
 		return
@@ -199,6 +205,15 @@ func describe(n ast.Node) string {
 		return "a tagged value (tags are not supported)"
 	}
 	return strictyaml.Describe(n)
+}
+
+// didYouMean is "did you mean "KEY"? " naming the key closest to key, or
+// "" when none is close.
+func didYouMean(key string, keys ...string) string {
+	if s := strictyaml.Suggest(key, keys); s != "" {
+		return fmt.Sprintf("did you mean %q? ", s)
+	}
+	return ""
 }
 
 // str returns n's value if n is a plain string.
@@ -277,7 +292,8 @@ func (ps *parseState) document(f *ast.File, p *Policy) {
 		case "rules":
 			ps.rules(kv.Value, p)
 		default:
-			ps.errorf(kv.Key, "unknown key %q; want version, default, allow_metadata or rules", key)
+			ps.errorf(kv.Key, "unknown key %q; %swant version, default, allow_metadata or rules", key,
+				didYouMean(key, "version", "default", "allow_metadata", "rules"))
 		}
 	}
 }
@@ -337,7 +353,8 @@ func (ps *parseState) rule(n ast.Node, idx int) []rule {
 				ps.errorf(kv.Value, "%s: proto: want tcp, udp, icmp or any, got %s", what, describe(kv.Value))
 			}
 		default:
-			ps.errorf(kv.Key, "%s: unknown key %q; want allow or deny, and optionally ports and proto", what, key)
+			ps.errorf(kv.Key, "%s: unknown key %q; %swant allow or deny, and optionally ports and proto", what, key,
+				didYouMean(key, "allow", "deny", "ports", "proto"))
 		}
 	}
 	if actionKey == nil {

@@ -130,7 +130,14 @@ func TestParseErrors(t *testing.T) {
 		{"ports with icmp before", "rules:\n  - proto: icmp\n    ports: 80\n    deny: any\n", `p.yaml:3:12: rule 1: ports need proto tcp, udp or any; icmp has no ports`},
 		{"proto upper", "rules:\n  - allow: 1.1.1.1\n    proto: TCP\n", `p.yaml:3:12: rule 1: proto: want tcp, udp, icmp or any, got "TCP"`},
 		{"proto list", "rules:\n  - allow: 1.1.1.1\n    proto: [tcp]\n", `p.yaml:3:12: rule 1: proto: want tcp, udp, icmp or any, got a list`},
-		{"duplicate key", "default: deny\ndefault: allow\n", `p.yaml:2:1: yaml: mapping key "default" already defined at [1:1]`},
+		{"duplicate key", "default: deny\ndefault: allow\n", `p.yaml:2:1: yaml: duplicate key "default", first at 1:1; remove one of them`},
+		{"duplicate rule key", "rules:\n  - allow: 1.1.1.1\n    allow: 2.2.2.2\n", `p.yaml:3:5: yaml: duplicate key "allow", first at 2:5; remove one of them`},
+		{"tab indentation", "rules:\n\t- allow: 1.1.1.1\n", `p.yaml:2:1: yaml: found character '\t' that cannot start any token; YAML indents with spaces, never tabs`},
+		{"misspelt key", "defualt: deny\n", `p.yaml:1:1: unknown key "defualt"; did you mean "default"? want version, default, allow_metadata or rules`},
+		{"misspelt rule key", "rules:\n  - allow: 1.1.1.1\n    prots: tcp\n", `p.yaml:3:5: rule 1: unknown key "prots"; did you mean "proto"? want allow or deny, and optionally ports and proto`},
+		{"misspelt action", "rules:\n  - alow: 1.1.1.1\n", "p.yaml:2:5: rule 1: unknown key \"alow\"; did you mean \"allow\"? want allow or deny, and optionally ports and proto\np.yaml:2:5: rule 1: want allow: or deny: naming a destination"},
+		{"negative port", "rules:\n  - allow: 1.1.1.1\n    ports: -1\n", `p.yaml:3:12: rule 1: ports: want a port (1-65535) or a range "LO-HI", got "-1"`},
+		{"unknown proto", "rules:\n  - allow: 1.1.1.1\n    proto: tpc\n", `p.yaml:3:12: rule 1: proto: want tcp, udp, icmp or any, got "tpc"`},
 		{"complex key", "? [a]\n: b\n", `p.yaml:2:1: yaml: found an invalid key for this map`},
 		// Shapes the YAML parser would take quadratic time over.
 		{"deep flow", strings.Repeat("[", 1000), `p.yaml:1:17: yaml: nested deeper than 16 levels`},
@@ -255,4 +262,7 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, make([]byte, MaxSize+1), 0o600))
 	_, err = Load(path)
 	assert.ErrorIs(t, err, ErrTooLarge)
+
+	_, err = Load(dir)
+	assert.EqualError(t, err, "policy: read "+dir+": is a directory, not a policy file")
 }

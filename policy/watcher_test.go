@@ -289,6 +289,25 @@ func TestWatcherMissingFile(t *testing.T) {
 	assert.True(t, p.Decide(tcp("2.2.2.2", 1)).Allow)
 }
 
+// TestWatcherPathBecomesDirectory: a directory where the policy was keeps
+// the policy in force, logged once, saying what is wrong with the path.
+func TestWatcherPathBecomesDirectory(t *testing.T) {
+	f := newWatchFixture(t, policyV1, 5*time.Millisecond)
+	before := f.w.Current()
+
+	require.NoError(t, os.Remove(f.path))
+	require.NoError(t, os.Mkdir(f.path, 0o700))
+	f.waitFor(t, "directory logged", func() bool { return f.log.count("is a directory, not a policy file") > 0 })
+	f.waitPolls(t, 5)
+	assert.Equal(t, 1, f.log.count("policy file unreadable"), "a lasting problem is logged once")
+	assert.Contains(t, f.log.String(), "policy: read "+f.path+": is a directory, not a policy file")
+	assert.NotContains(t, f.log.String(), "read "+f.path+": read ", "the path is named once")
+	assert.Same(t, before, f.w.Current())
+	assert.EqualError(t, f.w.Reload(), "policy: read "+f.path+": is a directory, not a policy file")
+	assert.Same(t, before, f.w.Current())
+	f.noChange(t)
+}
+
 func TestWatcherReload(t *testing.T) {
 	// An hour-long interval: only Reload can see changes.
 	f := newWatchFixture(t, policyV1, time.Hour)
