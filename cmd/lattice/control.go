@@ -299,6 +299,7 @@ func readTokens(path string) ([]control.JoinToken, error) {
 		return nil, err
 	}
 	var out []control.JoinToken
+	first := map[string]int{} // token → the line it is on
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
@@ -339,6 +340,11 @@ func readTokens(path string) ([]control.JoinToken, error) {
 		if len(t.Value) < 16 {
 			return nil, fmt.Errorf("%s:%d: token is %d characters; use at least 16", path, line, len(t.Value))
 		}
+		if l, dup := first[t.Value]; dup {
+			// Which line's expiry and tags would hold is anyone's guess.
+			return nil, fmt.Errorf("%s:%d: the token on line %d again; keep one line per token", path, line, l)
+		}
+		first[t.Value] = line
 		out = append(out, t)
 	}
 	if err := sc.Err(); err != nil {

@@ -31,6 +31,11 @@ func TestReadTokensTags(t *testing.T) {
 		{"two expiries", "router-token-0123456789 2027-01-01T00:00:00Z 2028-01-01T00:00:00Z\n", nil,
 			`1: "2028-01-01T00:00:00Z": an expiry was given already; tags go as tags=T1,T2`},
 		{"four fields", "router-token-0123456789 a b c\n", nil, "1: want TOKEN [EXPIRY] [tags=T1,T2], got 4 fields"},
+		{"token twice", "# routers\nrouter-token-0123456789 tags=router\nplain-token-0123456789\nrouter-token-0123456789 tags=db\n", nil,
+			"4: the token on line 2 again; keep one line per token"},
+		{"bad expiry", "router-token-0123456789 2027-13-01\n", nil, `1: expiry "2027-13-01" is not RFC 3339 (e.g. 2027-01-01T00:00:00Z)`},
+		{"short token", "\n\nshort\n", nil, "3: token is 5 characters; use at least 16"},
+		{"only comments", "# no tokens yet\n\n", nil, " no tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writePrivate(t, "tokens", []byte(tc.file))
