@@ -156,8 +156,9 @@ func stripComments(b []byte) []byte {
 }
 
 var (
-	lineRe  = regexp.MustCompile(`line (\d+)(?::(\d+))?`)
+	lineRe  = regexp.MustCompile(`line (\d+)(?::(\d+))?: `)
 	fieldRe = regexp.MustCompile(`(?:unknown field "|key "|Go struct field )([^" ]+)`)
+	dupRe   = regexp.MustCompile(`^key "((?:[^"\\]|\\.)*)" already set in map`)
 )
 
 // locate turns a decoding error into file:line:col. The YAML parser gives
@@ -166,14 +167,26 @@ var (
 func locate(file string, doc document, err error) error {
 	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
-	if m := lineRe.FindStringSubmatch(msg); m != nil {
+	if loc := lineRe.FindStringSubmatchIndex(msg); loc != nil {
 		var n, col int
-		fmt.Sscan(m[1], &n)
+		fmt.Sscan(msg[loc[2]:loc[3]], &n)
 		col = 1
-		if m[2] != "" {
-			fmt.Sscan(m[2], &col)
+		if loc[4] >= 0 {
+			fmt.Sscan(msg[loc[4]:loc[5]], &col)
 		}
-		return fmt.Errorf("%s:%d:%d: %s", file, doc.line+n-1, col, msg)
+		// The parser counts lines from the document's start, so its "line
+		// N" would contradict the file's; the first problem is enough.
+		what, _, _ := strings.Cut(msg[loc[1]:], "\n")
+		if m := dupRe.FindStringSubmatch(what); m != nil {
+			if lines := strings.Split(string(doc.text), "\n"); n >= 1 && n <= len(lines) {
+				// The last on the line: in flow style the first may be too.
+				if c, ok := lastKey(lines[n-1], m[1]); ok {
+					col = c
+				}
+			}
+			return fmt.Errorf("%s:%d:%d: yaml: duplicate key %q; remove one of them", file, doc.line+n-1, col, m[1])
+		}
+		return fmt.Errorf("%s:%d:%d: yaml: %s", file, doc.line+n-1, col, what)
 	}
 	if m := fieldRe.FindStringSubmatch(msg); m != nil {
 		key := m[1]
@@ -187,17 +200,35 @@ func locate(file string, doc document, err error) error {
 	return fmt.Errorf("%s:%d:1: %s", file, doc.line, msg)
 }
 
+// lastKey returns the column of the last "key:" on line.
+func lastKey(line, key string) (int, bool) {
+	locs := keyRe(key).FindAllStringIndex(line, -1)
+	if len(locs) == 0 {
+		return 0, false
+	}
+	return keyCol(line, locs[len(locs)-1][0]), true
+}
+
+// keyRe matches "key:" in block or flow style, with the character before it.
+func keyRe(key string) *regexp.Regexp {
+	return regexp.MustCompile(`(^|[\s{,-])` + regexp.QuoteMeta(key) + `\s*:`)
+}
+
+// keyCol is the 1-based column of the key keyRe matched at start.
+func keyCol(line string, start int) int {
+	if start < len(line) && strings.ContainsRune(" \t{,-", rune(line[start])) {
+		return start + 2
+	}
+	return start + 1
+}
+
 // findKey returns the line and column of the first "key:" in text (block
 // or flow style).
 func findKey(text []byte, key string) (line, col int, ok bool) {
-	re := regexp.MustCompile(`(^|[\s{,-])` + regexp.QuoteMeta(key) + `\s*:`)
+	re := keyRe(key)
 	for i, l := range strings.Split(string(text), "\n") {
 		if loc := re.FindStringIndex(l); loc != nil {
-			c := loc[0] + 1
-			if loc[0] < len(l) && strings.ContainsRune(" \t{,-", rune(l[loc[0]])) {
-				c++
-			}
-			return i + 1, c, true
+			return i + 1, keyCol(l, loc[0]), true
 		}
 	}
 	return 0, 0, false
