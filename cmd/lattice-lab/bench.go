@@ -66,14 +66,9 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 			}
 			var base *bench.Report
 			if baseline != "" {
-				f, err := os.Open(baseline)
-				if err != nil {
-					return err
-				}
-				base, err = bench.ReadJSON(f)
-				f.Close()
-				if err != nil {
-					return fmt.Errorf("baseline %s: %w", baseline, err)
+				var err error
+				if base, err = bench.LoadJSON(baseline); err != nil {
+					return fmt.Errorf("baseline: %w", err)
 				}
 			}
 			pf, err := lab.Load(pair, labfile.Options{Kind: labfile.Topology})

@@ -57,3 +57,19 @@ func TestBenchScaleProgress(t *testing.T) {
 	require.Greater(t, len(p), 2)
 	assert.Equal(t, []byte{0x1f, 0x8b}, p[:2], "a pprof profile is gzipped")
 }
+
+// TestBenchBadBaseline: a baseline that is no report stops the bench
+// before it runs, naming the file (and where in it, for bad JSON), rather
+// than comparing nothing and reporting no regressions.
+func TestBenchBadBaseline(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "result.json")
+	require.NoError(t, os.WriteFile(p, []byte(`{"name": "link-flap", "passed": true}`), 0o644))
+	code, out, stderr := run(t, "bench", "--only", "datapath", "--out", t.TempDir(), "--baseline", p)
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, stderr, "baseline: "+p+": no metrics; want a bench.json written by lattice-lab bench")
+
+	require.NoError(t, os.WriteFile(p, []byte("{\n  \"cpus\": 2,\n}\n"), 0o644))
+	code, out, stderr = run(t, "bench", "--only", "datapath", "--out", t.TempDir(), "--baseline", p)
+	assert.NotEqual(t, 0, code, out)
+	assert.Contains(t, stderr, "baseline: "+p+":3:1: invalid character '}'")
+}
