@@ -195,6 +195,6 @@ nodes:
 	assert.Equal(t, "4 problems:\n"+
 		topo+":5:64: nodes.bad.sandbox.egress_policy: the egress policy has 2 problem(s), listed under its own name\n"+
 		topo+":6:65: nodes.gone.sandbox.egress_policy: stat "+gone+": no such file or directory; the path is relative to the topology file\n"+
-		bad+":1:10: rule 1: unknown key \"alow\"; want allow or deny, and optionally ports and proto\n"+
+		bad+":1:10: rule 1: unknown key \"alow\"; did you mean \"allow\"? want allow or deny, and optionally ports and proto\n"+
 		bad+":1:10: rule 1: want allow: or deny: naming a destination", err.Error())
 }
