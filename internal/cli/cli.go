@@ -87,6 +87,19 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, st
 // ExactArgs, ...) report a UsageError, so a stray argument exits with
 // ExitUsage like a bad flag does.
 func usageArgs(cmd *cobra.Command) {
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		// A group (lattice egress, lattice sandbox agent): cobra would
+		// print its help and succeed on a mistyped subcommand.
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		if cmd.Args == nil {
+			cmd.Args = func(c *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return UsageError{fmt.Errorf("unknown command %q for %q", args[0], c.CommandPath())}
+				}
+				return nil
+			}
+		}
+	}
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if err := check(c, args); err != nil {

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +21,14 @@ import (
 func ReadSecretFile(path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is said once, below
+		}
+		return nil, fmt.Errorf("secret file %q: %w", path, err)
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("secret file %q is a directory", path)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("secret file %s has mode %v; make it private: chmod 600 %s", path, fi.Mode().Perm(), path)
