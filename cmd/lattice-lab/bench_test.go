@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -56,4 +57,31 @@ func TestBenchScaleProgress(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, len(p), 2)
 	assert.Equal(t, []byte{0x1f, 0x8b}, p[:2], "a pprof profile is gzipped")
+}
+
+// TestBenchUsageErrors: bad flag values are refused before anything runs
+// (--runs -1 used to panic after the benchmark).
+func TestBenchUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"negative runs", []string{"--only", "connect", "--runs", "-1"}, `--runs -1: want at least 1`},
+		{"zero runs", []string{"--only", "connect", "--runs", "0"}, `--runs 0: want at least 1`},
+		{"negative tolerance", []string{"--only", "connect", "--tolerance", "-0.1"}, `--tolerance -0.1: must not be negative`},
+		{"zero bytes", []string{"--only", "datapath", "--bytes", "0"}, `--bytes 0B: want more than 0`},
+		{"empty out", []string{"--only", "connect", "--out", ""}, `--out: name a directory`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench"}, tc.args...)
+			if !slices.Contains(args, "--out") { // were it to run, it writes here
+				args = append(args, "--out", t.TempDir())
+			}
+			code, out, stderr := run(t, args...)
+			assert.Equal(t, 2, code, "%s\n%s", out, stderr)
+			assert.Contains(t, stderr, tc.want)
+			assert.Empty(t, out, "nothing runs")
+		})
+	}
 }
