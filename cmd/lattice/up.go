@@ -98,6 +98,9 @@ egress clear' removes it.`,
 		if controlURL == "" {
 			return usagef("--control is required: the URL of 'lattice control'")
 		}
+		if err := cli.CheckNodeFlags(name, port, relayTransport); err != nil {
+			return err
+		}
 		if err := egressF.check(cmd, userspace, stateDir); err != nil {
 			return err
 		}

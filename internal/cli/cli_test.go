@@ -103,3 +103,52 @@ func TestReadSecretFile(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckHostPort(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		zeroPort bool
+		wantErr  string
+	}{
+		{"relay.example.net:443", false, ""},
+		{"[2001:db8::1]:3478", false, ""},
+		{"127.0.0.1:0", true, ""},
+		{":1080", true, ""},
+		{"127.0.0.1:0", false, `port "0": want a number 1-65535`},
+		{":443", false, "want HOST:PORT"},
+		{"relay.example.net", false, "missing port in address"},
+		{"relay.example.net:https", false, `port "https": want a number 1-65535`},
+		{"127.0.0.1:65536", true, `port "65536": want a number 0-65535`},
+		{"", false, "missing port in address"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			err := CheckHostPort(tc.in, tc.zeroPort)
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.EqualError(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestCheckNodeFlags(t *testing.T) {
+	assert.NoError(t, CheckNodeFlags("web-1", 51820, "tcp"))
+	assert.NoError(t, CheckNodeFlags("web-1", 0, "race"))
+	for _, tc := range []struct {
+		name, node string
+		port       int
+		transport  string
+		wantErr    string
+	}{
+		{"name", "Web 1", 0, "tcp", `--name "Web 1": use lowercase letters, digits and hyphens (e.g. "web-1")`},
+		{"port", "web-1", 65536, "tcp", "--port 65536: want 0-65535 (0: any free port)"},
+		{"transport", "web-1", 0, "udp", `--relay-transport "udp": want tcp, quic, race`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckNodeFlags(tc.node, tc.port, tc.transport)
+			assert.EqualError(t, err, tc.wantErr)
+			assert.ErrorAs(t, err, new(UsageError))
+		})
+	}
+}

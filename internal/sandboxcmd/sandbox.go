@@ -109,8 +109,16 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	if f.name == "" || f.serverURL == "" {
 		return "", cfg, cli.Usagef("--name and --control are required")
 	}
-	if cli.SanitizeName(f.name) != f.name {
-		return "", cfg, cli.Usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, cli.SanitizeName(f.name))
+	if err := cli.CheckNodeFlags(f.name, f.port, f.relayTransport); err != nil {
+		return "", cfg, err
+	}
+	for _, p := range []struct{ flag, addr string }{{"socks5", f.socks5}, {"http-proxy", f.httpProxy}} {
+		if p.addr == "" {
+			continue
+		}
+		if err := cli.CheckHostPort(localAddr(p.addr), true); err != nil {
+			return "", cfg, cli.Usagef("--%s %q: %v (PORT or HOST:PORT)", p.flag, p.addr, err)
+		}
 	}
 	serverURL, err := f.trust.Apply(f.serverURL)
 	if err != nil {
