@@ -291,6 +291,9 @@ its filter itself.`,
 		Example: "  sudo lattice egress clear --interface lattice0",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.CheckInterfaceName(ifname); err != nil {
+				return err
+			}
 			removed, err := egress.Clear(ifname, pinRoot)
 			for _, what := range removed {
 				fmt.Fprintf(cmd.OutOrStdout(), "egress: removed the %s on %s\n", what, ifname)

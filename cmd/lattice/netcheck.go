@@ -77,6 +77,12 @@ from its status socket.`,
 	f.DurationVar(&opt.Wait, "wait", 500*time.Millisecond, "how long to wait for each STUN answer before sending again")
 	f.IntVar(&opt.Tries, "tries", 3, "how many times each STUN request is sent")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if opt.Wait <= 0 {
+			return usagef("--wait %v: must be positive", opt.Wait)
+		}
+		if opt.Tries <= 0 {
+			return usagef("--tries %d: must be positive", opt.Tries)
+		}
 		switch {
 		case controlURL != "" && (len(stuns) > 0 || len(relays) > 0):
 			return usagef("give --control or --stun/--relay, not both")
@@ -101,9 +107,6 @@ from its status socket.`,
 		}
 		if len(stuns) == 0 {
 			return usagef("give at least one --stun HOST:PORT")
-		}
-		if opt.Wait <= 0 || opt.Tries <= 0 {
-			return usagef("--wait and --tries must be positive")
 		}
 		servers, err := resolveSTUN(cmd.Context(), stuns)
 		if err != nil {

@@ -101,6 +101,9 @@ egress clear' removes it.`,
 		if err := cli.CheckNodeFlags(name, port, relayTransport); err != nil {
 			return err
 		}
+		if err := cli.CheckInterfaceName(ifname); err != nil && !userspace {
+			return err
+		}
 		if err := egressF.check(cmd, userspace, stateDir); err != nil {
 			return err
 		}

@@ -186,3 +186,17 @@ func CheckHostPort(s string, zeroPort bool) error {
 	}
 	return nil
 }
+
+// CheckInterfaceName checks a network interface name as Linux does
+// (dev_valid_name): 1-15 bytes, not . or .., no slash, colon or space.
+func CheckInterfaceName(name string) error {
+	switch {
+	case name == "":
+		return Usagef("--interface: name an interface (e.g. lattice0)")
+	case len(name) > 15:
+		return Usagef("--interface %q: %d bytes; interface names have at most 15", name, len(name))
+	case name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n"):
+		return Usagef("--interface %q: not an interface name (no /, : or spaces)", name)
+	}
+	return nil
+}
