@@ -44,7 +44,7 @@ Each is the scenario step of the same name, run as lattice-lab do runs it.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			argv, err := ownFlags(cmd, args[1:])
-			if err != nil {
+			if err != nil || argv == nil { // nil: --help was answered
 				return err
 			}
 			d, err := liveDir(dir, false)
@@ -70,6 +70,9 @@ func ownFlags(cmd *cobra.Command, argv []string) ([]string, error) {
 	}
 	if err := cmd.Flags().Parse(argv[:i]); err != nil {
 		return nil, cli.UsageError{Err: err}
+	}
+	if help, _ := cmd.Flags().GetBool("help"); help {
+		return nil, cmd.Help()
 	}
 	if rest := cmd.Flags().Args(); len(rest) > 0 {
 		return nil, cli.Usagef("%q before --: HOST comes first, then exec's flags, then -- CMD", rest[0])

@@ -66,8 +66,8 @@ fence in Markdown.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&format, "format", "f", "dot", "`dot` (Graphviz) or mermaid")
+	fl.StringVarP(&format, "format", "f", "dot", "diagram `FORMAT`: dot (Graphviz) or mermaid")
 	fl.StringVarP(&output, "output", "o", "", "write to `FILE` instead of standard output")
-	fl.StringVar(&kind, "kind", "", "treat FILE as a `topology` or scenario instead of guessing")
+	fl.StringVar(&kind, "kind", "", "treat FILE as a `KIND`: topology or scenario, instead of guessing")
 	return cmd
 }

@@ -66,7 +66,7 @@ flags.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.kind, "kind", "", "treat every FILE as a `topology` or scenario instead of guessing")
+	fl.StringVar(&opts.kind, "kind", "", "treat every FILE as a `KIND`: topology or scenario, instead of guessing")
 	fl.BoolVar(&opts.json, "json", false, "print a JSON array of {file, kind, name, valid, summary, problems}; kind is left out only for a file that cannot be read")
 	fl.BoolVar(&opts.noBuild, "no-build", false, "skip building the network on the fabric")
 	return cmd
