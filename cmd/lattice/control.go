@@ -315,14 +315,19 @@ func (fl controlFlags) checkServers() error {
 			return usagef("--stun %q: %v", s, err)
 		}
 	}
-	for _, raw := range controlapi.SplitURLs(fl.advertise) {
-		u, err := url.Parse(raw)
-		if err != nil {
-			return usagef("--advertise-nats %q: %v", raw, err)
+	for _, f := range []struct{ flag, urls string }{{"advertise-nats", fl.advertise}, {"nats-url", fl.natsURL}} {
+		for _, raw := range controlapi.SplitURLs(f.urls) {
+			u, err := url.Parse(raw)
+			if err != nil {
+				return usagef("--%s %q: %v", f.flag, raw, err)
+			}
+			if s := strings.ToLower(u.Scheme); (s != "nats" && s != "tls") || u.Host == "" {
+				return usagef("--%s %q: want tls://HOST:PORT or nats://HOST:PORT, comma-separated", f.flag, raw)
+			}
 		}
-		if s := strings.ToLower(u.Scheme); (s != "nats" && s != "tls") || u.Host == "" {
-			return usagef("--advertise-nats %q: want tls://HOST:PORT or nats://HOST:PORT, comma-separated", raw)
-		}
+	}
+	if fl.stateDir == "" {
+		return usagef("--state-dir is empty: give a directory")
 	}
 	if fl.relayTokenTTL <= 0 {
 		return usagef("--relay-token-ttl %v: must be positive", fl.relayTokenTTL)

@@ -164,6 +164,8 @@ func TestControlUsageErrors(t *testing.T) {
 		{"stun without port", append(embedded, "--stun", "stun.example.net"), exitUsage, `--stun "stun.example.net": missing port in address`},
 		{"advertise without scheme", append(embedded, "--advertise-nats", "control.example.net:4222"), exitUsage, `--advertise-nats "control.example.net:4222": want tls://HOST:PORT or nats://HOST:PORT`},
 		{"negative token ttl", append(embedded, "--relay-token-ttl", "-1h"), exitUsage, "--relay-token-ttl -1h0m0s: must be positive"},
+		{"nats url without scheme", []string{"control", "--nats-url", "localhost:4222", "--token-file", good, "--state-dir", t.TempDir()}, exitUsage, `--nats-url "localhost:4222": want tls://HOST:PORT or nats://HOST:PORT`},
+		{"empty state dir", append(embedded, "--state-dir", ""), exitUsage, "--state-dir is empty"},
 		{"negative kv replicas", append(embedded, "--kv-replicas", "-1"), exitUsage, "--kv-replicas -1: must not be negative"},
 		{"relay short secret", []string{"relay", "--listen", "127.0.0.1:0", "--secret-file", writeFile(t, "short", "0123456789abcdef\n", 0o600)}, exitFailure, "relay secret in "},
 	} {
@@ -175,6 +177,18 @@ func TestControlUsageErrors(t *testing.T) {
 			assert.Equal(t, tc.code, code, "stderr: %s", errOut.String())
 			assert.Contains(t, errOut.String(), tc.want)
 		})
+	}
+}
+
+// TestRootHelpListsEveryCommand: lattice --help's overview names every
+// command the tree has.
+func TestRootHelpListsEveryCommand(t *testing.T) {
+	root := newRootCmd()
+	for _, c := range root.Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		assert.Regexp(t, `(?m)^  lattice `+c.Name()+` `, root.Long, "lattice --help does not mention %s", c.Name())
 	}
 }
 

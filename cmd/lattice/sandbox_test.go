@@ -239,6 +239,7 @@ func TestNodeFlagErrors(t *testing.T) {
 		{"up empty name", append(up, "--name", ""), `--name "": use lowercase letters`},
 		{"up negative port", append(up, "--port", "-1"), "--port -1: want 0-65535"},
 		{"up port too big", append(up, "--port", "70000"), "--port 70000: want 0-65535"},
+		{"up empty state dir", append(up, "--state-dir", ""), "--state-dir is empty"},
 		{"up relay transport", append(up, "--relay-transport", "udp"), `--relay-transport "udp": want tcp, quic, race`},
 		{"sandbox port", append(sb, "--port", "65536"), "--port 65536: want 0-65535"},
 		{"sandbox relay transport", append(sb, "--relay-transport", "udp"), `--relay-transport "udp": want tcp, quic, race`},

@@ -104,6 +104,9 @@ egress clear' removes it.`,
 		if err := cli.CheckInterfaceName(ifname); err != nil && !userspace {
 			return err
 		}
+		if stateDir == "" {
+			return usagef(`--state-dir is empty: give a directory, or "mem:" for an ephemeral identity`)
+		}
 		if err := egressF.check(cmd, userspace, stateDir); err != nil {
 			return err
 		}
