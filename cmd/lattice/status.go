@@ -139,11 +139,15 @@ func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, erro
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, nil, fmt.Errorf("status: %w", err)
+		return nil, nil, fmt.Errorf("status from %s: %w", socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(raw[:min(len(raw), 200)]))
+		return nil, nil, fmt.Errorf("status from %s: %s: %s", socket, resp.Status, msg)
 	}
 	var st statusReply
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, nil, fmt.Errorf("status: %w", err)
+		return nil, nil, fmt.Errorf("status from %s: not a node's status reply: %w", socket, err)
 	}
 	return &st, raw, nil
 }
