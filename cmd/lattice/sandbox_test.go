@@ -245,6 +245,8 @@ func TestNodeFlagErrors(t *testing.T) {
 		{"sandbox relay transport", append(sb, "--relay-transport", "udp"), `--relay-transport "udp": want tcp, quic, race`},
 		{"sandbox socks5 word", append(sb, "--socks5", "localhost"), `--socks5 "localhost": port "localhost": want a number 0-65535`},
 		{"sandbox socks5 port", append(sb, "--socks5", "99999"), `--socks5 "99999": port "99999"`},
+		{"sandbox platform", append(sb, "--platform", "kvm2"), `--platform "kvm2": want systrap or ptrace`},
+		{"sandbox interface", append(sb, "--interface", "wg/0"), `--interface "wg/0": not an interface name`},
 		{"sandbox http proxy", append(sb, "--http-proxy", "127.0.0.1:"), `--http-proxy "127.0.0.1:": port ""`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

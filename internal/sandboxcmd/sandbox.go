@@ -112,6 +112,12 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	if err := cli.CheckNodeFlags(f.name, f.port, f.relayTransport); err != nil {
 		return "", cfg, err
 	}
+	if f.platform != "systrap" && f.platform != "ptrace" {
+		return "", cfg, cli.Usagef("--platform %q: want systrap or ptrace", f.platform)
+	}
+	if err := cli.CheckInterfaceName(f.iface); err != nil {
+		return "", cfg, err
+	}
 	for _, p := range []struct{ flag, addr string }{{"socks5", f.socks5}, {"http-proxy", f.httpProxy}} {
 		if p.addr == "" {
 			continue
