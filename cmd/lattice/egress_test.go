@@ -25,12 +25,15 @@ func TestUpEgressFlagErrors(t *testing.T) {
 		{"audit alone", []string{"--audit-log", "a.jsonl"}, "--audit-log needs --egress-policy"},
 		{"userspace", []string{"--userspace", "--egress-policy", pol}, "--egress-policy filters the kernel's overlay interface; --userspace has none"},
 		{"backend", []string{"--egress-policy", pol, "--egress-backend", "nft"}, `--egress-backend "nft": want auto, ebpf or iptables`},
-		{"missing file", []string{"--egress-policy", "/no/such/policy.yaml"}, "--egress-policy: stat /no/such/policy.yaml: no such file or directory"},
+		{"missing file", []string{"--egress-policy", "/no/such/policy.yaml"}, "--egress-policy: policy: open /no/such/policy.yaml: no such file or directory"},
+		{"malformed file", []string{"--egress-policy", writeFile(t, "bad.yaml", "default: maybe\n", 0o600)}, "--egress-policy: policy: invalid policy file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // a missed check retries registration
+			defer cancel()
 			var out, errOut strings.Builder
-			code := execute(t.Context(), append(base, tc.args...), &out, &errOut)
-			assert.Equal(t, exitUsage, code)
+			code := execute(ctx, append(base, tc.args...), &out, &errOut)
+			assert.Equal(t, exitUsage, code, errOut.String())
 			assert.Contains(t, errOut.String(), tc.want)
 		})
 	}

@@ -509,12 +509,9 @@ directory, for manual debugging:
 		if err := edition.Require("sandbox agent"); err != nil {
 			return nil, err
 		}
-		dir := stateDir
-		if dir == "" {
-			if name == "" {
-				return nil, cli.Usagef("give --state-dir or --name")
-			}
-			dir = filepath.Join(cli.DefaultStateDir(), "sandbox", name)
+		dir, err := runningDir(stateDir, name)
+		if err != nil {
+			return nil, err
 		}
 		return sandbox.NewClient(filepath.Join(dir, sandbox.SocketName)), nil
 	}
@@ -660,4 +657,19 @@ the last hash the sandbox logged when it stopped, elsewhere.`,
 		},
 	})
 	return cmd
+}
+
+// runningDir is the state dir of the running sandbox --state-dir or
+// --name names. A name is checked as start checks it, so that it cannot
+// reach outside the sandboxes' directory (--name ../../etc).
+func runningDir(stateDir, name string) (string, error) {
+	switch {
+	case stateDir != "":
+		return stateDir, nil
+	case name == "":
+		return "", cli.Usagef("give --state-dir or --name")
+	case cli.SanitizeName(name) != name:
+		return "", cli.Usagef("--name %q: not a sandbox name (lowercase letters, digits and hyphens)", name)
+	}
+	return filepath.Join(cli.DefaultStateDir(), "sandbox", name), nil
 }
