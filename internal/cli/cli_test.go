@@ -37,6 +37,12 @@ func TestExecuteUsageErrors(t *testing.T) {
 		{"unknown subcommand", []string{"group", "bogus"}, ExitUsage, `prog: unknown command "bogus" for "prog group"` + "\nRun 'prog group --help' for usage.\n"},
 		{"stray argument", []string{"group", "leaf", "x"}, ExitUsage, `unknown command "x" for "prog group leaf"`},
 		{"unknown flag", []string{"group", "--bogus"}, ExitUsage, "unknown flag: --bogus"},
+		{"help topic", []string{"help", "group", "leaf"}, ExitOK, "Usage:\n  prog group leaf"},
+		{"unknown help topic", []string{"help", "bogus"}, ExitUsage, `prog: unknown help topic "bogus"`},
+		{"unknown help subtopic", []string{"help", "group", "bogus"}, ExitUsage, `unknown help topic "group bogus"`},
+		{"unknown completion shell", []string{"completion", "tcsh"}, ExitUsage, `unknown command "tcsh" for "prog completion"`},
+		{"completion stray argument", []string{"completion", "bash", "x"}, ExitUsage, `unknown command "x" for "prog completion bash"`},
+		{"completion", []string{"completion", "bash"}, ExitOK, "bash completion"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
