@@ -41,7 +41,7 @@ Each is the scenario step of the same name, run as lattice-lab do runs it.`,
   lattice-lab exec box -- sh -c 'ip addr; ip route'
   lattice-lab exec alice -- ping bob -c 3
   lattice-lab exec alice -- transfer bob 4MiB`,
-		Args: cobra.MinimumNArgs(2),
+		Args: cobra.MatchAll(cobra.MinimumNArgs(2), notEmpty("HOST", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			argv, err := ownFlags(cmd, args[1:])
 			if err != nil || argv == nil { // nil: --help was answered

@@ -36,7 +36,7 @@ fence in Markdown.`,
 
   # The topology lattice-lab run uses by default
   lattice-lab graph builtin:quickstart`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MatchAll(cobra.ExactArgs(1), notEmpty("FILE", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "dot" && format != "mermaid" {
 				return cli.Usagef("--format %q: want dot or mermaid", format)

@@ -89,7 +89,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 
   # A scenario on another topology that has nodes of the same names
   lattice-lab run topologies/dual-stack.yaml --scenario scenarios/pair-symmetric+symmetric.yaml`,
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.MatchAll(cobra.MaximumNArgs(1), notEmpty("FILE", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.interval <= 0 {
 				return cli.Usagef("--interval %v: must be positive", opts.interval)

@@ -57,7 +57,7 @@ flags.`,
 
   # Machine-readable problems, for an editor or a CI annotation step
   lattice-lab validate --json scenarios/*.yaml`,
-		Args: cobra.MinimumNArgs(1),
+		Args: cobra.MatchAll(cobra.MinimumNArgs(1), notEmpty("FILE", -1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.kind != "" && opts.kind != "topology" && opts.kind != "scenario" {
 				return cli.Usagef("--kind %q: want topology or scenario", opts.kind)
