@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -159,7 +158,11 @@ func relayArgs(rs []controlapi.Relay) []string {
 // announcedServers are the STUN servers and relays (ADDR,FINGERPRINT)
 // control announced to the node running with stateDir.
 func announcedServers(ctx context.Context, stateDir string) (stuns, relays []string, err error) {
-	st, _, err := fetchStatus(ctx, filepath.Join(stateDir, "lattice.sock"))
+	socket, err := nodeSocket(stateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, _, err := fetchStatus(ctx, socket)
 	if err != nil {
 		return nil, nil, usagef("give --stun HOST:PORT (and --relay), or run where 'lattice up' runs: %v", err)
 	}

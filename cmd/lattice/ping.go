@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,7 +60,10 @@ to send each request from that stack (no privileges needed).`,
 		case args[0] == "":
 			return usagef("PEER is empty: give a peer's name or overlay address")
 		}
-		socket := filepath.Join(stateDir, "lattice.sock")
+		socket, err := nodeSocket(stateDir)
+		if err != nil {
+			return err
+		}
 		look := func(ctx context.Context) (node.PeerStatus, error) { return findPeer(ctx, socket, args[0]) }
 		self, _, err := fetchStatus(cmd.Context(), socket)
 		if err != nil {
