@@ -64,6 +64,16 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 					names = append(names, n)
 				}
 			}
+			switch {
+			case runs < 1:
+				return cli.Usagef("--runs %d: want at least 1", runs)
+			case tolerance < 0:
+				return cli.Usagef("--tolerance %v: must not be negative (0.2 flags a change for the worse beyond 20%%)", tolerance)
+			case int64(size) <= 0:
+				return cli.Usagef("--bytes %s: want more than 0", size.String())
+			case out == "":
+				return cli.Usagef("--out: name a directory for bench.json and bench.svg")
+			}
 			var base *bench.Report
 			if baseline != "" {
 				var err error

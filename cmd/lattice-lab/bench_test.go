@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -72,4 +73,31 @@ func TestBenchBadBaseline(t *testing.T) {
 	code, out, stderr = run(t, "bench", "--only", "datapath", "--out", t.TempDir(), "--baseline", p)
 	assert.NotEqual(t, 0, code, out)
 	assert.Contains(t, stderr, "baseline: "+p+":3:1: invalid character '}'")
+}
+
+// TestBenchUsageErrors: bad flag values are refused before anything runs
+// (--runs -1 used to panic after the benchmark).
+func TestBenchUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"negative runs", []string{"--only", "connect", "--runs", "-1"}, `--runs -1: want at least 1`},
+		{"zero runs", []string{"--only", "connect", "--runs", "0"}, `--runs 0: want at least 1`},
+		{"negative tolerance", []string{"--only", "connect", "--tolerance", "-0.1"}, `--tolerance -0.1: must not be negative`},
+		{"zero bytes", []string{"--only", "datapath", "--bytes", "0"}, `--bytes 0B: want more than 0`},
+		{"empty out", []string{"--only", "connect", "--out", ""}, `--out: name a directory`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"bench"}, tc.args...)
+			if !slices.Contains(args, "--out") { // were it to run, it writes here
+				args = append(args, "--out", t.TempDir())
+			}
+			code, out, stderr := run(t, args...)
+			assert.Equal(t, 2, code, "%s\n%s", out, stderr)
+			assert.Contains(t, stderr, tc.want)
+			assert.Empty(t, out, "nothing runs")
+		})
+	}
 }

@@ -27,7 +27,7 @@ network or host at a time.`,
 		Example: `  lattice-lab capture internet -w - | tshark -i -
   lattice-lab capture box -w - | wireshark -k -i -
   lattice-lab capture home -w home.pcapng`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MatchAll(cobra.ExactArgs(1), notEmpty("NETWORK|HOST", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return cli.Usagef("-w FILE or -w - (stdout) is required")

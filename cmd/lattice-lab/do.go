@@ -33,7 +33,7 @@ parse or names nothing the lab has.`,
   lattice-lab do 'impair: {link: internet, latency: 80ms, loss: 2%}'
   lattice-lab do 'wait_path: {from: alice, to: bob, path: relay, within: 20s}'
   lattice-lab do 'nat_reboot: {router: home}'`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MatchAll(cobra.ExactArgs(1), notEmpty("STEP", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := liveDir(dir, false)
 			if err != nil {

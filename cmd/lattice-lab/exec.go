@@ -41,18 +41,43 @@ Each is the scenario step of the same name, run as lattice-lab do runs it.`,
   lattice-lab exec box -- sh -c 'ip addr; ip route'
   lattice-lab exec alice -- ping bob -c 3
   lattice-lab exec alice -- transfer bob 4MiB`,
-		Args: cobra.MinimumNArgs(2),
+		Args: cobra.MatchAll(cobra.MinimumNArgs(2), notEmpty("HOST", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			argv, err := ownFlags(cmd, args[1:])
+			if err != nil || argv == nil { // nil: --help was answered
+				return err
+			}
 			d, err := liveDir(dir, false)
 			if err != nil {
 				return err
 			}
-			return execIn(cmd.Context(), d, args[0], args[1:], cmd)
+			return execIn(cmd.Context(), d, args[0], argv, cmd)
 		},
 	}
 	addStateFlag(cmd, &dir)
 	cmd.Flags().SetInterspersed(false) // CMD's own flags are CMD's
 	return cmd
+}
+
+// ownFlags parses exec's own flags written between HOST and -- (exec box
+// --state DIR -- CMD, as the other commands take --state after their
+// argument): flag parsing stops at HOST so that CMD keeps its flags, and
+// they would otherwise become the command.
+func ownFlags(cmd *cobra.Command, argv []string) ([]string, error) {
+	i := slices.Index(argv, "--")
+	if i <= 0 || !strings.HasPrefix(argv[0], "-") {
+		return argv, nil
+	}
+	if err := cmd.Flags().Parse(argv[:i]); err != nil {
+		return nil, cli.UsageError{Err: err}
+	}
+	if help, _ := cmd.Flags().GetBool("help"); help {
+		return nil, cmd.Help()
+	}
+	if rest := cmd.Flags().Args(); len(rest) > 0 {
+		return nil, cli.Usagef("%q before --: HOST comes first, then exec's flags, then -- CMD", rest[0])
+	}
+	return argv[i:], nil
 }
 
 func execIn(ctx context.Context, dir, target string, argv []string, cmd *cobra.Command) error {

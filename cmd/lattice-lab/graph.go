@@ -36,7 +36,7 @@ fence in Markdown.`,
 
   # The topology lattice-lab run uses by default
   lattice-lab graph builtin:quickstart`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MatchAll(cobra.ExactArgs(1), notEmpty("FILE", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "dot" && format != "mermaid" {
 				return cli.Usagef("--format %q: want dot or mermaid", format)
@@ -66,8 +66,8 @@ fence in Markdown.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&format, "format", "f", "dot", "`dot` (Graphviz) or mermaid")
+	fl.StringVarP(&format, "format", "f", "dot", "diagram `FORMAT`: dot (Graphviz) or mermaid")
 	fl.StringVarP(&output, "output", "o", "", "write to `FILE` instead of standard output")
-	fl.StringVar(&kind, "kind", "", "treat FILE as a `topology` or scenario instead of guessing")
+	fl.StringVar(&kind, "kind", "", "treat FILE as a `KIND`: topology or scenario, instead of guessing")
 	return cmd
 }

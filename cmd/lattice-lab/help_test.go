@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,4 +57,29 @@ func TestHelpPathsExist(t *testing.T) {
 		}
 	}
 	assert.Greater(t, checked, 10, "the pattern found the paths in the help texts")
+}
+
+// TestHelpFlagPlaceholders: a flag's value placeholder in --help is its
+// type or an upper-case name (FILE, DIR), never a word from its
+// description that reads like a default (--kind topology, --format dot).
+func TestHelpFlagPlaceholders(t *testing.T) {
+	upper := regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			name, _ := pflag.UnquoteUsage(f)
+			if name == "" || name == f.Value.Type() || upper.MatchString(name) {
+				return
+			}
+			switch name { // pflag's names for its own types
+			case "string", "strings", "stringArray", "int", "float", "duration":
+				return
+			}
+			t.Errorf("%s --%s: placeholder %q", c.CommandPath(), f.Name, name)
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }

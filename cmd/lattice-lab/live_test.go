@@ -300,3 +300,31 @@ loop:
 	// tshark went away: capture sees the broken pipe and ends cleanly.
 	require.NoError(t, capt.Wait(), "capture: %s", capErr.String())
 }
+
+// TestExecFlagsAfterHost: exec takes --state after HOST, as the other live
+// commands take it after their argument, instead of running "--state" as
+// the command in the default lab.
+func TestExecFlagsAfterHost(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "no-lab")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"state after host", []string{"exec", "box", "--state", state, "--", "true"}, 1, "no live lab: state dir " + state + " does not exist"},
+		{"state before host", []string{"exec", "--state", state, "box", "--", "true"}, 1, "no live lab: state dir " + state + " does not exist"},
+		{"stray word before --", []string{"exec", "box", "--state", state, "extra", "--", "true"}, 2, `"extra" before --: HOST comes first`},
+		{"unknown flag after host", []string{"exec", "box", "--bogus", "--", "true"}, 2, "unknown flag: --bogus"},
+		{"help after host", []string{"exec", "box", "--help", "--", "true"}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := run(t, tc.args...)
+			assert.Equal(t, tc.code, code, "%s\n%s", out, stderr)
+			assert.Contains(t, stderr, tc.want)
+			if tc.code == 0 {
+				assert.Contains(t, out, "Usage:\n  lattice-lab exec HOST -- CMD")
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ type runOptions struct {
 	once       bool
 	duration   time.Duration
 	interval   time.Duration
+	watchFlags []string // --once, --duration, --interval as given: for a topology only
 	captureDir string
 	reportDir  string
 	stateDir   string
@@ -85,9 +87,9 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
   # Watch a topology for a minute
   lattice-lab run topologies/nat-matrix.yaml --duration 1m
 
-  # A scenario on another topology
-  lattice-lab run topologies/corporate.yaml --scenario scenarios/quickstart.yaml`,
-		Args: cobra.MaximumNArgs(1),
+  # A scenario on another topology that has nodes of the same names
+  lattice-lab run topologies/dual-stack.yaml --scenario scenarios/pair-symmetric+symmetric.yaml`,
+		Args: cobra.MatchAll(cobra.MaximumNArgs(1), notEmpty("FILE", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.interval <= 0 {
 				return cli.Usagef("--interval %v: must be positive", opts.interval)
@@ -99,6 +101,11 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 			}
 			if opts.duration < 0 {
 				return cli.Usagef("--duration %v: must not be negative", opts.duration)
+			}
+			for _, n := range []string{"once", "duration", "interval"} {
+				if cmd.Flags().Changed(n) {
+					opts.watchFlags = append(opts.watchFlags, "--"+n)
+				}
 			}
 			opts.out = cmd.OutOrStdout()
 			level := slog.LevelError + 4 // components log their own errors loudly; the steps say what matters
@@ -144,7 +151,18 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 		return err
 	}
 	if f.Scenario == nil {
+		if opts.reportDir != "" {
+			return cli.Usagef("--report: %s is a topology, watched until interrupted; reports are of a scenario's steps (add --scenario SCENARIO)", file)
+		}
 		return watch(ctx, f, log, opts)
+	}
+	if len(opts.watchFlags) > 0 {
+		return cli.Usagef("%s: for watching a topology; %s is a scenario, which runs its own timeline", strings.Join(opts.watchFlags, ", "), file)
+	}
+	if opts.reportDir != "" { // fail now, not after the whole scenario
+		if err := os.MkdirAll(opts.reportDir, 0o755); err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
 	}
 	sc := f.Scenario
 	fmt.Fprintf(out, "lattice-lab run: scenario %s on topology %s (%s)\n", sc.Name, f.Plan.Name, summary(f.Plan))

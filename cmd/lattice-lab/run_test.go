@@ -6,7 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -100,4 +103,58 @@ func TestRunClock(t *testing.T) {
 	code, _, stderr = run(t, "run", "--clock", "fast")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, `--clock "fast": want auto, real or virtual`)
+}
+
+// TestRunFlagsForTheOtherKind: a topology-watching flag given with a
+// scenario, or --report given with a topology, used to be ignored; and a
+// --report DIR that cannot be made fails before the scenario runs.
+func TestRunFlagsForTheOtherKind(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o600))
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"once with a scenario", []string{"run", "builtin:quickstart", "--once"}, 2, "--once: for watching a topology; builtin:quickstart is a scenario"},
+		{"duration and interval with a scenario", []string{"run", "--duration", "1m", "--interval", "1s"}, 2, "--duration, --interval: for watching a topology"},
+		{"report with a topology", []string{"run", "builtin:topologies/cgnat", "--report", t.TempDir()}, 2, "--report: builtin:topologies/cgnat is a topology"},
+		{"report dir cannot be made", []string{"run", "builtin:quickstart", "--report", filepath.Join(blocker, "r")}, 1, "--report: mkdir " + blocker + ": not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a missed check runs the lab
+			defer cancel()
+			var out, errOut bytes.Buffer
+			code := execute(ctx, tc.args, &out, &errOut)
+			assert.Equal(t, tc.code, code, "%s\n%s", out.String(), errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+}
+
+// TestRunHelpScenarioOnExamples: each 'run TOPOLOGY --scenario SCENARIO'
+// example in run --help loads (the scenario's nodes exist on that
+// topology); it is interrupted before its first step.
+func TestRunHelpScenarioOnExamples(t *testing.T) {
+	n := 0
+	for line := range strings.Lines(newRunCmd().Example) {
+		fields := strings.Fields(line)
+		if len(fields) < 5 || fields[0] != "lattice-lab" || !slices.Contains(fields, "--scenario") {
+			continue
+		}
+		n++
+		for i, f := range fields {
+			if strings.HasSuffix(f, ".yaml") { // relative to the repository
+				fields[i] = filepath.Join("..", "..", f)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out, errOut bytes.Buffer
+		code := execute(ctx, fields[1:], &out, &errOut)
+		assert.Equal(t, 130, code, "%s: %s%s", line, out.String(), errOut.String())
+		assert.Contains(t, out.String(), "lattice-lab run: scenario ", line)
+	}
+	assert.Equal(t, 1, n, "the examples have one run --scenario line")
 }

@@ -67,7 +67,7 @@ the background process was killed.`,
   lattice-lab do 'link_down: {link: box}'
   lattice-lab capture internet -w - | tshark -i -
   lattice-lab down`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MatchAll(cobra.ExactArgs(1), notEmpty("FILE", 1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := liveDir(opts.stateDir, true)
 			if err != nil {

@@ -57,7 +57,7 @@ flags.`,
 
   # Machine-readable problems, for an editor or a CI annotation step
   lattice-lab validate --json scenarios/*.yaml`,
-		Args: cobra.MinimumNArgs(1),
+		Args: cobra.MatchAll(cobra.MinimumNArgs(1), notEmpty("FILE", -1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.kind != "" && opts.kind != "topology" && opts.kind != "scenario" {
 				return cli.Usagef("--kind %q: want topology or scenario", opts.kind)
@@ -66,7 +66,7 @@ flags.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.kind, "kind", "", "treat every FILE as a `topology` or scenario instead of guessing")
+	fl.StringVar(&opts.kind, "kind", "", "treat every FILE as a `KIND`: topology or scenario, instead of guessing")
 	fl.BoolVar(&opts.json, "json", false, "print a JSON array of {file, kind, name, valid, summary, problems}; kind is left out only for a file that cannot be read")
 	fl.BoolVar(&opts.noBuild, "no-build", false, "skip building the network on the fabric")
 	return cmd

@@ -127,3 +127,29 @@ func TestValidateSeedRange(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, bad+":1:7: seed: want an integer from 0 to 18446744073709551615, got -1\n")
 }
+
+// TestEmptyArguments: an empty FILE, HOST or STEP is a usage error naming
+// it, not 'open : no such file or directory' (or a validate problem with
+// no file name).
+func TestEmptyArguments(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "no-lab")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"run", []string{"run", ""}, "FILE (argument 1) is empty"},
+		{"graph", []string{"graph", ""}, "FILE (argument 1) is empty"},
+		{"validate", []string{"validate", "builtin:quickstart", ""}, "FILE (argument 2) is empty"},
+		{"up", []string{"up", "", "--state", state}, "FILE (argument 1) is empty"},
+		{"do", []string{"do", "", "--state", state}, "STEP (argument 1) is empty"},
+		{"exec", []string{"exec", "", "--state", state, "--", "true"}, "HOST (argument 1) is empty"},
+		{"capture", []string{"capture", "", "-w", "-", "--state", state}, "NETWORK|HOST (argument 1) is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := run(t, tc.args...)
+			assert.Equal(t, 2, code, "%s\n%s", out, stderr)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
+}

@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,6 +156,9 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	if fl.embedded == (fl.natsURL != "") {
 		return usagef("use exactly one of --embedded-nats and --nats-url")
 	}
+	if err := fl.checkServers(); err != nil {
+		return err
+	}
 	cfg := control.Config{
 		Network:       netx.OS,
 		Logger:        logger(),
@@ -288,6 +294,47 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 	<-cmd.Context().Done()
 	st := srv.Stats()
 	fmt.Fprintf(out, "control: stopped (%d registered, %d refused)\n", st.Registered, st.Refused)
+	return nil
+}
+
+// checkServers checks what control hands to nodes (relays, STUN servers,
+// the NATS URLs they connect to) and the token lifetime, so that a typo
+// fails here rather than in every node that joins.
+func (fl controlFlags) checkServers() error {
+	for _, r := range fl.relays {
+		addr, fp, _ := strings.Cut(r, ",")
+		if err := cli.CheckHostPort(addr, false); err != nil {
+			return usagef("--relay %q: %v (ADDR or ADDR,FINGERPRINT)", r, err)
+		}
+		if b, err := hex.DecodeString(strings.ReplaceAll(fp, ":", "")); fp != "" && (err != nil || len(b) != sha256.Size) {
+			return usagef("--relay %q: fingerprint %q: want %d hex bytes (SHA-256, as the relay prints it)", r, fp, sha256.Size)
+		}
+	}
+	for _, s := range fl.stuns {
+		if err := cli.CheckHostPort(s, false); err != nil {
+			return usagef("--stun %q: %v", s, err)
+		}
+	}
+	for _, f := range []struct{ flag, urls string }{{"advertise-nats", fl.advertise}, {"nats-url", fl.natsURL}} {
+		for _, raw := range controlapi.SplitURLs(f.urls) {
+			u, err := url.Parse(raw)
+			if err != nil {
+				return usagef("--%s %q: %v", f.flag, raw, err)
+			}
+			if s := strings.ToLower(u.Scheme); (s != "nats" && s != "tls") || u.Host == "" {
+				return usagef("--%s %q: want tls://HOST:PORT or nats://HOST:PORT, comma-separated", f.flag, raw)
+			}
+		}
+	}
+	if fl.stateDir == "" {
+		return usagef("--state-dir is empty: give a directory")
+	}
+	if fl.relayTokenTTL <= 0 {
+		return usagef("--relay-token-ttl %v: must be positive", fl.relayTokenTTL)
+	}
+	if fl.kvReplicas < 0 {
+		return usagef("--kv-replicas %d: must not be negative (0: 3 on a NATS cluster, else 1)", fl.kvReplicas)
+	}
 	return nil
 }
 

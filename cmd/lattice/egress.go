@@ -23,6 +23,7 @@ import (
 	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/node"
+	"github.com/latticelab/lattice/policy"
 )
 
 // egressFlags are `lattice up`'s egress policy flags.
@@ -64,8 +65,10 @@ func (f *egressFlags) check(cmd *cobra.Command, userspace bool, stateDir string)
 			return err
 		}
 	}
-	if _, err := os.Stat(f.policy); err != nil {
-		return usagef("--egress-policy: %v", err)
+	// Parsed now, as sandbox start does: the filter is made only once the
+	// interface exists, after registration.
+	if _, err := policy.Load(f.policy); err != nil {
+		return usagef("--egress-policy: %w", err)
 	}
 	f.auditPath = f.auditLog
 	if f.auditPath == "" && stateDir != "mem:" {
@@ -291,6 +294,9 @@ its filter itself.`,
 		Example: "  sudo lattice egress clear --interface lattice0",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.CheckInterfaceName(ifname); err != nil {
+				return err
+			}
 			removed, err := egress.Clear(ifname, pinRoot)
 			for _, what := range removed {
 				fmt.Fprintf(cmd.OutOrStdout(), "egress: removed the %s on %s\n", what, ifname)

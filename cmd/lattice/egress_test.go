@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -23,12 +25,15 @@ func TestUpEgressFlagErrors(t *testing.T) {
 		{"audit alone", []string{"--audit-log", "a.jsonl"}, "--audit-log needs --egress-policy"},
 		{"userspace", []string{"--userspace", "--egress-policy", pol}, "--egress-policy filters the kernel's overlay interface; --userspace has none"},
 		{"backend", []string{"--egress-policy", pol, "--egress-backend", "nft"}, `--egress-backend "nft": want auto, ebpf or iptables`},
-		{"missing file", []string{"--egress-policy", "/no/such/policy.yaml"}, "--egress-policy: stat /no/such/policy.yaml: no such file or directory"},
+		{"missing file", []string{"--egress-policy", "/no/such/policy.yaml"}, "--egress-policy: policy: open /no/such/policy.yaml: no such file or directory"},
+		{"malformed file", []string{"--egress-policy", writeFile(t, "bad.yaml", "default: maybe\n", 0o600)}, "--egress-policy: policy: invalid policy file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // a missed check retries registration
+			defer cancel()
 			var out, errOut strings.Builder
-			code := execute(t.Context(), append(base, tc.args...), &out, &errOut)
-			assert.Equal(t, exitUsage, code)
+			code := execute(ctx, append(base, tc.args...), &out, &errOut)
+			assert.Equal(t, exitUsage, code, errOut.String())
 			assert.Contains(t, errOut.String(), tc.want)
 		})
 	}
@@ -40,4 +45,29 @@ func TestEgressClearNothing(t *testing.T) {
 	code := execute(t.Context(), []string{"egress", "clear", "--interface", "lnone0", "--pin-root", t.TempDir()}, &out, &errOut)
 	assert.Equal(t, exitOK, code, errOut.String())
 	assert.Contains(t, out.String(), "egress: no filter left on lnone0")
+}
+
+// TestInterfaceNameErrors: egress clear and up refuse what cannot be an
+// interface name instead of reporting "no filter left on " or failing
+// after registration.
+func TestInterfaceNameErrors(t *testing.T) {
+	tok := writeFile(t, "token", "cli-test-token-0123456789\n", 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"clear empty", []string{"egress", "clear", "--interface", "", "--pin-root", t.TempDir()}, "--interface: name an interface"},
+		{"clear path", []string{"egress", "clear", "--interface", "../x", "--pin-root", t.TempDir()}, `--interface "../x": not an interface name`},
+		{"clear too long", []string{"egress", "clear", "--interface", "lattice-overlay-0", "--pin-root", t.TempDir()}, `--interface "lattice-overlay-0": 17 bytes`},
+		{"up", []string{"up", "--control", "nats://127.0.0.1:1", "--token-file", tok, "--state-dir", "mem:", "--interface", "wg 0"}, `--interface "wg 0": not an interface name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // a missed check retries registration
+			defer cancel()
+			var out, errOut strings.Builder
+			assert.Equal(t, exitUsage, execute(ctx, tc.args, &out, &errOut), out.String()+errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
 }

@@ -54,12 +54,14 @@ func newRootCmd() *cobra.Command {
 		Long: `lattice runs the pieces of a Lattice mesh network.
 
   lattice up        a node: register, reach every peer, direct when NATs allow
+  lattice status    the running node's peers: state, path, endpoint, RTT
   lattice sandbox   an AI agent's network identity in an isolation mode
   lattice control   registration and signaling (NATS + HTTP), IPAM, join tokens
   lattice relay     the LRP relay, for peers no direct path reaches
   lattice stun      a STUN server (RFC 8489, RFC 5780 with two addresses)
   lattice netcheck  this host's NAT type, public address, relay latency
   lattice ping      a peer over the overlay: direct or relay, round trip
+  lattice egress    clear the egress filter a node left behind
   lattice version   version, commit, edition and Go toolchain
 
 Every service listens on 127.0.0.1 unless told otherwise, logs to stderr and

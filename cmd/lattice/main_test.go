@@ -141,6 +141,10 @@ func TestControlStateDir(t *testing.T) {
 
 func TestControlUsageErrors(t *testing.T) {
 	good := writeFile(t, "tokens", "cli-test-token-0123456789\n", 0o600)
+	secret := writeFile(t, "relay.secret", "0123456789abcdef0123456789abcdef\n", 0o600)
+	// Checked before anything listens; were a check missed, control would
+	// run on loopback until the test's deadline.
+	embedded := []string{"control", "--embedded-nats", "--nats-listen", "127.0.0.1:0", "--listen-http", "", "--token-file", good, "--state-dir", t.TempDir()}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -155,13 +159,36 @@ func TestControlUsageErrors(t *testing.T) {
 		{"bad store", []string{"control", "--embedded-nats", "--token-file", good, "--store", "s3:x", "--data-dir", t.TempDir()}, exitUsage, "want file:PATH or kv:BUCKET"},
 		{"stun bad listen", []string{"stun", "--listen", "nowhere"}, exitUsage, "--listen \"nowhere\""},
 		{"unknown flag", []string{"control", "--frobnicate"}, exitUsage, "unknown flag"},
+		{"relay without port", append(embedded, "--relay", "relay.example.net", "--relay-secret-file", secret), exitUsage, `--relay "relay.example.net": missing port in address`},
+		{"relay bad fingerprint", append(embedded, "--relay", "relay.example.net:443,3f2a", "--relay-secret-file", secret), exitUsage, `--relay "relay.example.net:443,3f2a": fingerprint "3f2a": want 32 hex bytes`},
+		{"stun without port", append(embedded, "--stun", "stun.example.net"), exitUsage, `--stun "stun.example.net": missing port in address`},
+		{"advertise without scheme", append(embedded, "--advertise-nats", "control.example.net:4222"), exitUsage, `--advertise-nats "control.example.net:4222": want tls://HOST:PORT or nats://HOST:PORT`},
+		{"negative token ttl", append(embedded, "--relay-token-ttl", "-1h"), exitUsage, "--relay-token-ttl -1h0m0s: must be positive"},
+		{"nats url without scheme", []string{"control", "--nats-url", "localhost:4222", "--token-file", good, "--state-dir", t.TempDir()}, exitUsage, `--nats-url "localhost:4222": want tls://HOST:PORT or nats://HOST:PORT`},
+		{"empty state dir", append(embedded, "--state-dir", ""), exitUsage, "--state-dir is empty"},
+		{"negative kv replicas", append(embedded, "--kv-replicas", "-1"), exitUsage, "--kv-replicas -1: must not be negative"},
+		{"relay short secret", []string{"relay", "--listen", "127.0.0.1:0", "--secret-file", writeFile(t, "short", "0123456789abcdef\n", 0o600)}, exitFailure, "relay secret in "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
 			var out, errOut bytes.Buffer
-			code := execute(context.Background(), tc.args, &out, &errOut)
+			code := execute(ctx, tc.args, &out, &errOut)
 			assert.Equal(t, tc.code, code, "stderr: %s", errOut.String())
 			assert.Contains(t, errOut.String(), tc.want)
 		})
+	}
+}
+
+// TestRootHelpListsEveryCommand: lattice --help's overview names every
+// command the tree has.
+func TestRootHelpListsEveryCommand(t *testing.T) {
+	root := newRootCmd()
+	for _, c := range root.Commands() {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			continue
+		}
+		assert.Regexp(t, `(?m)^  lattice `+c.Name()+` `, root.Long, "lattice --help does not mention %s", c.Name())
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -77,6 +76,12 @@ from its status socket.`,
 	f.DurationVar(&opt.Wait, "wait", 500*time.Millisecond, "how long to wait for each STUN answer before sending again")
 	f.IntVar(&opt.Tries, "tries", 3, "how many times each STUN request is sent")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if opt.Wait <= 0 {
+			return usagef("--wait %v: must be positive", opt.Wait)
+		}
+		if opt.Tries <= 0 {
+			return usagef("--tries %d: must be positive", opt.Tries)
+		}
 		switch {
 		case controlURL != "" && (len(stuns) > 0 || len(relays) > 0):
 			return usagef("give --control or --stun/--relay, not both")
@@ -101,9 +106,6 @@ from its status socket.`,
 		}
 		if len(stuns) == 0 {
 			return usagef("give at least one --stun HOST:PORT")
-		}
-		if opt.Wait <= 0 || opt.Tries <= 0 {
-			return usagef("--wait and --tries must be positive")
 		}
 		servers, err := resolveSTUN(cmd.Context(), stuns)
 		if err != nil {
@@ -156,7 +158,11 @@ func relayArgs(rs []controlapi.Relay) []string {
 // announcedServers are the STUN servers and relays (ADDR,FINGERPRINT)
 // control announced to the node running with stateDir.
 func announcedServers(ctx context.Context, stateDir string) (stuns, relays []string, err error) {
-	st, _, err := fetchStatus(ctx, filepath.Join(stateDir, "lattice.sock"))
+	socket, err := nodeSocket(stateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, _, err := fetchStatus(ctx, socket)
 	if err != nil {
 		return nil, nil, usagef("give --stun HOST:PORT (and --relay), or run where 'lattice up' runs: %v", err)
 	}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,10 +50,20 @@ to send each request from that stack (no privileges needed).`,
 	f.DurationVarP(&cfg.interval, "interval", "i", time.Second, "time between pings")
 	f.DurationVarP(&cfg.timeout, "timeout", "W", 2*time.Second, "how long to wait for each reply")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if cfg.count <= 0 || cfg.interval <= 0 || cfg.timeout <= 0 {
-			return usagef("--count, --interval and --timeout must be positive")
+		switch {
+		case cfg.count <= 0:
+			return usagef("--count %d: must be positive", cfg.count)
+		case cfg.interval <= 0:
+			return usagef("--interval %v: must be positive", cfg.interval)
+		case cfg.timeout <= 0:
+			return usagef("--timeout %v: must be positive", cfg.timeout)
+		case args[0] == "":
+			return usagef("PEER is empty: give a peer's name or overlay address")
 		}
-		socket := filepath.Join(stateDir, "lattice.sock")
+		socket, err := nodeSocket(stateDir)
+		if err != nil {
+			return err
+		}
 		look := func(ctx context.Context) (node.PeerStatus, error) { return findPeer(ctx, socket, args[0]) }
 		self, _, err := fetchStatus(cmd.Context(), socket)
 		if err != nil {

@@ -89,3 +89,32 @@ func TestPingLoop(t *testing.T) {
 		})
 	}
 }
+
+// TestPingAndNetcheckFlagErrors: a bad count, interval or timeout is a
+// usage error naming that flag, before any socket is opened.
+func TestPingAndNetcheckFlagErrors(t *testing.T) {
+	dir := t.TempDir() // no node runs here
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"count", []string{"ping", "web-1", "--state-dir", dir, "-c", "0"}, "--count 0: must be positive"},
+		{"interval", []string{"ping", "web-1", "--state-dir", dir, "-i", "-1s"}, "--interval -1s: must be positive"},
+		{"timeout", []string{"ping", "web-1", "--state-dir", dir, "-W", "0"}, "--timeout 0s: must be positive"},
+		{"empty peer", []string{"ping", "", "--state-dir", dir}, "PEER is empty"},
+		{"ping empty state dir", []string{"ping", "web-1", "--state-dir", ""}, "--state-dir is empty"},
+		{"status empty state dir", []string{"status", "--state-dir", ""}, "--state-dir is empty"},
+		{"status in-memory node", []string{"status", "--state-dir", "mem:"}, "--state-dir mem: keeps no status socket"},
+		{"netcheck in-memory node", []string{"netcheck", "--state-dir", "mem:"}, "--state-dir mem: keeps no status socket"},
+		{"netcheck wait", []string{"netcheck", "--stun", "127.0.0.1:9", "--wait", "-1s"}, "--wait -1s: must be positive"},
+		{"netcheck tries", []string{"netcheck", "--stun", "127.0.0.1:9", "--tries", "0"}, "--tries 0: must be positive"},
+		{"netcheck tries before control", []string{"netcheck", "--control", "nats://127.0.0.1:9", "--token", "cli-test-token-0123456789", "--tries", "-1"}, "--tries -1: must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			assert.Equal(t, exitUsage, execute(t.Context(), tc.args, &out, &errOut), errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+}

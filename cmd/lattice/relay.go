@@ -63,11 +63,15 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 		if err != nil {
 			return err
 		}
+		secret = bytes.TrimSpace(secret)
+		if len(secret) < relay.MinSecretSize { // as control says it, naming the file
+			return fmt.Errorf("relay secret in %s is %d bytes; use at least %d", secretFile, len(secret), relay.MinSecretSize)
+		}
 		log := logger()
 		reg := metricsF.Registry()
 		srv, err := relay.NewServer(relay.ServerConfig{
 			Network: netx.OS, Addr: listen, CertFile: certFile, KeyFile: keyFile,
-			Secret: bytes.TrimSpace(secret), Logger: log, Registerer: reg,
+			Secret: secret, Logger: log, Registerer: reg,
 		})
 		if err != nil {
 			return bindError(listen, err)

@@ -223,6 +223,43 @@ func TestSandboxCommandErrors(t *testing.T) {
 	}
 }
 
+// TestNodeFlagErrors: up and sandbox start refuse a bad name, port, relay
+// transport or proxy address at once, before registering; they used to
+// retry registration forever (or fail after it, as a node config error).
+func TestNodeFlagErrors(t *testing.T) {
+	tok := writeFile(t, "token", "cli-test-token-0123456789\n", 0o600)
+	up := []string{"up", "--userspace", "--control", "nats://127.0.0.1:1", "--token-file", tok, "--state-dir", "mem:"}
+	sb := []string{"sandbox", "start", "--name", "agent", "--control", "nats://127.0.0.1:1", "--token-file", tok, "--state-dir", "mem:"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"up bad name", append(up, "--name", "Web_1"), `--name "Web_1": use lowercase letters, digits and hyphens (e.g. "web-1")`},
+		{"up empty name", append(up, "--name", ""), `--name "": use lowercase letters`},
+		{"up negative port", append(up, "--port", "-1"), "--port -1: want 0-65535"},
+		{"up port too big", append(up, "--port", "70000"), "--port 70000: want 0-65535"},
+		{"up empty state dir", append(up, "--state-dir", ""), "--state-dir is empty"},
+		{"up relay transport", append(up, "--relay-transport", "udp"), `--relay-transport "udp": want tcp, quic, race`},
+		{"sandbox port", append(sb, "--port", "65536"), "--port 65536: want 0-65535"},
+		{"sandbox relay transport", append(sb, "--relay-transport", "udp"), `--relay-transport "udp": want tcp, quic, race`},
+		{"sandbox socks5 word", append(sb, "--socks5", "localhost"), `--socks5 "localhost": port "localhost": want a number 0-65535`},
+		{"sandbox socks5 port", append(sb, "--socks5", "99999"), `--socks5 "99999": port "99999"`},
+		{"sandbox platform", append(sb, "--platform", "kvm2"), `--platform "kvm2": want systrap or ptrace`},
+		{"sandbox interface", append(sb, "--interface", "wg/0"), `--interface "wg/0": not an interface name`},
+		{"sandbox http proxy", append(sb, "--http-proxy", "127.0.0.1:"), `--http-proxy "127.0.0.1:": port ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // a missed check retries registration
+			defer cancel()
+			var out, errOut strings.Builder
+			code := execute(ctx, tc.args, &out, &errOut)
+			assert.Equal(t, exitUsage, code, "stderr: %s", errOut.String())
+			assert.Contains(t, errOut.String(), tc.want)
+		})
+	}
+}
+
 // TestControlAndTokenFlags: up and sandbox start take the control URL as
 // --control (documented) or --server-url (the older name, hidden), and the
 // join token from --token, --token-file or $LATTICE_TOKEN, which they never

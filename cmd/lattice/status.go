@@ -109,7 +109,11 @@ func newStatusCmd() *cobra.Command {
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultStateDir(), "the running node's --state-dir")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		st, raw, err := fetchStatus(cmd.Context(), filepath.Join(stateDir, "lattice.sock"))
+		socket, err := nodeSocket(stateDir)
+		if err != nil {
+			return err
+		}
+		st, raw, err := fetchStatus(cmd.Context(), socket)
 		if err != nil {
 			return err
 		}
@@ -121,6 +125,17 @@ func newStatusCmd() *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// nodeSocket is the status socket of the node running with stateDir.
+func nodeSocket(stateDir string) (string, error) {
+	switch stateDir {
+	case "":
+		return "", usagef("--state-dir is empty: give the running node's --state-dir")
+	case "mem:":
+		return "", usagef("--state-dir mem: keeps no status socket: a node started with it cannot be asked")
+	}
+	return filepath.Join(stateDir, "lattice.sock"), nil
 }
 
 func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, error) {
@@ -139,11 +154,15 @@ func fetchStatus(ctx context.Context, socket string) (*statusReply, []byte, erro
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, nil, fmt.Errorf("status: %w", err)
+		return nil, nil, fmt.Errorf("status from %s: %w", socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(raw[:min(len(raw), 200)]))
+		return nil, nil, fmt.Errorf("status from %s: %s: %s", socket, resp.Status, msg)
 	}
 	var st statusReply
 	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, nil, fmt.Errorf("status: %w", err)
+		return nil, nil, fmt.Errorf("status from %s: not a node's status reply: %w", socket, err)
 	}
 	return &st, raw, nil
 }

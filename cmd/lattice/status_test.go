@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
+	"net"
+	"net/http"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -126,4 +129,35 @@ func TestStatusTable(t *testing.T) {
 	assert.Contains(t, out, "shown offline 15s after their last heartbeat")
 	assert.Regexp(t, `db-1\s+100\.64\.1\.3\s+offline\s+offline\s+-`, out)
 	assert.Regexp(t, `web-1\s+100\.64\.1\.2\s+online\s+direct\s+192\.0\.2\.7:51820\s+1\.5ms`, out)
+}
+
+// TestStatusBadReply: what answers on the socket but is not a node's
+// status (an error page, cut-off JSON) is reported with the socket it
+// came from, not as a bare JSON error.
+func TestStatusBadReply(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		handler    http.HandlerFunc
+	}{
+		{"server error", "status from SOCK: 500 Internal Server Error: boom", func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "boom", http.StatusInternalServerError)
+		}},
+		{"cut-off JSON", "status from SOCK: not a node's status reply: unexpected end of JSON input", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(`{"peers":`))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sock := filepath.Join(dir, "lattice.sock")
+			ln, err := net.Listen("unix", sock)
+			require.NoError(t, err)
+			srv := &http.Server{Handler: tc.handler, ReadHeaderTimeout: 5 * time.Second}
+			done := make(chan struct{})
+			go func() { defer close(done); _ = srv.Serve(ln) }()
+			t.Cleanup(func() { _ = srv.Close(); <-done })
+			var out, errOut strings.Builder
+			assert.Equal(t, exitFailure, execute(t.Context(), []string{"status", "--state-dir", dir}, &out, &errOut))
+			assert.Contains(t, errOut.String(), strings.ReplaceAll(tc.want, "SOCK", sock))
+		})
+	}
 }

@@ -98,6 +98,15 @@ egress clear' removes it.`,
 		if controlURL == "" {
 			return usagef("--control is required: the URL of 'lattice control'")
 		}
+		if err := cli.CheckNodeFlags(name, port, relayTransport); err != nil {
+			return err
+		}
+		if err := cli.CheckInterfaceName(ifname); err != nil && !userspace {
+			return err
+		}
+		if stateDir == "" {
+			return usagef(`--state-dir is empty: give a directory, or "mem:" for an ephemeral identity`)
+		}
 		if err := egressF.check(cmd, userspace, stateDir); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -58,10 +59,15 @@ func Configure(root *cobra.Command) {
 // Execute runs root with args and returns the process exit code. Errors
 // go to stderr, once.
 func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, stderr io.Writer) int {
-	usageArgs(root)
 	root.SetArgs(args)
-	root.SetOut(stdout)
+	root.SetOut(stdout) // before the completion command, which keeps it
 	root.SetErr(stderr)
+	// cobra adds help and completion while executing; added now, they are
+	// checked as every other command is.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd(args...)
+	strictHelp(root)
+	usageArgs(root)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
@@ -87,6 +93,19 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stdout, st
 // ExactArgs, ...) report a UsageError, so a stray argument exits with
 // ExitUsage like a bad flag does.
 func usageArgs(cmd *cobra.Command) {
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		// A group (lattice egress, lattice sandbox agent): cobra would
+		// print its help and succeed on a mistyped subcommand.
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		if cmd.Args == nil {
+			cmd.Args = func(c *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return UsageError{fmt.Errorf("unknown command %q for %q", args[0], c.CommandPath())}
+				}
+				return nil
+			}
+		}
+	}
 	if check := cmd.Args; check != nil {
 		cmd.Args = func(c *cobra.Command, args []string) error {
 			if err := check(c, args); err != nil {
@@ -101,5 +120,24 @@ func usageArgs(cmd *cobra.Command) {
 	}
 	for _, c := range cmd.Commands() {
 		usageArgs(c)
+	}
+}
+
+// strictHelp makes `help TOPIC` a usage error when TOPIC is no command:
+// cobra prints the root's help and succeeds.
+func strictHelp(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if c.Name() != "help" || c.Run == nil {
+			continue
+		}
+		run := c.Run
+		c.Run = nil
+		c.RunE = func(c *cobra.Command, args []string) error {
+			if found, rest, err := c.Root().Find(args); found == nil || err != nil || len(rest) > 0 {
+				return UsageError{fmt.Errorf("unknown help topic %q", strings.Join(args, " "))}
+			}
+			run(c, args)
+			return nil
+		}
 	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,14 +38,17 @@ func (m *MetricsFlags) AddPeer(cmd *cobra.Command) {
 
 // Check validates the flags before anything starts.
 func (m *MetricsFlags) Check() error {
-	if m.Listen == "" {
-		return nil
-	}
 	if m.PeerLimit < 0 {
 		return Usagef("--metrics-peer-limit %d: must not be negative", m.PeerLimit)
 	}
+	if m.Listen == "" {
+		return nil
+	}
 	if err := metrics.CheckListen(m.Listen, m.AllowRemote); err != nil {
-		return Usagef("--metrics-listen: %v (--metrics-allow-remote)", err)
+		if errors.Is(err, metrics.ErrRemoteListen) {
+			return Usagef("--metrics-listen: %w (--metrics-allow-remote)", err)
+		}
+		return Usagef("--metrics-listen: %w", err)
 	}
 	return nil
 }

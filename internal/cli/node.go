@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,7 +24,14 @@ import (
 func ReadSecretFile(path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is said once, below
+		}
+		return nil, fmt.Errorf("secret file %q: %w", path, err)
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("secret file %q is a directory", path)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("secret file %s has mode %v; make it private: chmod 600 %s", path, fi.Mode().Perm(), path)
@@ -133,3 +145,58 @@ func (t *TrustFlags) Apply(url string) (string, error) {
 
 // RelayTransports are node.LRPRelay's transports, for completion.
 var RelayTransports = []string{"tcp", "quic", "race"}
+
+// CheckNodeFlags checks what lattice up and lattice sandbox start share,
+// so that a bad value fails at once instead of after registration (or,
+// for a name, when control refuses it, retried forever).
+func CheckNodeFlags(name string, port int, relayTransport string) error {
+	if SanitizeName(name) != name {
+		return Usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", name, SanitizeName(name))
+	}
+	if port < 0 || port > 65535 {
+		return Usagef("--port %d: want 0-65535 (0: any free port)", port)
+	}
+	if !slices.Contains(RelayTransports, relayTransport) {
+		return Usagef("--relay-transport %q: want %s", relayTransport, strings.Join(RelayTransports, ", "))
+	}
+	return nil
+}
+
+// CheckHostPort checks that s is HOST:PORT with a port from 0 to 65535
+// (1 to 65535 unless zeroPort) and returns the reason if not.
+func CheckHostPort(s string, zeroPort bool) error {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return errors.New(ae.Err) // the address is in the caller's message
+		}
+		return err
+	}
+	if host == "" && !zeroPort {
+		return errors.New("want HOST:PORT")
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || (n == 0 && !zeroPort) {
+		min := 1
+		if zeroPort {
+			min = 0
+		}
+		return fmt.Errorf("port %q: want a number %d-65535", p, min)
+	}
+	return nil
+}
+
+// CheckInterfaceName checks a network interface name as Linux does
+// (dev_valid_name): 1-15 bytes, not . or .., no slash, colon or space.
+func CheckInterfaceName(name string) error {
+	switch {
+	case name == "":
+		return Usagef("--interface: name an interface (e.g. lattice0)")
+	case len(name) > 15:
+		return Usagef("--interface %q: %d bytes; interface names have at most 15", name, len(name))
+	case name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n"):
+		return Usagef("--interface %q: not an interface name (no /, : or spaces)", name)
+	}
+	return nil
+}

@@ -91,8 +91,6 @@ func NewVersionCmd() *cobra.Command {
 the work tree had uncommitted changes), the edition (community or pro) and
 the Go toolchain. With --json it prints one object with the keys module,
 version, commit, modified, commit_time, edition, go and platform.`,
-		Example: `  lattice version
-  lattice version --json | jq -r .commit`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v := ReadVersion()
@@ -105,5 +103,11 @@ version, commit, modified, commit_time, edition, go and platform.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	// The examples name the binary the command is part of (lattice-lab
+	// version, not lattice version), known only once it is attached.
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		c.Example = fmt.Sprintf("  %[1]s version\n  %[1]s version --json | jq -r .commit", c.Root().Name())
+		c.Parent().HelpFunc()(c, args)
+	})
 	return cmd
 }

@@ -89,3 +89,15 @@ func TestVersionCommand(t *testing.T) {
 
 	assert.Equal(t, ExitUsage, Execute(context.Background(), newRoot(), []string{"version", "extra"}, &out, &errOut))
 }
+
+// TestVersionHelpNamesBinary: the examples in version --help run the
+// binary the help came from, not always lattice.
+func TestVersionHelpNamesBinary(t *testing.T) {
+	root := &cobra.Command{Use: "lattice-lab"}
+	Configure(root)
+	root.AddCommand(NewVersionCmd())
+	var out, errOut bytes.Buffer
+	require.Equal(t, ExitOK, Execute(context.Background(), root, []string{"version", "--help"}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "  lattice-lab version --json | jq -r .commit\n")
+	assert.NotContains(t, out.String(), "  lattice version")
+}

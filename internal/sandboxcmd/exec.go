@@ -49,12 +49,9 @@ holds (at most 768 KiB) before CMD starts.`,
 		if cmd.ArgsLenAtDash() < 0 {
 			return cli.Usagef("put the command after --: lattice sandbox exec [flags] -- CMD")
 		}
-		dir := stateDir
-		if dir == "" {
-			if name == "" {
-				return cli.Usagef("give --state-dir or --name")
-			}
-			dir = filepath.Join(cli.DefaultStateDir(), "sandbox", name)
+		dir, err := runningDir(stateDir, name)
+		if err != nil {
+			return err
 		}
 		req := sandbox.ExecRequest{Argv: args}
 		if stdin {

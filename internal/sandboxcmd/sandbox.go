@@ -109,8 +109,22 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	if f.name == "" || f.serverURL == "" {
 		return "", cfg, cli.Usagef("--name and --control are required")
 	}
-	if cli.SanitizeName(f.name) != f.name {
-		return "", cfg, cli.Usagef("--name %q: use lowercase letters, digits and hyphens (e.g. %q)", f.name, cli.SanitizeName(f.name))
+	if err := cli.CheckNodeFlags(f.name, f.port, f.relayTransport); err != nil {
+		return "", cfg, err
+	}
+	if f.platform != "systrap" && f.platform != "ptrace" {
+		return "", cfg, cli.Usagef("--platform %q: want systrap or ptrace", f.platform)
+	}
+	if err := cli.CheckInterfaceName(f.iface); err != nil {
+		return "", cfg, err
+	}
+	for _, p := range []struct{ flag, addr string }{{"socks5", f.socks5}, {"http-proxy", f.httpProxy}} {
+		if p.addr == "" {
+			continue
+		}
+		if err := cli.CheckHostPort(localAddr(p.addr), true); err != nil {
+			return "", cfg, cli.Usagef("--%s %q: %v (PORT or HOST:PORT)", p.flag, p.addr, err)
+		}
 	}
 	serverURL, err := f.trust.Apply(f.serverURL)
 	if err != nil {
@@ -495,12 +509,9 @@ directory, for manual debugging:
 		if err := edition.Require("sandbox agent"); err != nil {
 			return nil, err
 		}
-		dir := stateDir
-		if dir == "" {
-			if name == "" {
-				return nil, cli.Usagef("give --state-dir or --name")
-			}
-			dir = filepath.Join(cli.DefaultStateDir(), "sandbox", name)
+		dir, err := runningDir(stateDir, name)
+		if err != nil {
+			return nil, err
 		}
 		return sandbox.NewClient(filepath.Join(dir, sandbox.SocketName)), nil
 	}
@@ -646,4 +657,19 @@ the last hash the sandbox logged when it stopped, elsewhere.`,
 		},
 	})
 	return cmd
+}
+
+// runningDir is the state dir of the running sandbox --state-dir or
+// --name names. A name is checked as start checks it, so that it cannot
+// reach outside the sandboxes' directory (--name ../../etc).
+func runningDir(stateDir, name string) (string, error) {
+	switch {
+	case stateDir != "":
+		return stateDir, nil
+	case name == "":
+		return "", cli.Usagef("give --state-dir or --name")
+	case cli.SanitizeName(name) != name:
+		return "", cli.Usagef("--name %q: not a sandbox name (lowercase letters, digits and hyphens)", name)
+	}
+	return filepath.Join(cli.DefaultStateDir(), "sandbox", name), nil
 }

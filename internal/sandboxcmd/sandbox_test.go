@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/latticelab/lattice/internal/cli"
 	"github.com/latticelab/lattice/proxy"
 	"github.com/latticelab/lattice/sandbox"
 )
@@ -52,6 +53,35 @@ func TestPrintProxiesSaysWhereTheCredentialsAre(t *testing.T) {
 			printProxies(&out, d, sandbox.DriverConfig{StateDir: "/state", ProxyCredentials: creds}, tc.flag)
 			assert.Equal(t, "sandbox: SOCKS5 on 127.0.0.1:1080 (credentials "+tc.want+")\n"+
 				"sandbox: HTTP proxy on 127.0.0.1:3128 (credentials "+tc.want+")\n", out.String())
+		})
+	}
+}
+
+// TestRunningDir: exec and agent find a sandbox by --state-dir or by a
+// --name checked as start checks it, never a path outside the sandboxes'
+// directory.
+func TestRunningDir(t *testing.T) {
+	root := filepath.Join(cli.DefaultStateDir(), "sandbox")
+	for _, tc := range []struct {
+		name, stateDir, sandbox, want, wantErr string
+	}{
+		{name: "state dir", stateDir: "/run/agent", want: "/run/agent"},
+		{name: "state dir wins", stateDir: "/run/agent", sandbox: "agent-1", want: "/run/agent"},
+		{name: "name", sandbox: "agent-1", want: filepath.Join(root, "agent-1")},
+		{name: "neither", wantErr: "give --state-dir or --name"},
+		{name: "path in name", sandbox: "../../etc", wantErr: `--name "../../etc": not a sandbox name (lowercase letters, digits and hyphens)`},
+		{name: "upper case", sandbox: "Agent", wantErr: `--name "Agent": not a sandbox name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, err := runningDir(tc.stateDir, tc.sandbox)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				assert.ErrorAs(t, err, new(cli.UsageError))
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, dir)
 		})
 	}
 }
