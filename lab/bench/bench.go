@@ -76,6 +76,9 @@ func Run(ctx context.Context, t Topologies, opt Options) (*Report, error) {
 	if opt.Bytes == 0 {
 		opt.Bytes = 64 << 20
 	}
+	if opt.Runs < 0 {
+		return nil, fmt.Errorf("bench: %d runs; want at least 1 (0 for the default, 5)", opt.Runs)
+	}
 	if opt.Runs == 0 {
 		opt.Runs = 5
 	}

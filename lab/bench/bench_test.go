@@ -122,3 +122,10 @@ func TestBusyMachineWarned(t *testing.T) {
 	require.Len(t, lines, 1, "only the start was busy: %q", lines)
 	assert.Contains(t, lines[0], fmt.Sprintf("warning: load average 9.5 on %d cores at the start", cores))
 }
+
+// TestRunRefusesNegativeRuns: a negative run count is an error before any
+// lab starts (the connect figures' median of no runs panicked).
+func TestRunRefusesNegativeRuns(t *testing.T) {
+	_, err := Run(t.Context(), Topologies{}, Options{Runs: -1})
+	require.EqualError(t, err, "bench: -1 runs; want at least 1 (0 for the default, 5)")
+}
