@@ -402,7 +402,9 @@ func TestSandboxGVisorBehindLabNAT(t *testing.T) {
 
 // TestSandboxGVisorFailsAfterRegistration: when phase 1 fails after
 // control has assigned the identity (here wg0 cannot be made: its name is
-// too long), the agent's container runsc was already booting is called
+// the pod's loopback's, a device that exists and is no TUN; a name the
+// kernel refuses outright is now refused before registration), the
+// agent's container runsc was already booting is called
 // off: no container, process, mount or cgroup of it is left, and the
 // agent never ran.
 func TestSandboxGVisorFailsAfterRegistration(t *testing.T) {
@@ -411,7 +413,7 @@ func TestSandboxGVisorFailsAfterRegistration(t *testing.T) {
 	agent := buildAgent(t)
 	state := t.TempDir()
 	stdout, stderr, code := p.run(t, "sandbox", "run", "--mode", "gvisor", "--name", "failmid", "--server-url", w.NATSURL,
-		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--interface", "wg-name-too-long0", "--",
+		"--token", meshtest.Token, "--state-dir", state, "--listen-addr", p.addr.String(), "--interface", "lo", "--",
 		agent, "gvisor", "exit", "0")
 	require.NotEqual(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stderr, "msg=registered", "the failure came after registration")
