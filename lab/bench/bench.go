@@ -438,15 +438,6 @@ func WriteJSON(w io.Writer, r *Report) error {
 	return enc.Encode(r)
 }
 
-// ReadJSON reads a report written by WriteJSON.
-func ReadJSON(r io.Reader) (*Report, error) {
-	var rep Report
-	if err := json.NewDecoder(r).Decode(&rep); err != nil {
-		return nil, err
-	}
-	return &rep, nil
-}
-
 // Change is one metric against its baseline.
 type Change struct {
 	Metric     Metric

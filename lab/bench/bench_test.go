@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -48,7 +50,9 @@ func TestCompare(t *testing.T) {
 func TestJSONAndSVG(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, WriteJSON(&b, report(300, 100)))
-	got, err := ReadJSON(&b)
+	p := filepath.Join(t.TempDir(), "bench.json")
+	require.NoError(t, os.WriteFile(p, b.Bytes(), 0o644))
+	got, err := LoadJSON(p)
 	require.NoError(t, err)
 	assert.Equal(t, report(300, 100), got)
 
