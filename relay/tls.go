@@ -29,9 +29,9 @@ func CertFingerprint(der []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// parseFingerprint accepts CertFingerprint's form, upper or lower case,
+// ParseFingerprint accepts CertFingerprint's form, upper or lower case,
 // with or without colons between bytes.
-func parseFingerprint(s string) ([sha256.Size]byte, error) {
+func ParseFingerprint(s string) ([sha256.Size]byte, error) {
 	var fp [sha256.Size]byte
 	b, err := hex.DecodeString(strings.ReplaceAll(s, ":", ""))
 	if err != nil || len(b) != sha256.Size {
@@ -121,7 +121,7 @@ func clientTLS(cfg *ClientConfig, host string) (*tls.Config, error) {
 	if cfg.Fingerprint == "" {
 		return tc, nil
 	}
-	pin, err := parseFingerprint(cfg.Fingerprint)
+	pin, err := ParseFingerprint(cfg.Fingerprint)
 	if err != nil {
 		return nil, err
 	}

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,13 +173,9 @@ func runControl(cmd *cobra.Command, fl controlFlags, logger func() *slog.Logger)
 		if fl.relaySecretFile == "" {
 			return usagef("--relay needs --relay-secret-file: nodes need relay tokens")
 		}
-		secret, err := cli.ReadSecretFile(fl.relaySecretFile)
+		secret, err := readRelaySecret(fl.relaySecretFile)
 		if err != nil {
 			return err
-		}
-		secret = bytes.TrimSpace(secret)
-		if len(secret) < relay.MinSecretSize {
-			return fmt.Errorf("relay secret in %s is %d bytes; use at least %d", fl.relaySecretFile, len(secret), relay.MinSecretSize)
 		}
 		ttl := fl.relayTokenTTL
 		cfg.RelayToken = func(k key.Public, now time.Time) (string, error) {
@@ -306,7 +300,7 @@ func (fl controlFlags) checkServers() error {
 		if err := cli.CheckHostPort(addr, false); err != nil {
 			return usagef("--relay %q: %v (ADDR or ADDR,FINGERPRINT)", r, err)
 		}
-		if b, err := hex.DecodeString(strings.ReplaceAll(fp, ":", "")); fp != "" && (err != nil || len(b) != sha256.Size) {
+		if _, err := relay.ParseFingerprint(fp); fp != "" && err != nil {
 			return usagef("--relay %q: fingerprint %q: want %d hex bytes (SHA-256, as the relay prints it)", r, fp, sha256.Size)
 		}
 	}
@@ -316,14 +310,11 @@ func (fl controlFlags) checkServers() error {
 		}
 	}
 	for _, f := range []struct{ flag, urls string }{{"advertise-nats", fl.advertise}, {"nats-url", fl.natsURL}} {
-		for _, raw := range controlapi.SplitURLs(f.urls) {
-			u, err := url.Parse(raw)
-			if err != nil {
-				return usagef("--%s %q: %v", f.flag, raw, err)
-			}
-			if s := strings.ToLower(u.Scheme); (s != "nats" && s != "tls") || u.Host == "" {
-				return usagef("--%s %q: want tls://HOST:PORT or nats://HOST:PORT, comma-separated", f.flag, raw)
-			}
+		if f.urls == "" {
+			continue
+		}
+		if err := controlapi.CheckServers(controlapi.SplitURLs(f.urls)); err != nil {
+			return usagef("--%s %q: want tls://HOST:PORT or nats://HOST:PORT, comma-separated: %v", f.flag, f.urls, err)
 		}
 	}
 	if fl.stateDir == "" {
@@ -336,6 +327,20 @@ func (fl controlFlags) checkServers() error {
 		return usagef("--kv-replicas %d: must not be negative (0: 3 on a NATS cluster, else 1)", fl.kvReplicas)
 	}
 	return nil
+}
+
+// readRelaySecret reads the secret relay and control share, as both read
+// it: surrounding space trimmed, at least relay.MinSecretSize bytes.
+func readRelaySecret(path string) ([]byte, error) {
+	secret, err := cli.ReadSecretFile(path)
+	if err != nil {
+		return nil, err
+	}
+	secret = bytes.TrimSpace(secret)
+	if len(secret) < relay.MinSecretSize {
+		return nil, fmt.Errorf("relay secret in %s is %d bytes; use at least %d", path, len(secret), relay.MinSecretSize)
+	}
+	return secret, nil
 }
 
 // readTokens parses a token file: "TOKEN [RFC3339-EXPIRY] [tags=T1,T2]"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"syscall"
@@ -59,13 +58,9 @@ A port below 1024 (--listen 0.0.0.0:443) needs root or CAP_NET_BIND_SERVICE:
 		if err := metricsF.Check(); err != nil {
 			return err
 		}
-		secret, err := cli.ReadSecretFile(secretFile)
+		secret, err := readRelaySecret(secretFile)
 		if err != nil {
 			return err
-		}
-		secret = bytes.TrimSpace(secret)
-		if len(secret) < relay.MinSecretSize { // as control says it, naming the file
-			return fmt.Errorf("relay secret in %s is %d bytes; use at least %d", secretFile, len(secret), relay.MinSecretSize)
 		}
 		log := logger()
 		reg := metricsF.Registry()

@@ -113,6 +113,13 @@ func urlHostname(hostport string) string {
 	return strings.Trim(hostport, "[]")
 }
 
+// CheckServers reports whether raws are NATS URLs a node can dial (as
+// DialServers parses them), without dialing.
+func CheckServers(raws []string) error {
+	_, err := parseServers(raws)
+	return err
+}
+
 // DialServers connects to any of raws on n. handshakeFirst: TLS before
 // NATS's INFO (control's own listener); a stock nats-server wants it after.
 // Servers a server announces are not added: only the URLs given, with
