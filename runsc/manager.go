@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,6 +100,10 @@ type Manager struct {
 	log      *slog.Logger
 }
 
+// Platforms are the runsc platforms a Manager runs sandboxes on, the
+// default first.
+var Platforms = []string{"systrap", "ptrace"}
+
 // NewManager checks the binary and makes the state directory.
 func NewManager(cfg Config) (*Manager, error) {
 	bin, err := Find(cfg.Binary)
@@ -108,12 +113,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = "/run/lattice/runsc"
 	}
-	switch cfg.Platform {
-	case "":
-		cfg.Platform = "systrap"
-	case "systrap", "ptrace":
-	default:
-		return nil, fmt.Errorf("runsc: platform %q: want systrap or ptrace", cfg.Platform)
+	if cfg.Platform == "" {
+		cfg.Platform = Platforms[0]
+	}
+	if !slices.Contains(Platforms, cfg.Platform) {
+		return nil, fmt.Errorf("runsc: platform %q: want %s", cfg.Platform, strings.Join(Platforms, " or "))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

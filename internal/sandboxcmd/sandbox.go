@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/latticelab/lattice/internal/edition"
 	"github.com/latticelab/lattice/internal/pagetrim"
 	"github.com/latticelab/lattice/proxy"
+	"github.com/latticelab/lattice/runsc"
 	"github.com/latticelab/lattice/sandbox"
 )
 
@@ -91,7 +93,7 @@ func (f *sandboxFlags) add(cmd *cobra.Command, proxies bool) {
 	cli.FlagValues(cmd, "mode", string(sandbox.ModePod), string(sandbox.ModeGVisor))
 	cli.FlagValues(cmd, "isolation", string(sandbox.IsolationNamespace), string(sandbox.IsolationProxy))
 	cli.FlagValues(cmd, "relay-transport", cli.RelayTransports...)
-	cli.FlagValues(cmd, "platform", "systrap", "ptrace")
+	cli.FlagValues(cmd, "platform", runsc.Platforms...)
 	_ = cmd.MarkFlagDirname("state-dir")
 }
 
@@ -112,8 +114,8 @@ func (f *sandboxFlags) config(cmd *cobra.Command) (sandbox.Mode, sandbox.DriverC
 	if err := cli.CheckNodeFlags(f.name, f.port, f.relayTransport); err != nil {
 		return "", cfg, err
 	}
-	if f.platform != "systrap" && f.platform != "ptrace" {
-		return "", cfg, cli.Usagef("--platform %q: want systrap or ptrace", f.platform)
+	if !slices.Contains(runsc.Platforms, f.platform) {
+		return "", cfg, cli.Usagef("--platform %q: want %s", f.platform, strings.Join(runsc.Platforms, " or "))
 	}
 	if err := cli.CheckInterfaceName(f.iface); err != nil {
 		return "", cfg, err
