@@ -176,13 +176,12 @@ func CheckHostPort(s string, zeroPort bool) error {
 	if host == "" && !zeroPort {
 		return errors.New("want HOST:PORT")
 	}
-	n, err := strconv.ParseUint(p, 10, 16)
-	if err != nil || (n == 0 && !zeroPort) {
-		min := 1
-		if zeroPort {
-			min = 0
-		}
-		return fmt.Errorf("port %q: want a number %d-65535", p, min)
+	lowest := uint64(1)
+	if zeroPort {
+		lowest = 0
+	}
+	if n, err := strconv.ParseUint(p, 10, 16); err != nil || n < lowest {
+		return fmt.Errorf("port %q: want a number %d-65535", p, lowest)
 	}
 	return nil
 }
