@@ -12,8 +12,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/latticelab/lattice/internal/cli"
@@ -21,7 +23,18 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Execute(ctx, newRootCmd(), os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// run executes argv (a process's arguments, its name first). lattice
+// execs this binary with its own argv, `lattice sandbox ...`; the command
+// then speaks as `lattice sandbox` (usage lines, error prefix, help), so
+// a user sees the command they typed, not this binary's name.
+func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
+	if len(argv) > 1 && argv[1] == "sandbox" && filepath.Base(argv[0]) != "lattice-sandbox" {
+		return cli.Execute(ctx, newLatticeCmd(), argv[1:], stdout, stderr)
+	}
+	return cli.Execute(ctx, newRootCmd(), argv[1:], stdout, stderr)
 }

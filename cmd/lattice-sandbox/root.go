@@ -15,3 +15,14 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(cli.NewVersionCmd())
 	return root
 }
+
+// newLatticeCmd is the sandbox command where lattice would have it, as
+// `lattice sandbox`, for `lattice sandbox ...` exec'd into this binary
+// (cmd/lattice's execSandbox). lattice's other commands are not here:
+// only `sandbox` is ever exec'd.
+func newLatticeCmd() *cobra.Command {
+	root := &cobra.Command{Use: "lattice"}
+	cli.Configure(root)
+	root.AddCommand(sandboxcmd.NewCmd())
+	return root
+}

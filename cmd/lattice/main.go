@@ -32,7 +32,7 @@ var usagef = cli.Usagef
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "sandbox" {
-		if err := execSandbox(os.Args[2:]); err != nil {
+		if err := execSandbox(os.Args); err != nil {
 			fmt.Fprintln(os.Stderr, "lattice:", err)
 			os.Exit(exitFailure)
 		}

@@ -15,12 +15,14 @@ import (
 const sandboxBinary = "lattice-sandbox"
 
 // execSandbox replaces this process with lattice-sandbox from lattice's
-// own directory, with args (what follows `lattice sandbox`), keeping the
-// process ID, environment and open files: to the caller it is the same
-// process. It returns nil, having done nothing, when there is no
-// lattice-sandbox there (lattice then runs the command itself), and an
-// error only when one is there but could not be run.
-func execSandbox(args []string) error {
+// own directory, with argv (this process's own: `lattice sandbox ...`,
+// which lattice-sandbox takes as its cue to speak as `lattice sandbox`
+// and which ps shows as typed), keeping the process ID, environment and
+// open files: to the caller it is the same process. It returns nil,
+// having done nothing, when there is no lattice-sandbox there (lattice
+// then runs the command itself), and an error only when one is there
+// but could not be run.
+func execSandbox(argv []string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return nil
@@ -31,7 +33,7 @@ func execSandbox(args []string) error {
 		return nil
 	}
 	if err == nil {
-		err = syscall.Exec(bin, append([]string{bin}, args...), os.Environ())
+		err = syscall.Exec(bin, argv, os.Environ())
 	}
 	return fmt.Errorf("sandbox: run %s: %w", bin, err)
 }

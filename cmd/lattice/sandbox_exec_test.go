@@ -27,7 +27,7 @@ func TestSandboxExecsLatticeSandbox(t *testing.T) {
 		args    []string
 		want    string // output, %d the process's ID
 	}{
-		{"beside", "#!/bin/sh\necho \"lattice-sandbox $$ $*\"\n", 0o755, []string{"sandbox", "start", "--name", "a b"}, "lattice-sandbox %d start --name a b\n"},
+		{"beside", "#!/bin/sh\necho \"lattice-sandbox $$ $*\"\n", 0o755, []string{"sandbox", "start", "--name", "a b"}, "lattice-sandbox %d sandbox start --name a b\n"},
 		{"none", "", 0, []string{"sandbox", "start"}, "lattice: --name and --control are required\nRun 'lattice sandbox start --help' for usage.\n"},
 		{"not executable", "#!/bin/sh\necho no\n", 0o644, []string{"sandbox", "start"}, "lattice: --name and --control are required\nRun 'lattice sandbox start --help' for usage.\n"},
 		{"another command", "#!/bin/sh\necho no\n", 0o755, []string{"up"}, "lattice: --control is required: the URL of 'lattice control'\nRun 'lattice up --help' for usage.\n"},
