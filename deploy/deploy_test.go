@@ -84,6 +84,10 @@ func TestBrokenManifests(t *testing.T) {
 			`base/control.yaml:49:7: json: unknown field "enableServiceLink"`},
 		{"duplicated field", "base/stun.yaml", "  replicas: 2\n", "  replicas: 2\n  replicas: 3\n", `base/stun.yaml:`},
 		{"wrong type", "base/nats.yaml", "  replicas: 3", "  replicas: three", `base/nats.yaml:45:3: json: cannot unmarshal string`},
+		{"bad quantity", "base/control.yaml", `limits: {cpu: "1", memory: 512Mi}`, `limits: {cpu: "1", memory: 512MB}`,
+			`base/control.yaml:116:40: memory: "512MB" is not a Kubernetes quantity`},
+		{"bad quantity in a block", "base/control.yaml", `            limits: {cpu: "1", memory: 512Mi}`, "            limits:\n              cpu: one\n              memory: 512Mi",
+			`base/control.yaml:117:20: cpu: "one" is not a Kubernetes quantity`},
 		{"bad YAML", "base/relay.yaml", "  type: LoadBalancer", "  type: [LoadBalancer", `base/relay.yaml:`},
 		{"unknown kind", "base/namespace.yaml", "kind: Namespace", "kind: Namespaces", `base/namespace.yaml:1:1: unknown kind "Namespaces"`},
 		{"file not listed", "base/kustomization.yaml", "  - stun.yaml\n", "", "base/stun.yaml is not in resources"},
@@ -274,6 +278,7 @@ func FuzzDecode(f *testing.F) {
 		return nil
 	})
 	f.Add([]byte("---\n---\nkind: [\n"))
+	f.Add([]byte("apiVersion: v1\nkind: Service\nspec:\n  limits: {cpu: x}\n---\napiVersion: apps/v1\nkind: Deployment\nspec: {template: {spec: {containers: [{name: c, resources: {limits: {memory: 1..2}}}]}}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, err := Decode("f.yaml", b)
 		if err != nil && !regexp.MustCompile(`^f\.yaml:\d+:\d+: `).MatchString(err.Error()) {

@@ -108,6 +108,9 @@ func Decode(file string, b []byte) ([]*Object, error) {
 		}
 		v := mk()
 		if err := yaml.UnmarshalStrict(doc.text, v); err != nil {
+			if qerr, ok := quantityError(file, doc, err); ok {
+				return nil, qerr
+			}
 			return nil, locate(file, doc, err)
 		}
 		name := tm.Metadata.Name
