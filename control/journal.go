@@ -293,12 +293,12 @@ func (j *journal) swapTail(beforeRename func()) error {
 	if beforeRename != nil {
 		beforeRename()
 	}
-	if err := os.Rename(tmp.Name(), j.path); err != nil {
+	if err := os.Rename(tmp.Name(), j.path); err != nil { //nolint:gosec // the operator's --state
 		return fmt.Errorf("registry journal %s: new journal after snapshot: %w", j.path, err)
 	}
 	_ = atomicfile.SyncDir(dir) // not every file system syncs directories
 	// The journal on disk is the tail now; appends must go there.
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // the operator's --state
 	if err != nil {
 		return j.fail(fmt.Errorf("registry journal %s: reopen after snapshot: %w (restart control)", j.path, err))
 	}

@@ -25,7 +25,6 @@ import (
 // NATS user, as on a shared cluster.
 type natsCluster struct {
 	srvs []*server.Server
-	dirs []string
 	opts []*server.Options
 }
 

@@ -306,7 +306,7 @@ func checkListen(w Workload) error {
 		}
 		served := map[int32]bool{}
 		if p := FlagValue(c.Args, "--port"); p != "" {
-			n, _ := strconv.Atoi(p)
+			n, _ := strconv.ParseInt(p, 10, 32)
 			served[int32(n)] = true
 		}
 		for _, f := range ListenFlags {

@@ -7,6 +7,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -172,10 +173,10 @@ func locate(file string, doc document, err error) error {
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 	if loc := lineRe.FindStringSubmatchIndex(msg); loc != nil {
 		var n, col int
-		fmt.Sscan(msg[loc[2]:loc[3]], &n)
+		n, _ = strconv.Atoi(msg[loc[2]:loc[3]]) // digits: lineRe matched them
 		col = 1
 		if loc[4] >= 0 {
-			fmt.Sscan(msg[loc[4]:loc[5]], &col)
+			col, _ = strconv.Atoi(msg[loc[4]:loc[5]])
 		}
 		// The parser counts lines from the document's start, so its "line
 		// N" would contradict the file's; the first problem is enough.

@@ -164,8 +164,7 @@ func Start(cfg Config) (*Enforcer, error) {
 	err := e.install()
 	e.mu.Unlock()
 	if err != nil {
-		e.closeWatcher()
-		return nil, err
+		return nil, errors.Join(err, e.closeWatcher())
 	}
 	go e.followPeers()
 	return e, nil

@@ -43,7 +43,7 @@ func ensureBPFFS(root string) error {
 	if isBPFFS(bpffsRoot) {
 		return nil
 	}
-	if err := os.MkdirAll(bpffsRoot, 0o755); err != nil {
+	if err := os.MkdirAll(bpffsRoot, 0o755); err != nil { //nolint:gosec // /sys/fs/bpf's usual mode
 		return fmt.Errorf("bpffs: %w", err)
 	}
 	if err := unix.Mount("bpffs", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {

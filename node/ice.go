@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pion/ice/v4"
+	"github.com/pion/stun/v4"
 	"github.com/pion/transport/v5"
 
 	"github.com/latticelab/lattice/control/controlapi"
@@ -313,9 +314,9 @@ func (p *peer) reportPairs(agent *ice.Agent) {
 // Network as ICE sees it, resp names the STUN servers and the overlay
 // address.
 func (n *Node) agentOptions(pn transport.Net, resp *controlapi.RegisterResponse) ([]ice.AgentOption, error) {
-	var urls []*ice.URL
+	var urls []*stun.URI
 	for _, s := range resp.STUN {
-		u, err := ice.ParseURL("stun:" + s)
+		u, err := stun.ParseURI("stun:" + s)
 		if err != nil {
 			return nil, fmt.Errorf("node: STUN server %q: %w", s, err)
 		}

@@ -160,7 +160,7 @@ func (f *FileCredentials) Save(id *Identity) error {
 	if !id.ControlKey.IsZero() {
 		c.ControlKey = id.ControlKey.Hex()
 	}
-	b, err := json.MarshalIndent(c, "", "  ")
+	b, err := json.MarshalIndent(c, "", "  ") //nolint:gosec // the identity file is the private key's home: written 0600, atomically
 	if err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}

@@ -208,10 +208,10 @@ func TestSlowPathHedges(t *testing.T) {
 		require.NoError(t, ifc.SetImpairments(fabric.Egress, link.Impairments{}))
 		require.NoError(t, ifc.SetImpairments(fabric.Ingress, link.Impairments{}))
 
-		st := waitPath(t, a, node.PathDirect, 3*time.Second)
+		waitPath(t, a, node.PathDirect, 3*time.Second)
 		read := flow.read.Load()
 		time.Sleep(time.Second)
-		st = a.Status()[0]
+		st := a.Status()[0]
 		assert.Equal(t, node.PathDirect, st.Path, "%+v", st.History)
 		assert.Equal(t, attempts, a.ICECounts().Attempts, "the slow path was dropped and attempted again: %+v", st.History)
 		assert.Zero(t, a.PathSwitches()[node.SwitchKey{To: node.PathRelay, Reason: "direct_silent"}], "%+v", st.History)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pion/ice/v4"
+	pionstun "github.com/pion/stun/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -57,12 +58,12 @@ func TestMuxSharesSocket(t *testing.T) {
 	require.NoError(t, err)
 	umux := ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: mux.STUNConn(), Net: pn})
 	defer umux.Close()
-	stunURL, err := ice.ParseURL("stun:203.0.113.100:3478")
+	stunURL, err := pionstun.ParseURI("stun:203.0.113.100:3478")
 	require.NoError(t, err)
 	agent, err := ice.NewAgentWithOptions(
 		ice.WithNet(pn),
 		ice.WithUDPMux(umux), ice.WithUDPMuxSrflx(umux),
-		ice.WithUrls([]*ice.URL{stunURL}),
+		ice.WithUrls([]*pionstun.URI{stunURL}),
 		ice.WithNetworkTypes([]ice.NetworkType{ice.NetworkTypeUDP4}),
 		ice.WithCandidateTypes([]ice.CandidateType{ice.CandidateTypeHost, ice.CandidateTypeServerReflexive}),
 		ice.WithMulticastDNSMode(ice.MulticastDNSModeDisabled),

@@ -424,7 +424,7 @@ func (p *peer) scheduleRetry(ctx context.Context) time.Time {
 	}
 	d := float64(p.env.cfg.RetryMin) * math.Pow(2, float64(min(p.failures-1, 10)))
 	d = min(d, float64(p.retryMax()))
-	d = d/2 + mrand.Float64()*d/2
+	d = d/2 + mrand.Float64()*d/2 //nolint:gosec // jitter, not a secret
 	session := p.session
 	p.retryTimer = time.AfterFunc(time.Duration(d), func() {
 		if ctx.Err() == nil {

@@ -57,7 +57,7 @@ func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 	case "race":
 		transport = ""
 	}
-	return func(ctx context.Context, r controlapi.Relay, auth RelayAuth, deliver func(key.Public, []byte)) (RelayClient, error) {
+	return func(_ context.Context, r controlapi.Relay, auth RelayAuth, deliver func(key.Public, []byte)) (RelayClient, error) {
 		cfg := relay.ClientConfig{
 			Network:     n,
 			Server:      r.Addr,
@@ -78,6 +78,7 @@ func LRPRelay(n netx.Network, log *slog.Logger, transport string) RelayDialer {
 			return nil, fmt.Errorf("relay %s: %w", r.Addr, err)
 		}
 		lc := &lrpClient{c: c}
+		var ctx context.Context
 		ctx, lc.cancel = context.WithCancel(context.Background())
 		lc.wg.Add(1)
 		go lc.recvLoop(ctx, deliver)

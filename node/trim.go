@@ -136,8 +136,8 @@ func (u *unreachableTUN) restoreTrimmed(bufs [][]byte, sizes []int, offset, n in
 	}
 	var restore []*Path
 	u.mu.RLock()
-	for i := range n {
-		_, dst, ok := ipAddrs(bufs[i][offset : offset+sizes[i]])
+	for i := range min(n, len(bufs), len(sizes)) {
+		_, dst, ok := ipAddrs(bufs[i][offset : offset+sizes[i]]) //nolint:gosec // i < len(sizes): the range above
 		if !ok {
 			continue
 		}

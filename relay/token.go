@@ -40,7 +40,7 @@ const (
 	tokenRawLen = 1 + key.Size + 8 + sha256.Size
 	// tokenLabel separates relay-token MACs from anything else the same
 	// secret might ever sign.
-	tokenLabel = "lattice relay token"
+	tokenLabel = "lattice relay token" //nolint:gosec // a MAC label, not a credential
 )
 
 // tokenLen is the length of an encoded Token.

@@ -87,15 +87,14 @@ type wire struct {
 	bw        *bufio.Writer // owned by the writer once it runs
 	pktFrame  frameType     // SEND on the client, RECV on the server
 
-	out     outIDs                          // QUIC: ids this end assigned
-	in      inIDs                           // QUIC: ids the other end assigned
-	dgCache map[key.Public]uint32           // writer-owned: acknowledged ids
-	dgBuf   []byte                          // writer-owned datagram scratch
-	ctrl    chan frame                      // control frames for the writer
-	seen    atomic.Bool                     // something arrived since the last keepalive tick
-	onSent  func(pkt []byte, datagram bool) // counts a packet written, or nil
-	onFall  func()                          // counts a datagram fallback, or nil
-	padOut  atomic.Bool                     // QUIC: the other end reads padded datagrams
+	out    outIDs                          // QUIC: ids this end assigned
+	in     inIDs                           // QUIC: ids the other end assigned
+	dgBuf  []byte                          // writer-owned datagram scratch
+	ctrl   chan frame                      // control frames for the writer
+	seen   atomic.Bool                     // something arrived since the last keepalive tick
+	onSent func(pkt []byte, datagram bool) // counts a packet written, or nil
+	onFall func()                          // counts a datagram fallback, or nil
+	padOut atomic.Bool                     // QUIC: the other end reads padded datagrams
 
 	failOnce sync.Once
 	done     chan struct{} // closed by fail

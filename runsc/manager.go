@@ -280,7 +280,7 @@ func (c *Container) Start(hosts []HostEntry) error {
 	}
 	// In place: the gofer bind-mounted this inode when runsc created the
 	// container; the sentry reads it only once the agent opens it.
-	if err := os.WriteFile(filepath.Join(c.bundle, hostsFile), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(c.bundle, hostsFile), b, 0o644); err != nil { //nolint:gosec // the agent's /etc/hosts, read by its unprivileged user
 		return fmt.Errorf("runsc: hosts file: %w", err)
 	}
 	// Our end stays open: the hook may not have opened the FIFO yet (runsc
@@ -474,7 +474,7 @@ func (m *Manager) writeBundle(dir string, spec Spec, hook *ociHook) error {
 			return fmt.Errorf("runsc: bundle: %w", err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "rootfs"), 0o755); err != nil { //nolint:gosec // the agent's root, walked by its unprivileged user
 		return fmt.Errorf("runsc: bundle: %w", err)
 	}
 	oci, err := spec.oci(dir)

@@ -244,7 +244,7 @@ func (s Spec) oci(bundle string) (*ociSpec, error) {
 		spec.Linux.Namespaces = append(spec.Linux.Namespaces, ociNamespace{Type: "network", Path: s.NetNS})
 	}
 	for _, d := range []string{"proc", "dev", "sys", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil { //nolint:gosec // mount points in the agent's root
 			return nil, fmt.Errorf("runsc: rootfs: %w", err)
 		}
 	}
@@ -293,7 +293,7 @@ func (s Spec) oci(bundle string) (*ociSpec, error) {
 		// After the /etc bind: OCI mounts in order, so this one lies on top
 		// of the host's /etc/hosts (whose file is the mount point).
 		src := filepath.Join(bundle, hostsFile)
-		if err := os.WriteFile(src, hosts, 0o644); err != nil {
+		if err := os.WriteFile(src, hosts, 0o644); err != nil { //nolint:gosec // the agent's /etc/hosts, read by its unprivileged user
 			return nil, fmt.Errorf("runsc: hosts file: %w", err)
 		}
 		spec.Mounts = append(spec.Mounts, ociMount{Destination: "/etc/hosts", Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
@@ -316,15 +316,15 @@ func underAny(p string, dirs []string, self string) bool {
 
 func mountPoint(dst string, dir bool) error {
 	if dir {
-		if err := os.MkdirAll(dst, 0o755); err != nil {
+		if err := os.MkdirAll(dst, 0o755); err != nil { //nolint:gosec // mount points in the agent's root
 			return fmt.Errorf("runsc: rootfs: %w", err)
 		}
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { //nolint:gosec // mount points in the agent's root
 		return fmt.Errorf("runsc: rootfs: %w", err)
 	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755)
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o755) //nolint:gosec // a mount point for an executable
 	if err != nil {
 		return fmt.Errorf("runsc: rootfs: %w", err)
 	}

@@ -5,7 +5,10 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,4 +132,23 @@ func TestDaemonPodExec(t *testing.T) {
 	require.NoError(t, dm.Close())
 	_, err = c.Status(ctx)
 	assert.ErrorContains(t, err, "sandbox not reachable")
+}
+
+// echoArgs is an agent that prints its command line and stdin and exits
+// with len(argv).
+func echoArgs(_ context.Context, argv []string, stdio sandbox.Stdio) (int, error) {
+	in, _ := io.ReadAll(stdio.Stdin)
+	fmt.Fprintf(stdio.Stdout, "%s|%s", strings.Join(argv, " "), in)
+	return len(argv), nil
+}
+
+// runConcurrently makes n runs at once and returns their errors.
+func runConcurrently(c *sandbox.Client, ctx context.Context, n int) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = c.Run(ctx, sandbox.ExecRequest{Argv: []string{"x"}}) })
+	}
+	wg.Wait()
+	return errs
 }

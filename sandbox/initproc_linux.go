@@ -132,7 +132,7 @@ func (p *agentInit) handshake(ctx context.Context, cfg podinit.Config) (*os.File
 		return nil, podinit.Reply{}, err
 	}
 	_ = p.conn.SetDeadline(time.Now().Add(initTimeout))
-	defer p.conn.SetDeadline(time.Time{})
+	defer func() { _ = p.conn.SetDeadline(time.Time{}) }()
 	stop := context.AfterFunc(ctx, func() { _ = p.conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := p.conn.Write(b); err != nil {
@@ -185,7 +185,7 @@ func (p *agentInit) start(st podinit.Start, stdio [3]*os.File) error {
 		fds[i] = int(f.Fd()) // Fd leaves the file blocking, as the agent expects
 	}
 	_ = p.conn.SetDeadline(time.Now().Add(initTimeout))
-	defer p.conn.SetDeadline(time.Time{})
+	defer func() { _ = p.conn.SetDeadline(time.Time{}) }()
 	tooBig := func(err error) error {
 		return fmt.Errorf("sandbox: agent start: %d bytes of command line and environment is more than a message to the init can hold (%d): %w", len(b), podinit.MaxStart, err)
 	}

@@ -40,7 +40,6 @@ type PodDriver struct {
 	mu        sync.Mutex // guards the following fields
 	spare     *spareSlot // the agent's init made ahead (spare_linux.go)
 	servers   []*proxy.Server
-	listeners []net.Listener
 	forwards  []*forwarder
 	socks5    string
 	httpProxy string

@@ -14,7 +14,7 @@ import (
 )
 
 // sliceWriter is a Writer whose values cannot be compared with ==.
-type sliceWriter struct{ b []byte }
+type sliceWriter struct{ _ []byte }
 
 func (w sliceWriter) Write(p []byte) (int, error) { return len(p), nil }
 

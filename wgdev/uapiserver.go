@@ -94,7 +94,7 @@ func (s *UAPIServer) accept() {
 				c.Close()
 			}()
 			_ = c.SetDeadline(time.Now().Add(uapiTimeout))
-			if err := s.serve(c); err != nil && !errors.Is(err, io.EOF) {
+			if err := s.serve(c); !errors.Is(err, io.EOF) { // serve returns only on an error
 				s.log.Debug("uapi connection", "err", err)
 			}
 		}()

@@ -118,7 +118,7 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
+			if err := os.MkdirAll(out, 0o755); err != nil { //nolint:gosec // results to share, like mkdir's
 				return err
 			}
 			for name, write := range map[string]func(*os.File) error{

@@ -23,16 +23,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Exit codes and usage errors are shared with the other commands.
-const (
-	exitOK          = cli.ExitOK
-	exitFailure     = cli.ExitFailure
-	exitUsage       = cli.ExitUsage
-	exitInterrupted = cli.ExitInterrupted
-)
-
-type usageError = cli.UsageError
-
 func main() {
 	runner.MaybeRunChild() // a gvisor sandbox's child is this binary, re-executed
 	// Ctrl-C and SIGTERM cancel ctx; every step honours it and the fabric is

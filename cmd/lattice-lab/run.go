@@ -160,7 +160,7 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 		return cli.Usagef("%s: for watching a topology; %s is a scenario, which runs its own timeline", strings.Join(opts.watchFlags, ", "), file)
 	}
 	if opts.reportDir != "" { // fail now, not after the whole scenario
-		if err := os.MkdirAll(opts.reportDir, 0o755); err != nil {
+		if err := os.MkdirAll(opts.reportDir, 0o755); err != nil { //nolint:gosec // a report to share, like mkdir's
 			return fmt.Errorf("--report: %w", err)
 		}
 	}

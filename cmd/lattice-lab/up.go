@@ -110,11 +110,11 @@ func liveDir(flag string, create bool) (string, error) {
 		return "", fmt.Errorf("state dir: %w", err)
 	}
 	if create {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil { //nolint:gosec // the user's own --state
 			return "", fmt.Errorf("state dir: %w", err)
 		}
 	}
-	fi, err := os.Lstat(dir)
+	fi, err := os.Lstat(dir) //nolint:gosec // the user's own --state
 	if errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("%w: state dir %s does not exist", runner.ErrNoLiveLab, dir)
 	}

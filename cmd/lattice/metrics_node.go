@@ -6,8 +6,6 @@ import "github.com/latticelab/lattice/internal/metrics"
 // lab (lab/runner scrapes it in process); these names keep this package's
 // callers and tests short.
 
-const defaultPeerLimit = metrics.DefaultPeerLimit
-
 func newNodeCollector(src metrics.StatusSource, perPeer bool, peerLimit int) *metrics.NodeCollector {
 	return metrics.NewNodeCollector(src, perPeer, peerLimit)
 }

@@ -109,12 +109,10 @@ func Load(cfg Config) (*Filter, error) {
 		f.l3 = len(ifi.HardwareAddr) == 0
 	}
 	if err := f.load(f.l3); err != nil {
-		f.closeObjects()
-		return nil, err
+		return nil, errors.Join(err, f.closeObjects())
 	}
 	if err := f.Reload(cfg.Policy, cfg.Peers); err != nil {
-		f.closeObjects()
-		return nil, err
+		return nil, errors.Join(err, f.closeObjects())
 	}
 	return f, nil
 }

@@ -151,9 +151,9 @@ func New(cfg Config) (*Filter, error) {
 				continue // an earlier run's hook, now leading to the new rules
 			}
 			if err := f.ipt(fam.ipt, "-I", hook, "1", "-o", cfg.Interface, "-j", f.chain); err != nil {
-				f.remove()
+				rerr := f.remove()
 				f.stopEvents()
-				return nil, fmt.Errorf("iptables: hook %s: %w", hook, err)
+				return nil, errors.Join(fmt.Errorf("iptables: hook %s: %w", hook, err), rerr)
 			}
 		}
 	}

@@ -43,19 +43,6 @@ func writeEth(f []byte, dst, src mac, etherType uint16) {
 	binary.BigEndian.PutUint16(f[12:14], etherType)
 }
 
-func etherTypeFor(ipPacket []byte) (uint16, error) {
-	if len(ipPacket) == 0 {
-		return 0, fmt.Errorf("empty packet")
-	}
-	switch ipPacket[0] >> 4 {
-	case 4:
-		return etherTypeIPv4, nil
-	case 6:
-		return etherTypeIPv6, nil
-	}
-	return 0, fmt.Errorf("ip version %d", ipPacket[0]>>4)
-}
-
 const (
 	ipv4MinHeaderLen = header.IPv4MinimumSize
 	protoICMP        = uint8(header.ICMPv4ProtocolNumber)

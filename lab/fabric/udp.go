@@ -233,12 +233,6 @@ func familyOK(local, dst netip.Addr) bool {
 	return local.IsUnspecified() || dst.Is6()
 }
 
-// send transmits one datagram from src (its address may be unspecified) to
-// dst.
-func (u *udpStack) send(src, dst netip.AddrPort, payload []byte) error {
-	return u.sendBatch(src, dst, [][]byte{payload})
-}
-
 // sendBatch transmits datagrams from src to dst in order, resolving the
 // route once; what leaves through one interface goes as one run (batch.go).
 // On an error the datagrams before the failing one have been sent.

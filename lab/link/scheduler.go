@@ -56,7 +56,9 @@ func (p *Pipe) nanotime() int64 { return int64(time.Since(p.epoch)) }
 // virtualClock reports whether now was read inside a testing/synctest
 // bubble: the runtime gives a bubble's time no monotonic reading
 // (runtime.time_runtimeNow), and its timers fire to the nanosecond.
-func virtualClock(now time.Time) bool { return now == now.Round(0) }
+func virtualClock(now time.Time) bool {
+	return now == now.Round(0) //nolint:staticcheck // == on purpose: Round(0) strips the monotonic reading, which Equal ignores
+}
 
 // queue is the scheduler state. It is guarded by Pipe.mu.
 type queue struct {

@@ -86,7 +86,7 @@ func gvisorValid6(t *testing.T, pkt []byte) {
 	ip := header.IPv6(pkt)
 	require.True(t, ip.IsValid(len(pkt)), "ipv6 header")
 	src, dst, l4 := ip.SourceAddress(), ip.DestinationAddress(), ip.Payload()
-	switch ip.TransportProtocol() {
+	switch tcpip.TransportProtocolNumber(ip.NextHeader()) {
 	case header.UDPProtocolNumber:
 		u := header.UDP(l4)
 		assert.True(t, u.IsChecksumValid(src, dst, checksum.Checksum(u.Payload(), 0)), "udp checksum")
@@ -99,7 +99,7 @@ func gvisorValid6(t *testing.T, pkt []byte) {
 			PayloadCsum: checksum.Checksum(h[header.ICMPv6MinimumSize:], 0), PayloadLen: len(h) - header.ICMPv6MinimumSize})
 		assert.Equal(t, want, h.Checksum(), "icmpv6 checksum")
 	default:
-		t.Fatalf("unexpected next header %d", ip.TransportProtocol())
+		t.Fatalf("unexpected next header %d", tcpip.TransportProtocolNumber(ip.NextHeader()))
 	}
 }
 
@@ -146,7 +146,7 @@ func ends6(pkt []byte) (src, dst netip.AddrPort) {
 	s, d := netip.AddrFrom16(ip.SourceAddress().As16()), netip.AddrFrom16(ip.DestinationAddress().As16())
 	l4 := pkt[header.IPv6MinimumSize:] // a quote may be cut short of its payload length
 	var sp, dp uint16
-	if ip.TransportProtocol() == header.ICMPv6ProtocolNumber {
+	if tcpip.TransportProtocolNumber(ip.NextHeader()) == header.ICMPv6ProtocolNumber {
 		sp = binary.BigEndian.Uint16(l4[4:])
 		dp = sp
 	} else {

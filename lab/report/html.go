@@ -155,13 +155,13 @@ func timeline(r *Result) template.HTML {
 				color = "#16a34a"
 			}
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s from %s</title></rect>`,
-				x(s.at), y, max(x(end)-x(s.at), 1), rowH-6, color, s.to, fmtDur(s.at))
+				x(s.at), y, max(x(end)-x(s.at), 1), rowH-6, color, template.HTMLEscapeString(s.to), fmtDur(s.at))
 		}
 	}
 	y := rowH*len(keys) + 18
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10">0s</text><text x="%d" y="%d" font-size="10" text-anchor="end">%s</text></svg>`,
 		labelW, y, labelW+barW, y, fmtDur(total))
-	return template.HTML(b.String())
+	return template.HTML(b.String()) //nolint:gosec // every string from the result is escaped above (TestHTMLEscapesResults)
 }
 
 func fmtDur(d time.Duration) string {

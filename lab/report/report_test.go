@@ -211,6 +211,19 @@ func TestHTML(t *testing.T) {
 	assert.NotContains(t, page, "<script", "self-contained and static")
 }
 
+// TestHTMLEscapesResults: a result.json can come from anywhere (a
+// baseline, another machine's run); nothing in it becomes markup, in the
+// tables or the hand-drawn SVG.
+func TestHTMLEscapesResults(t *testing.T) {
+	const evil = `<img src=x onerror=alert(1)>`
+	rs := sample()
+	rs[0].Events = append(rs[0].Events, PathEvent{At: 300 * time.Millisecond, Node: "a" + evil, Peer: "b", To: "direct" + evil, Reason: evil})
+	var b bytes.Buffer
+	require.NoError(t, WriteHTML(&b, rs, HTMLOptions{}))
+	assert.NotContains(t, b.String(), "<img")
+	assert.Contains(t, b.String(), "direct&lt;img src=x onerror=alert(1)&gt; from")
+}
+
 // TestHTMLTotals: the summary's speed is over the scenarios whose wall time
 // was measured, so one without it does not inflate the ratio; with none
 // measured the summary gives network time only.

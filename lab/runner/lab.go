@@ -197,7 +197,7 @@ func (l *Lab) Plan() *topology.Plan { return l.plan }
 func (l *Lab) Since() time.Duration { return time.Since(l.start) }
 
 func (l *Lab) startCaptures(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // captures to share, like mkdir's
 		return fmt.Errorf("capture: %w", err)
 	}
 	for _, n := range l.plan.Networks {

@@ -74,7 +74,8 @@ func helloHandler(greeting string) http.Handler {
 			_, _ = io.CopyN(w, pattern{}, size)
 			return
 		}
-		fmt.Fprintf(w, "%s, you are %s\n", greeting, r.RemoteAddr)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8") // never sniffed as HTML
+		fmt.Fprintf(w, "%s, you are %s\n", greeting, r.RemoteAddr)  //nolint:gosec // text/plain, set above
 	})
 }
 

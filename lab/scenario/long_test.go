@@ -24,7 +24,6 @@ type longEnv struct {
 	echoes   int // how many messages the echo server answers; then it goes silent
 	presence []bool
 	last     string
-	started  []string
 }
 
 func (e *longEnv) NATMappings(string) (string, time.Time, []nat.MappingInfo, error) {

@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultToken is control's join token when the topology names none.
-const DefaultToken = "lattice-lab-join-token"
+const DefaultToken = "lattice-lab-join-token" //nolint:gosec // the emulation's, in-process only
 
 // resolver turns a Topology into a Plan, reporting every problem.
 type resolver struct {

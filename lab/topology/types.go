@@ -7,12 +7,9 @@ import (
 	"github.com/latticelab/lattice/internal/strictyaml"
 )
 
-// namePattern is what every name in a topology looks like: it becomes a
-// host name, a node name registered with control and a pcapng interface
-// name.
-const namePattern = `^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$`
-
-const nameDoc = "Names are 1-40 lower-case letters, digits and dashes, starting with a letter."
+// Every name in a topology has the pattern tag ^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$:
+// it becomes a host name, a node name registered with control and a
+// pcapng interface name.
 
 // Topology is a topology file: the network to emulate and what runs on it.
 type Topology struct {
