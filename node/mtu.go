@@ -182,6 +182,10 @@ const (
 	tcpFlagSYN     = 0x02
 )
 
+// maxIPv4Datagram is the largest IPv4 datagram, header included (RFC 791:
+// the total length field is 16 bits).
+const maxIPv4Datagram = 0xffff
+
 // ipHeader returns the IP header length of an IPv4 packet or of an
 // IPv6 packet without extension headers before TCP, and the transport
 // protocol; ok is false for anything shorter than its header.
@@ -270,8 +274,10 @@ func setWord(b []byte, off int, v uint16, csum int) {
 // fragmentIPv4 splits IPv4 packet pkt into fragments of at most mtu bytes
 // (RFC 791 section 3.2: every fragment but the last carries a multiple of
 // 8 bytes; offsets and MF continue those of a packet that was a fragment
-// already). It returns nil when pkt cannot be split: a malformed header or
-// an MTU that leaves no room for 8 bytes of data.
+// already). It returns nil when pkt cannot be split: a malformed header, a
+// fragment whose data would end past the largest datagram (65535 bytes
+// with its header, RFC 791; the 13-bit offsets of its pieces would spill
+// into the flags) or an MTU that leaves no room for 8 bytes of data.
 func fragmentIPv4(pkt []byte, mtu int) [][]byte {
 	hlen, _, ok := ipHeader(pkt)
 	if !ok || pkt[0]>>4 != 4 {
@@ -289,6 +295,9 @@ func fragmentIPv4(pkt []byte, mtu int) [][]byte {
 	base := int(flags&0x1fff) * 8
 	moreAfter := flags&ipv4MF != 0
 	data := pkt[hlen:total]
+	if hlen+base+len(data) > maxIPv4Datagram {
+		return nil
+	}
 	frags := make([][]byte, 0, (len(data)+chunk-1)/chunk)
 	for off := 0; off < len(data); off += chunk {
 		part := data[off:min(len(data), off+chunk)]

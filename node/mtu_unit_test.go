@@ -210,6 +210,47 @@ func TestPacketTooBig6(t *testing.T) {
 	assert.Nil(t, packetTooBig6(q, QUICRelayMTU))
 }
 
+// TestFragmentIPv4Offsets: fragments of a fragment continue its offset,
+// and one whose data would end past the largest IPv4 datagram is not split
+// (its pieces' offsets do not fit the 13-bit field: the last ones used to
+// spill into the flags, turning on MF and a reserved bit).
+func TestFragmentIPv4Offsets(t *testing.T) {
+	tests := []struct {
+		name    string
+		off     int // of the packet's data, in bytes
+		payload int
+		wantNil bool
+	}{
+		{name: "whole packet", off: 0, payload: 3000},
+		{name: "ends at the largest datagram", off: 64000, payload: maxIPv4Datagram - 20 - 64000},
+		{name: "ends one byte past it", off: 64000, payload: maxIPv4Datagram - 20 - 64000 + 1, wantNil: true},
+		{name: "at the last offset", off: 0x1fff * 8, payload: 1500, wantNil: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pkt := ipv4("100.64.0.1", "100.64.1.3", 17, uint16(tt.off/8), make([]byte, tt.payload))
+			frags := fragmentIPv4(pkt, QUICRelayMTU)
+			if tt.wantNil {
+				if frags != nil {
+					last := frags[len(frags)-1]
+					t.Errorf("split into %d fragments, the last with flags and offset %#04x", len(frags), binary.BigEndian.Uint16(last[6:8]))
+				}
+				return
+			}
+			require.NotEmpty(t, frags)
+			want := tt.off
+			for i, f := range frags {
+				fo := binary.BigEndian.Uint16(f[6:8])
+				assert.Equal(t, want, int(fo&0x1fff)*8, "fragment %d offset", i)
+				assert.Equal(t, i < len(frags)-1, fo&ipv4MF != 0, "fragment %d MF", i)
+				assert.Zero(t, fo&^(0x1fff|ipv4MF), "fragment %d DF and reserved bits", i)
+				want += len(f) - 20
+			}
+			assert.Equal(t, tt.off+tt.payload, want)
+		})
+	}
+}
+
 // FuzzPeerMTU: the per-peer MTU's packet handling never panics on any
 // input, fragments reassemble to the packet's data and each fits the MTU,
 // and a clamped SYN keeps a valid checksum.
@@ -218,16 +259,21 @@ func FuzzPeerMTU(f *testing.F) {
 	f.Add(ipv4("100.64.0.1", "100.64.1.3", 17, 0, make([]byte, 1500)), 600)
 	f.Add(ipv4("100.64.0.1", "100.64.1.3", 17, ipv4MF|3, make([]byte, 100)), 68)
 	f.Add([]byte{0x60, 0, 0, 0, 0, 20, 6, 64}, 1280)
+	f.Add(ipv4("100.64.0.1", "100.64.1.3", 17, 0x1fff, make([]byte, 1500)), 600)
 	f.Fuzz(func(t *testing.T, pkt []byte, mtu int) {
 		mtu = 28 + (mtu&0xffff)%2000
 		orig := append([]byte(nil), pkt...)
 		if frags := fragmentIPv4(pkt, mtu); frags != nil {
 			hlen := int(pkt[0]&0x0f) * 4
 			total := int(binary.BigEndian.Uint16(pkt[2:4]))
+			base := int(binary.BigEndian.Uint16(pkt[6:8])&0x1fff) * 8
 			var data []byte
 			for _, fr := range frags {
 				if len(fr) > mtu {
 					t.Fatalf("a %d-byte fragment over MTU %d", len(fr), mtu)
+				}
+				if off := int(binary.BigEndian.Uint16(fr[6:8])&0x1fff) * 8; off != base+len(data) {
+					t.Fatalf("a fragment at offset %d, want %d", off, base+len(data))
 				}
 				data = append(data, fr[hlen:]...)
 			}
