@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"sync"
@@ -63,17 +64,32 @@ func Attach(cfg AttachConfig) (*Device, error) {
 		client.Close()
 		return nil, fmt.Errorf("wgdev: read device %s: %w", cfg.Name, err)
 	}
-	if wd.ListenPort == 0 {
+	dev, err := deviceAddr(cfg.Name, wd.ListenPort)
+	if err != nil {
 		client.Close()
-		return nil, fmt.Errorf("wgdev: device %s has no listen port (is it up?)", cfg.Name)
+		return nil, err
 	}
-	br, err := NewBridge(BridgeConfig{Bind: cfg.Bind, Device: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(wd.ListenPort)), Logger: log})
+	br, err := NewBridge(BridgeConfig{Bind: cfg.Bind, Device: dev, Logger: log})
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
 	log.Info("WireGuard device attached through the bridge", "device", cfg.Name, "type", wd.Type.String(), "port", wd.ListenPort)
 	return &Device{name: cfg.Name, client: client, bridge: br, log: log, peers: map[wgtypes.Key]string{}}, nil
+}
+
+// deviceAddr is the loopback address of the socket of device name,
+// listening on port as wgctrl read it. wgctrl takes a userspace device's
+// port as any decimal number the UAPI socket answers, so one outside
+// 1-65535 is refused rather than truncated into another port.
+func deviceAddr(name string, port int) (netip.AddrPort, error) {
+	switch {
+	case port == 0:
+		return netip.AddrPort{}, fmt.Errorf("wgdev: device %s has no listen port (is it up?)", name)
+	case port < 0 || port > math.MaxUint16:
+		return netip.AddrPort{}, fmt.Errorf("wgdev: device %s: listen port %d out of range", name, port)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port)), nil
 }
 
 // Name is the device's interface name.
