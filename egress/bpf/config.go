@@ -42,7 +42,8 @@ type Config struct {
 	PinDir string
 	// KeepPinned leaves the pinned link in place on Close.
 	KeepPinned bool
-	// MaxEntries bounds the LPM trie. If zero, 16384 prefixes.
+	// MaxEntries bounds the LPM trie. If zero, 16384 prefixes; at least
+	// 4, at most 2^32-1.
 	MaxEntries int
 	// Logger; nil discards.
 	Logger *slog.Logger

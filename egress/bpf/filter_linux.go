@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -90,11 +91,8 @@ func Load(cfg Config) (*Filter, error) {
 	if err := edition.Require("eBPF egress filter"); err != nil {
 		return nil, err
 	}
-	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = 16384
-	}
-	if cfg.MaxEntries < 4 {
-		return nil, fmt.Errorf("bpf: MaxEntries %d: want at least 4", cfg.MaxEntries)
+	if err := cfg.setMaxEntries(); err != nil {
+		return nil, err
 	}
 	if cfg.Interface == "" {
 		return nil, errors.New("bpf: no interface")
@@ -216,6 +214,22 @@ func (f *Filter) newProgram(l3 bool) (*ebpf.Program, error) {
 		return nil, unavailable("load program", err)
 	}
 	return prog, nil
+}
+
+// setMaxEntries defaults MaxEntries and checks it fits the map's 32-bit
+// size: past it, the map would be made with the low 32 bits while
+// Reload checks policies against the whole value.
+func (cfg *Config) setMaxEntries() error {
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 16384
+	}
+	if cfg.MaxEntries < 4 {
+		return fmt.Errorf("bpf: MaxEntries %d: want at least 4", cfg.MaxEntries)
+	}
+	if uint64(cfg.MaxEntries) > math.MaxUint32 {
+		return fmt.Errorf("bpf: MaxEntries %d: want at most %d", cfg.MaxEntries, uint64(math.MaxUint32))
+	}
+	return nil
 }
 
 func (f *Filter) innerSpec() *ebpf.MapSpec {

@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -218,4 +219,21 @@ func TestFilterAuditLog(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(data), `"kind":"egress","decision":"deny","proto":"tcp","src":"`+p.addr(1).String()+`:`)
 	assert.Contains(t, string(data), `"dst":"`+denied.String()+`","rule":"default deny","detail":"kernel filter, interface `)
+}
+
+// TestMaxEntries: MaxEntries defaults to 16384 and must fit the map's
+// 32-bit size, not be cut to its low 32 bits.
+func TestMaxEntries(t *testing.T) {
+	cfg := Config{}
+	require.NoError(t, cfg.setMaxEntries())
+	assert.Equal(t, 16384, cfg.MaxEntries)
+	for _, n := range []int{4, math.MaxUint32} {
+		cfg := Config{MaxEntries: n}
+		require.NoError(t, cfg.setMaxEntries(), "MaxEntries %d", n)
+		assert.Equal(t, n, cfg.MaxEntries)
+	}
+	cfg = Config{MaxEntries: 3}
+	assert.ErrorContains(t, cfg.setMaxEntries(), "bpf: MaxEntries 3: want at least 4")
+	cfg = Config{MaxEntries: 1<<32 + 64}
+	assert.ErrorContains(t, cfg.setMaxEntries(), "bpf: MaxEntries 4294967360: want at most 4294967295")
 }

@@ -3,6 +3,7 @@ package fabric
 import (
 	"encoding/binary"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,5 +223,34 @@ func TestFragmentReassemble(t *testing.T) {
 	}
 	if len(r.flows) != 0 {
 		t.Fatalf("%d flows left", len(r.flows))
+	}
+}
+
+// TestFragmentPastDatagramLimit: a fragment whose data reaches past the
+// 65535-byte datagram limit is refused, not split into fragments whose
+// offsets wrap to the datagram's start.
+func TestFragmentPastDatagramLimit(t *testing.T) {
+	var other mac
+	frame := ipv4Frame(other, other, protoUDP, netip.MustParseAddrPort("203.0.113.1:4000"), netip.MustParseAddrPort("203.0.113.100:7"), 1000)
+	ip := header.IPv4(frame[ethHeaderLen:])
+	ip.SetFlagsFragmentOffset(0, 65000)
+	inet.SetIPv4Checksum(ip)
+	frags, err := fragmentIPv4(frame[:ethHeaderLen], frame[ethHeaderLen:], 576)
+	if err == nil {
+		for _, fr := range frags {
+			t.Errorf("fragment at offset %d", header.IPv4(fr[ethHeaderLen:]).FragmentOffset())
+		}
+		t.Fatal("a fragment ending past byte 65535 was split")
+	}
+	if !strings.Contains(err.Error(), "65535") {
+		t.Errorf("error %q does not name the limit", err)
+	}
+	// The largest legal fragment still splits.
+	frame = ipv4Frame(other, other, protoUDP, netip.MustParseAddrPort("203.0.113.1:4000"), netip.MustParseAddrPort("203.0.113.100:7"), 0xffff-20-64000-8)
+	ip = header.IPv4(frame[ethHeaderLen:])
+	ip.SetFlagsFragmentOffset(0, 64000)
+	inet.SetIPv4Checksum(ip)
+	if _, err := fragmentIPv4(frame[:ethHeaderLen], frame[ethHeaderLen:], 576); err != nil {
+		t.Fatalf("a fragment ending at byte 65535: %v", err)
 	}
 }

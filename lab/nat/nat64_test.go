@@ -3,6 +3,7 @@ package nat
 import (
 	"encoding/binary"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,6 +318,7 @@ func TestNAT64Drops(t *testing.T) {
 		{"ipv4 from inside", udpPkt(ap("10.0.0.1:1"), srv4), FromInside, "ip version 4 from the ipv6 side"},
 		{"short", []byte{0x60, 0}, FromInside, "shorter than an ipv6 header"},
 		{"fragment", frag, FromInside, "ipv6 fragments are not translated"},
+		{"too big for ipv4", udp64(phone, srv64, strings.Repeat("x", 65535-8)), FromInside, "a 65535-byte ipv6 payload makes a 65555-byte ipv4 packet, more than 65535"},
 		{"ipv6 from outside", udp64(phone, srv64, "x"), FromOutside, "ip version 6"},
 		{"inbound echo request", icmpEcho(icmpEchoRequest, srv4.Addr(), public, 1), FromOutside, "unsupported: inbound icmp echo-request"},
 	} {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/bits"
 	"slices"
 	"time"
@@ -238,14 +239,18 @@ func (r *Reader) parseEPB(body []byte) (Packet, error) {
 		return Packet{}, fmt.Errorf("captured length %d exceeds the block: %w", capLen, ErrCorrupt)
 	}
 	ifc := &r.ifs[id]
+	at, err := ifc.time(ts)
+	if err != nil {
+		return Packet{}, err
+	}
 	p := Packet{
 		Interface: int(id),
-		Time:      ifc.time(ts),
+		Time:      at,
 		Data:      bytes.Clone(body[20 : 20+capLen]),
 		OrigLen:   int(origLen),
 	}
 	opts := body[min(20+pad4(int(capLen)), len(body)):]
-	err := r.options(opts, func(code uint16, val []byte) {
+	err = r.options(opts, func(code uint16, val []byte) {
 		switch {
 		case code == optComment:
 			p.Comment = joinComment(p.Comment, val)
@@ -312,9 +317,15 @@ func joinComment(have string, val []byte) string {
 	return have + "\n" + string(val)
 }
 
+// maxUnixSec is the latest Unix second a time.Time holds: it counts
+// seconds from the year 1 in an int64.
+const maxUnixSec = math.MaxInt64 - 62_135_596_800
+
 // time converts a timestamp in the interface's units to a time.Time in
-// UTC. Resolutions finer than a nanosecond are truncated; none overflows.
-func (ifc *readIface) time(units uint64) time.Time {
+// UTC. Resolutions finer than a nanosecond are truncated. One past what a
+// time.Time holds (in seconds, a uint64 can count to the year 5.8e11) is
+// corrupt.
+func (ifc *readIface) time(units uint64) (time.Time, error) {
 	var sec, nsec uint64
 	exp := uint(ifc.resol & 0x7f)
 	if ifc.resol&0x80 != 0 { // 2^-exp seconds
@@ -335,7 +346,29 @@ func (ifc *readIface) time(units uint64) time.Time {
 	} else if exp-9 <= 19 { // the whole value is less than a second
 		nsec = units / pow10(exp-9)
 	}
-	return time.Unix(int64(sec)+ifc.offset, int64(nsec)).UTC()
+	s, ok := addOffset(sec, ifc.offset)
+	if !ok {
+		return time.Time{}, fmt.Errorf("timestamp %d (if_tsresol %#x, if_tsoffset %d) is later than a time can be: %w",
+			units, ifc.resol, ifc.offset, ErrCorrupt)
+	}
+	return time.Unix(s, int64(nsec)).UTC(), nil
+}
+
+// addOffset returns sec+off and whether it is at most maxUnixSec. The sum
+// of a uint64 and an int64 is computed without wrapping.
+func addOffset(sec uint64, off int64) (int64, bool) {
+	if off >= 0 {
+		sum, carry := bits.Add64(sec, uint64(off), 0)
+		return int64(sum), carry == 0 && sum <= maxUnixSec
+	}
+	back := -uint64(off) // |off|: 1 to 2^63
+	if sec >= back {
+		d := sec - back
+		return int64(d), d <= maxUnixSec
+	}
+	// back-sec is 1 to 2^63; negating 2^63 as an int64 gives MinInt64,
+	// which is the sum.
+	return -int64(back - sec), true
 }
 
 // shr128 returns the low 64 bits of (hi:lo) >> n.

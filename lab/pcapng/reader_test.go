@@ -266,7 +266,46 @@ func TestTimestampResolutions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ifc := readIface{resol: tt.resol, offset: tt.offset}
-			assert.Equal(t, tt.want.UTC(), ifc.time(tt.units))
+			at, err := ifc.time(tt.units)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want.UTC(), at)
+		})
+	}
+}
+
+// TestTimestampOutOfRange: a timestamp later than a time.Time holds is
+// corrupt, not wrapped to a time before the epoch.
+func TestTimestampOutOfRange(t *testing.T) {
+	const maxSec = 1<<63 - 1 - 62_135_596_800
+	last := time.Unix(maxSec, 0).UTC()
+	for _, tt := range []struct {
+		name   string
+		resol  uint8
+		offset int64
+		units  uint64
+		want   time.Time // zero: corrupt
+	}{
+		{name: "the last second", resol: 0, units: maxSec, want: last},
+		{name: "the last second by offset", resol: 0, offset: 10, units: maxSec - 10, want: last},
+		{name: "back in range by offset", resol: 0, offset: -1 << 62, units: 1 << 63, want: time.Unix(1<<62, 0).UTC()},
+		{name: "seconds past it", resol: 0, units: maxSec + 1},
+		{name: "2^63 seconds", resol: 0, units: 1 << 63},
+		{name: "2^0 units, 2^64-1", resol: 0x80, units: 1<<64 - 1},
+		{name: "past it by offset", resol: 0, offset: 11, units: maxSec - 10},
+		{name: "the largest offset", resol: 9, offset: 1<<63 - 1, units: 0},
+		{name: "the smallest offset", resol: 0, offset: -1 << 63, units: 0, want: time.Unix(-1<<63, 0).UTC()},
+		{name: "the smallest offset from 2^64-1", resol: 0, offset: -1 << 63, units: 1<<64 - 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ifc := readIface{resol: tt.resol, offset: tt.offset}
+			at, err := ifc.time(tt.units)
+			if tt.want.IsZero() {
+				require.ErrorIs(t, err, ErrCorrupt, "got %v", at)
+				assert.ErrorContains(t, err, "is later than a time can be")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, at)
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"sync"
 	"time"
@@ -48,7 +49,9 @@ type Packet struct {
 	// Interface is the id AddInterface returned for the capture point.
 	Interface int
 	// Time is when the packet was seen. It is written with nanosecond
-	// resolution; times before the Unix epoch are written as the epoch.
+	// resolution; times before the Unix epoch are written as the epoch,
+	// times after 2554-07-21T23:34:33.709551615Z (the last nanosecond a
+	// uint64 counts) as that.
 	Time time.Time
 	// Data is the packet, starting at the interface's link-layer header
 	// (the IP header for LinkTypeRaw). WritePacket keeps the first
@@ -425,11 +428,17 @@ func truncateUTF8(s string, n int) string {
 }
 
 // timestamp converts t to nanoseconds since the Unix epoch, clamping
-// earlier times to 0. A uint64 of nanoseconds lasts until the year 2554.
+// earlier times to 0. A uint64 of nanoseconds lasts until the year 2554;
+// later times clamp to its last nanosecond rather than wrap to 1970.
 func timestamp(t time.Time) uint64 {
 	sec := t.Unix()
 	if sec < 0 {
 		return 0
 	}
-	return uint64(sec)*1e9 + uint64(t.Nanosecond())
+	hi, lo := bits.Mul64(uint64(sec), 1e9)
+	ns, carry := bits.Add64(lo, uint64(t.Nanosecond()), 0)
+	if hi != 0 || carry != 0 {
+		return math.MaxUint64
+	}
+	return ns
 }

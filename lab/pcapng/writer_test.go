@@ -101,6 +101,11 @@ func TestRoundTrip(t *testing.T) {
 			want: Packet{Interface: 0, Time: time.Unix(0, 0).UTC(), Data: []byte{0x45}, OrigLen: 1},
 		},
 		{
+			name: "after 2554 clamps to the last nanosecond a uint64 counts",
+			in:   Packet{Interface: 0, Time: time.Date(2600, 1, 1, 0, 0, 0, 0, time.UTC), Data: []byte{0x45}},
+			want: Packet{Interface: 0, Time: time.Date(2554, 7, 21, 23, 34, 33, 709551615, time.UTC), Data: []byte{0x45}, OrigLen: 1},
+		},
+		{
 			name: "local time zone comes back as UTC",
 			in:   Packet{Interface: 1, Time: at.In(time.FixedZone("CET", 3600)), Data: []byte{0x45}},
 			want: Packet{Interface: 1, Time: at, Data: []byte{0x45}, OrigLen: 1},
@@ -431,4 +436,14 @@ func BenchmarkWritePacket(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestTimestampLimit: the last nanosecond a uint64 counts is written as
+// itself, and every later time as it, not wrapped.
+func TestTimestampLimit(t *testing.T) {
+	last := time.Date(2554, 7, 21, 23, 34, 33, 709551615, time.UTC)
+	assert.Equal(t, uint64(1<<64-1), timestamp(last))
+	assert.Equal(t, uint64(1<<64-1-709551615), timestamp(last.Truncate(time.Second)))
+	assert.Equal(t, uint64(1<<64-1), timestamp(last.Add(1)))
+	assert.Equal(t, uint64(1<<64-1), timestamp(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)))
 }

@@ -68,6 +68,12 @@ func socks5Connect(c net.Conn, addr, user, pass string) error {
 	if err != nil {
 		return err
 	}
+	// Each is sent after a one-byte length (RFC 1928 section 5, RFC 1929).
+	for _, f := range []struct{ what, v string }{{"user name", user}, {"password", pass}, {"host name", host}} {
+		if len(f.v) > 255 {
+			return fmt.Errorf("socks5: %s of %d bytes: at most 255 fit the protocol", f.what, len(f.v))
+		}
+	}
 	method := byte(0x00)
 	if user != "" {
 		method = 0x02

@@ -119,13 +119,9 @@ func (s *stream) session(ctx context.Context) error {
 	s.mu.Lock()
 	s.conns++
 	s.mu.Unlock()
-	var hdr [8]byte
-	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
-		return fmt.Errorf("read the receiver's offset: %w", err)
-	}
-	off := int64(binary.BigEndian.Uint64(hdr[:]))
-	if off > s.spec.Bytes {
-		return fmt.Errorf("%w: the receiver is at %d of %d bytes", errStreamFailed, off, s.spec.Bytes)
+	off, err := readResumeOffset(conn, s.spec.Bytes)
+	if err != nil {
+		return err
 	}
 	if err := s.write(ctx, conn, off); err != nil {
 		return err
@@ -138,6 +134,22 @@ func (s *stream) session(ctx context.Context) error {
 		return fmt.Errorf("%w: the receiver's SHA-256 of the stream does not match the sender's", errStreamFailed)
 	}
 	return nil
+}
+
+// readResumeOffset reads the offset the receiver has the stream up to, 0
+// to size bytes.
+func readResumeOffset(r io.Reader, size int64) (int64, error) {
+	var hdr [8]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, fmt.Errorf("read the receiver's offset: %w", err)
+	}
+	// Compared unsigned: as an int64, an offset of 2^63 or more would be
+	// negative and pass.
+	off := binary.BigEndian.Uint64(hdr[:])
+	if off > uint64(size) {
+		return 0, fmt.Errorf("%w: the receiver is at %d of %d bytes", errStreamFailed, off, size)
+	}
+	return int64(off), nil
 }
 
 // write sends the stream from off, paced at the spec's rate, then the end

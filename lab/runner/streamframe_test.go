@@ -3,6 +3,8 @@ package runner
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -149,4 +151,31 @@ func FuzzStreamFrames(f *testing.F) {
 			t.Fatalf("SHA-256 ok on an incomplete stream: got %d lost %d bad %d", st.got, st.lost, st.bad)
 		}
 	})
+}
+
+// TestReadResumeOffset: the sender takes the receiver's offset only from 0
+// to the stream's size; one of 2^63 or more is not read as negative.
+func TestReadResumeOffset(t *testing.T) {
+	for _, tc := range []struct {
+		off  uint64
+		want int64
+		err  string
+	}{
+		{0, 0, ""},
+		{1000, 1000, ""},
+		{1001, 0, "the receiver is at 1001 of 1000 bytes"},
+		{1 << 63, 0, "the receiver is at 9223372036854775808 of 1000 bytes"},
+		{math.MaxUint64, 0, "the receiver is at 18446744073709551615 of 1000 bytes"},
+	} {
+		off, err := readResumeOffset(bytes.NewReader(binary.BigEndian.AppendUint64(nil, tc.off)), 1000)
+		if tc.err != "" {
+			require.ErrorIs(t, err, errStreamFailed, "offset %d", tc.off)
+			assert.Contains(t, err.Error(), tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, off)
+	}
+	_, err := readResumeOffset(bytes.NewReader([]byte{1, 2}), 1000)
+	assert.ErrorContains(t, err, "read the receiver's offset")
 }
