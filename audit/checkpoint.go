@@ -53,7 +53,7 @@ func parseCheckpoint(path string, data []byte) (Checkpoint, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cp); err != nil {
-		return Checkpoint{}, fmt.Errorf("audit: checkpoint %s: %w: %v", path, ErrMalformed, err)
+		return Checkpoint{}, fmt.Errorf("audit: checkpoint %s: %w: %w", path, ErrMalformed, err)
 	}
 	if rest := bytes.TrimSpace(data[dec.InputOffset():]); len(rest) > 0 {
 		return Checkpoint{}, fmt.Errorf("audit: checkpoint %s: %w: data after the JSON object", path, ErrMalformed)

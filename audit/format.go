@@ -96,7 +96,7 @@ func parseLine(raw []byte) (*record, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("%w: invalid JSON: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: invalid JSON: %w", ErrMalformed, err)
 	}
 	switch {
 	case dec.InputOffset() != int64(len(raw)):

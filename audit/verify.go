@@ -97,9 +97,9 @@ func verifyLines(r io.Reader, cp *Checkpoint) (Report, string, error) {
 	for n := 1; ; n++ {
 		line, err := br.ReadSlice('\n')
 		switch {
-		case err == io.EOF && len(line) == 0:
+		case errors.Is(err, io.EOF) && len(line) == 0:
 			return rep, atCheckpoint, nil
-		case err == io.EOF:
+		case errors.Is(err, io.EOF):
 			return rep, "", &LineError{Line: n, Err: ErrIncomplete}
 		case errors.Is(err, bufio.ErrBufferFull):
 			return rep, "", &LineError{Line: n, Err: errTooLong}

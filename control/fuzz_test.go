@@ -24,7 +24,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeRequest(b)
 		if err != nil {
-			if _, ok := err.(*controlapi.Error); !ok {
+			if _, ok := err.(*controlapi.Error); !ok { //nolint:errorlint // the error itself must be an *Error, not wrap one
 				t.Fatalf("error %v is not an *Error", err)
 			}
 			return

@@ -229,11 +229,11 @@ func (p *peer) connect(ctx context.Context, ufrag, pwd string) {
 		if err == nil {
 			pair, perr := agent.GetSelectedCandidatePair()
 			if perr != nil || pair == nil {
-				res.err = fmt.Errorf("connected without a selected pair: %v", perr)
+				res.err = fmt.Errorf("connected without a selected pair: %w", perr)
 			} else {
 				ip, perr := netip.ParseAddr(pair.Remote.Address())
 				if perr != nil {
-					res.err = fmt.Errorf("selected pair address %q: %v", pair.Remote.Address(), perr)
+					res.err = fmt.Errorf("selected pair address %q: %w", pair.Remote.Address(), perr)
 				} else {
 					res.addr = netip.AddrPortFrom(ip.Unmap(), uint16(pair.Remote.Port()))
 					res.remote = pair.Remote

@@ -100,7 +100,7 @@ func OpenSignalShared(sh *key.Shared, b []byte) (*Signal, error) {
 	}
 	var s Signal
 	if err := json.Unmarshal(msg, &s); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSignalBad, err)
+		return nil, fmt.Errorf("%w: %w", ErrSignalBad, err)
 	}
 	switch s.Kind {
 	case SignalCredentials:

@@ -100,7 +100,7 @@ func (e *egress) resolve(ctx context.Context, host string) (Resolution, error) {
 	}
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
-		return Resolution{}, fmt.Errorf("%w: %q: %v", proxy.ErrNoHost, host, err)
+		return Resolution{}, fmt.Errorf("%w: %q: %w", proxy.ErrNoHost, host, err)
 	}
 	a := addrs[0].Unmap()
 	return Resolution{Addr: a, Overlay: e.overlay.Contains(a)}, nil

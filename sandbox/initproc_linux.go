@@ -141,7 +141,7 @@ func (p *agentInit) handshake(ctx context.Context, cfg podinit.Config) (*os.File
 	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := p.conn.ReadMsgUnix(buf, oob)
 	if err != nil || n == 0 {
-		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init exited before it answered (%v)", err)
+		return nil, podinit.Reply{}, fmt.Errorf("sandbox: agent init exited before it answered (%w)", err)
 	}
 	var rep podinit.Reply
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {
@@ -173,7 +173,7 @@ func (p *agentInit) handshake(ctx context.Context, cfg podinit.Config) (*os.File
 func (p *agentInit) start(st podinit.Start, stdio [3]*os.File) error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%w (%v)", errInitGone, p.err)
+		return fmt.Errorf("%w (%w)", errInitGone, p.err)
 	default:
 	}
 	b, err := json.Marshal(st)
@@ -197,12 +197,12 @@ func (p *agentInit) start(st podinit.Start, stdio [3]*os.File) error {
 		return tooBig(err)
 	}
 	if err != nil {
-		return fmt.Errorf("%w (sending it: %v)", errInitGone, err)
+		return fmt.Errorf("%w (sending it: %w)", errInitGone, err)
 	}
 	buf := make([]byte, 4096)
 	n, err := p.conn.Read(buf)
 	if err != nil || n == 0 {
-		return fmt.Errorf("%w (%v)", errInitGone, err)
+		return fmt.Errorf("%w (%w)", errInitGone, err)
 	}
 	var rep podinit.Reply
 	if err := json.Unmarshal(buf[:n], &rep); err != nil {

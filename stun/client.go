@@ -167,7 +167,7 @@ func parseResponse(b []byte, id [stun.TransactionIDSize]byte) (r response, ours 
 	}
 	m := &stun.Message{Raw: b}
 	if err := m.Decode(); err != nil || m.TransactionID != id || !fingerprintOK(m) {
-		return r, false, nil
+		return r, false, nil //nolint:nilerr // not our answer: the caller keeps waiting
 	}
 	switch {
 	case m.Type.Class == stun.ClassRequest || m.Type.Class == stun.ClassIndication:

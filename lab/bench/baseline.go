@@ -28,7 +28,7 @@ func LoadJSON(path string) (*Report, error) {
 		switch {
 		case errors.As(err, &se):
 			line, col := lineCol(data, se.Offset)
-			return nil, fmt.Errorf("%s:%d:%d: %v; %s", path, line, col, se, want)
+			return nil, fmt.Errorf("%s:%d:%d: %w; %s", path, line, col, se, want)
 		case errors.As(err, &te):
 			line, col := lineCol(data, te.Offset)
 			return nil, fmt.Errorf("%s:%d:%d: %s: want %s, got %s", path, line, col, te.Field, te.Type, te.Value)

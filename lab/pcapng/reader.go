@@ -304,7 +304,7 @@ func (r *Reader) options(b []byte, fn func(code uint16, val []byte)) error {
 // noEOF turns io.EOF inside a block into io.ErrUnexpectedEOF: only a clean
 // end between blocks is the end of the capture.
 func noEOF(err error) error {
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
 	}
 	return err

@@ -74,7 +74,7 @@ func (s *stream) send(ctx context.Context) {
 		case err == nil:
 			return
 		case ctx.Err() != nil:
-			s.setErr(fmt.Errorf("%w (last: %v)", context.Cause(ctx), err))
+			s.setErr(fmt.Errorf("%w (last: %w)", context.Cause(ctx), err))
 			return
 		case errors.Is(err, errStreamFailed) || !s.spec.Resume:
 			s.setErr(err)

@@ -45,7 +45,7 @@ func (a *StartRefused) Run(ctx context.Context, env Env) (string, []report.Metri
 		stopErr := env.StopNode(a.Node)
 		return "", nil, errors.Join(fmt.Errorf("node %s started, want it refused (%q)", a.Node, a.Error), stopErr)
 	case ctx.Err() != nil:
-		return "", nil, fmt.Errorf("node %s was neither started nor refused: %w (last: %v)", a.Node, context.Cause(ctx), err)
+		return "", nil, fmt.Errorf("node %s was neither started nor refused: %w (last: %w)", a.Node, context.Cause(ctx), err)
 	case !strings.Contains(err.Error(), a.Error):
 		return "", nil, fmt.Errorf("node %s was refused, but the error does not say %q: %w", a.Node, a.Error, err)
 	}

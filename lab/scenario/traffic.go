@@ -227,7 +227,7 @@ func echo(ctx context.Context, c net.Conn, when string) error {
 	got := make([]byte, len(msg))
 	if _, err := io.ReadFull(c, got); err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
+			err = fmt.Errorf("%w (%w)", context.Cause(ctx), err)
 		}
 		return fmt.Errorf("no echo %s: %w", when, err)
 	}

@@ -339,14 +339,14 @@ func (r *resolver) policyErrors(path string, err error) {
 	var walk func(error)
 	walk = func(e error) {
 		var pe *policy.PosError
-		switch x := e.(type) {
+		switch x := e.(type) { //nolint:errorlint // walks the wrapping tree itself, one level at a time
 		case interface{ Unwrap() []error }:
 			for _, inner := range x.Unwrap() {
 				walk(inner)
 			}
 			return
 		case interface{ Unwrap() error }:
-			if errors.As(e, &pe) && pe == e {
+			if errors.As(e, &pe) && pe == e { //nolint:errorlint // this level itself, not one it wraps
 				found = append(found, pe)
 				return
 			}

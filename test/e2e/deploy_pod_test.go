@@ -293,7 +293,7 @@ func (e *podEnv) waitReady(ctx context.Context, t *testing.T, b *box, w deploy.W
 		}
 		poll(ctx, t, fmt.Sprintf("%s passes its %s probe", b.name, probeKind(pr)), startTimeout, func(ctx context.Context) error {
 			if st, err := b.State(ctx); err != nil || !st.Running {
-				return fmt.Errorf("not running (%v): %s", err, b.output())
+				return fmt.Errorf("not running (%w): %s", err, b.output())
 			}
 			return b.probe(ctx, t, c, pr)
 		})
