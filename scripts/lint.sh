@@ -1,12 +1,13 @@
 #!/bin/sh
 # Runs golangci-lint with .golangci.yml (STYLE.md's moderate set: errcheck,
-# govet, ineffassign, staticcheck, unused, gosec) over both editions: the
+# govet, ineffassign, staticcheck, unused, gosec; and errorlint and nilerr
+# for its rules on errors) over both editions: the
 # community build and `-tags pro` compile different files, and code only
 # one of them uses is unused in the other.
 #
 # The linter is pinned and built once from the module proxy into
-# $(go env GOPATH)/bin/golangci-lint-$VERSION (about 2.5 minutes on 2
-# cores; a toolchain newer than the linter's own would make it refuse the
+# $(go env GOPATH)/bin/golangci-lint-$VERSION (2.5-5 minutes on 2 cores
+# with a cold module cache; a toolchain newer than the linter's own would make it refuse the
 # code, so it is built with this one).
 set -eu
 VERSION=v2.15.0
