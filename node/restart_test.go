@@ -83,6 +83,19 @@ func TestRestartsResume(t *testing.T) {
 	hostA := w.site(t, "symmetric")
 	a := startNode(t, hostA, "alpha", na, withCreds)
 	b := startNode(t, w.site(t, "symmetric"), "beta", nb) // symmetric pair: the relay carries it
+	// On a failure, what each running node saw of its peers (CI once
+	// waited 80 s for an echo after alpha's restart under heavy load).
+	running := map[string]*node.Node{"alpha": a, "beta": b}
+	defer func() {
+		if t.Failed() {
+			for name, n := range running {
+				for _, st := range n.Status() {
+					t.Logf("%s → %s: online %v, path %s, endpoint %q, last handshake %v, tx/rx relay %d/%d, why %q, history %+v",
+						name, st.Peer.Name, st.Online, st.Path, st.Endpoint, st.LastHandshake, st.TxRelay, st.RxRelay, st.Why, st.History)
+				}
+			}
+		}
+	}()
 	serveEcho(t, nb, 7)
 	eventuallyEcho(t, na, b.Address().Addr(), 7, slow(10*time.Second), "before restarts")
 	idBefore := a.Identity()
@@ -98,6 +111,7 @@ func TestRestartsResume(t *testing.T) {
 	w.startControl(t)
 	nc := &stockNetstack{}
 	c := startNode(t, w.site(t, "full-cone"), "gamma", nc)
+	running["gamma"] = c
 	serveEcho(t, nc, 7)
 	require.Eventually(t, func() bool { return len(a.Status()) == 2 }, slow(20*time.Second), 20*time.Millisecond,
 		"alpha never heard of gamma after control restarted")
@@ -110,6 +124,7 @@ func TestRestartsResume(t *testing.T) {
 	challenged := w.ctrl.Stats().Challenged
 	na2 := &stockNetstack{}
 	a2 := startNode(t, hostA, "alpha", na2, withCreds)
+	running["alpha"] = a2
 	assert.Equal(t, idBefore, a2.Identity(), "identity and address survive a restart")
 	assert.False(t, idBefore.ControlKey.IsZero(), "the identity keeps control's register key")
 	assert.Equal(t, challenged, w.ctrl.Stats().Challenged, "the restarted node was answered a challenge")
