@@ -439,6 +439,67 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	require.NoError(t, err, "the name is free again")
 }
 
+// TestPresenceFromAnEarlierRegistration: a node that restarts registers
+// again while the goodbye of its earlier life may still be on its way
+// (it waits for the answer only so long). That goodbye, carrying the
+// earlier registration's epoch, must not show the running node offline;
+// the current registration's goodbye does.
+func TestPresenceFromAnEarlierRegistration(t *testing.T) {
+	env := startServer(t, "", func(c *Config) { c.PresenceTTL = time.Minute })
+	ctx := ctxT(t)
+	a, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "alpha", Key: newPriv(t)})
+	require.NoError(t, err)
+	events := make(chan controlapi.PeerEvent, 16)
+	sa, err := controlapi.Connect(ctx, netx.OS, a.NodeID, a.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sa.Close()
+	bkey := newPriv(t)
+	b1, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "beta", Key: bkey})
+	require.NoError(t, err)
+	s1, err := controlapi.Connect(ctx, netx.OS, b1.NodeID, b1.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer s1.Close()
+	require.NoError(t, s1.Presence(ctx, true, b1.Epoch))
+
+	// Beta restarts: registered again, a later epoch.
+	b2, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "beta", Key: bkey})
+	require.NoError(t, err)
+	require.Equal(t, b1.NodeID, b2.NodeID)
+	require.Greater(t, b2.Epoch, b1.Epoch)
+	s2, err := controlapi.Connect(ctx, netx.OS, b2.NodeID, b2.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer s2.Close()
+	require.NoError(t, s2.Presence(ctx, true, b2.Epoch))
+	drain := func() (offline bool) {
+		for {
+			select {
+			case ev := <-events:
+				offline = offline || ev.Type == controlapi.PeerOffline
+			case <-time.After(300 * time.Millisecond):
+				return offline
+			}
+		}
+	}
+	drain()
+	peerB := func() controlapi.Peer {
+		t.Helper()
+		peers, err := sa.Peers(ctx)
+		require.NoError(t, err)
+		require.Len(t, peers, 1)
+		return peers[0]
+	}
+
+	// The first life's goodbye arrives late: taken, and ignored.
+	require.NoError(t, s1.Presence(ctx, false, b1.Epoch))
+	assert.False(t, drain(), "the earlier life's goodbye announced beta offline")
+	assert.False(t, peerB().Offline, "the earlier life's goodbye put beta offline")
+
+	// The running life's goodbye counts.
+	require.NoError(t, s2.Presence(ctx, false, b2.Epoch))
+	assert.True(t, drain(), "beta's own goodbye was not announced")
+	assert.True(t, peerB().Offline)
+}
+
 func TestPresence(t *testing.T) {
 	// A TTL long against scheduling delays on a loaded machine (-race, other
 	// tests): heartbeats every third of it must not miss it.
@@ -481,10 +542,10 @@ func TestPresence(t *testing.T) {
 	// A clean stop: offline at once, still registered. On a slow machine
 	// beta may have expired between its registration and this first
 	// heartbeat; the online event that follows is not the one looked for.
-	require.NoError(t, sb.Presence(ctx, true))
+	require.NoError(t, sb.Presence(ctx, true, b.Epoch))
 	assert.False(t, peerB().Offline)
 	start := time.Now()
-	require.NoError(t, sb.Presence(ctx, false))
+	require.NoError(t, sb.Presence(ctx, false, b.Epoch))
 	ev := next(time.Second)
 	for ev.Type == controlapi.PeerOnline && time.Since(start) < time.Second {
 		ev = next(time.Second)
@@ -499,7 +560,7 @@ func TestPresence(t *testing.T) {
 	require.NoError(t, err, "leaving is not deregistering")
 
 	// Back: online again.
-	require.NoError(t, sb.Presence(ctx, true))
+	require.NoError(t, sb.Presence(ctx, true, b.Epoch))
 	ev = next(time.Second)
 	assert.Equal(t, controlapi.PeerOnline, ev.Type)
 	assert.False(t, ev.Peer.Offline)
@@ -508,7 +569,7 @@ func TestPresence(t *testing.T) {
 	// Heartbeats keep it online past the TTL.
 	for range 4 {
 		time.Sleep(ttl / 3)
-		require.NoError(t, sb.Presence(ctx, true))
+		require.NoError(t, sb.Presence(ctx, true, b.Epoch))
 	}
 	select {
 	case ev := <-events:
@@ -524,7 +585,7 @@ func TestPresence(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(last), ttl)
 
 	var e *controlapi.Error
-	err = sb.Presence(ctx, true)
+	err = sb.Presence(ctx, true, b.Epoch)
 	require.NoError(t, err)
 	assert.Equal(t, controlapi.PeerOnline, next(time.Second).Type)
 	// Garbage is refused by name.

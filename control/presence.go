@@ -99,6 +99,15 @@ func (s *Server) onPresence(m *nats.Msg) {
 		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
 		return
 	}
+	if n := s.view.get(id); n != nil && req.Epoch != 0 && req.Epoch < n.Epoch {
+		// From an earlier life of the node: a goodbye (or a heartbeat)
+		// still in flight when it registered again, restarted. Taken,
+		// its goodbye would show the running node offline until its next
+		// heartbeat.
+		s.log.Debug("presence from an earlier registration ignored", "id", id, "epoch", req.Epoch, "current", n.Epoch)
+		s.reply(m, struct{}{})
+		return
+	}
 	ctx := context.Background()
 	switch {
 	case req.Online && s.markOnline(id):

@@ -149,7 +149,7 @@ func TestEmbeddedNATSCluster(t *testing.T) {
 	s, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
 	require.NoError(t, err, "the session connects to a server still up, which knows the node")
 	defer s.Close()
-	require.NoError(t, s.Presence(ctx, true))
+	require.NoError(t, s.Presence(ctx, true, r.Epoch))
 	kv, err := OpenKVStore(ctx, srvs[1].Conn(), KVOptions{Bucket: "registry"})
 	require.NoError(t, err)
 	info, err := kv.kv.Status(ctx)

@@ -68,7 +68,7 @@ func TestTwoControlsShareRegistry(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no signal through B")
 	}
-	require.NoError(t, sy.Presence(ctx, true), "B knows y for presence too")
+	require.NoError(t, sy.Presence(ctx, true, y.Epoch), "B knows y for presence too")
 
 	// Deregistered through B: A refuses the credentials.
 	require.NoError(t, sy.Deregister(ctx))

@@ -123,7 +123,7 @@ func (n *Node) startHeartbeat() {
 		defer t.Stop()
 		for {
 			hctx, hcancel := context.WithTimeout(ctx, ttl/3)
-			err := n.session.Load().Presence(hctx, true)
+			err := n.session.Load().Presence(hctx, true, n.epoch.Load())
 			hcancel()
 			if err != nil && ctx.Err() == nil {
 				n.log.Debug("presence heartbeat", "err", err)
@@ -153,7 +153,7 @@ func (n *Node) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
-	if err := s.Presence(ctx, false); err != nil {
+	if err := s.Presence(ctx, false, n.epoch.Load()); err != nil {
 		n.log.Warn("could not tell control we are leaving; peers see us offline after the liveness timeout", "timeout", n.PresenceTTL(), "err", err)
 		return
 	}

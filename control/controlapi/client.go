@@ -546,9 +546,12 @@ func (s *Session) Deregister(ctx context.Context) error {
 
 // Presence tells control the node is running (online: a heartbeat) or
 // is stopping (a goodbye): peers are told at once that it is offline, its
-// identity and address stay registered. See presence.go.
-func (s *Session) Presence(ctx context.Context, online bool) error {
-	body, _ := json.Marshal(PresenceRequest{Online: online})
+// identity and address stay registered. epoch is the node's registration
+// (RegisterResponse.Epoch; 0 for none): control ignores a goodbye or
+// heartbeat from a registration older than the node's latest. See
+// control's presence.go.
+func (s *Session) Presence(ctx context.Context, online bool, epoch uint64) error {
+	body, _ := json.Marshal(PresenceRequest{Online: online, Epoch: epoch})
 	r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPresence), body)
 	if err != nil {
 		return fmt.Errorf("presence: %w", err)

@@ -33,6 +33,11 @@ type PeerPage struct {
 // PresenceRequest is a node's heartbeat (Online) or its goodbye.
 type PresenceRequest struct {
 	Online bool `json:"online"`
+	// Epoch is the registration the sender runs under
+	// (RegisterResponse.Epoch); zero if it does not say. Control ignores
+	// a request from an earlier registration: a goodbye still in flight
+	// when the node, restarted, registered again.
+	Epoch uint64 `json:"epoch,omitempty"`
 }
 
 // RelayTokenResponse answers a LeafRelayToken request.
