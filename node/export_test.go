@@ -74,3 +74,7 @@ func (n *Node) PeerMTUCounts() (clamped, tooBig, fragmented uint64) {
 	m := &n.tun.mtu
 	return m.clamped.Load(), m.tooBig.Load(), m.fragmented.Load()
 }
+
+// SetPeerForTest applies a peer event's peer as control's announcement
+// of it would: online (added or updated) or offline.
+func (n *Node) SetPeerForTest(info controlapi.Peer) { n.setPeer(info) }

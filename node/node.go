@@ -123,6 +123,14 @@ type Node struct {
 	sessionUp   chan struct{}
 	sessionOnce sync.Once
 
+	// peerMu serializes changes to the peer set (setPeer, removePeer),
+	// taken before mu: each change runs whole, so what WireGuard and the
+	// Bind hold for a peer follows the last change applied. The session's
+	// events and a peer list after a reconnect (reconcile) apply changes
+	// from two goroutines; an offline and an online applied at once left
+	// the node running a peer WireGuard no longer held.
+	peerMu sync.Mutex
+
 	mu      sync.Mutex
 	peers   map[string]*peer        // online peers, by node ID
 	early   earlySignals            // signals from nodes not yet peers (early.go)

@@ -13,6 +13,8 @@ import (
 
 // setPeer brings the peer to what control says: online or offline.
 func (n *Node) setPeer(info controlapi.Peer) {
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
 	if info.Offline {
 		n.peerOffline(info)
 		return
@@ -118,6 +120,8 @@ const (
 )
 
 func (n *Node) removePeer(info controlapi.Peer) {
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
 	n.mu.Lock()
 	p := n.peers[info.NodeID]
 	delete(n.peers, info.NodeID)
