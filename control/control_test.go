@@ -439,6 +439,15 @@ func TestKVStoreSurvivesRestart(t *testing.T) {
 	require.NoError(t, err, "the name is free again")
 }
 
+// onlyPeer is the one peer s's node has, as its peer list says.
+func onlyPeer(t *testing.T, s *controlapi.Session) controlapi.Peer {
+	t.Helper()
+	peers, err := s.Peers(ctxT(t))
+	require.NoError(t, err)
+	require.Len(t, peers, 1)
+	return peers[0]
+}
+
 // TestPresenceFromAnEarlierRegistration: a node that restarts registers
 // again while the goodbye of its earlier life may still be on its way
 // (it waits for the answer only so long). That goodbye, carrying the
@@ -481,13 +490,7 @@ func TestPresenceFromAnEarlierRegistration(t *testing.T) {
 		}
 	}
 	drain()
-	peerB := func() controlapi.Peer {
-		t.Helper()
-		peers, err := sa.Peers(ctx)
-		require.NoError(t, err)
-		require.Len(t, peers, 1)
-		return peers[0]
-	}
+	peerB := func() controlapi.Peer { t.Helper(); return onlyPeer(t, sa) }
 
 	// The first life's goodbye arrives late: taken, and ignored.
 	require.NoError(t, s1.Presence(ctx, false, b1.Epoch))
@@ -531,13 +534,7 @@ func TestPresence(t *testing.T) {
 	sb, err := controlapi.Connect(ctx, netx.OS, b.NodeID, b.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer sb.Close()
-	peerB := func() controlapi.Peer {
-		t.Helper()
-		peers, err := sa.Peers(ctx)
-		require.NoError(t, err)
-		require.Len(t, peers, 1)
-		return peers[0]
-	}
+	peerB := func() controlapi.Peer { t.Helper(); return onlyPeer(t, sa) }
 
 	// A clean stop: offline at once, still registered. On a slow machine
 	// beta may have expired between its registration and this first
