@@ -109,9 +109,6 @@ func Decode(file string, b []byte) ([]*Object, error) {
 		}
 		v := mk()
 		if err := yaml.UnmarshalStrict(doc.text, v); err != nil {
-			if qerr, ok := quantityError(file, doc, err); ok {
-				return nil, qerr
-			}
 			return nil, locate(file, doc, err)
 		}
 		name := tm.Metadata.Name
@@ -167,8 +164,12 @@ var (
 
 // locate turns a decoding error into file:line:col. The YAML parser gives
 // a line; an unknown or duplicated field (found after the conversion to
-// JSON) is looked up as a key in the document's text.
+// JSON) is looked up as a key in the document's text, a bad resource
+// quantity as a value in its tree (quantity.go).
 func locate(file string, doc document, err error) error {
+	if qerr, ok := quantityError(file, doc, err); ok {
+		return qerr
+	}
 	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
 	msg = strings.TrimPrefix(msg, "error unmarshaling JSON: while decoding JSON: ")
 	if loc := lineRe.FindStringSubmatchIndex(msg); loc != nil {

@@ -9,26 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// badQuantity finds the first resource quantity in a document that
+// quantityFinder finds the first resource quantity in a document that
 // Kubernetes would refuse: a value under a "limits" or "requests" map.
 // The JSON decoder's error for one ("quantities must match the regular
 // expression ...") names neither the field nor the value, so the
-// document is walked again for its position. line and col are 1-based,
-// line within the document.
-func badQuantity(doc []byte) (line, col int, key, value string, ok bool) {
-	f, err := parser.ParseBytes(doc, 0)
-	if err != nil {
-		return 0, 0, "", "", false
-	}
-	v := &quantityFinder{}
-	for _, d := range f.Docs {
-		if d.Body != nil && !v.found {
-			ast.Walk(v, d.Body)
-		}
-	}
-	return v.line, v.col, v.key, v.value, v.found
-}
-
+// document is walked again for its position (line and col 1-based, line
+// within the document).
 type quantityFinder struct {
 	found      bool
 	line, col  int
@@ -89,9 +75,16 @@ func quantityError(file string, doc document, err error) (error, bool) {
 		!strings.Contains(msg, resource.ErrSuffix.Error()) {
 		return nil, false
 	}
-	n, col, key, value, ok := badQuantity(doc.text)
-	if !ok {
+	v := &quantityFinder{}
+	if f, perr := parser.ParseBytes(doc.text, 0); perr == nil { // it did parse as YAML, once
+		for _, d := range f.Docs {
+			if d.Body != nil && !v.found {
+				ast.Walk(v, d.Body)
+			}
+		}
+	}
+	if !v.found {
 		return nil, false
 	}
-	return fmt.Errorf("%s:%d:%d: %s: %q is not a Kubernetes quantity (a number with an optional suffix: 100m, 64Mi, 2, 1.5G)", file, doc.line+n-1, col, key, value), true
+	return fmt.Errorf("%s:%d:%d: %s: %q is not a Kubernetes quantity (a number with an optional suffix: 100m, 64Mi, 2, 1.5G)", file, doc.line+v.line-1, v.col, v.key, v.value), true
 }
