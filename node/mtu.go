@@ -182,10 +182,6 @@ const (
 	tcpFlagSYN     = 0x02
 )
 
-// maxIPv4Datagram is the largest IPv4 datagram, header included (RFC 791:
-// the total length field is 16 bits).
-const maxIPv4Datagram = 0xffff
-
 // ipHeader returns the IP header length of an IPv4 packet or of an
 // IPv6 packet without extension headers before TCP, and the transport
 // protocol; ok is false for anything shorter than its header.
@@ -295,7 +291,7 @@ func fragmentIPv4(pkt []byte, mtu int) [][]byte {
 	base := int(flags&0x1fff) * 8
 	moreAfter := flags&ipv4MF != 0
 	data := pkt[hlen:total]
-	if hlen+base+len(data) > maxIPv4Datagram {
+	if hlen+base+len(data) > inet.MaxIPv4Datagram {
 		return nil
 	}
 	frags := make([][]byte, 0, (len(data)+chunk-1)/chunk)

@@ -222,8 +222,8 @@ func TestFragmentIPv4Offsets(t *testing.T) {
 		wantNil bool
 	}{
 		{name: "whole packet", off: 0, payload: 3000},
-		{name: "ends at the largest datagram", off: 64000, payload: maxIPv4Datagram - 20 - 64000},
-		{name: "ends one byte past it", off: 64000, payload: maxIPv4Datagram - 20 - 64000 + 1, wantNil: true},
+		{name: "ends at the largest datagram", off: 64000, payload: inet.MaxIPv4Datagram - 20 - 64000},
+		{name: "ends one byte past it", off: 64000, payload: inet.MaxIPv4Datagram - 20 - 64000 + 1, wantNil: true},
 		{name: "at the last offset", off: 0x1fff * 8, payload: 1500, wantNil: true},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,11 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
+// MaxIPv4Datagram is the largest IPv4 datagram, header included (RFC 791:
+// the total length field is 16 bits). A fragment whose data would end past
+// it cannot be split or reassembled: its offsets would wrap.
+const MaxIPv4Datagram = 0xffff
+
 // PseudoHeaderSum is the ones' complement sum of the TCP or UDP
 // pseudo-header (RFC 9293 section 3.1, RFC 768, RFC 8200 section 8.1) of IP
 // packet ip, IPv4 or IPv6 by its version: its source and destination

@@ -59,7 +59,7 @@ func fragmentIPv4(eth, p []byte, mtu int) ([][]byte, error) {
 	// A fragment reaching past the 65535-byte datagram limit (a "ping of
 	// death") cannot be split: its pieces' offsets would not fit the
 	// header's 16 bits and wrap onto the datagram's start.
-	if end := base + len(payload); end > 0xffff-ihl {
+	if end := base + len(payload); end > inet.MaxIPv4Datagram-ihl {
 		return nil, fmt.Errorf("fragment at offset %d with %d bytes of data ends past the 65535-byte datagram limit", base, len(payload))
 	}
 	lastMore := ip.More()

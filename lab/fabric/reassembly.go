@@ -67,7 +67,7 @@ func (r *reassembler) add(f []byte, now time.Time) (whole []byte, ok bool) {
 	}
 	off := int(ip.FragmentOffset())
 	data := ip[ihl:total]
-	if off+len(data) > 65535-ihl {
+	if off+len(data) > inet.MaxIPv4Datagram-ihl {
 		return nil, true
 	}
 	k := reasmKey{src: netip.AddrFrom4([4]byte(ip.SourceAddressSlice())), dst: netip.AddrFrom4([4]byte(ip.DestinationAddressSlice())), id: ip.ID()}

@@ -3,7 +3,6 @@ package nat
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -239,10 +238,10 @@ func (x *NAT64) outbound(now time.Time, dst, pkt []byte) ([]byte, Result) {
 	if class != dropNone {
 		return nil, x.drop(class, reason)
 	}
-	if total := header.IPv4MinimumSize + len(p.l4); total > math.MaxUint16 {
+	if total := header.IPv4MinimumSize + len(p.l4); total > inet.MaxIPv4Datagram {
 		// An IPv6 payload may be 65535 bytes, an IPv4 packet, header
 		// included, no more.
-		return nil, x.drop(dropUnsupported, fmt.Sprintf("unsupported: a %d-byte ipv6 payload makes a %d-byte ipv4 packet, more than %d", len(p.l4), total, math.MaxUint16))
+		return nil, x.drop(dropUnsupported, fmt.Sprintf("unsupported: a %d-byte ipv6 payload makes a %d-byte ipv4 packet, more than %d", len(p.l4), total, inet.MaxIPv4Datagram))
 	}
 	if !x.prefix.Contains(p.dst) {
 		return nil, x.drop(dropNoMapping, fmt.Sprintf("dropped: %s is not in the nat64 prefix %s", p.dst, x.prefix))
