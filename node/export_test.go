@@ -2,10 +2,12 @@ package node
 
 import (
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/key"
 )
 
 // AddPeerForTest adds a peer as control's announcement of it would
@@ -78,3 +80,42 @@ func (n *Node) PeerMTUCounts() (clamped, tooBig, fragmented uint64) {
 // SetPeerForTest applies a peer event's peer as control's announcement
 // of it would: online (added or updated) or offline.
 func (n *Node) SetPeerForTest(info controlapi.Peer) { n.setPeer(info) }
+
+// TrimmedCount is how many peers the TUN wrapper counts as trimmed.
+func (n *Node) TrimmedCount() int32 { return n.tun.trimmed.Load() }
+
+// RestoreForTest runs the restore hook of the peer nodeID has now, as
+// the first packet to or from a trimmed peer does; it returns the hook's
+// Path so that a test can run it again after the peer changed.
+func (n *Node) RestoreForTest(nodeID string) func() {
+	n.mu.Lock()
+	p := n.peers[nodeID]
+	n.mu.Unlock()
+	if p == nil {
+		return func() {}
+	}
+	return p.path.restoreWG
+}
+
+// WireGuardKeepalive is the persistent keepalive WireGuard's
+// configuration holds for pk, or -1 if it does not hold pk.
+func (n *Node) WireGuardKeepalive(pk key.Public) int {
+	conf, err := n.dev.IpcGet()
+	if err != nil {
+		return -1
+	}
+	_, rest, ok := strings.Cut(conf, "public_key="+pk.Hex()+"\n")
+	if !ok {
+		return -1
+	}
+	if next := strings.Index(rest, "public_key="); next >= 0 {
+		rest = rest[:next]
+	}
+	for line := range strings.Lines(rest) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "persistent_keepalive_interval="); ok {
+			k, _ := strconv.Atoi(v)
+			return k
+		}
+	}
+	return 0
+}

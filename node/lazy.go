@@ -101,7 +101,10 @@ func (p *peer) quietFor() time.Duration {
 // is idle, and a report each was 136 bytes a peer. Never written.
 var idleReport = ICEReport{State: "idle"}
 
-func (p *peer) goIdle(ctx context.Context, reason string) {
+func (p *peer) goIdle(ctx context.Context, reason string) { p.idleOn(ctx, reason, true) }
+
+// idleOn is goIdle; trim false leaves WireGuard's configuration as it is.
+func (p *peer) idleOn(ctx context.Context, reason string, trim bool) {
 	if p.attempt != nil {
 		p.stopAgent()
 		p.stopTimers()
@@ -109,7 +112,7 @@ func (p *peer) goIdle(ctx context.Context, reason string) {
 	}
 	p.idle = true
 	p.setKeepalive(false)
-	if p.env.trim != nil {
+	if trim && p.env.trim != nil {
 		p.env.trim(p)
 	}
 	p.env.bind.SetDirect(p.path, netip.AddrPort{})

@@ -236,7 +236,10 @@ func (p *peer) begin(ctx context.Context) {
 		p.record(PathRelay, netip.AddrPort{}, "direct paths disabled (RelayOnly)")
 		p.setWhy("direct paths are disabled on this node (relay only)", time.Time{})
 	case p.lazy():
-		p.goIdle(ctx, reasonIdle)
+		// addPeer left the peer out of WireGuard's configuration. A
+		// packet since has put it back, and WireGuard holds that packet
+		// behind the handshake it opened: trimming now would drop both.
+		p.idleOn(ctx, reasonIdle, false)
 	default:
 		p.startAttempt(ctx, "first attempt")
 	}

@@ -40,10 +40,15 @@ func (n *Node) addPeer(info controlapi.Peer) {
 			return
 		}
 		old.close()
-		if n.lazyPeer(info) && n.canTrim() {
-			// The new peer starts trimmed: the old one must not stay.
+		if n.canTrim() {
+			// The old peer's hooks go with it: one that fired later would
+			// put the old configuration back over the new one (an
+			// always-direct peer's keepalive) and count it untrimmed twice.
 			n.forgetTrim(old)
-			_ = n.dev.IpcSet("public_key=" + old.info.PublicKey.Hex() + "\nremove=true\n")
+			if n.lazyPeer(info) {
+				// The new peer starts trimmed: the old one must not stay.
+				_ = n.dev.IpcSet("public_key=" + old.info.PublicKey.Hex() + "\nremove=true\n")
+			}
 		}
 	}
 	// Setting a persistent keepalive makes WireGuard open a handshake at

@@ -1,13 +1,17 @@
 package node_test
 
 import (
+	"bytes"
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/latticelab/lattice/control/controlapi"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/node"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestOfflineOnlineConcurrent: a peer's offline and online announcements
@@ -31,5 +35,68 @@ func TestOfflineOnlineConcurrent(t *testing.T) {
 		if running, wg := n.PeerCount(), n.WireGuardPeers(); running != wg {
 			t.Fatalf("round %d: the node runs %d peers, WireGuard holds %d", i, running, wg)
 		}
+	}
+}
+
+// TestLazinessChanges: a peer that registers again with a new join token
+// can gain or lose the tag that makes it always direct, so a node sees
+// the same peer lazy (out of WireGuard's configuration until traffic
+// flows) and then not, or the other way. After each change WireGuard
+// holds what the peer's new standing asks for, even when the old peer's
+// restore hook (the first packet to a trimmed peer) fires after it:
+// an always-direct peer keeps the persistent keepalive that holds its
+// NAT mapping open, and the node counts no trimmed peer it does not have
+// (every packet to the overlay is looked up while it counts any).
+func TestLazinessChanges(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) {
+		c.ICE.Lazy = true
+		c.ICE.AlwaysDirect = []string{node.TagPrefix + "router"}
+	})
+	// alpha opens the handshake to a peer whose key sorts after its own:
+	// that peer gets the keepalive at once when it is not lazy.
+	me := n.Identity().Private.Public()
+	var pub key.Public
+	for {
+		pub = key.NewPrivate().Public()
+		if bytes.Compare(me[:], pub[:]) < 0 {
+			break
+		}
+	}
+	lazy := controlapi.Peer{NodeID: "fake", Name: "peer", PublicKey: pub, Address: netip.MustParsePrefix("100.96.0.9/10")}
+	router := lazy
+	router.Tags = []string{"router"}
+
+	n.SetPeerForTest(lazy)
+	require.Equal(t, 0, n.WireGuardPeers(), "a lazy peer starts trimmed")
+	require.Equal(t, int32(1), n.TrimmedCount())
+	oldRestore := n.RestoreForTest(lazy.NodeID)
+
+	n.SetPeerForTest(router)
+	assert.Equal(t, 1, n.WireGuardPeers(), "an always-direct peer is in WireGuard's configuration")
+	assert.Equal(t, int32(0), n.TrimmedCount(), "trimmed peers counted once the peer is always direct")
+	oldRestore() // the lazy peer's first packet, a moment late
+	assert.Equal(t, 25, n.WireGuardKeepalive(pub), "the always-direct peer's keepalive, after the lazy peer's restore hook ran")
+	assert.Equal(t, int32(0), n.TrimmedCount(), "trimmed peers counted after the lazy peer's restore hook ran")
+
+	// Lazy again, and its first packet at once: before or after the
+	// peer's actor has started, it stays in WireGuard's configuration.
+	idle := func() bool {
+		for _, st := range n.Status() {
+			if st.Peer.NodeID == lazy.NodeID && st.ICE.State == "idle" && st.Peer.Equal(lazy) {
+				return true
+			}
+		}
+		return false
+	}
+	for round := range 30 {
+		n.SetPeerForTest(router)
+		n.SetPeerForTest(lazy)
+		require.Equal(t, 0, n.WireGuardPeers(), "round %d: the peer, lazy again, is trimmed", round)
+		require.Equal(t, int32(1), n.TrimmedCount(), "round %d", round)
+		n.RestoreForTest(lazy.NodeID)()
+		require.Eventually(t, idle, 5*time.Second, time.Millisecond, "round %d: the lazy peer never went idle", round)
+		require.Equal(t, 1, n.WireGuardPeers(), "round %d: the lazy peer's first packet put it back; once idle, it is still there", round)
+		require.Equal(t, int32(0), n.TrimmedCount(), "round %d", round)
 	}
 }
