@@ -119,3 +119,21 @@ func (n *Node) WireGuardKeepalive(pk key.Public) int {
 	}
 	return 0
 }
+
+// TrimForTest trims the peer nodeID has now as its actor does once the
+// peer is found idle at since; false: traffic since kept it.
+func (n *Node) TrimForTest(nodeID string, since time.Time) bool {
+	n.mu.Lock()
+	p := n.peers[nodeID]
+	n.mu.Unlock()
+	return n.trimWG(p, since.UnixNano())
+}
+
+// NoteInitiationForTest records a handshake initiation to or from the
+// peer nodeID has now at at, as the Bind does.
+func (n *Node) NoteInitiationForTest(nodeID string, at time.Time) {
+	n.mu.Lock()
+	p := n.peers[nodeID]
+	n.mu.Unlock()
+	p.path.initAt.Store(at.UnixNano())
+}

@@ -105,6 +105,7 @@ func (p *peer) goIdle(ctx context.Context, reason string) { p.idleOn(ctx, reason
 
 // idleOn is goIdle; trim false leaves WireGuard's configuration as it is.
 func (p *peer) idleOn(ctx context.Context, reason string, trim bool) {
+	since := time.Now().UnixNano() // the decision; data or a handshake after it is traffic
 	if p.attempt != nil {
 		p.stopAgent()
 		p.stopTimers()
@@ -112,8 +113,9 @@ func (p *peer) idleOn(ctx context.Context, reason string, trim bool) {
 	}
 	p.idle = true
 	p.setKeepalive(false)
+	busy := false
 	if trim && p.env.trim != nil {
-		p.env.trim(p)
+		busy = !p.env.trim(p, since)
 	}
 	p.env.bind.SetDirect(p.path, netip.AddrPort{})
 	p.record(PathRelay, netip.AddrPort{}, reason)
@@ -121,16 +123,15 @@ func (p *peer) idleOn(ctx context.Context, reason string, trim bool) {
 	p.mu.Lock()
 	p.report = &idleReport // shared: setReport copies it before a change
 	p.mu.Unlock()
-	decided := p.path.lastData.Load()
 	wake := func() {
 		if ctx.Err() == nil {
 			p.post(peerEvent{wake: true})
 		}
 	}
 	p.path.wake.Store(&wake)
-	if p.path.lastData.Load() != decided {
-		// Data came while we were closing: wake at once.
-		p.path.noteData(p.path.lastData.Load())
+	if busy || p.path.lastData.Load() > since {
+		// Traffic came while we were closing: wake at once.
+		p.path.wakeIdle()
 	}
 }
 

@@ -63,8 +63,9 @@ type peerEnv struct {
 	// keepalive, if set, turns WireGuard's persistent keepalive to the
 	// peer on or off (lazy peers: on only while direct).
 	keepalive func(pk key.Public, on bool)
-	// trim, if set, takes an idle lazy peer out of WireGuard (trim.go).
-	trim func(p *peer)
+	// trim, if set, takes an idle lazy peer out of WireGuard (trim.go)
+	// unless there was traffic since (Unix ns); false: there was.
+	trim func(p *peer, since int64) bool
 	// switched, if set, counts each path event the peer records.
 	switched func(PathEvent)
 	// ice, if set, counts the peer's ICE attempts and their outcomes.

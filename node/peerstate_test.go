@@ -100,3 +100,26 @@ func TestLazinessChanges(t *testing.T) {
 		require.Equal(t, int32(0), n.TrimmedCount(), "round %d", round)
 	}
 }
+
+// TestNoTrimAfterTraffic: a lazy peer found idle is trimmed only if no
+// handshake went either way since: WireGuard holds a packet read for the
+// peer behind the handshake it opens, and taking the peer out would drop
+// that packet.
+func TestNoTrimAfterTraffic(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = true })
+	peer := controlapi.Peer{NodeID: "fake", Name: "peer", PublicKey: key.NewPrivate().Public(), Address: netip.MustParsePrefix("100.96.0.9/10")}
+	n.SetPeerForTest(peer)
+	n.RestoreForTest(peer.NodeID)()
+	require.Equal(t, 1, n.WireGuardPeers(), "the peer's first packet puts it back")
+
+	idleAt := time.Now()
+	n.NoteInitiationForTest(peer.NodeID, idleAt.Add(time.Millisecond))
+	assert.False(t, n.TrimForTest(peer.NodeID, idleAt), "a handshake after the peer was found idle")
+	assert.Equal(t, 1, n.WireGuardPeers(), "the peer stays in WireGuard's configuration")
+	assert.Equal(t, int32(0), n.TrimmedCount())
+
+	assert.True(t, n.TrimForTest(peer.NodeID, idleAt.Add(time.Second)), "no traffic since the peer was found idle")
+	assert.Equal(t, 0, n.WireGuardPeers(), "the quiet peer is trimmed")
+	assert.Equal(t, int32(1), n.TrimmedCount())
+}

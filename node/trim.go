@@ -54,15 +54,26 @@ func wgPeerConfig(info controlapi.Peer, keepalive int) string {
 }
 
 // trimWG takes an idle lazy peer out of WireGuard's configuration and arms
-// the hooks that put it back.
-func (n *Node) trimWG(p *peer) {
+// the hooks that put it back, unless a handshake or data went either way
+// since the peer was found idle (Unix ns): WireGuard may hold a packet
+// behind that handshake, and removing the peer would drop it. It reports
+// false then, and true otherwise.
+//
+// The check narrows the window to the moment between WireGuard reading a
+// packet for the peer and sending the initiation it opens; closing it
+// would take a lock on every packet the interface reads.
+func (n *Node) trimWG(p *peer, since int64) bool {
 	if !n.canTrim() {
-		return
+		return true
 	}
 	p.wg.mu.Lock()
 	defer p.wg.mu.Unlock()
 	if p.wg.trimmed {
-		return
+		return true
+	}
+	if p.path.initAt.Load() > since || p.path.lastData.Load() > since {
+		n.log.Debug("peer not trimmed: traffic since it went idle", "peer", p.info.Name)
+		return false
 	}
 	p.wg.trimmed = true
 	restore := func() { n.restoreWG(p) }
@@ -71,6 +82,7 @@ func (n *Node) trimWG(p *peer) {
 	if err := n.dev.IpcSet("public_key=" + p.info.PublicKey.Hex() + "\nremove=true\n"); err != nil {
 		n.log.Debug("trim WireGuard peer", "peer", p.info.Name, "err", err)
 	}
+	return true
 }
 
 // restoreWG puts a trimmed peer back into WireGuard's configuration.
