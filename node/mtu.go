@@ -268,47 +268,11 @@ func setWord(b []byte, off int, v uint16, csum int) {
 }
 
 // fragmentIPv4 splits IPv4 packet pkt into fragments of at most mtu bytes
-// (RFC 791 section 3.2: every fragment but the last carries a multiple of
-// 8 bytes; offsets and MF continue those of a packet that was a fragment
-// already). It returns nil when pkt cannot be split: a malformed header, a
-// fragment whose data would end past the largest datagram (65535 bytes
-// with its header, RFC 791; the 13-bit offsets of its pieces would spill
-// into the flags) or an MTU that leaves no room for 8 bytes of data.
+// (inet.FragmentIPv4), or returns nil when it cannot be split.
 func fragmentIPv4(pkt []byte, mtu int) [][]byte {
-	hlen, _, ok := ipHeader(pkt)
-	if !ok || pkt[0]>>4 != 4 {
+	frags, err := inet.FragmentIPv4(pkt, mtu, 0, nil)
+	if err != nil {
 		return nil
-	}
-	total := int(binary.BigEndian.Uint16(pkt[2:4]))
-	if total < hlen || total > len(pkt) {
-		return nil
-	}
-	chunk := (mtu - hlen) &^ 7
-	if chunk < 8 {
-		return nil
-	}
-	flags := binary.BigEndian.Uint16(pkt[6:8])
-	base := int(flags&0x1fff) * 8
-	moreAfter := flags&ipv4MF != 0
-	data := pkt[hlen:total]
-	if hlen+base+len(data) > inet.MaxIPv4Datagram {
-		return nil
-	}
-	frags := make([][]byte, 0, (len(data)+chunk-1)/chunk)
-	for off := 0; off < len(data); off += chunk {
-		part := data[off:min(len(data), off+chunk)]
-		f := make([]byte, hlen+len(part))
-		copy(f, pkt[:hlen])
-		copy(f[hlen:], part)
-		binary.BigEndian.PutUint16(f[2:4], uint16(len(f)))
-		fo := uint16((base + off) / 8) // DF cleared: these are fragments
-		if off+len(part) < len(data) || moreAfter {
-			fo |= ipv4MF
-		}
-		binary.BigEndian.PutUint16(f[6:8], fo)
-		f[10], f[11] = 0, 0
-		binary.BigEndian.PutUint16(f[10:12], inet.Checksum(f[:hlen]))
-		frags = append(frags, f)
 	}
 	return frags
 }

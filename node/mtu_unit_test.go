@@ -100,6 +100,7 @@ func TestPeerMTUOutbound(t *testing.T) {
 		{"no DF and too big: fragmented", "quic", ipv4(self, quicPeer, 17, 0, udp), []int{1372, 48}, nil, 0},
 		{"too big to a direct peer: passes", "quic", ipv4(self, directPeer, 17, ipv4DF, udp), []int{1400}, nil, 0},
 		{"too big over a TCP relay: passes", "tcp", ipv4(self, quicPeer, 17, ipv4DF, udp), []int{1400}, nil, 0},
+		{"no data within the total length: trimmed, not split", "quic", withTotalLength(ipv4(self, quicPeer, 17, 0, udp), 20), []int{20}, nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,6 +252,46 @@ func TestFragmentIPv4Offsets(t *testing.T) {
 	}
 }
 
+// withTotalLength sets IPv4 packet p's total length to n, leaving what
+// follows in the buffer.
+func withTotalLength(p []byte, n int) []byte {
+	binary.BigEndian.PutUint16(p[2:4], uint16(n))
+	p[10], p[11] = 0, 0
+	binary.BigEndian.PutUint16(p[10:12], inet.Checksum(p[:20]))
+	return p
+}
+
+// TestFragmentIPv4CopiedOptions: fragments after the first carry only the
+// options whose copied bit is set (RFC 791 section 3.1), a record route
+// staying in the first and a router alert going into each.
+func TestFragmentIPv4CopiedOptions(t *testing.T) {
+	opts := []byte{7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 0} // record route, router alert, EOL
+	data := make([]byte, 2000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	pkt := ipv4("100.64.0.1", "100.64.1.3", 17, 0, append(append([]byte(nil), opts...), data...))
+	pkt[0] = 0x40 | byte((20+len(opts))/4)
+	pkt[10], pkt[11] = 0, 0
+	binary.BigEndian.PutUint16(pkt[10:12], inet.Checksum(pkt[:20+len(opts)]))
+
+	frags := fragmentIPv4(pkt, QUICRelayMTU)
+	require.Len(t, frags, 2)
+	assert.Equal(t, pkt[0], frags[0][0], "the first fragment's IHL: all options")
+	assert.Equal(t, opts, frags[0][20:32], "the first fragment's options")
+	assert.Equal(t, byte(0x46), frags[1][0], "the second fragment's IHL: 24 bytes")
+	assert.Equal(t, []byte{148, 4, 0, 0}, frags[1][20:24], "the second fragment's options")
+	var got []byte
+	for i, f := range frags {
+		hl := int(f[0]&0x0f) * 4
+		assert.Zero(t, inet.Checksum(f[:hl]), "fragment %d checksum", i)
+		assert.Equal(t, len(f), int(binary.BigEndian.Uint16(f[2:4])), "fragment %d total length", i)
+		assert.LessOrEqual(t, len(f), QUICRelayMTU)
+		got = append(got, f[hl:]...)
+	}
+	assert.Equal(t, data, got)
+}
+
 // FuzzPeerMTU: the per-peer MTU's packet handling never panics on any
 // input, fragments reassemble to the packet's data and each fits the MTU,
 // and a clamped SYN keeps a valid checksum.
@@ -275,7 +316,7 @@ func FuzzPeerMTU(f *testing.F) {
 				if off := int(binary.BigEndian.Uint16(fr[6:8])&0x1fff) * 8; off != base+len(data) {
 					t.Fatalf("a fragment at offset %d, want %d", off, base+len(data))
 				}
-				data = append(data, fr[hlen:]...)
+				data = append(data, fr[int(fr[0]&0x0f)*4:]...) // its own header: later ones drop uncopied options
 			}
 			if !bytes.Equal(data, pkt[hlen:total]) {
 				t.Fatal("fragments do not reassemble to the packet")

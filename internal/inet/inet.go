@@ -2,10 +2,11 @@
 // that the lab's routers and NAT and the pod netstack share, on gVisor's
 // checksum package: the pseudo-header sum, the IPv4 header checksum, and
 // incremental updates for rewriting a header in place, and where a SYN's
-// MSS option is, for clamping it, and the largest IPv4 datagram, for the
-// fragmenters and reassembly. Other parsing is left to gVisor's header
-// views (header.IPv4, header.UDP, header.TCP, header.ICMPv4); nothing here
-// allocates, as packet paths call it per packet.
+// MSS option is, for clamping it, the largest IPv4 datagram, for
+// reassembly, and the IPv4 fragmenter the node and the lab's routers
+// share. Other parsing is left to gVisor's header views (header.IPv4,
+// header.UDP, header.TCP, header.ICMPv4); nothing here allocates but the
+// fragments FragmentIPv4 returns, as packet paths call it per packet.
 package inet
 
 import (

@@ -41,46 +41,14 @@ func (r *Router) tooBig(in, out *Interface, rt *routeEntry, f, p []byte) {
 }
 
 // fragmentIPv4 splits p into frames (eth header copied from eth) of IPv4
-// fragments of at most mtu bytes each. A packet that is itself a fragment
-// is split further, its offset and more-fragments flag carried on.
+// fragments of at most mtu bytes each (inet.FragmentIPv4), from the frame
+// pool.
 func fragmentIPv4(eth, p []byte, mtu int) ([][]byte, error) {
-	ip := header.IPv4(p)
-	ihl := int(ip.HeaderLength())
-	if ihl != header.IPv4MinimumSize {
-		// Options would need copying by their copied bit (RFC 791).
-		return nil, fmt.Errorf("cannot fragment a header with options (%d bytes)", ihl)
+	frags, err := inet.FragmentIPv4(p, mtu, ethHeaderLen, getFrame)
+	for _, f := range frags {
+		copy(f, eth)
 	}
-	step := (mtu - ihl) &^ 7
-	if step <= 0 {
-		return nil, fmt.Errorf("MTU %d leaves no room for data", mtu)
-	}
-	payload := p[ihl:]
-	base := int(ip.FragmentOffset())
-	// A fragment reaching past the 65535-byte datagram limit (a "ping of
-	// death") cannot be split: its pieces' offsets would not fit the
-	// header's 16 bits and wrap onto the datagram's start.
-	if end := base + len(payload); end > inet.MaxIPv4Datagram-ihl {
-		return nil, fmt.Errorf("fragment at offset %d with %d bytes of data ends past the 65535-byte datagram limit", base, len(payload))
-	}
-	lastMore := ip.More()
-	var out [][]byte
-	for off := 0; off < len(payload); off += step {
-		end := min(off+step, len(payload))
-		fr := getFrame(ethHeaderLen + ihl + end - off)
-		copy(fr, eth)
-		h := header.IPv4(fr[ethHeaderLen:])
-		copy(h, p[:ihl])
-		copy(h[ihl:], payload[off:end])
-		h.SetTotalLength(uint16(ihl + end - off))
-		var flags uint8
-		if end < len(payload) || lastMore {
-			flags = header.IPv4FlagMoreFragments
-		}
-		h.SetFlagsFragmentOffset(flags, uint16(base+off))
-		inet.SetIPv4Checksum(h)
-		out = append(out, fr)
-	}
-	return out, nil
+	return frags, err
 }
 
 // fragNeeded answers p's sender with ICMP "fragmentation needed and DF

@@ -254,3 +254,51 @@ func TestFragmentPastDatagramLimit(t *testing.T) {
 		t.Fatalf("a fragment ending at byte 65535: %v", err)
 	}
 }
+
+// TestFragmentWithOptions: a packet with IP options is split too, each
+// fragment in a frame behind the packet's Ethernet header; the first
+// fragment keeps every option, later ones only those with the copied bit
+// (RFC 791 section 3.1).
+func TestFragmentWithOptions(t *testing.T) {
+	plain := ipv4Frame(mac{2, 0, 0, 0, 0, 1}, mac{2, 0, 0, 0, 0, 2}, protoUDP, netip.MustParseAddrPort("203.0.113.1:4000"), netip.MustParseAddrPort("203.0.113.100:7"), 1500)
+	opts := []byte{7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 0} // record route, router alert, EOL
+	frame := append(append(append([]byte(nil), plain[:ethHeaderLen+20]...), opts...), plain[ethHeaderLen+20:]...)
+	p := header.IPv4(frame[ethHeaderLen:])
+	p.SetHeaderLength(uint8(20 + len(opts)))
+	p.SetTotalLength(uint16(len(p)))
+	inet.SetIPv4Checksum(p)
+
+	frags, err := fragmentIPv4(frame[:ethHeaderLen], p, 576)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frags) != 3 {
+		t.Fatalf("%d fragments, want 3", len(frags))
+	}
+	var data []byte
+	for i, fr := range frags {
+		if string(fr[:ethHeaderLen]) != string(frame[:ethHeaderLen]) {
+			t.Errorf("fragment %d: ethernet header %x", i, fr[:ethHeaderLen])
+		}
+		ip := header.IPv4(fr[ethHeaderLen:])
+		hl := int(ip.HeaderLength())
+		wantOpts := []byte{148, 4, 0, 0}
+		if i == 0 {
+			wantOpts = opts
+		}
+		if string(ip[20:hl]) != string(wantOpts) {
+			t.Errorf("fragment %d: options %x, want %x", i, ip[20:hl], wantOpts)
+		}
+		if len(ip) > 576 || int(ip.TotalLength()) != len(ip) || !ip.IsChecksumValid() {
+			t.Errorf("fragment %d: %d bytes, total length %d, checksum valid %v", i, len(ip), ip.TotalLength(), ip.IsChecksumValid())
+		}
+		if int(ip.FragmentOffset()) != len(data) || ip.More() != (i < len(frags)-1) {
+			t.Errorf("fragment %d: offset %d MF %v", i, ip.FragmentOffset(), ip.More())
+		}
+		data = append(data, ip[hl:]...)
+		putFrame(fr)
+	}
+	if string(data) != string(p[20+len(opts):]) {
+		t.Error("fragments do not reassemble to the packet's data")
+	}
+}
