@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/owner"
 	"github.com/latticelab/lattice/internal/strictyaml"
 	"github.com/latticelab/lattice/lab/bench"
 	"github.com/latticelab/lattice/lab/labfile"
@@ -93,7 +94,8 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 				}
 				topos.Scale = sf.Plan
 			}
-			stopProfile, err := startCPUProfile(cpuProfile)
+			own := sudoOwner(cmd)
+			stopProfile, err := startCPUProfile(cpuProfile, own)
 			if err != nil {
 				return err
 			}
@@ -103,7 +105,7 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 			// end.
 			var heapErr error
 			heapTaken := false
-			takeHeap := func() { heapErr, heapTaken = writeHeapProfile(memProfile), true }
+			takeHeap := func() { heapErr, heapTaken = writeHeapProfile(memProfile, own), true }
 			rep, err := bench.Run(cmd.Context(), topos, bench.Options{Only: names, Bytes: int64(size), Runs: runs,
 				Progress: func(s string) { fmt.Fprintln(w, s) }, AtScale: takeHeap})
 			if perr := stopProfile(); err == nil {
@@ -118,14 +120,14 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil { //nolint:gosec // results to share, like mkdir's
+			if err := own.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
 			for name, write := range map[string]func(*os.File) error{
 				"bench.json": func(f *os.File) error { return bench.WriteJSON(f, rep) },
 				"bench.svg":  func(f *os.File) error { return bench.WriteSVG(f, rep, base) },
 			} {
-				f, err := os.Create(filepath.Join(out, name))
+				f, err := own.Create(filepath.Join(out, name))
 				if err != nil {
 					return err
 				}
@@ -174,12 +176,12 @@ worse beyond --tolerance is flagged as a regression: bench then exits 1.`,
 }
 
 // startCPUProfile profiles the process into path until stop is called; with
-// an empty path it does nothing.
-func startCPUProfile(path string) (stop func() error, err error) {
+// an empty path it does nothing. A file it creates is own's.
+func startCPUProfile(path string, own owner.Owner) (stop func() error, err error) {
 	if path == "" {
 		return func() error { return nil }, nil
 	}
-	f, err := os.Create(path)
+	f, err := own.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
@@ -197,12 +199,13 @@ func startCPUProfile(path string) (stop func() error, err error) {
 }
 
 // writeHeapProfile writes the heap profile of what is live now to path,
-// after a GC so that it is current; nothing if path is empty.
-func writeHeapProfile(path string) error {
+// after a GC so that it is current; nothing if path is empty. A file it
+// creates is own's.
+func writeHeapProfile(path string, own owner.Owner) error {
 	if path == "" {
 		return nil
 	}
-	f, err := os.Create(path)
+	f, err := own.Create(path)
 	if err != nil {
 		return fmt.Errorf("heap profile: %w", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"os/signal"
 	"syscall"
 
@@ -38,7 +37,7 @@ network or host at a time.`,
 			}
 			w := cmd.OutOrStdout()
 			if out != "-" {
-				f, err := os.Create(out)
+				f, err := sudoOwner(cmd).Create(out)
 				if err != nil {
 					return err
 				}

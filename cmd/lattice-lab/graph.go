@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -47,7 +46,7 @@ fence in Markdown.`,
 			}
 			var w io.Writer = cmd.OutOrStdout()
 			if output != "" {
-				file, err := os.Create(output)
+				file, err := sudoOwner(cmd).Create(output)
 				if err != nil {
 					return err
 				}

@@ -13,11 +13,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/owner"
 	"github.com/latticelab/lattice/lab/runner"
 
 	"github.com/spf13/cobra"
@@ -85,4 +87,12 @@ path, reboot a NAT, stop the relay, and check what happens. go test
 	root.AddCommand(cli.NewVersionCmd())
 	registerCompletions(root)
 	return root
+}
+
+// sudoOwner is whom the files a command creates for its user belong to:
+// under sudo, the user who ran it, so they need no sudo to remove. A file
+// that cannot be given away is a warning on stderr. Only outputs the user
+// named go through it, never the lab's state.
+func sudoOwner(cmd *cobra.Command) owner.Owner {
+	return owner.Sudo(cli.NewLogger(cmd.ErrOrStderr(), cli.LogText, slog.LevelWarn))
 }

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/owner"
 	"github.com/latticelab/lattice/lab/labfile"
 	"github.com/latticelab/lattice/lab/report"
 	"github.com/latticelab/lattice/lab/runner"
@@ -32,6 +32,7 @@ type runOptions struct {
 	verbose    bool
 	logFormat  *string // --log-format: text or json
 	out        io.Writer
+	owner      owner.Owner // of the captures and reports run creates
 }
 
 func newRunCmd() *cobra.Command {
@@ -113,6 +114,7 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 				level = slog.LevelDebug
 			}
 			log := cli.NewLogger(cmd.ErrOrStderr(), *opts.logFormat, level)
+			opts.owner = owner.Sudo(log)
 			file := "builtin:quickstart"
 			switch {
 			case len(args) == 1:
@@ -160,7 +162,7 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 		return cli.Usagef("%s: for watching a topology; %s is a scenario, which runs its own timeline", strings.Join(opts.watchFlags, ", "), file)
 	}
 	if opts.reportDir != "" { // fail now, not after the whole scenario
-		if err := os.MkdirAll(opts.reportDir, 0o755); err != nil { //nolint:gosec // a report to share, like mkdir's
+		if err := opts.owner.MkdirAll(opts.reportDir, 0o755); err != nil {
 			return fmt.Errorf("--report: %w", err)
 		}
 	}
@@ -176,9 +178,9 @@ func runLab(ctx context.Context, file string, log *slog.Logger, opts runOptions)
 	if choice.Note != "" {
 		fmt.Fprintf(out, "  clock: real, not virtual: %s\n", choice.Note)
 	}
-	res := runner.RunScenario(ctx, sc, runner.Options{StateDir: opts.stateDir, CaptureDir: opts.captureDir,
+	res := runner.RunScenario(ctx, sc, runner.Options{StateDir: opts.stateDir, CaptureDir: opts.captureDir, Owner: opts.owner,
 		Progress: say, Logger: log})
-	if err := writeReports(opts.reportDir, []*report.Result{res}, out); err != nil {
+	if err := writeReports(opts.reportDir, []*report.Result{res}, opts.owner, out); err != nil {
 		return err
 	}
 	if len(res.Captures) > 0 {
@@ -211,7 +213,7 @@ func watch(ctx context.Context, f *labfile.File, log *slog.Logger, opts runOptio
 	out := opts.out
 	fmt.Fprintf(out, "lattice-lab run: topology %s (%s)\n", f.Plan.Name, summary(f.Plan))
 	start := time.Now()
-	l, err := runner.Up(ctx, runner.Config{Plan: f.Plan, StateDir: opts.stateDir, CaptureDir: opts.captureDir,
+	l, err := runner.Up(ctx, runner.Config{Plan: f.Plan, StateDir: opts.stateDir, CaptureDir: opts.captureDir, Owner: opts.owner,
 		Progress: func(s string) { fmt.Fprint(out, indent(s, "  ")) }, Logger: log})
 	if err != nil {
 		return err
@@ -274,12 +276,13 @@ func indentText(s, prefix string) string { return strings.TrimRight(indent(s, pr
 // fmtSeconds prints a run's length.
 func fmtSeconds(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
 
-// writeReports writes result.json, junit.xml and report.html to dir.
-func writeReports(dir string, results []*report.Result, out io.Writer) error {
+// writeReports writes result.json, junit.xml and report.html to dir; what
+// it creates is own's.
+func writeReports(dir string, results []*report.Result, own owner.Owner, out io.Writer) error {
 	if dir == "" {
 		return nil
 	}
-	paths, err := report.WriteDir(dir, results)
+	paths, err := report.WriteDirWith(dir, results, report.DirOptions{Owner: own})
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}

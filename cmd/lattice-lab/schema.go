@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -42,7 +41,7 @@ line comment:
 			}
 			w := cmd.OutOrStdout()
 			if output != "" {
-				f, err := os.Create(output)
+				f, err := sudoOwner(cmd).Create(output)
 				if err != nil {
 					return err
 				}

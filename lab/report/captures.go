@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/latticelab/lattice/internal/owner"
 )
 
 // capturesDir is where WriteDir puts the captures it copies, under the
@@ -20,7 +22,8 @@ const capturesDir = "captures"
 // page links to and can be moved, archived or served as it is. It returns the
 // results as the page shows them: the same, with the copies' paths. A capture
 // that cannot be copied keeps its original path and is reported in the error.
-func collectCaptures(dir string, results []*Result) ([]*Result, error) {
+// The copies and the directories made for them are given to own.
+func collectCaptures(dir string, results []*Result, own owner.Owner) ([]*Result, error) {
 	var errs []error
 	used := map[string]string{} // destination → source, to keep names apart
 	out := make([]*Result, len(results))
@@ -41,7 +44,7 @@ func collectCaptures(dir string, results []*Result) ([]*Result, error) {
 				dst = filepath.Join(dir, capturesDir, safeName(r.Scenario), fmt.Sprintf("%s-%d%s", strings.TrimSuffix(filepath.Base(src), ext), n, ext))
 			}
 			used[dst] = src
-			if err := copyFile(src, dst); err != nil {
+			if err := copyFile(src, dst, own); err != nil {
 				errs = append(errs, fmt.Errorf("copy capture %s into the report: %w", src, err))
 				continue
 			}
@@ -68,16 +71,16 @@ func safeName(s string) string {
 	return s
 }
 
-func copyFile(src, dst string) (err error) {
+func copyFile(src, dst string, own owner.Owner) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { //nolint:gosec // a report to share, like mkdir's
+	if err := own.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644) //nolint:gosec // captures are meant to be shared, as pcapng.Create makes them
+	out, err := own.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644) // shared, as pcapng.Create makes captures
 	if err != nil {
 		return err
 	}

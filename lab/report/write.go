@@ -5,9 +5,10 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/latticelab/lattice/internal/owner"
 )
 
 // WriteJSON writes the results as one indented JSON array.
@@ -137,10 +138,23 @@ func timingProperties(r *Result) *junitProperties {
 // the captures' original paths. A capture that cannot be copied is linked
 // where it is and named in the error, after every file is written.
 func WriteDir(dir string, results []*Result) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // a report to share, like mkdir's
+	return WriteDirWith(dir, results, DirOptions{})
+}
+
+// DirOptions tune WriteDirWith.
+type DirOptions struct {
+	// Owner is given the files and directories WriteDirWith creates
+	// (under sudo, the user who ran it). If zero, they stay the
+	// process's.
+	Owner owner.Owner
+}
+
+// WriteDirWith is WriteDir with options.
+func WriteDirWith(dir string, results []*Result, opts DirOptions) ([]string, error) {
+	if err := opts.Owner.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	shown, copyErr := collectCaptures(dir, results)
+	shown, copyErr := collectCaptures(dir, results, opts.Owner)
 	var paths []string
 	for _, f := range []struct {
 		name  string
@@ -149,7 +163,7 @@ func WriteDir(dir string, results []*Result) ([]string, error) {
 		return WriteHTML(w, shown, HTMLOptions{CaptureBase: dir})
 	}}} {
 		p := filepath.Join(dir, f.name)
-		file, err := os.Create(p)
+		file, err := opts.Owner.Create(p)
 		if err != nil {
 			return paths, err
 		}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/latticelab/lattice/internal/owner"
 	"github.com/latticelab/lattice/key"
 	"github.com/latticelab/lattice/lab/clock"
 	"github.com/latticelab/lattice/lab/fabric"
@@ -41,6 +42,10 @@ type Config struct {
 	// CaptureDir, if set, receives one pcapng file per network. Close
 	// removes the files of networks that carried no traffic.
 	CaptureDir string
+	// Owner is given the capture files and the directories made for
+	// them (under sudo, the user who ran it). If zero, they stay the
+	// process's.
+	Owner owner.Owner
 	// Progress receives one line per thing brought up or done. If nil,
 	// nothing is printed.
 	Progress func(string)
@@ -89,7 +94,8 @@ type capture struct {
 	network string
 	path    string
 	w       *pcapng.Writer
-	removed bool // empty, so Close removed it
+	f       *os.File // w's, closed after w
+	removed bool     // empty, so Close removed it
 }
 
 // Up builds the plan's network, starts its services and its nodes, and
@@ -197,18 +203,26 @@ func (l *Lab) Plan() *topology.Plan { return l.plan }
 func (l *Lab) Since() time.Duration { return time.Since(l.start) }
 
 func (l *Lab) startCaptures(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // captures to share, like mkdir's
+	if err := l.cfg.Owner.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("capture: %w", err)
 	}
 	for _, n := range l.plan.Networks {
 		path := filepath.Join(dir, n.Config.Name+".pcapng")
-		w, err := pcapng.Create(path, pcapng.Options{
-			Comment: fmt.Sprintf("lattice-lab, topology %s, seed %d: network %s %v", l.plan.Name, l.plan.Seed, n.Config.Name, n.Config.Prefix),
-		})
+		// 0644, as pcapng.Create makes them: Wireshark running as another
+		// user can open them.
+		f, err := l.cfg.Owner.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
 		}
-		l.captures = append(l.captures, &capture{network: n.Config.Name, path: path, w: w})
+		w, err := pcapng.NewWriter(f, pcapng.Options{
+			Comment: fmt.Sprintf("lattice-lab, topology %s, seed %d: network %s %v", l.plan.Name, l.plan.Seed, n.Config.Name, n.Config.Prefix),
+		})
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(path)
+			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
+		}
+		l.captures = append(l.captures, &capture{network: n.Config.Name, path: path, w: w, f: f})
 		if err := l.f.Network(n.Config.Name).Capture(w); err != nil {
 			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
 		}
@@ -237,7 +251,11 @@ func (l *Lab) closeCaptures() error {
 	var quiet []string
 	var err error
 	for _, c := range l.captures {
-		if cerr := c.w.Close(); cerr != nil {
+		cerr := c.w.Close()
+		if ferr := c.f.Close(); cerr == nil {
+			cerr = ferr
+		}
+		if cerr != nil {
 			err = errors.Join(err, fmt.Errorf("capture %s: %w", c.network, cerr))
 			continue
 		}

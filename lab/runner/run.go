@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latticelab/lattice/internal/edition"
+	"github.com/latticelab/lattice/internal/owner"
 	"github.com/latticelab/lattice/lab/report"
 	"github.com/latticelab/lattice/lab/scenario"
 )
@@ -19,9 +20,10 @@ const DefaultTimeout = 2 * time.Minute
 
 // Options tune RunScenario.
 type Options struct {
-	// StateDir, CaptureDir, Progress and Logger are as in Config.
+	// StateDir, CaptureDir, Owner, Progress and Logger are as in Config.
 	StateDir   string
 	CaptureDir string
+	Owner      owner.Owner
 	Progress   func(string)
 	Logger     *slog.Logger
 	// Slowdown multiplies every step's time limit and the scenario's
@@ -110,7 +112,7 @@ func RunScenario(ctx context.Context, f *scenario.File, opt Options) *report.Res
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("scenario timed out after %v", timeout))
 	defer cancel()
 	nodes := f.Nodes
-	l, err := Up(ctx, Config{Plan: f.Plan(), Nodes: nodes, StateDir: opt.StateDir, CaptureDir: opt.CaptureDir, OrderInstants: opt.OrderInstants,
+	l, err := Up(ctx, Config{Plan: f.Plan(), Nodes: nodes, StateDir: opt.StateDir, CaptureDir: opt.CaptureDir, Owner: opt.Owner, OrderInstants: opt.OrderInstants,
 		Progress: opt.Progress, Logger: opt.Logger})
 	if err != nil {
 		if errors.Is(err, ErrNotAvailable) {
