@@ -160,6 +160,10 @@ func FuzzReassembly(f *testing.F) {
 		f.Add(append([]byte(nil), fr...), append([]byte(nil), frags[len(frags)-1]...))
 	}
 	f.Add([]byte{1, 2, 3}, []byte{})
+	// A header with options (record route, EOL), cut short of its length.
+	withOpts := append(append([]byte(nil), frags[0][:ethHeaderLen+20]...), 7, 7, 4, 0, 0, 0, 0, 0)
+	header.IPv4(withOpts[ethHeaderLen:]).SetHeaderLength(28)
+	f.Add(withOpts, withOpts[:ethHeaderLen+24])
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		var r reassembler
 		now := time.Unix(1000, 0)
@@ -223,6 +227,42 @@ func TestFragmentReassemble(t *testing.T) {
 	}
 	if len(r.flows) != 0 {
 		t.Fatalf("%d flows left", len(r.flows))
+	}
+}
+
+// TestReassembleWithOptions: a UDP datagram with IP options, split by a
+// router (later fragments carry only the copied options, so their headers
+// are shorter), reaches the host's UDP socket whole, with the first
+// fragment's header and every option.
+func TestReassembleWithOptions(t *testing.T) {
+	plain := ipv4Frame(mac{2, 0, 0, 0, 0, 1}, mac{2, 0, 0, 0, 0, 2}, protoUDP, netip.MustParseAddrPort("203.0.113.1:4000"), netip.MustParseAddrPort("203.0.113.100:7"), 1500)
+	opts := []byte{7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 0} // record route, router alert, EOL
+	frame := append(append(append([]byte(nil), plain[:ethHeaderLen+20]...), opts...), plain[ethHeaderLen+20:]...)
+	for i := ethHeaderLen + 20 + len(opts) + 8; i < len(frame); i++ {
+		frame[i] = byte(i)
+	}
+	p := header.IPv4(frame[ethHeaderLen:])
+	p.SetHeaderLength(uint8(20 + len(opts)))
+	p.SetTotalLength(uint16(len(p)))
+	inet.SetIPv4Checksum(p)
+	frags, err := fragmentIPv4(frame[:ethHeaderLen], p, 576)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reassembler
+	now := time.Unix(1000, 0)
+	var whole []byte
+	for _, i := range []int{1, 2, 0} {
+		w, ok := r.add(append([]byte(nil), frags[i]...), now)
+		if !ok {
+			t.Fatalf("fragment %d (%d-byte header) not taken for reassembly", i, header.IPv4(frags[i][ethHeaderLen:]).HeaderLength())
+		}
+		if w != nil {
+			whole = w
+		}
+	}
+	if string(whole) != string(frame) {
+		t.Fatalf("reassembled datagram differs:\n got %x\nwant %x", whole, frame)
 	}
 }
 

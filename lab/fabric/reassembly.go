@@ -33,7 +33,8 @@ type reasmPiece struct {
 }
 
 type reasmFlow struct {
-	hdr     [ipv4HeaderLen]byte // the first fragment's header, once seen
+	hdr     [header.IPv4MaximumHeaderSize]byte // the first fragment's header, once seen
+	hl      int                                // its length, options included
 	eth     [ethHeaderLen]byte
 	first   bool
 	total   int // payload length, once the last fragment is seen; else -1
@@ -56,13 +57,13 @@ func (r *reassembler) add(f []byte, now time.Time) (whole []byte, ok bool) {
 	}
 	ip := header.IPv4(f[ethHeaderLen:])
 	ihl := int(ip.HeaderLength())
-	if header.IPVersion(ip) != header.IPv4Version || ip.Protocol() != protoUDP || ihl != ipv4HeaderLen ||
+	if header.IPVersion(ip) != header.IPv4Version || ip.Protocol() != protoUDP || ihl < ipv4HeaderLen ||
 		(!ip.More() && ip.FragmentOffset() == 0) {
 		return nil, false
 	}
 	defer putFrame(f)
 	total := int(ip.TotalLength())
-	if total > len(ip) || total <= ihl || (ip.More() && (total-ihl)%8 != 0) {
+	if ihl > len(ip) || total > len(ip) || total <= ihl || (ip.More() && (total-ihl)%8 != 0) {
 		return nil, true // malformed: dropped
 	}
 	off := int(ip.FragmentOffset())
@@ -97,7 +98,7 @@ func (r *reassembler) add(f []byte, now time.Time) (whole []byte, ok bool) {
 	}
 	if off == 0 {
 		fl.first = true
-		copy(fl.hdr[:], ip[:ihl])
+		fl.hl = copy(fl.hdr[:], ip[:ihl])
 		copy(fl.eth[:], f[:ethHeaderLen])
 	}
 	if !ip.More() {
@@ -108,6 +109,9 @@ func (r *reassembler) add(f []byte, now time.Time) (whole []byte, ok bool) {
 		return nil, true
 	}
 	delete(r.flows, k)
+	if fl.hl+fl.total > inet.MaxIPv4Datagram {
+		return nil, true // the first fragment's options leave no room for the rest
+	}
 	return fl.join(), true
 }
 
@@ -124,18 +128,19 @@ func (fl *reasmFlow) complete() bool {
 	return end >= fl.total
 }
 
-// join builds the datagram's frame: the first fragment's headers, no
+// join builds the datagram's frame: the first fragment's headers (its
+// options with them, RFC 791: later fragments may carry fewer), no
 // fragment fields, the payload in order (a later copy of a byte wins).
 func (fl *reasmFlow) join() []byte {
-	n := ethHeaderLen + ipv4HeaderLen + fl.total
+	n := ethHeaderLen + fl.hl + fl.total
 	f := getFrame(n)
 	copy(f, fl.eth[:])
 	ip := header.IPv4(f[ethHeaderLen:])
-	copy(ip, fl.hdr[:])
+	copy(ip, fl.hdr[:fl.hl])
 	for _, p := range fl.pieces {
-		copy(ip[ipv4HeaderLen+p.off:], p.data[:min(len(p.data), fl.total-p.off)])
+		copy(ip[fl.hl+p.off:], p.data[:min(len(p.data), fl.total-p.off)])
 	}
-	ip.SetTotalLength(uint16(ipv4HeaderLen + fl.total))
+	ip.SetTotalLength(uint16(fl.hl + fl.total))
 	ip.SetFlagsFragmentOffset(0, 0)
 	inet.SetIPv4Checksum(ip)
 	return f
