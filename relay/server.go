@@ -423,6 +423,13 @@ func (s *Server) register(c *sconn) (CloseCode, string, bool) {
 		return CloseServerFull, fmt.Sprintf("relay full (%d clients)", s.cfg.MaxClients), false
 	}
 	s.clients[c.key] = c
+	if old != nil {
+		// Read loops that cached the route to old look it up again from
+		// now on. Its teardown can take closeWriteTimeout (its writer
+		// stuck on a dead path, the usual reason for the reconnect), and
+		// a packet queued to it meanwhile would be lost.
+		old.closed.Store(true)
+	}
 	s.mu.Unlock()
 	s.m.clientUp(c.w.transport)
 	if old != nil {

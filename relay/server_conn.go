@@ -35,7 +35,7 @@ type sconn struct {
 	w      *wire
 	sendq  *pktQueue // packets for this client
 	lim    *limiter
-	closed atomic.Bool // set when the connection is being torn down
+	closed atomic.Bool // set when the connection is replaced or being torn down
 
 	mu      sync.Mutex // guards the following
 	senders map[key.Public]struct{}

@@ -1,0 +1,151 @@
+package relay
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/key"
+)
+
+// rawDialer prepares hand-driven connections for one key, so that several
+// can be dialed at once from goroutines (dialRaw fails the test from the
+// goroutine that calls it).
+func rawDialer(t *testing.T, s *Server, k key.Public) *Client {
+	t.Helper()
+	tok := IssueToken(testSecret, k, time.Now().Add(time.Hour))
+	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: k, Token: tok, DialTimeout: 5 * time.Second}
+	require.NoError(t, cfg.setDefaults())
+	tc, err := clientTLS(&cfg, "127.0.0.1")
+	require.NoError(t, err)
+	return &Client{cfg: cfg, tls: tc, token: tok}
+}
+
+// dial authenticates one connection over transport; nil with the error
+// if the relay refused it or closed it before WELCOME.
+func dialAs(t *testing.T, d *Client, transport string) (*rawConn, error) {
+	cc, err := d.dialOne(ctxT(t, 10*time.Second), transport, d.token, newPktQueue(d.cfg.QueueLen))
+	if err != nil {
+		return nil, err
+	}
+	r := &rawConn{t: t, cc: cc}
+	t.Cleanup(r.close)
+	return r, nil
+}
+
+// recvMarker reads frames until a RECV carrying marker arrives (skipping
+// other RECVs and control frames) and reports whether it did before the
+// connection ended or d passed.
+func (r *rawConn) recvMarker(marker []byte, d time.Duration) bool {
+	setDeadline(r.cc.w, time.Now().Add(d))
+	for {
+		f, err := readFrame(r.cc.w.br)
+		if err != nil {
+			return false
+		}
+		if f.typ == frameRecv && bytes.Equal(f.data, marker) {
+			return true
+		}
+	}
+}
+
+// TestReplacedConnectionStopsTakingPackets: a node whose relay path died
+// (its old TCP connection no longer reads, so the relay's writer toward it
+// is stuck) reconnects. The first packet a peer sends it afterwards must
+// reach the new connection, not vanish into the old one's queue while the
+// relay tears the old one down (up to closeWriteTimeout). The peer's
+// relay read loop had cached the route to the old connection.
+func TestReplacedConnectionStopsTakingPackets(t *testing.T) {
+	s := startServer(t, ServerConfig{QueueLen: 16})
+	kb := newKey(t)
+	d := rawDialer(t, s, kb)
+	old, err := dialAs(t, d, transportTCP)
+	require.NoError(t, err)
+	a := connectedClient(t, s, onTransport(transportTCP))
+
+	// Fill the socket buffers toward the old connection, which never
+	// reads, until the relay's queue for it overflows: its writer is
+	// stuck in a write.
+	big := fill(MaxPacketSize, 0xaa)
+	deadline := time.Now().Add(20 * time.Second)
+	sent := uint64(0)
+	for s.Stats().Drops["queue_full"] == 0 {
+		require.True(t, time.Now().Before(deadline), "the relay's writer toward a silent client never blocked")
+		require.NoError(t, a.Send(kb, big))
+		sent++
+	}
+	// Let the relay handle the backlog, so that it does not fill the new
+	// connection's queue ahead of the packet under test.
+	eventually(t, 20*time.Second, func() bool { return s.Stats().PacketsIn == sent }, "relay read %d of %d packets", s.Stats().PacketsIn, sent)
+	_ = old // never read: that is the point
+
+	newer, err := dialAs(t, d, transportTCP)
+	require.NoError(t, err)
+	marker := []byte("first packet after the reconnect")
+	require.NoError(t, a.Send(kb, marker))
+	assert.True(t, newer.recvMarker(marker, 3*time.Second), "the first packet after the reconnect never reached the new connection")
+}
+
+// TestReconnectStorm dials one key over QUIC and TCP at once, round after
+// round, while a peer keeps sending to it. Whichever connection the relay
+// registered last wins: it gets the peer's next packet, and the other is
+// closed as replaced. The loser's teardown leaves the winner registered.
+func TestReconnectStorm(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a := connectedClient(t, s, onTransport(transportTCP))
+	kb := newKey(t)
+	d := rawDialer(t, s, kb)
+	const rounds = 25
+	for round := range rounds {
+		order := []string{transportQUIC, transportTCP}
+		if round%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		conns := make([]*rawConn, 2)
+		var wg sync.WaitGroup
+		for i, tr := range order {
+			wg.Go(func() { conns[i], _ = dialAs(t, d, tr) })
+		}
+		wg.Wait()
+
+		marker := fmt.Appendf(nil, "round %d", round)
+		require.NoError(t, a.Send(kb, marker))
+		got := make([]bool, 2)
+		for i, r := range conns {
+			if r != nil {
+				wg.Go(func() { got[i] = r.recvMarker(marker, 3*time.Second) })
+			}
+		}
+		wg.Wait()
+		require.True(t, got[0] != got[1], "round %d: %v dialed at once (connected: %v, %v), marker received: %v",
+			round, order, conns[0] != nil, conns[1] != nil, got)
+		winner, loser := conns[0], conns[1]
+		if got[1] {
+			winner, loser = loser, winner
+		}
+
+		// The loser's teardown must not unregister the winner.
+		if loser != nil {
+			loser.close()
+		}
+		eventually(t, 5*time.Second, func() bool {
+			c := s.Stats().Clients
+			return c[transportQUIC]+c[transportTCP] == 2
+		}, "round %d: clients %v, want the peer and the winner", round, s.Stats().Clients)
+		marker = fmt.Appendf(marker, ", after the loser left")
+		require.NoError(t, a.Send(kb, marker))
+		require.True(t, winner.recvMarker(marker, 3*time.Second), "round %d: the winner lost its registration", round)
+		winner.close()
+		eventually(t, 5*time.Second, func() bool { return s.lookup(kb) == nil }, "round %d: the winner's close left it registered", round)
+	}
+	// Every dial registered (a replaced one is not refused), and each
+	// registration was undone exactly once: only the peer is left.
+	st := s.Stats()
+	assert.Equal(t, uint64(2*rounds+1), st.Connections[transportQUIC]+st.Connections[transportTCP], "connections")
+	assert.Equal(t, map[string]int{transportQUIC: 0, transportTCP: 1}, st.Clients)
+}
