@@ -3,12 +3,14 @@ package relay
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/latticelab/lattice/key"
 )
@@ -148,4 +150,70 @@ func TestReconnectStorm(t *testing.T) {
 	st := s.Stats()
 	assert.Equal(t, uint64(2*rounds+1), st.Connections[transportQUIC]+st.Connections[transportTCP], "connections")
 	assert.Equal(t, map[string]int{transportQUIC: 0, transportTCP: 1}, st.Clients)
+}
+
+// TestCloseDuringHandshakes closes the relay while clients keep dialing
+// it over both transports, so that HELLOs are in flight at every stage of
+// the handshake. Close returns with nothing left behind: no connection
+// registered, counted as connected or pending, every client told, and no
+// goroutine of the server still running.
+func TestCloseDuringHandshakes(t *testing.T) {
+	for round := range 5 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			s, err := NewServer(ServerConfig{Secret: testSecret})
+			require.NoError(t, err)
+			var (
+				mu    sync.Mutex
+				conns []*rawConn
+				wg    sync.WaitGroup
+			)
+			for i := range 8 {
+				d := rawDialer(t, s, newKey(t))
+				d.cfg.DialTimeout = time.Second // a QUIC dial to the closed relay waits it out
+				tr := transports[i%2]
+				wg.Go(func() {
+					for {
+						r, err := dialAs(t, d, tr)
+						if err != nil {
+							if s.ctx.Err() != nil {
+								return
+							}
+							continue
+						}
+						mu.Lock()
+						conns = append(conns, r)
+						mu.Unlock()
+					}
+				})
+			}
+			eventually(t, 10*time.Second, func() bool {
+				c := s.Stats().Connections
+				return c[transportQUIC]+c[transportTCP] >= uint64(8+4*round)
+			}, "clients do not connect")
+
+			closed := make(chan error, 1)
+			go func() { closed <- s.Close() }()
+			select {
+			case err := <-closed:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close did not return")
+			}
+			wg.Wait()
+
+			st := s.Stats()
+			assert.Equal(t, map[string]int{transportQUIC: 0, transportTCP: 0}, st.Clients)
+			s.mu.RLock()
+			assert.Empty(t, s.clients)
+			s.mu.RUnlock()
+			all, _ := s.pre.len(netip.Addr{})
+			assert.Zero(t, all, "connections left pending")
+			for _, r := range conns {
+				_, err := r.readUntil(frameRecv) // skips the CLOSE; ends with the connection
+				assert.Error(t, err, "a client still connected after Close")
+				r.close()
+			}
+		})
+	}
 }
