@@ -217,3 +217,33 @@ func TestCloseDuringHandshakes(t *testing.T) {
 		})
 	}
 }
+
+// TestReplacementKeepsSenders: a peer that sent to a node is told when
+// the node disconnects (PEER_GONE disconnected), also when the node's
+// connection was replaced by a newer one in between and the peer has not
+// sent since.
+func TestReplacementKeepsSenders(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	gone := make(chan goneEvent, 16)
+	a := connectedClient(t, s, func(c *ClientConfig) {
+		c.Transport = transportTCP
+		c.OnPeerGone = func(k key.Public, r GoneReason) { gone <- goneEvent{k, r} }
+	})
+	kb := newKey(t)
+	d := rawDialer(t, s, kb)
+	old, err := dialAs(t, d, transportTCP)
+	require.NoError(t, err)
+	require.NoError(t, a.Send(kb, []byte("to b")))
+	require.True(t, old.recvMarker([]byte("to b"), 5*time.Second))
+
+	newer, err := dialAs(t, d, transportQUIC)
+	require.NoError(t, err)
+	eventually(t, 5*time.Second, func() bool { return s.Stats().Clients[transportTCP] == 1 }, "the old connection was not released")
+	newer.close()
+	select {
+	case got := <-gone:
+		assert.Equal(t, goneEvent{kb, GoneDisconnected}, got)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the node left, and the peer that had sent to it was not told")
+	}
+}
