@@ -247,3 +247,75 @@ func TestReplacementKeepsSenders(t *testing.T) {
 		t.Fatal("the node left, and the peer that had sent to it was not told")
 	}
 }
+
+// recvUntil receives on c until pkt arrives from src, skipping other
+// packets, and reports whether it did within d.
+func recvUntil(t *testing.T, c *Client, src key.Public, pkt []byte, d time.Duration) bool {
+	t.Helper()
+	ctx := ctxT(t, d)
+	for {
+		from, got, err := c.Recv(ctx)
+		if err != nil {
+			return false
+		}
+		if from == src && bytes.Equal(got, pkt) {
+			return true
+		}
+	}
+}
+
+// TestClientReconnectStorm loses a racing client's connection again and
+// again while a peer keeps sending to it and it keeps sending back. After
+// the storm the client is connected once, and packets reach it and leave
+// it as before.
+func TestClientReconnectStorm(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a := connectedClient(t, s, onTransport(transportTCP))
+	b := connectedClient(t, s, func(c *ClientConfig) {
+		c.RaceWait = 50 * time.Millisecond
+		c.MaxBackoff = 20 * time.Millisecond
+	})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, pair := range [][2]*Client{{a, b}, {b, a}} {
+		from, to := pair[0], pair[1]
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+				_ = from.Send(to.Key(), []byte("storm")) // fails between connections
+			}
+		})
+	}
+	// reconnected waits for b's next connection after prev.
+	var prev *cconn
+	reconnected := func() *cconn {
+		var cc *cconn
+		eventually(t, 10*time.Second, func() bool {
+			cc = b.cur.Load()
+			return cc != nil && cc != prev
+		}, "b did not reconnect")
+		return cc
+	}
+	const rounds = 20
+	for range rounds {
+		prev = reconnected()
+		prev.w.fail(CloseNormal, "storm", nil, false)
+	}
+	close(stop)
+	wg.Wait()
+
+	reconnected()
+	assert.Equal(t, uint64(rounds+1), b.Stats().Connects)
+	eventually(t, 5*time.Second, func() bool {
+		c := s.Stats().Clients
+		return c[transportQUIC]+c[transportTCP] == 2
+	}, "clients %v, want a and b once each", s.Stats().Clients)
+	require.NoError(t, a.Send(b.Key(), []byte("after the storm")))
+	assert.True(t, recvUntil(t, b, a.Key(), []byte("after the storm"), 5*time.Second), "a's packet did not reach b")
+	require.NoError(t, b.Send(a.Key(), []byte("back after the storm")))
+	assert.True(t, recvUntil(t, a, b.Key(), []byte("back after the storm"), 5*time.Second), "b's packet did not reach a")
+}
