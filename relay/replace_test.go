@@ -28,7 +28,7 @@ func rawDialer(t *testing.T, s *Server, k key.Public) *Client {
 	return &Client{cfg: cfg, tls: tc, token: tok}
 }
 
-// dial authenticates one connection over transport; nil with the error
+// dialAs authenticates one connection over transport; nil with the error
 // if the relay refused it or closed it before WELCOME.
 func dialAs(t *testing.T, d *Client, transport string) (*rawConn, error) {
 	cc, err := d.dialOne(ctxT(t, 10*time.Second), transport, d.token, newPktQueue(d.cfg.QueueLen))
