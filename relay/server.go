@@ -410,7 +410,8 @@ func (s *Server) lookup(k key.Public) *sconn {
 }
 
 // register adds c, replacing (and closing) an older connection of the
-// same key. It refuses when the server is closing or full.
+// same key, whose senders c inherits. It refuses when the server is
+// closing or full.
 func (s *Server) register(c *sconn) (CloseCode, string, bool) {
 	s.mu.Lock()
 	if s.closed {
@@ -423,9 +424,21 @@ func (s *Server) register(c *sconn) (CloseCode, string, bool) {
 		return CloseServerFull, fmt.Sprintf("relay full (%d clients)", s.cfg.MaxClients), false
 	}
 	s.clients[c.key] = c
+	if old != nil {
+		// Read loops that cached the route to old look it up again from
+		// now on. Its teardown can take closeWriteTimeout (its writer
+		// stuck on a dead path, the usual reason for the reconnect), and
+		// a packet queued to it meanwhile would be lost.
+		old.closed.Store(true)
+	}
 	s.mu.Unlock()
 	s.m.clientUp(c.w.transport)
 	if old != nil {
+		// Whoever sent to the key is told when it leaves, whichever of
+		// its connections that is.
+		for _, k := range old.takeSenders() {
+			c.addSender(k)
+		}
 		old.w.fail(CloseReplaced, "another connection registered this key", nil, false)
 	}
 	return 0, "", true

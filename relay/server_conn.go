@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -35,7 +36,7 @@ type sconn struct {
 	w      *wire
 	sendq  *pktQueue // packets for this client
 	lim    *limiter
-	closed atomic.Bool // set when the connection is being torn down
+	closed atomic.Bool // set when the connection is replaced or being torn down
 
 	mu      sync.Mutex // guards the following
 	senders map[key.Public]struct{}
@@ -135,7 +136,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 		w.closeConn()
 	}
 
-	f, err := readFrame(w.br)
+	f, err := readHello(w.br)
 	switch {
 	case errors.Is(err, ErrProtocol):
 		refuse(authMalformed, CloseProtocol, err.Error())
@@ -147,9 +148,6 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 		return
 	case err != nil:
 		refuse(authTimeout, CloseProtocol, "no HELLO")
-		return
-	case f.typ != frameHello:
-		refuse(authMalformed, CloseProtocol, fmt.Sprintf("%s before HELLO", f.typ))
 		return
 	}
 	w.clearReadDeadline()
@@ -214,6 +212,21 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	}
 	s.log.Debug("client connected", "key", pub.ShortString(), "remote", remote, "transport", w.transport)
 	c.serve()
+}
+
+// readHello reads a connection's first frame, which must be a HELLO. Any
+// other type is refused on its header: its body (up to MaxFrameBody
+// bytes, where a HELLO's is at most 289) is neither waited for nor
+// buffered for an unauthenticated client.
+func readHello(br *bufio.Reader) (frame, error) {
+	typ, err := br.Peek(1)
+	if err != nil {
+		return frame{}, err // no byte at all: io.EOF is a clean end
+	}
+	if t := frameType(typ[0]); t != frameHello {
+		return frame{}, fmt.Errorf("%w: %s before HELLO", ErrProtocol, t)
+	}
+	return readFrame(br)
 }
 
 // serve runs the connection until it fails: the writer and (QUIC) the
