@@ -38,21 +38,26 @@ func (s *Server) presenceLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := s.cfg.Now()
-		var expired []string
-		s.presMu.Lock()
-		for id, seen := range s.seen {
-			if now.Sub(seen) > s.cfg.PresenceTTL {
-				delete(s.seen, id)
-				expired = append(expired, id)
-			}
-		}
-		s.presMu.Unlock()
-		for _, id := range expired {
-			s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
-		}
-		s.announcePresence(ctx, expired, controlapi.PeerOffline)
+		s.expire(ctx, s.cfg.Now())
 	}
+}
+
+// expire takes offline, and announces, the nodes without a sign of life
+// in the PresenceTTL before now.
+func (s *Server) expire(ctx context.Context, now time.Time) {
+	var expired []string
+	s.presMu.Lock()
+	for id, seen := range s.seen {
+		if now.Sub(seen) > s.cfg.PresenceTTL {
+			delete(s.seen, id)
+			expired = append(expired, id)
+		}
+	}
+	s.presMu.Unlock()
+	for _, id := range expired {
+		s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
+	}
+	s.announcePresence(ctx, expired, controlapi.PeerOffline)
 }
 
 // markOnline records a sign of life from id and reports whether it was
