@@ -175,12 +175,14 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	// that publishes must come after this event, never before it (a
 	// removal overtaken by the late "add" left the node in every peer's
 	// list). If the answer then fails, a second event takes it back.
-	s.markOnline(id)
 	event := controlapi.PeerAdded
 	if prev != nil {
 		event = controlapi.PeerUpdated
 	}
+	s.announceMu.Lock()
+	s.markOnline(id)
 	s.publishEvent(controlapi.PeerEvent{Type: event, Peer: n.peer()})
+	s.announceMu.Unlock()
 	if send != nil {
 		err = send(b)
 	} else { // HTTP encodes resp itself
@@ -188,12 +190,14 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	}
 	if err != nil {
 		uerr := s.undoStore(ctx, id, prev)
+		s.announceMu.Lock()
 		if prev == nil {
 			s.markOffline(id)
 			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
 		} else {
 			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: prev.peer()})
 		}
+		s.announceMu.Unlock()
 		if uerr != nil {
 			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)

@@ -128,9 +128,16 @@ type Server struct {
 	challenges      *challenger // issues and verifies with challengeSecret
 	stamps          *stamper    // verifies stamped proofs with a key derived from it
 
-	presMu sync.Mutex           // guards seen
-	seen   map[string]time.Time // online node ID → its last sign of life
-	stop   context.CancelFunc   // ends presenceLoop
+	// announceMu orders presence changes with their announcements: a
+	// change of a node's presence and the peer event saying so are made
+	// under it, so this instance announces a node's changes in the order
+	// they happened (an expiry announced after the heartbeat that ended
+	// it left peers showing a running node offline). Taken before presMu
+	// and view.mu, never under them.
+	announceMu sync.Mutex
+	presMu     sync.Mutex           // guards seen
+	seen       map[string]time.Time // online node ID → its last sign of life
+	stop       context.CancelFunc   // ends presenceLoop
 
 	registered, refused, deregistered, challenged, relayed, dropped, badReplies atomic.Uint64
 	events                                                                      [len(PeerEventTypes)]atomic.Uint64 // published, by PeerEventTypes' index
@@ -410,9 +417,11 @@ func (s *Server) onDeregister(m *nats.Msg) {
 		return
 	}
 	s.view.remove(id)
+	s.announceMu.Lock()
 	s.markOffline(id)
-	s.deregistered.Add(1)
 	s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
+	s.announceMu.Unlock()
+	s.deregistered.Add(1)
 	s.log.Info("node deregistered", "id", id, "name", n.Name)
 	s.reply(m, struct{}{})
 }
