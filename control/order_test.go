@@ -122,3 +122,65 @@ func TestPresenceExpiryRacingHeartbeats(t *testing.T) {
 		require.Empty(t, log.shownOffline(ids), "round %d: the last event peers got for these running nodes says offline", round)
 	}
 }
+
+// TestDeregisterRacingRegistration: a node deregisters while the same key
+// registers again (its next life, on the same control). Both succeed, in
+// either order, and what every peer's list says afterwards is what the
+// registry holds: the node, at its new epoch, or nothing. A
+// deregistration slipped between a re-registration's read and its write
+// failed the registration ("not found"), or left a node the registry no
+// longer held in every peer list.
+func TestDeregisterRacingRegistration(t *testing.T) {
+	env := startServer(t, "")
+	ctx := ctxT(t)
+	obs := mustRegister(ctx, t, env.url, "observer")
+	so, err := controlapi.Connect(ctx, netx.OS, obs.NodeID, obs.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer so.Close()
+	join := controlapi.Join{Token: testToken, Name: "twice", Key: newPriv(t), ControlKey: env.srv.RegisterKey()}
+
+	rounds := 40
+	if testing.Short() {
+		rounds = 8
+	}
+	for round := range rounds {
+		first, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, join)
+		require.NoError(t, err, "round %d", round)
+		s, err := controlapi.Connect(ctx, netx.OS, first.NodeID, first.NATS, controlapi.Handlers{})
+		require.NoError(t, err, "round %d", round)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var derr, rerr error
+		var again *controlapi.RegisterResponse
+		wg.Go(func() { <-start; derr = s.Deregister(ctx) })
+		wg.Go(func() { <-start; again, rerr = controlapi.RegisterNATS(ctx, netx.OS, env.url, join) })
+		close(start)
+		wg.Wait()
+		s.Close()
+		require.NoError(t, derr, "round %d: deregister", round)
+		require.NoError(t, rerr, "round %d: register again", round)
+
+		stored, err := env.srv.Store().Get(ctx, first.NodeID)
+		if err != nil {
+			require.ErrorIs(t, err, ErrNotFound)
+			stored = nil
+		}
+		peers, err := so.Peers(ctx)
+		require.NoError(t, err)
+		var listed *controlapi.Peer
+		for _, p := range peers {
+			if p.NodeID == first.NodeID {
+				listed = &p
+			}
+		}
+		switch {
+		case stored == nil && listed != nil:
+			t.Fatalf("round %d: the registry no longer holds %s, yet peer lists carry it", round, first.NodeID)
+		case stored != nil && listed == nil:
+			t.Fatalf("round %d: the registry holds %s, yet peer lists do not", round, first.NodeID)
+		case stored != nil:
+			require.Equal(t, again.Epoch, stored.Epoch, "round %d: the registry holds the last registration", round)
+			require.Equal(t, stored.Epoch, listed.Epoch, "round %d: peer lists carry the registry's epoch", round)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func (s *Server) admit(ctx context.Context, req *controlapi.RegisterRequest) (ad
 // (see admit), announces it, then answers it through send (if not nil).
 func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, send func([]byte) error, adm admission) (*controlapi.RegisterResponse, error) {
 	id := nodeID(req.PublicKey)
-	mu := &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
+	mu := s.idLock(id)
 	mu.Lock()
 	defer mu.Unlock()
 	secret := randomSecret()

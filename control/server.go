@@ -115,9 +115,10 @@ type Server struct {
 	httpLn  net.Listener
 	wg      sync.WaitGroup
 
-	// idLocks serialize registrations of one key in this instance (a
-	// node retrying while its first attempt is in flight); different keys
-	// register in parallel, on registerWorkers subscriptions.
+	// idLocks serialize registrations and deregistrations of one key in
+	// this instance (a node retrying while its first attempt is in
+	// flight, or deregistering while its next life registers); different
+	// keys register in parallel, on registerWorkers subscriptions.
 	idLocks [64]sync.Mutex
 
 	view      *view           // the registry, in memory (view.go)
@@ -402,12 +403,25 @@ func (s *Server) onSignal(m *nats.Msg) {
 	s.reply(m, struct{}{})
 }
 
+// idLock is the lock of id's registrations (idLocks).
+func (s *Server) idLock(id string) *sync.Mutex {
+	if id == "" {
+		return &s.idLocks[0]
+	}
+	return &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
+}
+
 func (s *Server) onDeregister(m *nats.Msg) {
 	if !s.replyAllowed(m) {
 		return
 	}
 	id := nodeOf(m.Subject)
 	ctx := context.Background()
+	// Under id's lock: a registration of the same key read between this
+	// read and delete failed, or put the deleted node back in the view.
+	mu := s.idLock(id)
+	mu.Lock()
+	defer mu.Unlock()
 	n, err := s.cfg.Store.Get(ctx, id)
 	if err == nil {
 		err = s.cfg.Store.Delete(ctx, id)
