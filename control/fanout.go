@@ -65,7 +65,7 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 	var once bool
 	stopped, err := w.Watch(watchCtx, func(id string, n *Node, rev uint64) {
 		if n == nil {
-			s.view.remove(id)
+			s.view.removeAt(id, rev)
 			return
 		}
 		s.view.put(n, rev)

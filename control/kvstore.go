@@ -250,12 +250,18 @@ func (s *KVStore) Create(ctx context.Context, n *Node) error {
 		return ErrNameTaken
 	}
 	b, err := json.Marshal(n)
+	var rev uint64
 	if err == nil {
-		_, err = s.kv.Create(ctx, "node."+n.ID, b)
+		rev, err = s.kv.Create(ctx, "node."+n.ID, b)
+	}
+	if err == nil {
+		n.rev = rev
+		return nil
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		e, gerr := s.kv.Get(ctx, "node."+n.ID)
 		if gerr == nil && bytes.Equal(e.Value(), b) {
+			n.rev = e.Revision()
 			return nil // our own write, retried by the client after a lost answer
 		}
 		var held Node
@@ -269,12 +275,9 @@ func (s *KVStore) Create(ctx context.Context, n *Node) error {
 		}
 		return fmt.Errorf("registry create %s: %w", n.ID, ErrExists)
 	}
-	if err != nil {
-		s.release(ctx, nameKey(n), n.ID)
-		s.release(ctx, addrKey(n), n.ID)
-		return fmt.Errorf("registry create %s: %w", n.ID, err)
-	}
-	return nil
+	s.release(ctx, nameKey(n), n.ID)
+	s.release(ctx, addrKey(n), n.ID)
+	return fmt.Errorf("registry create %s: %w", n.ID, err)
 }
 
 // release frees a claim key if id still holds it, at the revision read,
@@ -300,17 +303,24 @@ func (s *KVStore) get(ctx context.Context, id string) (*Node, uint64, error) {
 	if err := json.Unmarshal(e.Value(), &n); err != nil {
 		return nil, 0, fmt.Errorf("registry entry %s is corrupt: %w", id, err)
 	}
+	n.rev = e.Revision()
 	return &n, e.Revision(), nil
 }
 
 // Update replaces id's record if it is still the one read: a compare and
-// set on its revision, so a concurrent delete or re-creation (with
+// set on its revision (n's, when n was read from this store, else the
+// one Update reads), so a concurrent update, delete or re-creation (with
 // another address) in between fails it with ErrConflict instead of being
 // overwritten.
 func (s *KVStore) Update(ctx context.Context, n *Node) error {
 	old, rev, err := s.get(ctx, n.ID)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound) && n.rev != 0:
+		return fmt.Errorf("registry update %s: deleted since read: %w", n.ID, ErrConflict)
+	case err != nil:
 		return err
+	case n.rev != 0 && n.rev != rev:
+		return fmt.Errorf("registry update %s: %w", n.ID, ErrConflict)
 	}
 	if old.Address != n.Address || old.Name != n.Name {
 		return fmt.Errorf("control: update of %s changes its address or name", n.ID)
@@ -319,12 +329,14 @@ func (s *KVStore) Update(ctx context.Context, n *Node) error {
 	if err != nil {
 		return fmt.Errorf("registry update %s: %w", n.ID, err)
 	}
-	if _, err := s.kv.Update(ctx, "node."+n.ID, b, rev); err != nil {
+	rev, err = s.kv.Update(ctx, "node."+n.ID, b, rev)
+	if err != nil {
 		if isWrongRevision(err) {
 			return fmt.Errorf("registry update %s: %w", n.ID, ErrConflict)
 		}
 		return fmt.Errorf("registry update %s: %w", n.ID, err)
 	}
+	n.rev = rev
 	return nil
 }
 

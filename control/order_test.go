@@ -1,6 +1,8 @@
 package control
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -182,5 +184,85 @@ func TestDeregisterRacingRegistration(t *testing.T) {
 			require.Equal(t, again.Epoch, stored.Epoch, "round %d: the registry holds the last registration", round)
 			require.Equal(t, stored.Epoch, listed.Epoch, "round %d: peer lists carry the registry's epoch", round)
 		}
+	}
+}
+
+// TestSameKeyOnTwoInstancesAtOnce: two control instances sharing a KV
+// registry each register the same key at once (a node that retried on
+// another instance, or restarted, while its earlier attempt was in
+// flight). Each registration gets its own epoch, and the registry holds
+// the newest: its epoch and the credentials it answered. Writing over a
+// record read before the other instance's write lost that write, and
+// could leave the registry with the older registration's secret (the
+// newest's NATS password refused) or two registrations with one epoch.
+func TestSameKeyOnTwoInstancesAtOnce(t *testing.T) {
+	ctx := ctxT(t)
+	a, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
+	require.NoError(t, err)
+	b, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	k := newPriv(t)
+	_, err = controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "both", Key: k})
+	require.NoError(t, err)
+	// prepare takes a challenge from the instance at url and answers it,
+	// so that the two answers can be sent at once.
+	prepare := func(url string) func() (*controlapi.RegisterResponse, error) {
+		nc := joinConn(t, url)
+		req := controlapi.RegisterRequest{Token: testToken, Name: "both", PublicKey: k.Public()}
+		first, err := ask(t, nc, req)
+		require.NoError(t, err)
+		require.NotNil(t, first.Challenge)
+		req.Challenge = first.Challenge
+		req.Proof, err = controlapi.ProveKey(k, first.Challenge, "both")
+		require.NoError(t, err)
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		return func() (*controlapi.RegisterResponse, error) {
+			defer nc.Close()
+			m, err := nc.RequestWithContext(ctx, controlapi.SubjectRegister, body)
+			if err != nil {
+				return nil, err
+			}
+			var resp controlapi.RegisterResponse
+			return &resp, controlapi.DecodeReply(m.Data, &resp)
+		}
+	}
+
+	rounds := 40
+	if testing.Short() {
+		rounds = 8
+	}
+	for round := range rounds {
+		onA, onB := prepare(a.NATS().URL()), prepare(b.NATS().URL())
+		var wg sync.WaitGroup
+		var ra, rb *controlapi.RegisterResponse
+		var ea, eb error
+		start := make(chan struct{})
+		wg.Go(func() { <-start; ra, ea = onA() })
+		wg.Go(func() { <-start; rb, eb = onB() })
+		close(start)
+		wg.Wait()
+		require.NoError(t, ea, "round %d: on a", round)
+		require.NoError(t, eb, "round %d: on b", round)
+		require.NotEqual(t, ra.Epoch, rb.Epoch, "round %d: two registrations answered with one epoch", round)
+		newest := ra
+		if rb.Epoch > ra.Epoch {
+			newest = rb
+		}
+		stored, err := kv.Get(ctx, newest.NodeID)
+		require.NoError(t, err)
+		require.Equal(t, newest.Epoch, stored.Epoch, "round %d: the registry holds an older registration than the newest answered", round)
+		hash := sha256.Sum256([]byte(newest.NATS.Password))
+		require.Equal(t, hash[:], stored.SecretHash, "round %d: the newest registration's NATS password would be refused", round)
 	}
 }

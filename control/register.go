@@ -164,7 +164,7 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	resp.Address, resp.Epoch = n.Address, n.Epoch
 	b, sent, err := s.encodeRegistration(resp, id, s.maxReply())
 	if err != nil {
-		if uerr := s.undoStore(ctx, id, prev); uerr != nil {
+		if uerr := s.undoStore(ctx, n, prev); uerr != nil {
 			s.log.Error("registration not encoded and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
 		}
@@ -189,7 +189,7 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 		err = json.Unmarshal(b, resp)
 	}
 	if err != nil {
-		uerr := s.undoStore(ctx, id, prev)
+		uerr := s.undoStore(ctx, n, prev)
 		s.announceMu.Lock()
 		if prev == nil {
 			s.markOffline(id)
@@ -294,7 +294,7 @@ func (s *Server) storeNodeRetry(ctx context.Context, req *controlapi.RegisterReq
 		}
 	}
 	if err == nil {
-		s.view.put(n, 0)
+		s.view.put(n, n.rev)
 	}
 	return n, prev, err
 }
@@ -337,6 +337,11 @@ func (s *Server) storeNode(ctx context.Context, req *controlapi.RegisterRequest,
 			n.Tags = adm.tags
 		}
 		if err := s.cfg.Store.Update(ctx, &n); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				// Deregistered on another instance since the read: the
+				// retry registers it anew.
+				err = fmt.Errorf("%w (%w)", ErrConflict, err)
+			}
 			return nil, nil, fmt.Errorf("update %s: %w", id, err)
 		}
 		return &n, old, nil
@@ -380,12 +385,16 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 	return max(prev+1, uint64(max(now.UnixMilli(), 0)))
 }
 
-// undoStore puts id's record back as it was before storeNode.
-func (s *Server) undoStore(ctx context.Context, id string, prev *Node) error {
+// undoStore puts the record storeNode wrote, n, back as it was, prev.
+// Over n only: a record another instance wrote since is left alone.
+func (s *Server) undoStore(ctx context.Context, n, prev *Node) error {
 	if prev == nil {
-		s.view.remove(id)
-		return s.cfg.Store.Delete(ctx, id)
+		s.view.remove(n.ID)
+		return s.cfg.Store.Delete(ctx, n.ID)
 	}
-	s.view.put(prev, 0)
-	return s.cfg.Store.Update(ctx, prev)
+	p := *prev
+	p.rev = n.rev
+	err := s.cfg.Store.Update(ctx, &p)
+	s.view.put(&p, p.rev)
+	return err
 }
