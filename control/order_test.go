@@ -3,12 +3,15 @@ package control
 import (
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/control/controlapi"
@@ -264,5 +267,98 @@ func TestSameKeyOnTwoInstancesAtOnce(t *testing.T) {
 		require.Equal(t, newest.Epoch, stored.Epoch, "round %d: the registry holds an older registration than the newest answered", round)
 		hash := sha256.Sum256([]byte(newest.NATS.Password))
 		require.Equal(t, hash[:], stored.SecretHash, "round %d: the newest registration's NATS password would be refused", round)
+	}
+}
+
+// TestKVDeleteRacingCreate: a node is deleted from a KV registry (its
+// deregistration, on one instance) while the same key is created again
+// (its next registration, on another). Whichever wins, the registry stays
+// whole: a node it holds holds the claims of its address and name, so no
+// other node is given them, and a node it no longer holds leaves no claim
+// behind.
+func TestKVDeleteRacingCreate(t *testing.T) {
+	ctx := ctxT(t)
+	srv, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "delete-race",
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	kv, err := OpenKVStore(ctx, srv.Conn(), KVOptions{Bucket: "delete-race"})
+	require.NoError(t, err)
+	pub := newKey(t)
+	node := func() *Node {
+		return &Node{ID: nodeID(pub), Name: "again", PublicKey: pub, Address: netip.MustParsePrefix("100.64.7.7/10"),
+			SecretHash: []byte(randomSecret()), Epoch: uint64(time.Now().UnixNano())}
+	}
+	claimOf := func(key string) string {
+		e, err := kv.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return ""
+		}
+		require.NoError(t, err)
+		return string(e.Value())
+	}
+
+	rounds := 200
+	if testing.Short() {
+		rounds = 40
+	}
+	for round := range rounds {
+		first := node()
+		require.NoError(t, kv.Create(ctx, first), "round %d", round)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var derr, cerr error
+		wg.Go(func() {
+			<-start
+			for range 5 { // as a deregistration does
+				if derr = kv.Delete(ctx, first.ID); !errors.Is(derr, ErrConflict) {
+					return
+				}
+			}
+		})
+		wg.Go(func() { <-start; cerr = kv.Create(ctx, node()) })
+		close(start)
+		wg.Wait()
+		require.NoError(t, derr, "round %d: delete", round)
+		if cerr != nil && !errors.Is(cerr, ErrConflict) { // a registration tries again on either
+			require.ErrorIs(t, cerr, ErrExists, "round %d: create", round)
+		}
+		held, err := kv.Get(ctx, first.ID)
+		if errors.Is(err, ErrNotFound) {
+			require.Empty(t, claimOf(addrKey(first)), "round %d: a deleted node's address is still claimed", round)
+			require.Empty(t, claimOf(nameKey(first)), "round %d: a deleted node's name is still claimed", round)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, held.ID, claimOf(addrKey(held)), "round %d: the registry holds the node, but its address is free for another", round)
+		require.Equal(t, held.ID, claimOf(nameKey(held)), "round %d: the registry holds the node, but its name is free for another", round)
+		require.NoError(t, kv.Delete(ctx, held.ID))
+	}
+
+	// The same key created twice at once (on two instances): one create
+	// wins, and the claims the other took over meanwhile are the record's
+	// to free. Deleted, it leaves none behind.
+	for round := range rounds / 4 {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				<-start
+				for range 5 { // as a registration does
+					if err := kv.Create(ctx, node()); !errors.Is(err, ErrConflict) {
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		held, err := kv.Get(ctx, nodeID(pub))
+		require.NoError(t, err, "round %d: one create won", round)
+		require.NoError(t, kv.Delete(ctx, held.ID))
+		require.Empty(t, claimOf(addrKey(held)), "round %d: a deleted node's address is still claimed", round)
+		require.Empty(t, claimOf(nameKey(held)), "round %d: a deleted node's name is still claimed", round)
 	}
 }

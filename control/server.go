@@ -422,9 +422,15 @@ func (s *Server) onDeregister(m *nats.Msg) {
 	mu := s.idLock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	n, err := s.cfg.Store.Get(ctx, id)
-	if err == nil {
-		err = s.cfg.Store.Delete(ctx, id)
+	var n *Node
+	var err error
+	for range 5 { // again when another instance wrote the record meanwhile
+		if n, err = s.cfg.Store.Get(ctx, id); err == nil {
+			err = s.cfg.Store.Delete(ctx, id)
+		}
+		if !errors.Is(err, ErrConflict) {
+			break
+		}
 	}
 	if err != nil {
 		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
