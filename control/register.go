@@ -78,7 +78,6 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Warn("registration failed", "name", req.Name, "err", err)
 		return nil, err
 	}
-	s.registered.Add(1)
 	if adm.refuseNew != nil {
 		s.log.Info("known node re-registered on its proof of key alone", "id", resp.NodeID, "name", req.Name, "token", adm.refuseNew)
 	}
@@ -183,12 +182,16 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	s.markOnline(id)
 	s.publishEvent(controlapi.PeerEvent{Type: event, Peer: n.peer()})
 	s.announceMu.Unlock()
+	// Counted before the answer goes: a node holding its answer finds it
+	// in Stats (and in the metrics), and taken back if the answer fails.
+	s.registered.Add(1)
 	if send != nil {
 		err = send(b)
 	} else { // HTTP encodes resp itself
 		err = json.Unmarshal(b, resp)
 	}
 	if err != nil {
+		s.registered.Add(^uint64(0))
 		uerr := s.undoStore(ctx, n, prev)
 		s.announceMu.Lock()
 		if prev == nil {
