@@ -142,17 +142,23 @@ func TestDeregisterRacingRegistration(t *testing.T) {
 	so, err := controlapi.Connect(ctx, netx.OS, obs.NodeID, obs.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
 	defer so.Close()
-	join := controlapi.Join{Token: testToken, Name: "twice", Key: newPriv(t), ControlKey: env.srv.RegisterKey()}
-
-	rounds := 40
-	if testing.Short() {
-		rounds = 8
+	const keys = 8 // at once, each on its own
+	var joins []controlapi.Join
+	for i := range keys {
+		joins = append(joins, controlapi.Join{Token: testToken, Name: fmt.Sprintf("twice-%d", i), Key: newPriv(t), ControlKey: env.srv.RegisterKey()})
 	}
-	for round := range rounds {
+	// race deregisters join's node while it registers again, and returns
+	// the second registration's answer.
+	race := func(join controlapi.Join) (*controlapi.RegisterResponse, error) {
 		first, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, join)
-		require.NoError(t, err, "round %d", round)
+		if err != nil {
+			return nil, fmt.Errorf("register: %w", err)
+		}
 		s, err := controlapi.Connect(ctx, netx.OS, first.NodeID, first.NATS, controlapi.Handlers{})
-		require.NoError(t, err, "round %d", round)
+		if err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		defer s.Close()
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		var derr, rerr error
@@ -161,31 +167,51 @@ func TestDeregisterRacingRegistration(t *testing.T) {
 		wg.Go(func() { <-start; again, rerr = controlapi.RegisterNATS(ctx, netx.OS, env.url, join) })
 		close(start)
 		wg.Wait()
-		s.Close()
-		require.NoError(t, derr, "round %d: deregister", round)
-		require.NoError(t, rerr, "round %d: register again", round)
-
-		stored, err := env.srv.Store().Get(ctx, first.NodeID)
-		if err != nil {
-			require.ErrorIs(t, err, ErrNotFound)
-			stored = nil
+		if derr != nil {
+			return nil, fmt.Errorf("deregister: %w", derr)
 		}
+		if rerr != nil {
+			return nil, fmt.Errorf("register again: %w", rerr)
+		}
+		return again, nil
+	}
+
+	rounds := 25
+	if testing.Short() {
+		rounds = 5
+	}
+	for round := range rounds {
+		answers := make([]*controlapi.RegisterResponse, keys)
+		errs := make([]error, keys)
+		var wg sync.WaitGroup
+		for i, j := range joins {
+			wg.Go(func() { answers[i], errs[i] = race(j) })
+		}
+		wg.Wait()
 		peers, err := so.Peers(ctx)
 		require.NoError(t, err)
-		var listed *controlapi.Peer
-		for _, p := range peers {
-			if p.NodeID == first.NodeID {
-				listed = &p
+		for i, again := range answers {
+			require.NoError(t, errs[i], "round %d, %s", round, joins[i].Name)
+			stored, err := env.srv.Store().Get(ctx, again.NodeID)
+			if err != nil {
+				require.ErrorIs(t, err, ErrNotFound)
+				stored = nil
 			}
-		}
-		switch {
-		case stored == nil && listed != nil:
-			t.Fatalf("round %d: the registry no longer holds %s, yet peer lists carry it", round, first.NodeID)
-		case stored != nil && listed == nil:
-			t.Fatalf("round %d: the registry holds %s, yet peer lists do not", round, first.NodeID)
-		case stored != nil:
-			require.Equal(t, again.Epoch, stored.Epoch, "round %d: the registry holds the last registration", round)
-			require.Equal(t, stored.Epoch, listed.Epoch, "round %d: peer lists carry the registry's epoch", round)
+			var listed *controlapi.Peer
+			for _, p := range peers {
+				if p.NodeID == again.NodeID {
+					listed = &p
+				}
+			}
+			switch {
+			case stored == nil && listed != nil:
+				t.Fatalf("round %d: the registry no longer holds %s, yet peer lists carry it", round, again.NodeID)
+			case stored != nil && listed == nil:
+				t.Fatalf("round %d: the registry holds %s, yet peer lists do not", round, again.NodeID)
+			case stored != nil:
+				require.Equal(t, again.Epoch, stored.Epoch, "round %d: the registry holds the last registration", round)
+				require.Equal(t, stored.Epoch, listed.Epoch, "round %d: peer lists carry the registry's epoch", round)
+			}
 		}
 	}
 }
@@ -241,9 +267,9 @@ func TestSameKeyOnTwoInstancesAtOnce(t *testing.T) {
 		}
 	}
 
-	rounds := 40
+	rounds := 100
 	if testing.Short() {
-		rounds = 8
+		rounds = 20
 	}
 	for round := range rounds {
 		onA, onB := prepare(a.NATS().URL()), prepare(b.NATS().URL())
