@@ -68,7 +68,16 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 			s.view.removeAt(id, rev)
 			return
 		}
+		s.announceMu.Lock()
+		defer s.announceMu.Unlock()
+		old := s.view.get(id)
 		s.view.put(n, rev)
+		if once && (old == nil || n.Epoch > old.Epoch) {
+			// Registered (again) on another instance, which took it online
+			// and announced it: so does this one, or it would list the node
+			// offline until its first heartbeat came here.
+			s.markOnline(id)
+		}
 	}, func() {
 		if !once {
 			once = true

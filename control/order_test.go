@@ -388,3 +388,52 @@ func TestKVDeleteRacingCreate(t *testing.T) {
 		require.Empty(t, claimOf(nameKey(held)), "round %d: a deleted node's name is still claimed", round)
 	}
 }
+
+// TestNodeRegisteredOnAnotherInstanceIsOnline: a node registered on one
+// control instance is online there at once; another instance sharing the
+// registry, which learns of it through its watch, shows it online too in
+// the peer lists it serves, before the node's first heartbeat reaches it
+// (not offline until then, while the first instance announced it online).
+func TestNodeRegisteredOnAnotherInstanceIsOnline(t *testing.T) {
+	ctx := ctxT(t)
+	a, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
+		PresenceTTL:  time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
+	require.NoError(t, err)
+	b, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
+		PresenceTTL:  time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	obs := mustRegister(ctx, t, b.NATS().URL(), "observer")
+	so, err := controlapi.Connect(ctx, netx.OS, obs.NodeID, obs.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer so.Close()
+
+	for i := range 5 {
+		x := mustRegister(ctx, t, a.NATS().URL(), fmt.Sprintf("elsewhere-%d", i))
+		var listed *controlapi.Peer
+		deadline := time.Now().Add(5 * time.Second)
+		for listed == nil && time.Now().Before(deadline) {
+			peers, err := so.Peers(ctx)
+			require.NoError(t, err)
+			for _, p := range peers {
+				if p.NodeID == x.NodeID {
+					listed = &p
+				}
+			}
+			if listed == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		require.NotNil(t, listed, "b never listed %s, registered on a", x.NodeID)
+		require.False(t, listed.Offline, "b lists %s, just registered on a, as offline", x.NodeID)
+	}
+}
