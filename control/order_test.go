@@ -437,3 +437,62 @@ func TestNodeRegisteredOnAnotherInstanceIsOnline(t *testing.T) {
 		require.False(t, listed.Offline, "b lists %s, just registered on a, as offline", x.NodeID)
 	}
 }
+
+// TestEarlierLifeGoodbyeAtALaggingInstance: a node restarts and registers
+// again on one instance while the goodbye of its earlier life reaches
+// another, whose watch may not have brought the new registration yet:
+// that one then takes the goodbye. Once the new life's heartbeat came,
+// the last event peers got from it must say online.
+func TestEarlierLifeGoodbyeAtALaggingInstance(t *testing.T) {
+	ctx := ctxT(t)
+	a, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
+		PresenceTTL:  time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
+	require.NoError(t, err)
+	b, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
+		PresenceTTL:  time.Minute,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	log := newEventLog()
+	obs := mustRegister(ctx, t, b.NATS().URL(), "observer")
+	so, err := controlapi.Connect(ctx, netx.OS, obs.NodeID, obs.NATS, controlapi.Handlers{Peer: log.add})
+	require.NoError(t, err)
+	defer so.Close()
+	onB := func(c controlapi.NATSCreds) controlapi.NATSCreds { c.URL = b.NATS().URL(); return c }
+
+	join := controlapi.Join{Token: testToken, Name: "restarts", Key: newPriv(t)}
+	life, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
+	require.NoError(t, err)
+	s, err := controlapi.Connect(ctx, netx.OS, life.NodeID, onB(life.NATS), controlapi.Handlers{})
+	require.NoError(t, err)
+	require.NoError(t, s.Presence(ctx, true, life.Epoch))
+	rounds := 20
+	if testing.Short() {
+		rounds = 5
+	}
+	for round := range rounds {
+		next, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
+		require.NoError(t, err, "round %d", round)
+		require.NoError(t, s.Presence(ctx, false, life.Epoch), "round %d: the earlier life's goodbye", round)
+		s.Close()
+		s, err = controlapi.Connect(ctx, netx.OS, next.NodeID, onB(next.NATS), controlapi.Handlers{})
+		require.NoError(t, err, "round %d", round)
+		require.NoError(t, s.Presence(ctx, true, next.Epoch), "round %d: the new life's heartbeat", round)
+		life = next
+		ids := []string{life.NodeID}
+		deadline := time.Now().Add(3 * time.Second)
+		for len(log.shownOffline(ids)) > 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Empty(t, log.shownOffline(ids), "round %d: the running node's last event from b says offline", round)
+	}
+	s.Close()
+}
