@@ -73,6 +73,12 @@ type Node struct {
 	// Tags are the tags of the join token of the last registration that
 	// presented a live one (Peer.Tags).
 	Tags []string `json:"tags,omitempty"`
+
+	// rev is the store's revision of the record as read (KVStore; 0:
+	// unknown): an Update of it fails with ErrConflict if the record
+	// changed since, so a write read before another instance's never
+	// overwrites it. Update and Create set it to the revision written.
+	rev uint64
 }
 
 func (n *Node) peer() controlapi.Peer {

@@ -65,10 +65,22 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 	var once bool
 	stopped, err := w.Watch(watchCtx, func(id string, n *Node, rev uint64) {
 		if n == nil {
-			s.view.remove(id)
+			s.view.removeAt(id, rev)
 			return
 		}
+		s.announceMu.Lock()
+		defer s.announceMu.Unlock()
+		old := s.view.get(id)
 		s.view.put(n, rev)
+		if once && (old == nil || n.Epoch > old.Epoch) && s.markOnline(id) && old != nil {
+			// Registered (again) on another instance, which took it online
+			// and announced it: so does this one, or it would list the node
+			// offline until its first heartbeat came here. A known node
+			// this instance had offline is announced online again: the
+			// offline may have been the goodbye of its earlier life,
+			// taken here before the watch brought the new epoch.
+			s.announcePresence(watchCtx, []string{id}, controlapi.PeerOnline)
+		}
 	}, func() {
 		if !once {
 			once = true

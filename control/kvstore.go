@@ -159,14 +159,26 @@ func tuneBucket(ctx context.Context, js jetstream.JetStream, bucket string, repl
 	return js.KeyValue(ctx, bucket)
 }
 
+// kvRecord is a node as the bucket holds it: with the revisions its
+// address and name claims had when it was created (0: a record from
+// before they were kept). Delete frees a claim only at its record's
+// revision: a claim key holds just the node ID, so the claim a later
+// life of the same key took over (rewritten, at a later revision) while
+// this one was being deleted is told apart from this one's, and kept.
+type kvRecord struct {
+	*Node
+	AddrClaim uint64 `json:"addr_claim,omitempty"`
+	NameClaim uint64 `json:"name_claim,omitempty"`
+}
+
 func addrKey(n *Node) string {
 	return "addr." + strings.ReplaceAll(n.Address.Addr().String(), ".", "-")
 }
 func nameKey(n *Node) string { return "name." + n.Name }
 
 func (s *KVStore) Get(ctx context.Context, id string) (*Node, error) {
-	n, _, err := s.get(ctx, id)
-	return n, err
+	r, _, err := s.get(ctx, id)
+	return r.Node, err
 }
 
 func (s *KVStore) List(ctx context.Context) ([]*Node, error) {
@@ -249,32 +261,93 @@ func (s *KVStore) Create(ctx context.Context, n *Node) error {
 		s.release(ctx, addrKey(n), n.ID)
 		return ErrNameTaken
 	}
-	b, err := json.Marshal(n)
+	b, err := json.Marshal(kvRecord{Node: n, AddrClaim: addrRev, NameClaim: nameRev})
+	var rev uint64
 	if err == nil {
-		_, err = s.kv.Create(ctx, "node."+n.ID, b)
+		rev, err = s.kv.Create(ctx, "node."+n.ID, b)
+	}
+	if err == nil {
+		n.rev = rev
+		return nil
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		e, gerr := s.kv.Get(ctx, "node."+n.ID)
 		if gerr == nil && bytes.Equal(e.Value(), b) {
+			n.rev = e.Revision()
 			return nil // our own write, retried by the client after a lost answer
 		}
-		var held Node
-		if gerr == nil && json.Unmarshal(e.Value(), &held) == nil {
+		var held kvRecord
+		if gerr == nil && json.Unmarshal(e.Value(), &held) == nil && held.Node != nil {
 			if held.Address != n.Address {
 				_ = s.kv.Purge(ctx, addrKey(n), jetstream.LastRevision(addrRev))
 			}
 			if held.Name != n.Name {
 				_ = s.kv.Purge(ctx, nameKey(n), jetstream.LastRevision(nameRev))
 			}
+			gerr = s.adoptClaims(ctx, n, addrRev, nameRev)
+		}
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, ErrNotFound) {
+			// Deleted meanwhile (its Delete could not free what this
+			// create took over): nobody holds these claims but this
+			// create, which gives them up and asks for another try.
+			_ = s.kv.Purge(ctx, nameKey(n), jetstream.LastRevision(nameRev))
+			_ = s.kv.Purge(ctx, addrKey(n), jetstream.LastRevision(addrRev))
+			return fmt.Errorf("registry create %s: deleted meanwhile: %w", n.ID, ErrConflict)
 		}
 		return fmt.Errorf("registry create %s: %w", n.ID, ErrExists)
 	}
-	if err != nil {
-		s.release(ctx, nameKey(n), n.ID)
-		s.release(ctx, addrKey(n), n.ID)
-		return fmt.Errorf("registry create %s: %w", n.ID, err)
+	s.release(ctx, nameKey(n), n.ID)
+	s.release(ctx, addrKey(n), n.ID)
+	return fmt.Errorf("registry create %s: %w", n.ID, err)
+}
+
+// adoptClaims: n's create found n.ID created meanwhile (the same key
+// registering on another instance), holding claims this create took over
+// (rewrote) at addrRev and nameRev. The record's own revisions of them
+// are gone, so it takes these, if they are still the claims' own: else
+// its Delete would leave them behind. ErrNotFound: the record is gone.
+func (s *KVStore) adoptClaims(ctx context.Context, n *Node, addrRev, nameRev uint64) error {
+	for range 3 {
+		held, rev, err := s.get(ctx, n.ID)
+		if err != nil {
+			return err
+		}
+		changed := false
+		if held.Address == n.Address && held.AddrClaim != 0 && held.AddrClaim != addrRev && s.claimedAt(ctx, addrKey(n), addrRev) {
+			held.AddrClaim, changed = addrRev, true
+		}
+		if held.Name == n.Name && held.NameClaim != 0 && held.NameClaim != nameRev && s.claimedAt(ctx, nameKey(n), nameRev) {
+			held.NameClaim, changed = nameRev, true
+		}
+		if !changed {
+			return nil
+		}
+		b, err := json.Marshal(held)
+		if err != nil {
+			return err
+		}
+		if _, err := s.kv.Update(ctx, "node."+n.ID, b, rev); err == nil || !isWrongRevision(err) {
+			return err
+		}
 	}
 	return nil
+}
+
+// claimedAt reports whether claim key is at revision rev.
+func (s *KVStore) claimedAt(ctx context.Context, key string, rev uint64) bool {
+	e, err := s.kv.Get(ctx, key)
+	return err == nil && e.Revision() == rev
+}
+
+// releaseAt frees a claim key at revision rev, the one its record holds
+// it at, if it still is: a claim taken over since (by a later life of the
+// node) is kept.
+func (s *KVStore) releaseAt(ctx context.Context, key, id string, rev uint64) {
+	if rev == 0 { // a record from before claim revisions were kept
+		s.release(ctx, key, id)
+		return
+	}
+	_ = s.kv.Purge(ctx, key, jetstream.LastRevision(rev))
 }
 
 // release frees a claim key if id still holds it, at the revision read,
@@ -288,43 +361,52 @@ func (s *KVStore) release(ctx context.Context, key, id string) {
 }
 
 // get returns id's record and the revision it was read at.
-func (s *KVStore) get(ctx context.Context, id string) (*Node, uint64, error) {
+func (s *KVStore) get(ctx context.Context, id string) (kvRecord, uint64, error) {
 	e, err := s.kv.Get(ctx, "node."+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, ErrNotFound
+		return kvRecord{}, 0, ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("registry get %s: %w", id, err)
+		return kvRecord{}, 0, fmt.Errorf("registry get %s: %w", id, err)
 	}
-	var n Node
-	if err := json.Unmarshal(e.Value(), &n); err != nil {
-		return nil, 0, fmt.Errorf("registry entry %s is corrupt: %w", id, err)
+	r := kvRecord{Node: &Node{}}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return kvRecord{}, 0, fmt.Errorf("registry entry %s is corrupt: %w", id, err)
 	}
-	return &n, e.Revision(), nil
+	r.rev = e.Revision()
+	return r, e.Revision(), nil
 }
 
 // Update replaces id's record if it is still the one read: a compare and
-// set on its revision, so a concurrent delete or re-creation (with
+// set on its revision (n's, when n was read from this store, else the
+// one Update reads), so a concurrent update, delete or re-creation (with
 // another address) in between fails it with ErrConflict instead of being
 // overwritten.
 func (s *KVStore) Update(ctx context.Context, n *Node) error {
 	old, rev, err := s.get(ctx, n.ID)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound) && n.rev != 0:
+		return fmt.Errorf("registry update %s: deleted since read: %w", n.ID, ErrConflict)
+	case err != nil:
 		return err
+	case n.rev != 0 && n.rev != rev:
+		return fmt.Errorf("registry update %s: %w", n.ID, ErrConflict)
 	}
 	if old.Address != n.Address || old.Name != n.Name {
 		return fmt.Errorf("control: update of %s changes its address or name", n.ID)
 	}
-	b, err := json.Marshal(n)
+	b, err := json.Marshal(kvRecord{Node: n, AddrClaim: old.AddrClaim, NameClaim: old.NameClaim})
 	if err != nil {
 		return fmt.Errorf("registry update %s: %w", n.ID, err)
 	}
-	if _, err := s.kv.Update(ctx, "node."+n.ID, b, rev); err != nil {
+	rev, err = s.kv.Update(ctx, "node."+n.ID, b, rev)
+	if err != nil {
 		if isWrongRevision(err) {
 			return fmt.Errorf("registry update %s: %w", n.ID, ErrConflict)
 		}
 		return fmt.Errorf("registry update %s: %w", n.ID, err)
 	}
+	n.rev = rev
 	return nil
 }
 
@@ -352,8 +434,8 @@ func (s *KVStore) Delete(ctx context.Context, id string) error {
 		}
 		return fmt.Errorf("registry delete %s: %w", id, err)
 	}
-	s.release(ctx, nameKey(n), id)
-	s.release(ctx, addrKey(n), id)
+	s.releaseAt(ctx, nameKey(n.Node), id, n.NameClaim)
+	s.releaseAt(ctx, addrKey(n.Node), id, n.AddrClaim)
 	return nil
 }
 

@@ -38,21 +38,28 @@ func (s *Server) presenceLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := s.cfg.Now()
-		var expired []string
-		s.presMu.Lock()
-		for id, seen := range s.seen {
-			if now.Sub(seen) > s.cfg.PresenceTTL {
-				delete(s.seen, id)
-				expired = append(expired, id)
-			}
-		}
-		s.presMu.Unlock()
-		for _, id := range expired {
-			s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
-		}
-		s.announcePresence(ctx, expired, controlapi.PeerOffline)
+		s.expire(ctx, s.cfg.Now())
 	}
+}
+
+// expire takes offline, and announces, the nodes without a sign of life
+// in the PresenceTTL before now.
+func (s *Server) expire(ctx context.Context, now time.Time) {
+	s.announceMu.Lock()
+	defer s.announceMu.Unlock()
+	var expired []string
+	s.presMu.Lock()
+	for id, seen := range s.seen {
+		if now.Sub(seen) > s.cfg.PresenceTTL {
+			delete(s.seen, id)
+			expired = append(expired, id)
+		}
+	}
+	s.presMu.Unlock()
+	for _, id := range expired {
+		s.log.Info("node offline: no heartbeat", "id", id, "ttl", s.cfg.PresenceTTL)
+	}
+	s.announcePresence(ctx, expired, controlapi.PeerOffline)
 }
 
 // markOnline records a sign of life from id and reports whether it was
@@ -109,6 +116,7 @@ func (s *Server) onPresence(m *nats.Msg) {
 		return
 	}
 	ctx := context.Background()
+	s.announceMu.Lock()
 	switch {
 	case req.Online && s.markOnline(id):
 		s.log.Info("node online", "id", id)
@@ -117,11 +125,13 @@ func (s *Server) onPresence(m *nats.Msg) {
 		s.log.Info("node offline: it left", "id", id)
 		s.announcePresence(ctx, []string{id}, controlapi.PeerOffline)
 	}
+	s.announceMu.Unlock()
 	s.reply(m, struct{}{})
 }
 
 // announcePresence tells every other node that the nodes ids went online
-// or offline: one event each (fanout.go).
+// or offline: one event each (fanout.go). Called with announceMu held,
+// since the change was made.
 func (s *Server) announcePresence(_ context.Context, ids []string, t controlapi.PeerEventType) {
 	for _, id := range ids {
 		n := s.view.get(id)

@@ -78,7 +78,6 @@ func (s *Server) registerAndSend(ctx context.Context, body []byte, send func([]b
 		s.log.Warn("registration failed", "name", req.Name, "err", err)
 		return nil, err
 	}
-	s.registered.Add(1)
 	if adm.refuseNew != nil {
 		s.log.Info("known node re-registered on its proof of key alone", "id", resp.NodeID, "name", req.Name, "token", adm.refuseNew)
 	}
@@ -134,7 +133,7 @@ func (s *Server) admit(ctx context.Context, req *controlapi.RegisterRequest) (ad
 // (see admit), announces it, then answers it through send (if not nil).
 func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, send func([]byte) error, adm admission) (*controlapi.RegisterResponse, error) {
 	id := nodeID(req.PublicKey)
-	mu := &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
+	mu := s.idLock(id)
 	mu.Lock()
 	defer mu.Unlock()
 	secret := randomSecret()
@@ -164,7 +163,7 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	resp.Address, resp.Epoch = n.Address, n.Epoch
 	b, sent, err := s.encodeRegistration(resp, id, s.maxReply())
 	if err != nil {
-		if uerr := s.undoStore(ctx, id, prev); uerr != nil {
+		if uerr := s.undoStore(ctx, n, prev); uerr != nil {
 			s.log.Error("registration not encoded and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
 		}
@@ -175,25 +174,33 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	// that publishes must come after this event, never before it (a
 	// removal overtaken by the late "add" left the node in every peer's
 	// list). If the answer then fails, a second event takes it back.
-	s.markOnline(id)
 	event := controlapi.PeerAdded
 	if prev != nil {
 		event = controlapi.PeerUpdated
 	}
+	s.announceMu.Lock()
+	s.markOnline(id)
 	s.publishEvent(controlapi.PeerEvent{Type: event, Peer: n.peer()})
+	s.announceMu.Unlock()
+	// Counted before the answer goes: a node holding its answer finds it
+	// in Stats (and in the metrics), and taken back if the answer fails.
+	s.registered.Add(1)
 	if send != nil {
 		err = send(b)
 	} else { // HTTP encodes resp itself
 		err = json.Unmarshal(b, resp)
 	}
 	if err != nil {
-		uerr := s.undoStore(ctx, id, prev)
+		s.registered.Add(^uint64(0))
+		uerr := s.undoStore(ctx, n, prev)
+		s.announceMu.Lock()
 		if prev == nil {
 			s.markOffline(id)
 			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
 		} else {
 			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: prev.peer()})
 		}
+		s.announceMu.Unlock()
 		if uerr != nil {
 			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
@@ -290,7 +297,7 @@ func (s *Server) storeNodeRetry(ctx context.Context, req *controlapi.RegisterReq
 		}
 	}
 	if err == nil {
-		s.view.put(n, 0)
+		s.view.put(n, n.rev)
 	}
 	return n, prev, err
 }
@@ -333,6 +340,11 @@ func (s *Server) storeNode(ctx context.Context, req *controlapi.RegisterRequest,
 			n.Tags = adm.tags
 		}
 		if err := s.cfg.Store.Update(ctx, &n); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				// Deregistered on another instance since the read: the
+				// retry registers it anew.
+				err = fmt.Errorf("%w (%w)", ErrConflict, err)
+			}
 			return nil, nil, fmt.Errorf("update %s: %w", id, err)
 		}
 		return &n, old, nil
@@ -376,12 +388,16 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 	return max(prev+1, uint64(max(now.UnixMilli(), 0)))
 }
 
-// undoStore puts id's record back as it was before storeNode.
-func (s *Server) undoStore(ctx context.Context, id string, prev *Node) error {
+// undoStore puts the record storeNode wrote, n, back as it was, prev.
+// Over n only: a record another instance wrote since is left alone.
+func (s *Server) undoStore(ctx context.Context, n, prev *Node) error {
 	if prev == nil {
-		s.view.remove(id)
-		return s.cfg.Store.Delete(ctx, id)
+		s.view.remove(n.ID)
+		return s.cfg.Store.Delete(ctx, n.ID)
 	}
-	s.view.put(prev, 0)
-	return s.cfg.Store.Update(ctx, prev)
+	p := *prev
+	p.rev = n.rev
+	err := s.cfg.Store.Update(ctx, &p)
+	s.view.put(&p, p.rev)
+	return err
 }

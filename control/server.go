@@ -115,9 +115,10 @@ type Server struct {
 	httpLn  net.Listener
 	wg      sync.WaitGroup
 
-	// idLocks serialize registrations of one key in this instance (a
-	// node retrying while its first attempt is in flight); different keys
-	// register in parallel, on registerWorkers subscriptions.
+	// idLocks serialize registrations and deregistrations of one key in
+	// this instance (a node retrying while its first attempt is in
+	// flight, or deregistering while its next life registers); different
+	// keys register in parallel, on registerWorkers subscriptions.
 	idLocks [64]sync.Mutex
 
 	view      *view           // the registry, in memory (view.go)
@@ -128,9 +129,16 @@ type Server struct {
 	challenges      *challenger // issues and verifies with challengeSecret
 	stamps          *stamper    // verifies stamped proofs with a key derived from it
 
-	presMu sync.Mutex           // guards seen
-	seen   map[string]time.Time // online node ID → its last sign of life
-	stop   context.CancelFunc   // ends presenceLoop
+	// announceMu orders presence changes with their announcements: a
+	// change of a node's presence and the peer event saying so are made
+	// under it, so this instance announces a node's changes in the order
+	// they happened (an expiry announced after the heartbeat that ended
+	// it left peers showing a running node offline). Taken before presMu
+	// and view.mu, never under them.
+	announceMu sync.Mutex
+	presMu     sync.Mutex           // guards seen
+	seen       map[string]time.Time // online node ID → its last sign of life
+	stop       context.CancelFunc   // ends presenceLoop
 
 	registered, refused, deregistered, challenged, relayed, dropped, badReplies atomic.Uint64
 	events                                                                      [len(PeerEventTypes)]atomic.Uint64 // published, by PeerEventTypes' index
@@ -395,24 +403,45 @@ func (s *Server) onSignal(m *nats.Msg) {
 	s.reply(m, struct{}{})
 }
 
+// idLock is the lock of id's registrations (idLocks).
+func (s *Server) idLock(id string) *sync.Mutex {
+	if id == "" {
+		return &s.idLocks[0]
+	}
+	return &s.idLocks[id[len(id)-1]%byte(len(s.idLocks))]
+}
+
 func (s *Server) onDeregister(m *nats.Msg) {
 	if !s.replyAllowed(m) {
 		return
 	}
 	id := nodeOf(m.Subject)
 	ctx := context.Background()
-	n, err := s.cfg.Store.Get(ctx, id)
-	if err == nil {
-		err = s.cfg.Store.Delete(ctx, id)
+	// Under id's lock: a registration of the same key read between this
+	// read and delete failed, or put the deleted node back in the view.
+	mu := s.idLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	var n *Node
+	var err error
+	for range 5 { // again when another instance wrote the record meanwhile
+		if n, err = s.cfg.Store.Get(ctx, id); err == nil {
+			err = s.cfg.Store.Delete(ctx, id)
+		}
+		if !errors.Is(err, ErrConflict) {
+			break
+		}
 	}
 	if err != nil {
 		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		return
 	}
 	s.view.remove(id)
+	s.announceMu.Lock()
 	s.markOffline(id)
-	s.deregistered.Add(1)
 	s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
+	s.announceMu.Unlock()
+	s.deregistered.Add(1)
 	s.log.Info("node deregistered", "id", id, "name", n.Name)
 	s.reply(m, struct{}{})
 }

@@ -56,10 +56,16 @@ func (v *view) put(n *Node, rev uint64) {
 }
 
 // remove forgets id.
-func (v *view) remove(id string) {
+func (v *view) remove(id string) { v.removeAt(id, 0) }
+
+// removeAt forgets id, deleted at store revision rev (0: unknown). A
+// revision below the one held is an old watch entry arriving after a
+// newer local write (the node registered again) and is ignored.
+func (v *view) removeAt(id string, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, ok := v.byID[id]; !ok {
+	e, ok := v.byID[id]
+	if !ok || rev != 0 && e.rev > rev {
 		return
 	}
 	delete(v.byID, id)
