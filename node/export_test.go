@@ -137,3 +137,6 @@ func (n *Node) NoteInitiationForTest(nodeID string, at time.Time) {
 	n.mu.Unlock()
 	p.path.initAt.Store(at.UnixNano())
 }
+
+// RemovePeerForTest applies control's removal of info.
+func (n *Node) RemovePeerForTest(info controlapi.Peer) { n.removePeer(info) }

@@ -15,6 +15,9 @@ import (
 func (n *Node) setPeer(info controlapi.Peer) {
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
+	if n.earlierLife(info, "an update") {
+		return
+	}
 	if info.Offline {
 		n.peerOffline(info)
 		return
@@ -127,6 +130,9 @@ const (
 func (n *Node) removePeer(info controlapi.Peer) {
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
+	if n.earlierLife(info, "a removal") {
+		return
+	}
 	n.mu.Lock()
 	p := n.peers[info.NodeID]
 	delete(n.peers, info.NodeID)
@@ -144,4 +150,32 @@ func (n *Node) removePeer(info controlapi.Peer) {
 	_ = n.dev.IpcSet("public_key=" + info.PublicKey.Hex() + "\nremove=true\n")
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)
+}
+
+// earlierLife reports whether info, from a peer event, is about an
+// earlier registration of a peer than the one this node runs (its epoch
+// is lower), and logs it so. Replicated control instances publish a
+// node's events independently, so they can arrive out of order: the
+// removal of a node's earlier life after its next registration, or an
+// offline from before it. Applied, such an event would stop a running
+// peer until its next event. Events of one registration carry the same
+// epoch and are applied as they come; an epoch of 0 (control before
+// epochs) is never earlier.
+func (n *Node) earlierLife(info controlapi.Peer, what string) bool {
+	if info.Epoch == 0 {
+		return false
+	}
+	var known uint64
+	n.mu.Lock()
+	if p := n.peers[info.NodeID]; p != nil {
+		known = p.epoch.Load()
+	} else if off := n.offline[info.NodeID]; off != nil {
+		known = off.info.Epoch
+	}
+	n.mu.Unlock()
+	if info.Epoch >= known {
+		return false
+	}
+	n.log.Debug("peer event from an earlier registration ignored", "peer", info.Name, "event", what, "epoch", info.Epoch, "known", known)
+	return true
 }

@@ -123,3 +123,51 @@ func TestNoTrimAfterTraffic(t *testing.T) {
 	assert.Equal(t, 0, n.WireGuardPeers(), "the quiet peer is trimmed")
 	assert.Equal(t, int32(1), n.TrimmedCount())
 }
+
+// TestEventsFromAnEarlierLife: replicated control instances publish a
+// node's events on their own, so a peer's removal or offline from before
+// its latest registration can arrive after that registration's update.
+// Such an event leaves the running peer as it is; one from the same or a
+// later registration still applies.
+func TestEventsFromAnEarlierLife(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
+	life2 := controlapi.Peer{NodeID: "fake", Name: "peer", PublicKey: key.NewPrivate().Public(),
+		Address: netip.MustParsePrefix("100.96.0.9/10"), Epoch: 2000}
+	life1 := life2
+	life1.Epoch = 1000
+	offline := func(p controlapi.Peer) controlapi.Peer { p.Offline = true; return p }
+	running := func() (bool, controlapi.Peer) {
+		for _, st := range n.Status() {
+			if st.Peer.NodeID == life2.NodeID {
+				return st.Online, st.Peer
+			}
+		}
+		return false, controlapi.Peer{}
+	}
+
+	n.SetPeerForTest(life2)
+	n.SetPeerForTest(offline(life1))
+	online, _ := running()
+	assert.True(t, online, "an offline from the earlier life took the running peer offline")
+	n.RemovePeerForTest(life1)
+	require.Equal(t, 1, n.PeerCount(), "a removal of the earlier life removed the running peer")
+	assert.Equal(t, 1, n.WireGuardPeers())
+	tagged := life1
+	tagged.Tags = []string{"stale"}
+	n.SetPeerForTest(tagged)
+	_, got := running()
+	assert.Empty(t, got.Tags, "an update from the earlier life replaced the running one's")
+
+	n.SetPeerForTest(offline(life2))
+	online, _ = running()
+	assert.False(t, online, "an offline of the running life")
+	n.SetPeerForTest(life2)
+	online, _ = running()
+	assert.True(t, online, "back online, the same life")
+	later := life2
+	later.Epoch = 3000
+	n.RemovePeerForTest(later)
+	assert.Zero(t, n.PeerCount(), "a removal of a later life")
+	assert.Zero(t, n.WireGuardPeers())
+}
