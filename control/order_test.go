@@ -226,22 +226,9 @@ func TestDeregisterRacingRegistration(t *testing.T) {
 // newest's NATS password refused) or two registrations with one epoch.
 func TestSameKeyOnTwoInstancesAtOnce(t *testing.T) {
 	ctx := ctxT(t)
-	a, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
-	require.NoError(t, err)
-	b, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
+	a, b := sharedPair(t, Config{}, Config{})
 	k := newPriv(t)
-	_, err = controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "both", Key: k})
+	_, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "both", Key: k})
 	require.NoError(t, err)
 	// prepare takes a challenge from the instance at url and answers it,
 	// so that the two answers can be sent at once.
@@ -288,7 +275,7 @@ func TestSameKeyOnTwoInstancesAtOnce(t *testing.T) {
 		if rb.Epoch > ra.Epoch {
 			newest = rb
 		}
-		stored, err := kv.Get(ctx, newest.NodeID)
+		stored, err := b.Store().Get(ctx, newest.NodeID)
 		require.NoError(t, err)
 		require.Equal(t, newest.Epoch, stored.Epoch, "round %d: the registry holds an older registration than the newest answered", round)
 		hash := sha256.Sum256([]byte(newest.NATS.Password))
@@ -396,22 +383,7 @@ func TestKVDeleteRacingCreate(t *testing.T) {
 // (not offline until then, while the first instance announced it online).
 func TestNodeRegisteredOnAnotherInstanceIsOnline(t *testing.T) {
 	ctx := ctxT(t)
-	a, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
-		PresenceTTL:  time.Minute,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
-	require.NoError(t, err)
-	b, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
-		PresenceTTL:  time.Minute,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
+	a, b := sharedPair(t, Config{PresenceTTL: time.Minute}, Config{PresenceTTL: time.Minute})
 	obs := mustRegister(ctx, t, b.NATS().URL(), "observer")
 	so, err := controlapi.Connect(ctx, netx.OS, obs.NodeID, obs.NATS, controlapi.Handlers{})
 	require.NoError(t, err)
@@ -445,22 +417,7 @@ func TestNodeRegisteredOnAnotherInstanceIsOnline(t *testing.T) {
 // the last event peers got from it must say online.
 func TestEarlierLifeGoodbyeAtALaggingInstance(t *testing.T) {
 	ctx := ctxT(t)
-	a, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
-		PresenceTTL:  time.Minute,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
-	require.NoError(t, err)
-	b, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
-		PresenceTTL:  time.Minute,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
+	a, b := sharedPair(t, Config{PresenceTTL: time.Minute}, Config{PresenceTTL: time.Minute})
 	log := newEventLog()
 	obs := mustRegister(ctx, t, b.NATS().URL(), "observer")
 	so, err := controlapi.Connect(ctx, netx.OS, obs.NodeID, obs.NATS, controlapi.Handlers{Peer: log.add})

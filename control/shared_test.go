@@ -12,6 +12,26 @@ import (
 	"github.com/latticelab/lattice/netx"
 )
 
+// sharedPair starts two control instances, each with its own NATS for
+// nodes, sharing one KV registry (a's JetStream): a and b are the given
+// configs with the test token, the bucket and the servers filled in.
+func sharedPair(t *testing.T, a, b Config) (*Server, *Server) {
+	t.Helper()
+	a.Tokens, a.KVBucket = []JoinToken{{Value: testToken}}, "shared"
+	a.EmbeddedNATS = &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()}
+	sa, err := New(t.Context(), a)
+	require.NoError(t, err)
+	t.Cleanup(func() { sa.Close() })
+	kv, err := OpenKVStore(ctxT(t), sa.Conn(), KVOptions{Bucket: "shared"})
+	require.NoError(t, err)
+	b.Tokens, b.Store = []JoinToken{{Value: testToken}}, kv
+	b.EmbeddedNATS = &EmbeddedNATSConfig{Listen: "127.0.0.1:0"}
+	sb, err := New(t.Context(), b)
+	require.NoError(t, err)
+	t.Cleanup(func() { sb.Close() })
+	return sa, sb
+}
+
 // TestTwoControlsShareRegistry: two control instances, each with its own
 // NATS for nodes, share one KV registry. A node registered on one is
 // accepted by the other, a challenge from one is answered to the other,
@@ -19,22 +39,9 @@ import (
 // (finding 9).
 func TestTwoControlsShareRegistry(t *testing.T) {
 	ctx := ctxT(t)
-	a, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "shared",
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
-		RelayToken:   func(k key.Public, _ time.Time) (string, error) { return "from-a:" + k.String(), nil },
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	kv, err := OpenKVStore(ctx, a.Conn(), KVOptions{Bucket: "shared"})
-	require.NoError(t, err)
-	b, err := New(t.Context(), Config{
-		Tokens: []JoinToken{{Value: testToken}}, Store: kv,
-		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0"},
-		RelayToken:   func(k key.Public, _ time.Time) (string, error) { return "from-b:" + k.String(), nil },
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
+	a, b := sharedPair(t,
+		Config{RelayToken: func(k key.Public, _ time.Time) (string, error) { return "from-a:" + k.String(), nil }},
+		Config{RelayToken: func(k key.Public, _ time.Time) (string, error) { return "from-b:" + k.String(), nil }})
 	onB := func(c controlapi.NATSCreds) controlapi.NATSCreds { c.URL = b.NATS().URL(); return c }
 
 	// Registered on A, after B started: B accepts its credentials.
