@@ -230,14 +230,13 @@ func TestFragmentReassemble(t *testing.T) {
 	}
 }
 
-// TestReassembleWithOptions: a UDP datagram with IP options, split by a
-// router (later fragments carry only the copied options, so their headers
-// are shorter), reaches the host's UDP socket whole, with the first
-// fragment's header and every option.
-func TestReassembleWithOptions(t *testing.T) {
+// optionsFrame is a 1500-byte UDP datagram in a frame whose IP header
+// carries opts (record route, not copied into later fragments; router
+// alert, copied; EOL), its payload numbered by byte.
+func optionsFrame() (frame, opts []byte) {
 	plain := ipv4Frame(mac{2, 0, 0, 0, 0, 1}, mac{2, 0, 0, 0, 0, 2}, protoUDP, netip.MustParseAddrPort("203.0.113.1:4000"), netip.MustParseAddrPort("203.0.113.100:7"), 1500)
-	opts := []byte{7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 0} // record route, router alert, EOL
-	frame := append(append(append([]byte(nil), plain[:ethHeaderLen+20]...), opts...), plain[ethHeaderLen+20:]...)
+	opts = []byte{7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 0}
+	frame = append(append(append([]byte(nil), plain[:ethHeaderLen+20]...), opts...), plain[ethHeaderLen+20:]...)
 	for i := ethHeaderLen + 20 + len(opts) + 8; i < len(frame); i++ {
 		frame[i] = byte(i)
 	}
@@ -245,6 +244,16 @@ func TestReassembleWithOptions(t *testing.T) {
 	p.SetHeaderLength(uint8(20 + len(opts)))
 	p.SetTotalLength(uint16(len(p)))
 	inet.SetIPv4Checksum(p)
+	return frame, opts
+}
+
+// TestReassembleWithOptions: a UDP datagram with IP options, split by a
+// router (later fragments carry only the copied options, so their headers
+// are shorter), reaches the host's UDP socket whole, with the first
+// fragment's header and every option.
+func TestReassembleWithOptions(t *testing.T) {
+	frame, _ := optionsFrame()
+	p := header.IPv4(frame[ethHeaderLen:])
 	frags, err := fragmentIPv4(frame[:ethHeaderLen], p, 576)
 	if err != nil {
 		t.Fatal(err)
@@ -300,13 +309,8 @@ func TestFragmentPastDatagramLimit(t *testing.T) {
 // fragment keeps every option, later ones only those with the copied bit
 // (RFC 791 section 3.1).
 func TestFragmentWithOptions(t *testing.T) {
-	plain := ipv4Frame(mac{2, 0, 0, 0, 0, 1}, mac{2, 0, 0, 0, 0, 2}, protoUDP, netip.MustParseAddrPort("203.0.113.1:4000"), netip.MustParseAddrPort("203.0.113.100:7"), 1500)
-	opts := []byte{7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 0} // record route, router alert, EOL
-	frame := append(append(append([]byte(nil), plain[:ethHeaderLen+20]...), opts...), plain[ethHeaderLen+20:]...)
+	frame, opts := optionsFrame()
 	p := header.IPv4(frame[ethHeaderLen:])
-	p.SetHeaderLength(uint8(20 + len(opts)))
-	p.SetTotalLength(uint16(len(p)))
-	inet.SetIPv4Checksum(p)
 
 	frags, err := fragmentIPv4(frame[:ethHeaderLen], p, 576)
 	if err != nil {
