@@ -1,6 +1,8 @@
 package runsc
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -98,6 +100,9 @@ type Manager struct {
 	root     string
 	platform string
 	log      *slog.Logger
+
+	// cmdTimeout, if not zero, replaces cmdTimeout (tests shorten it).
+	cmdTimeout time.Duration
 }
 
 // Platforms are the runsc platforms a Manager runs sandboxes on, the
@@ -148,7 +153,7 @@ type Stdio struct {
 // deleted afterwards, whatever happened. When ctx ends, the agent gets
 // SIGTERM, then SIGKILL after grace.
 func (m *Manager) Run(ctx context.Context, spec Spec, stdio Stdio) (int, error) {
-	c, err := m.launch(spec, stdio, false)
+	c, err := m.launch(ctx, spec, stdio, false)
 	if err != nil {
 		return -1, err
 	}
@@ -166,7 +171,7 @@ func (m *Manager) Run(ctx context.Context, spec Spec, stdio Stdio) (int, error) 
 // (localhost and spec.Hosts), rewritten by Start with the entries known
 // then: the names an agent sees are taken when it starts.
 func (m *Manager) Prepare(spec Spec, stdio Stdio) (*Container, error) {
-	return m.launch(spec, stdio, true)
+	return m.launch(context.Background(), spec, stdio, true)
 }
 
 // Container is a container being run by `runsc run`: one Run, or one
@@ -192,14 +197,19 @@ type Container struct {
 func (c *Container) ID() string { return c.id }
 
 // launch writes the bundle and starts `runsc run`; with held, the start
-// waits on the gate.
-func (m *Manager) launch(spec Spec, stdio Stdio, held bool) (_ *Container, err error) {
+// waits on the gate. ctx bounds only the check for a stale container.
+func (m *Manager) launch(ctx context.Context, spec Spec, stdio Stdio, held bool) (_ *Container, err error) {
 	if !validID().MatchString(spec.ID) {
 		return nil, fmt.Errorf("runsc: container name %q: use letters, digits, '.', '_' and '-'", spec.ID)
 	}
-	if m.mayExist(spec.ID) && m.exists(spec.ID) {
-		return nil, fmt.Errorf("%w: %q (left by a crash?); remove it with: %s --root %s delete --force %s",
-			ErrExists, spec.ID, m.bin, m.stateRoot(), spec.ID)
+	if m.mayExist(spec.ID) {
+		switch exists, err := m.exists(ctx, spec.ID); {
+		case err != nil:
+			return nil, err
+		case exists:
+			return nil, fmt.Errorf("%w: %q (left by a crash?); remove it with: %s --root %s delete --force %s",
+				ErrExists, spec.ID, m.bin, m.stateRoot(), spec.ID)
+		}
 	}
 	c := &Container{m: m, id: spec.ID, bundle: filepath.Join(m.root, "bundles", spec.ID), waited: make(chan struct{})}
 	defer func() {
@@ -328,11 +338,13 @@ func (c *Container) Wait(ctx context.Context) (int, error) {
 			return -1, fmt.Errorf("runsc: run %s: %w", c.id, ctx.Err())
 		}
 		m.log.Info("stopping container", "id", c.id)
-		_ = m.kill(c.id, "TERM")
+		// ctx is over; the kills still carry its values.
+		stop := context.WithoutCancel(ctx)
+		_ = m.kill(stop, c.id, "TERM")
 		select {
 		case <-c.waited:
 		case <-time.After(5 * time.Second):
-			_ = m.kill(c.id, "KILL")
+			_ = m.kill(stop, c.id, "KILL")
 			_ = c.cmd.Process.Kill()
 			<-c.waited
 		}
@@ -362,7 +374,7 @@ func (c *Container) Close() error {
 		select {
 		case <-c.waited:
 		default:
-			_ = c.m.kill(c.id, "KILL")
+			_ = c.m.kill(context.Background(), c.id, "KILL")
 			select {
 			case <-c.waited:
 			case <-time.After(5 * time.Second):
@@ -416,8 +428,18 @@ func (m *Manager) globalArgs(id string) []string {
 		"--log", m.logPath(id), "--debug-log", filepath.Join(m.root, "logs", id+".%COMMAND%.log")}
 }
 
-func (m *Manager) exists(id string) bool {
-	return exec.Command(m.bin, "--root", m.stateRoot(), "state", id).Run() == nil
+// exists asks runsc whether container id exists. Its error says runsc
+// did not answer; runsc answering no is false.
+func (m *Manager) exists(ctx context.Context, id string) (bool, error) {
+	_, err := m.manage(ctx, "state", id)
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ee):
+		return false, nil
+	}
+	return false, err
 }
 
 // mayExist is exists' cheap first test: whether any file in the state
@@ -440,30 +462,89 @@ func (m *Manager) mayExist(id string) bool {
 	return false
 }
 
-func (m *Manager) kill(id, sig string) error {
-	return exec.Command(m.bin, "--root", m.stateRoot(), "kill", "--all", id, sig).Run()
+func (m *Manager) kill(ctx context.Context, id, sig string) error {
+	_, err := m.manage(ctx, "kill", "--all", id, sig)
+	return err
 }
 
-// Delete removes container id if it exists.
+// Delete removes container id if it exists. Each runsc command it runs
+// is killed if it does not answer in 30s.
 func (m *Manager) Delete(id string) error {
-	if !m.mayExist(id) || !m.exists(id) {
+	if !m.mayExist(id) {
 		return nil
 	}
-	out, err := exec.Command(m.bin, "--root", m.stateRoot(), "delete", "--force", id).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("runsc: delete %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+	ctx := context.Background()
+	exists, err := m.exists(ctx, id)
+	if err != nil || !exists {
+		return err
 	}
-	return nil
+	_, err = m.manage(ctx, "delete", "--force", id)
+	return err
 }
 
-// List returns the containers runsc knows in this state directory.
+// List returns the containers runsc knows in this state directory. runsc
+// is killed if it does not answer in 30s.
 func (m *Manager) List() ([]string, error) {
-	out, err := exec.Command(m.bin, "--root", m.stateRoot(), "list", "--quiet").Output()
+	out, err := m.manage(context.Background(), "list", "--quiet")
 	if err != nil {
-		return nil, fmt.Errorf("runsc: list: %w", err)
+		return nil, err
 	}
 	return strings.Fields(string(out)), nil
 }
+
+// cmdTimeout bounds each of runsc's management commands (state, kill,
+// delete, list). Each answers in well under a second, even on a loaded
+// machine (see mayExist); one silent this long waits on a wedged sandbox
+// or gofer (their lock, their control socket) and would wait forever.
+const cmdTimeout = 30 * time.Second
+
+// cmdWaitDelay bounds how long a killed command's children, holding its
+// output pipes, may delay the caller after the kill.
+const cmdWaitDelay = time.Second
+
+// manage runs runsc management command args against the state directory
+// and returns its standard output. The command is killed, with any
+// process it started, when ctx ends or it has not answered in
+// cmdTimeout; the error then names it and the bound.
+func (m *Manager) manage(ctx context.Context, args ...string) ([]byte, error) {
+	timeout := cmp.Or(m.cmdTimeout, cmdTimeout)
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(tctx, m.bin, append([]string{"--root", m.stateRoot()}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = cmdWaitDelay
+	killGroupOnCancel(cmd)
+	err := cmd.Run()
+	name := strings.Join(args, " ")
+	switch {
+	case err == nil:
+		return stdout.Bytes(), nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("runsc: %s: %w", name, ctx.Err())
+	case tctx.Err() != nil:
+		// Logged too: a kill's error is dropped (the next step backs it up).
+		m.log.Warn("runsc command did not answer: killed", "cmd", name, "timeout", timeout)
+		return nil, &noAnswerError{cmd: name, after: timeout}
+	}
+	if msg := strings.TrimSpace(stderr.String()); msg != "" {
+		return nil, fmt.Errorf("runsc: %s: %w: %s", name, err, msg)
+	}
+	return nil, fmt.Errorf("runsc: %s: %w", name, err)
+}
+
+// noAnswerError is a management command killed for not answering in
+// time. It is a context.DeadlineExceeded.
+type noAnswerError struct {
+	cmd   string
+	after time.Duration
+}
+
+func (e *noAnswerError) Error() string {
+	return fmt.Sprintf("runsc: %s: no answer in %v: killed", e.cmd, e.after)
+}
+
+func (e *noAnswerError) Unwrap() error { return context.DeadlineExceeded }
 
 // writeBundle writes the bundle for spec into dir, with hook, if not
 // nil, as its createRuntime hook. A bundle without a hook starts empty;

@@ -227,7 +227,7 @@ func TestRunStaleAndCancel(t *testing.T) {
 		assert.NoError(t, err)
 		done <- code
 	}()
-	require.Eventually(t, func() bool { return m.exists("sleeper") }, 20*time.Second, 50*time.Millisecond, "container starts")
+	require.Eventually(t, func() bool { ok, err := m.exists(t.Context(), "sleeper"); return err == nil && ok }, 20*time.Second, 50*time.Millisecond, "container starts")
 	_, err := m.Run(t.Context(), Spec{ID: "sleeper", Args: []string{staticAgent(t), "hello", "0"}}, Stdio{})
 	require.ErrorIs(t, err, ErrExists)
 	assert.Contains(t, err.Error(), "delete --force sleeper")
@@ -238,7 +238,9 @@ func TestRunStaleAndCancel(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the agent did not stop")
 	}
-	assert.False(t, m.exists("sleeper"))
+	exists, err := m.exists(t.Context(), "sleeper")
+	require.NoError(t, err)
+	assert.False(t, exists)
 }
 
 // TestRunHosts: the agent resolves Spec.Hosts' names with its own
