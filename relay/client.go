@@ -558,7 +558,7 @@ func (c *Client) readLoop(w *wire) {
 		case frameFeatures:
 			w.handleFeatures(&f)
 		case frameClose:
-			w.fail(CloseCode(f.reason), string(f.data), nil, true)
+			w.peerClosed(&f)
 			return
 		default:
 			if f.typ >= firstUnknownFrame {

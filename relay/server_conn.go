@@ -279,7 +279,7 @@ func (c *sconn) readLoop() {
 		case frameFeatures:
 			c.w.handleFeatures(&f)
 		case frameClose:
-			c.w.fail(CloseCode(f.reason), string(f.data), nil, true)
+			c.w.peerClosed(&f)
 			return
 		default:
 			if f.typ >= firstUnknownFrame {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/quic-go/quic-go"
 
@@ -138,9 +139,7 @@ func newQUICWire(qc *quic.Conn, qs *quic.Stream, pktFrame frameType, cleanup fun
 // readers) and bounds the writer's final flush. Later calls do nothing.
 func (w *wire) fail(code CloseCode, msg string, cause error, remote bool) {
 	w.failOnce.Do(func() {
-		if len(msg) > MaxCloseMessage {
-			msg = msg[:MaxCloseMessage]
-		}
+		msg = closeMessage(msg)
 		w.code, w.msg, w.cause, w.remote = code, msg, cause, remote
 		close(w.done)
 		if w.qc != nil {
@@ -424,10 +423,31 @@ func (w *wire) writeClose() {
 // remoteClose turns a peer's CLOSE frame or QUIC application close into
 // a CloseError.
 func remoteClose(code uint8, msg string) *CloseError {
+	return &CloseError{Code: CloseCode(code), Message: closeMessage(msg), Remote: true}
+}
+
+// peerClosed ends w on the peer's CLOSE frame.
+func (w *wire) peerClosed(f *frame) {
+	ce := remoteClose(f.reason, string(f.data))
+	w.fail(ce.Code, ce.Message, nil, true)
+}
+
+// closeMessage bounds a close message to MaxCloseMessage bytes of valid
+// UTF-8 and replaces control and format characters with '?'. A peer's
+// message ends up in logs, errors and status output: raw, a newline or an
+// escape sequence in it could forge a log line or rewrite a terminal.
+func closeMessage(msg string) string {
 	if len(msg) > MaxCloseMessage {
 		msg = msg[:MaxCloseMessage]
 	}
-	return &CloseError{Code: CloseCode(code), Message: strings.ToValidUTF8(msg, "?"), Remote: true}
+	// ToValidUTF8 first: Map would turn each invalid byte into a 3-byte
+	// U+FFFD and break the bound.
+	return strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, strings.ToValidUTF8(msg, "?"))
 }
 
 // asRemoteClose recognises a QUIC error that carries the peer's close code.
