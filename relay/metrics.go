@@ -40,10 +40,11 @@ const (
 	authBusy                         // evicted: MaxPending connections authenticating
 	authBusySource                   // evicted: MaxPendingPerSource from its source authenticating
 	authAbandoned                    // the client closed before its HELLO (a race's loser, a client that gave up)
+	authShutdown                     // the relay closed while the connection authenticated
 	numAuthReasons
 )
 
-var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source", "abandoned"}
+var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source", "abandoned", "shutdown"}
 
 const (
 	transportQUIC = "quic"

@@ -60,7 +60,7 @@ func (s *Server) serveTCP(nc net.Conn, e *pending) {
 		stop()
 		_ = nc.Close()
 		if s.pre.done(e) { // an evicted one was counted as such
-			s.m.authFail(authTimeout)
+			s.m.authFail(s.unlessClosing(authTimeout))
 		}
 		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "err", err)
 		return
@@ -81,7 +81,7 @@ func (s *Server) serveQUIC(qc *quic.Conn, e *pending) {
 		stop()
 		fail()
 		if s.pre.done(e) {
-			reason := authTimeout
+			reason := s.unlessClosing(authTimeout)
 			if closedByPeer(err) {
 				reason = authAbandoned
 			}
@@ -147,7 +147,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 		refuse(authAbandoned, CloseProtocol, "closed before HELLO")
 		return
 	case err != nil:
-		refuse(authTimeout, CloseProtocol, "no HELLO")
+		refuse(s.unlessClosing(authTimeout), CloseProtocol, "no HELLO")
 		return
 	}
 	w.clearReadDeadline()
@@ -188,7 +188,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	if code, msg, ok := s.register(c); !ok {
 		reason := authFull
 		if code == CloseNormal {
-			reason = authTimeout
+			reason = authShutdown
 		}
 		refuse(reason, code, msg)
 		return
@@ -212,6 +212,15 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	}
 	s.log.Debug("client connected", "key", pub.ShortString(), "remote", remote, "transport", w.transport)
 	c.serve()
+}
+
+// unlessClosing returns reason, or authShutdown once Close has begun: a
+// handshake that Close cut short timed out through no fault of the client.
+func (s *Server) unlessClosing(reason authReason) authReason {
+	if s.ctx.Err() != nil {
+		return authShutdown
+	}
+	return reason
 }
 
 // readHello reads a connection's first frame, which must be a HELLO. Any
