@@ -52,17 +52,22 @@ func (s *Server) serveTCP(nc net.Conn, e *pending) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
 	// A client sends its ClientHello the moment it is connected; a
-	// connection that stays silent is not one. (tcpTLS lifts the deadline
-	// once the ClientHello is in.)
+	// connection that stays silent is not one. (handshakeTLS lifts the
+	// deadline once the ClientHello is in.)
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
-	tc := tls.Server(nc, s.tcpTLS)
+	hc := &tcpConn{Conn: nc}
+	tc := tls.Server(hc, s.tcpTLS)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		stop()
 		_ = nc.Close()
-		if s.pre.done(e) { // an evicted one was counted as such
-			s.m.authFail(s.unlessClosing(authTimeout))
+		reason := s.unlessClosing(authTimeout)
+		if hc.noALPN {
+			reason = authALPN
 		}
-		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "err", err)
+		if s.pre.done(e) { // an evicted one was counted as such
+			s.m.authFail(reason)
+		}
+		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "reason", authNames[reason], "err", err)
 		return
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
