@@ -426,6 +426,7 @@ func (c *Client) run() {
 		}
 		cc, err := c.dial(c.ctx, tok, q)
 		if err != nil {
+			err = cleanPeerError(err)
 			c.dialq.Store(nil)
 			q.discard()
 			if c.ctx.Err() != nil {

@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -34,9 +35,9 @@ func TestClientCloseMessageCleaned(t *testing.T) {
 			r.write(frame{typ: frameClose, reason: uint8(CloseNormal), data: []byte(msg)})
 		}
 	}
-	connClose := func(msg string) func(t *testing.T, r *rawConn) {
+	connClose := func(code quic.ApplicationErrorCode, msg string) func(t *testing.T, r *rawConn) {
 		return func(t *testing.T, r *rawConn) {
-			require.NoError(t, r.cc.w.qc.CloseWithError(quic.ApplicationErrorCode(CloseNormal), msg))
+			require.NoError(t, r.cc.w.qc.CloseWithError(code, msg))
 		}
 	}
 	long := strings.Repeat("a", MaxCloseMessage-1) + "é" + strings.Repeat("b", 500)
@@ -50,8 +51,11 @@ func TestClientCloseMessageCleaned(t *testing.T) {
 	}{
 		{"tcp CLOSE frame", transportTCP, closeFrame(dirtyClose), cleanClose},
 		{"quic CLOSE frame", transportQUIC, closeFrame(dirtyClose), cleanClose},
-		{"quic CONNECTION_CLOSE", transportQUIC, connClose(dirtyClose), cleanClose},
-		{"quic CONNECTION_CLOSE too long", transportQUIC, connClose(long), longWant},
+		{"quic CONNECTION_CLOSE", transportQUIC, connClose(0, dirtyClose), cleanClose},
+		{"quic CONNECTION_CLOSE too long", transportQUIC, connClose(0, long), longWant},
+		// A code beyond LRP's 8 bits is no close code: the read fails with
+		// quic-go's error, which quotes the reason phrase.
+		{"quic CONNECTION_CLOSE with a code beyond LRP's", transportQUIC, connClose(0x1234, dirtyClose), cleanClose},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,4 +125,51 @@ func TestRelayCloseMessageCleaned(t *testing.T) {
 		"the client logged no lost connection")
 	got := logs.find("relay connection lost", nil)[0].attrs["err"]
 	assert.Equal(t, "relay: closed by relay: normal: "+cleanClose, got)
+}
+
+func TestCloseMessage(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain", "token expired", "token expired"},
+		{"empty", "", ""},
+		{"unicode kept", "relais fermé, 再见", "relais fermé, 再见"},
+		{"dirty", dirtyClose, cleanClose},
+		{"too long", strings.Repeat("x", MaxCloseMessage+10), strings.Repeat("x", MaxCloseMessage)},
+		{"cut inside a rune", strings.Repeat("x", MaxCloseMessage-1) + "é", strings.Repeat("x", MaxCloseMessage-1) + "?"},
+		{"invalid bytes at the end", strings.Repeat("x", MaxCloseMessage-3) + "\xff\xff\xff\xff", strings.Repeat("x", MaxCloseMessage-3) + "?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, closeMessage(tt.in))
+		})
+	}
+}
+
+// TestCleanPeerError: a QUIC peer's reason phrase is printed cleaned in
+// whatever error carries it, which still unwraps to quic-go's error.
+func TestCleanPeerError(t *testing.T) {
+	transportClose := &quic.TransportError{Remote: true, ErrorCode: quic.ProtocolViolation, ErrorMessage: dirtyClose}
+	appClose := &quic.ApplicationError{Remote: true, ErrorCode: 0x1234, ErrorMessage: dirtyClose}
+	localClose := &quic.ApplicationError{ErrorCode: 0x1234, ErrorMessage: "ours\n"}
+
+	tests := []struct {
+		name    string
+		err     error
+		wantErr string
+	}{
+		{"transport close", fmt.Errorf("relay: read quic: %w", transportClose), "relay: read quic: PROTOCOL_VIOLATION (remote): " + cleanClose},
+		{"application close", fmt.Errorf("relay: dial quic x: waiting for welcome: %w", appClose), "relay: dial quic x: waiting for welcome: Application error 0x1234 (remote): " + cleanClose},
+		{"local close unchanged", localClose, "Application error 0x1234 (local): ours\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := cleanPeerError(tt.err)
+			assert.EqualError(t, got, tt.wantErr)
+			assert.ErrorIs(t, got, tt.err)
+		})
+	}
+	var te *quic.TransportError
+	require.ErrorAs(t, cleanPeerError(transportClose), &te)
+	assert.Equal(t, dirtyClose, te.ErrorMessage, "quic-go's error itself is left alone")
 }

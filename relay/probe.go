@@ -70,7 +70,7 @@ func Probe(ctx context.Context, cfg ProbeConfig) ([2]ProbeResult, error) {
 		}
 		cancel()
 		if err != nil {
-			out[i].Err = fmt.Errorf("relay: probe %s %s: %w", out[i].Transport, cfg.Server, err)
+			out[i].Err = fmt.Errorf("relay: probe %s %s: %w", out[i].Transport, cfg.Server, cleanPeerError(err))
 		} else {
 			out[i].Latency = time.Since(start)
 		}

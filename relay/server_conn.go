@@ -92,7 +92,7 @@ func (s *Server) serveQUIC(qc *quic.Conn, e *pending) {
 			}
 			s.m.authFail(reason)
 		}
-		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", err)
+		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", cleanPeerError(err))
 		return
 	}
 	_ = qs.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))

@@ -140,7 +140,7 @@ func newQUICWire(qc *quic.Conn, qs *quic.Stream, pktFrame frameType, cleanup fun
 func (w *wire) fail(code CloseCode, msg string, cause error, remote bool) {
 	w.failOnce.Do(func() {
 		msg = closeMessage(msg)
-		w.code, w.msg, w.cause, w.remote = code, msg, cause, remote
+		w.code, w.msg, w.cause, w.remote = code, msg, cleanPeerError(cause), remote
 		close(w.done)
 		if w.qc != nil {
 			_ = w.qc.CloseWithError(quic.ApplicationErrorCode(code), msg)
@@ -449,6 +449,44 @@ func closeMessage(msg string) string {
 		return '?'
 	}, strings.ToValidUTF8(msg, "?"))
 }
+
+// cleanPeerError returns err, or, when err is a QUIC peer's close whose
+// reason phrase closeMessage would change (a code beyond a CloseCode's
+// 8 bits, or a transport close, carry one too), err printing that phrase
+// cleaned.
+func cleanPeerError(err error) error {
+	var ae *quic.ApplicationError
+	var te *quic.TransportError
+	var phrase string
+	switch {
+	case errors.As(err, &ae) && ae.Remote:
+		phrase = ae.ErrorMessage
+	case errors.As(err, &te) && te.Remote:
+		phrase = te.ErrorMessage
+	}
+	if closeMessage(phrase) == phrase {
+		return err
+	}
+	return &peerQuotingError{err: err, phrase: phrase}
+}
+
+// peerQuotingError is an error whose text ends in a QUIC peer's reason
+// phrase (quic-go puts it last); it prints the phrase cleaned.
+type peerQuotingError struct {
+	err    error
+	phrase string
+}
+
+func (e *peerQuotingError) Error() string {
+	s := e.err.Error()
+	i := strings.LastIndex(s, e.phrase)
+	if i < 0 {
+		return closeMessage(s)
+	}
+	return s[:i] + closeMessage(e.phrase) + s[i+len(e.phrase):]
+}
+
+func (e *peerQuotingError) Unwrap() error { return e.err }
 
 // asRemoteClose recognises a QUIC error that carries the peer's close code.
 func asRemoteClose(err error) (*CloseError, bool) {
