@@ -241,10 +241,10 @@ func (s *Server) handshakeTLS(tc *tls.Config, tcp bool) *tls.Config {
 			_ = hi.Conn.SetReadDeadline(time.Time{})
 		}
 		if !slices.Contains(hi.SupportedProtos, ALPN) {
-			if c, ok := hi.Conn.(*tcpConn); ok {
-				c.noALPN = true
-			} else {
+			if !tcp {
 				s.m.authFail(authALPN)
+			} else if c, ok := hi.Conn.(*tcpConn); ok {
+				c.noALPN = true
 			}
 			if len(hi.SupportedProtos) == 0 {
 				return nil, fmt.Errorf("relay: client offers no ALPN, want %q", ALPN)
