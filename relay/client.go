@@ -426,6 +426,7 @@ func (c *Client) run() {
 		}
 		cc, err := c.dial(c.ctx, tok, q)
 		if err != nil {
+			err = cleanPeerError(err)
 			c.dialq.Store(nil)
 			q.discard()
 			if c.ctx.Err() != nil {
@@ -558,7 +559,7 @@ func (c *Client) readLoop(w *wire) {
 		case frameFeatures:
 			w.handleFeatures(&f)
 		case frameClose:
-			w.fail(CloseCode(f.reason), string(f.data), nil, true)
+			w.peerClosed(&f)
 			return
 		default:
 			if f.typ >= firstUnknownFrame {

@@ -68,7 +68,8 @@ func (c CloseCode) String() string {
 // (or refused it): Client.WaitConnected returns it after a refused hello.
 type CloseError struct {
 	Code CloseCode
-	// Message is the peer's explanation, at most MaxCloseMessage bytes.
+	// Message is the peer's explanation: at most MaxCloseMessage bytes of
+	// valid UTF-8, with control and format characters replaced by '?'.
 	Message string
 	// Remote is true when the peer closed, false when this side did.
 	Remote bool

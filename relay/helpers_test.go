@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,3 +158,69 @@ func setDeadline(w *wire, t time.Time) {
 func tlsWith(cert tls.Certificate) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}}
 }
+
+// logCapture keeps every record logged through its logger, for tests that
+// check what the relay tells its operator.
+type logCapture struct {
+	mu      sync.Mutex
+	records []loggedRecord
+}
+
+// loggedRecord is one record, its attributes (the logger's own included)
+// as the text handlers print their values.
+type loggedRecord struct {
+	msg   string
+	attrs map[string]string
+}
+
+func (c *logCapture) logger() *slog.Logger { return slog.New(&captureHandler{c: c}) }
+
+// find returns the records with message msg whose attributes include want.
+func (c *logCapture) find(msg string, want map[string]string) []loggedRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []loggedRecord
+next:
+	for _, r := range c.records {
+		if r.msg != msg {
+			continue
+		}
+		for k, v := range want {
+			if r.attrs[k] != v {
+				continue next
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+type captureHandler struct {
+	c     *logCapture
+	attrs []slog.Attr
+}
+
+func (h *captureHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *captureHandler) Handle(_ context.Context, r slog.Record) error {
+	rec := loggedRecord{msg: r.Message, attrs: map[string]string{}}
+	add := func(a slog.Attr) bool {
+		rec.attrs[a.Key] = a.Value.Resolve().String()
+		return true
+	}
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	h.c.mu.Lock()
+	h.c.records = append(h.c.records, rec)
+	h.c.mu.Unlock()
+	return nil
+}
+
+func (h *captureHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &captureHandler{c: h.c, attrs: append(slices.Clip(h.attrs), as...)}
+}
+
+// WithGroup is not needed: the relay logs no groups.
+func (h *captureHandler) WithGroup(string) slog.Handler { return h }

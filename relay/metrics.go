@@ -40,10 +40,12 @@ const (
 	authBusy                         // evicted: MaxPending connections authenticating
 	authBusySource                   // evicted: MaxPendingPerSource from its source authenticating
 	authAbandoned                    // the client closed before its HELLO (a race's loser, a client that gave up)
+	authShutdown                     // the relay closed while the connection authenticated
+	authALPN                         // the TLS client did not offer ALPN lrp/1
 	numAuthReasons
 )
 
-var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source", "abandoned"}
+var authNames = [numAuthReasons]string{"malformed", "invalid", "expired", "wrong_key", "version", "timeout", "server_full", "busy", "busy_source", "abandoned", "shutdown", "alpn"}
 
 const (
 	transportQUIC = "quic"

@@ -40,7 +40,7 @@ type ProbeResult struct {
 // Probe measures how long a relay takes to complete a QUIC and a TCP+TLS
 // handshake, verifying its certificate as a client would, and closes
 // both connections without authenticating (the relay counts them under
-// lattice_relay_auth_failures_total{reason="timeout"}). It needs no
+// lattice_relay_auth_failures_total{reason="abandoned"}). It needs no
 // token, so a netcheck can run without a node.
 func Probe(ctx context.Context, cfg ProbeConfig) ([2]ProbeResult, error) {
 	if cfg.Network == nil {
@@ -70,7 +70,7 @@ func Probe(ctx context.Context, cfg ProbeConfig) ([2]ProbeResult, error) {
 		}
 		cancel()
 		if err != nil {
-			out[i].Err = fmt.Errorf("relay: probe %s %s: %w", out[i].Transport, cfg.Server, err)
+			out[i].Err = fmt.Errorf("relay: probe %s %s: %w", out[i].Transport, cfg.Server, cleanPeerError(err))
 		} else {
 			out[i].Latency = time.Since(start)
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -145,18 +146,19 @@ func (c *ServerConfig) setDefaults() error {
 // and forwards packets between them by destination key, over QUIC
 // datagrams or TLS-over-TCP frames, both on one port number.
 type Server struct {
-	cfg    ServerConfig
-	log    *slog.Logger
-	tls    *tls.Config
-	tcpTLS *tls.Config // tls, lifting the ClientHello deadline
-	fp     string
-	addr   netip.AddrPort
-	pc     net.PacketConn
-	tr     *quic.Transport
-	ql     *quic.EarlyListener
-	tl     net.Listener
-	m      metrics
-	pre    *preauth // connections still authenticating
+	cfg ServerConfig
+	log *slog.Logger
+	// quicTLS and tcpTLS are the server's TLS configuration, checking each
+	// ClientHello's ALPN (handshakeTLS).
+	quicTLS, tcpTLS *tls.Config
+	fp              string
+	addr            netip.AddrPort
+	pc              net.PacketConn
+	tr              *quic.Transport
+	ql              *quic.EarlyListener
+	tl              net.Listener
+	m               metrics
+	pre             *preauth // connections still authenticating
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
@@ -182,14 +184,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "relay"),
-		tls:     tc,
-		tcpTLS:  tcpTLS(tc),
 		fp:      fp,
 		pre:     newPreauth(cfg.MaxPending, cfg.MaxPendingPerSource),
 		ctx:     ctx,
 		cancel:  cancel,
 		clients: make(map[key.Public]*sconn),
 	}
+	s.quicTLS, s.tcpTLS = s.handshakeTLS(tc, false), s.handshakeTLS(tc, true)
 	s.pc, s.tl, err = listenPair(ctx, cfg.Network, cfg.Addr)
 	if err != nil {
 		cancel()
@@ -201,7 +202,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}}
 	// Early: the connection joins the pre-auth table when its first
 	// flight is answered, so its handshake counts against the bounds too.
-	s.ql, err = s.tr.ListenEarly(tc, s.quicConfig())
+	s.ql, err = s.tr.ListenEarly(s.quicTLS, s.quicConfig())
 	if err == nil && cfg.Registerer != nil {
 		if err = cfg.Registerer.Register(collector{&s.m}); err != nil {
 			_ = s.ql.Close()
@@ -222,20 +223,45 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// tcpTLS returns tc for TLS over TCP: once a ClientHello has arrived,
-// the deadline that bounded the wait for it (HelloTimeout) is lifted and
+// handshakeTLS returns tc for one transport's handshakes, checking first
+// that the ClientHello offers LRP's ALPN. crypto/tls refuses a client that
+// offers only other protocols (no_application_protocol) but lets one that
+// offers none through, except under QUIC (RFC 9001 §8.1); LRP requires the
+// ALPN on TCP too (docs/LRP.md), so on TCP the check refuses an empty offer
+// itself (crypto/tls then sends internal_error). A refusal is counted
+// (reason alpn): on QUIC here, as the connection never reaches Accept; on
+// TCP when its handshake fails (tcpConn). On TCP the check also lifts the
+// deadline that bounded the wait for the ClientHello (HelloTimeout):
 // AuthTimeout bounds the rest of the handshake.
-func tcpTLS(tc *tls.Config) *tls.Config {
-	tcp := tc.Clone()
+func (s *Server) handshakeTLS(tc *tls.Config, tcp bool) *tls.Config {
+	out := tc.Clone()
 	next := tc.GetConfigForClient
-	tcp.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-		_ = hi.Conn.SetReadDeadline(time.Time{})
+	out.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		if tcp {
+			_ = hi.Conn.SetReadDeadline(time.Time{})
+		}
+		if !slices.Contains(hi.SupportedProtos, ALPN) {
+			if !tcp {
+				s.m.authFail(authALPN)
+			} else if c, ok := hi.Conn.(*tcpConn); ok {
+				c.noALPN = true
+			}
+			if len(hi.SupportedProtos) == 0 {
+				return nil, fmt.Errorf("relay: client offers no ALPN, want %q", ALPN)
+			}
+		}
 		if next != nil {
 			return next(hi)
 		}
 		return nil, nil
 	}
-	return tcp
+	return out
+}
+
+// tcpConn is a TCP connection in its TLS handshake.
+type tcpConn struct {
+	net.Conn
+	noALPN bool // its ClientHello did not offer ALPN; set by the handshake
 }
 
 func (s *Server) quicConfig() *quic.Config {

@@ -52,17 +52,22 @@ func (s *Server) serveTCP(nc net.Conn, e *pending) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
 	// A client sends its ClientHello the moment it is connected; a
-	// connection that stays silent is not one. (tcpTLS lifts the deadline
-	// once the ClientHello is in.)
+	// connection that stays silent is not one. (handshakeTLS lifts the
+	// deadline once the ClientHello is in.)
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
-	tc := tls.Server(nc, s.tcpTLS)
+	hc := &tcpConn{Conn: nc}
+	tc := tls.Server(hc, s.tcpTLS)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		stop()
 		_ = nc.Close()
-		if s.pre.done(e) { // an evicted one was counted as such
-			s.m.authFail(authTimeout)
+		reason := s.unlessClosing(authTimeout)
+		if hc.noALPN {
+			reason = authALPN
 		}
-		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "err", err)
+		if s.pre.done(e) { // an evicted one was counted as such
+			s.m.authFail(reason)
+		}
+		s.log.Debug("tls handshake failed", "remote", nc.RemoteAddr(), "reason", authNames[reason], "err", err)
 		return
 	}
 	_ = nc.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
@@ -81,13 +86,13 @@ func (s *Server) serveQUIC(qc *quic.Conn, e *pending) {
 		stop()
 		fail()
 		if s.pre.done(e) {
-			reason := authTimeout
+			reason := s.unlessClosing(authTimeout)
 			if closedByPeer(err) {
 				reason = authAbandoned
 			}
 			s.m.authFail(reason)
 		}
-		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", err)
+		s.log.Debug("no control stream", "remote", qc.RemoteAddr(), "err", cleanPeerError(err))
 		return
 	}
 	_ = qs.SetReadDeadline(time.Now().Add(s.cfg.HelloTimeout))
@@ -147,7 +152,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 		refuse(authAbandoned, CloseProtocol, "closed before HELLO")
 		return
 	case err != nil:
-		refuse(authTimeout, CloseProtocol, "no HELLO")
+		refuse(s.unlessClosing(authTimeout), CloseProtocol, "no HELLO")
 		return
 	}
 	w.clearReadDeadline()
@@ -188,7 +193,7 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	if code, msg, ok := s.register(c); !ok {
 		reason := authFull
 		if code == CloseNormal {
-			reason = authTimeout
+			reason = authShutdown
 		}
 		refuse(reason, code, msg)
 		return
@@ -212,6 +217,15 @@ func (s *Server) handshake(w *wire, remote net.Addr, e *pending, stop func() boo
 	}
 	s.log.Debug("client connected", "key", pub.ShortString(), "remote", remote, "transport", w.transport)
 	c.serve()
+}
+
+// unlessClosing returns reason, or authShutdown once Close has begun: a
+// handshake that Close cut short timed out through no fault of the client.
+func (s *Server) unlessClosing(reason authReason) authReason {
+	if s.ctx.Err() != nil {
+		return authShutdown
+	}
+	return reason
 }
 
 // readHello reads a connection's first frame, which must be a HELLO. Any
@@ -279,7 +293,7 @@ func (c *sconn) readLoop() {
 		case frameFeatures:
 			c.w.handleFeatures(&f)
 		case frameClose:
-			c.w.fail(CloseCode(f.reason), string(f.data), nil, true)
+			c.w.peerClosed(&f)
 			return
 		default:
 			if f.typ >= firstUnknownFrame {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/quic-go/quic-go"
 
@@ -138,10 +139,8 @@ func newQUICWire(qc *quic.Conn, qs *quic.Stream, pktFrame frameType, cleanup fun
 // readers) and bounds the writer's final flush. Later calls do nothing.
 func (w *wire) fail(code CloseCode, msg string, cause error, remote bool) {
 	w.failOnce.Do(func() {
-		if len(msg) > MaxCloseMessage {
-			msg = msg[:MaxCloseMessage]
-		}
-		w.code, w.msg, w.cause, w.remote = code, msg, cause, remote
+		msg = closeMessage(msg)
+		w.code, w.msg, w.cause, w.remote = code, msg, cleanPeerError(cause), remote
 		close(w.done)
 		if w.qc != nil {
 			_ = w.qc.CloseWithError(quic.ApplicationErrorCode(code), msg)
@@ -424,11 +423,70 @@ func (w *wire) writeClose() {
 // remoteClose turns a peer's CLOSE frame or QUIC application close into
 // a CloseError.
 func remoteClose(code uint8, msg string) *CloseError {
+	return &CloseError{Code: CloseCode(code), Message: closeMessage(msg), Remote: true}
+}
+
+// peerClosed ends w on the peer's CLOSE frame.
+func (w *wire) peerClosed(f *frame) {
+	ce := remoteClose(f.reason, string(f.data))
+	w.fail(ce.Code, ce.Message, nil, true)
+}
+
+// closeMessage bounds a close message to MaxCloseMessage bytes of valid
+// UTF-8 and replaces control and format characters with '?'. A peer's
+// message ends up in logs, errors and status output: raw, a newline or an
+// escape sequence in it could forge a log line or rewrite a terminal.
+func closeMessage(msg string) string {
 	if len(msg) > MaxCloseMessage {
 		msg = msg[:MaxCloseMessage]
 	}
-	return &CloseError{Code: CloseCode(code), Message: strings.ToValidUTF8(msg, "?"), Remote: true}
+	// ToValidUTF8 first: Map would turn each invalid byte into a 3-byte
+	// U+FFFD and break the bound.
+	return strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, strings.ToValidUTF8(msg, "?"))
 }
+
+// cleanPeerError returns err, or, when err is a QUIC peer's close whose
+// reason phrase closeMessage would change (a code beyond a CloseCode's
+// 8 bits, or a transport close, carry one too), err printing that phrase
+// cleaned.
+func cleanPeerError(err error) error {
+	var ae *quic.ApplicationError
+	var te *quic.TransportError
+	var phrase string
+	switch {
+	case errors.As(err, &ae) && ae.Remote:
+		phrase = ae.ErrorMessage
+	case errors.As(err, &te) && te.Remote:
+		phrase = te.ErrorMessage
+	}
+	if closeMessage(phrase) == phrase {
+		return err
+	}
+	return &peerQuotingError{err: err, phrase: phrase}
+}
+
+// peerQuotingError is an error whose text ends in a QUIC peer's reason
+// phrase (quic-go puts it last); it prints the phrase cleaned.
+type peerQuotingError struct {
+	err    error
+	phrase string
+}
+
+func (e *peerQuotingError) Error() string {
+	s := e.err.Error()
+	i := strings.LastIndex(s, e.phrase)
+	if i < 0 {
+		return closeMessage(s)
+	}
+	return s[:i] + closeMessage(e.phrase) + s[i+len(e.phrase):]
+}
+
+func (e *peerQuotingError) Unwrap() error { return e.err }
 
 // asRemoteClose recognises a QUIC error that carries the peer's close code.
 func asRemoteClose(err error) (*CloseError, bool) {
