@@ -136,6 +136,42 @@ func TestManageNoAnswer(t *testing.T) {
 	}
 }
 
+// TestRunLeftHoldingItsOutput: a process of a wedged sandbox that
+// outlives `runsc run` and holds the output pipes (the agent's Stdio is
+// not a file) does not hold Run: it returns runsc's exit soon after.
+func TestRunLeftHoldingItsOutput(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	pids := t.TempDir()
+	t.Setenv("FAKE_RUNSC_LEAVE", "1")
+	t.Setenv("FAKE_RUNSC_PIDS", pids)
+	m, err := NewManager(Config{Binary: staticFake(t), StateDir: t.TempDir()})
+	require.NoError(t, err)
+	m.runWaitDelay = delay
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Run(t.Context(), Spec{ID: "sb-2", Args: []string{staticFake(t)}}, Stdio{Stdout: &out, Stderr: &out})
+		done <- err
+	}()
+	defer func() {
+		entries, _ := os.ReadDir(pids)
+		for _, e := range entries {
+			if _, num, ok := strings.Cut(e.Name(), "."); ok {
+				if pid, err := strconv.Atoi(num); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(delay + 10*time.Second):
+		t.Fatal("Run did not return while a process left behind held its output")
+	}
+	// The pipes were closed on it: an I/O error, not a hang.
+	require.ErrorIs(t, err, exec.ErrWaitDelay)
+}
+
 // running reports whether pid is a live process (not gone, not a zombie).
 func running(pid int) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))

@@ -101,8 +101,9 @@ type Manager struct {
 	platform string
 	log      *slog.Logger
 
-	// cmdTimeout, if not zero, replaces cmdTimeout (tests shorten it).
-	cmdTimeout time.Duration
+	// cmdTimeout and runWaitDelay, if not zero, replace the constants of
+	// their names (tests shorten them).
+	cmdTimeout, runWaitDelay time.Duration
 }
 
 // Platforms are the runsc platforms a Manager runs sandboxes on, the
@@ -231,6 +232,7 @@ func (m *Manager) launch(ctx context.Context, spec Spec, stdio Stdio, held bool)
 	args := append(m.globalArgs(spec.ID), "run", "--bundle", c.bundle, spec.ID)
 	c.cmd = exec.Command(m.bin, args...)
 	c.cmd.Stdin, c.cmd.Stdout, c.cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	c.cmd.WaitDelay = cmp.Or(m.runWaitDelay, runWaitDelay)
 	m.log.Info("starting container", "id", spec.ID, "args", spec.Args, "platform", m.platform, "held", held)
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("runsc: run %s: %w", spec.ID, err)
@@ -241,6 +243,12 @@ func (m *Manager) launch(ctx context.Context, spec Spec, stdio Stdio, held bool)
 	}()
 	return c, nil
 }
+
+// runWaitDelay bounds how long `runsc run`'s output may stay open once it
+// has exited: Stdio that is not a file is copied through pipes, and a
+// process of a wedged sandbox that outlived runsc and holds them would
+// keep Wait, and so Run, Wait and Close, waiting forever.
+const runWaitDelay = 5 * time.Second
 
 // heldExit bounds how long Close lets a called-off container's `runsc
 // run` destroy it (the gate hook fails at once; runsc may still be

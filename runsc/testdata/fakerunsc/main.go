@@ -6,6 +6,8 @@
 // to: runsc.PID for itself, child.PID for its child. FAKE_RUNSC_CHILD=group makes a hanging one
 // start a child that holds its stdout and stderr, in its process group;
 // FAKE_RUNSC_CHILD=escaped, in a process group of its own.
+// FAKE_RUNSC_LEAVE makes `run` exit at once, leaving such an escaped
+// child behind with its stdout and stderr.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -32,6 +35,18 @@ func main() {
 		}
 		sub = os.Args[i]
 		break
+	}
+	if slices.Contains(os.Args, "run") && os.Getenv("FAKE_RUNSC_LEAVE") != "" {
+		// A sandbox process that outlives runsc run, holding its output.
+		child := exec.Command(os.Args[0], "child")
+		child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		record(map[string]int{"child": child.Process.Pid})
+		os.Exit(0)
 	}
 	if sub == "" || sub != os.Getenv("FAKE_RUNSC_HANG") {
 		// Every container exists, and there is none to list.
