@@ -69,6 +69,9 @@ func TestClientCloseMessageCleaned(t *testing.T) {
 				"the relay logged no disconnect of %s", k.ShortString())
 			got := logs.find("client disconnected", want)[0].attrs["err"]
 			assert.True(t, strings.HasSuffix(got, ": "+tt.want), "logged err %q, want it to end in %q", got, tt.want)
+			if !strings.Contains(tt.name, "beyond LRP's") { // an LRP close: the client closed, not the relay
+				assert.True(t, strings.HasPrefix(got, "relay: closed by client: "), "logged err %q", got)
+			}
 		})
 	}
 }

@@ -73,12 +73,17 @@ type CloseError struct {
 	Message string
 	// Remote is true when the peer closed, false when this side did.
 	Remote bool
+	// byClient: Remote, and this side is the relay (the peer a client).
+	byClient bool
 }
 
 func (e *CloseError) Error() string {
 	who := "relay"
-	if !e.Remote {
+	switch {
+	case !e.Remote:
 		who = "local"
+	case e.byClient:
+		who = "client"
 	}
 	if e.Message == "" {
 		return fmt.Sprintf("relay: closed by %s: %s", who, e.Code)

@@ -229,4 +229,6 @@ func TestFrameNames(t *testing.T) {
 	assert.Equal(t, "relay: closed by relay: auth-expired: token expired",
 		(&CloseError{Code: CloseAuthExpired, Message: "token expired", Remote: true}).Error())
 	assert.Equal(t, "relay: closed by local: idle", (&CloseError{Code: CloseIdle}).Error())
+	assert.Equal(t, "relay: closed by client: normal: bye",
+		(&CloseError{Code: CloseNormal, Message: "bye", Remote: true, byClient: true}).Error(), "as the relay reports a client's close")
 }

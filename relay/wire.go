@@ -167,7 +167,7 @@ func (w *wire) closeErr() error {
 	if w.cause != nil {
 		return w.cause
 	}
-	return &CloseError{Code: w.code, Message: w.msg, Remote: w.remote}
+	return &CloseError{Code: w.code, Message: w.msg, Remote: w.remote, byClient: w.remote && w.pktFrame == frameRecv}
 }
 
 // closeConn releases the connection. Call it after the loops returned.
