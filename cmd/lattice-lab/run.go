@@ -114,7 +114,9 @@ community build, gvisor sandboxes), 2 for bad flags, 130 when interrupted.`,
 				level = slog.LevelDebug
 			}
 			log := cli.NewLogger(cmd.ErrOrStderr(), *opts.logFormat, level)
-			opts.owner = owner.Sudo(log)
+			// A capture or report left to root is worth a warning even
+			// when components' logs are quiet.
+			opts.owner = owner.Sudo(cli.NewLogger(cmd.ErrOrStderr(), *opts.logFormat, min(level, slog.LevelWarn)))
 			file := "builtin:quickstart"
 			switch {
 			case len(args) == 1:
