@@ -28,6 +28,7 @@ const defaultBarrierWait = 2 * time.Second
 type readBarrier struct {
 	read  func(ctx context.Context) (uint64, error) // the store's last node revision
 	wait  time.Duration
+	stop  <-chan struct{} // closed when the server closes: waits end
 	log   *slog.Logger
 	reads atomic.Uint64 // calls of read
 
@@ -46,11 +47,14 @@ type barrierRead struct {
 	err  error
 }
 
-func newReadBarrier(read func(ctx context.Context) (uint64, error), wait time.Duration, log *slog.Logger) *readBarrier {
+// newReadBarrier makes a barrier that reads the store's last revision
+// with read and waits at most wait (if zero, defaultBarrierWait), or
+// until stop is closed.
+func newReadBarrier(read func(ctx context.Context) (uint64, error), wait time.Duration, stop <-chan struct{}, log *slog.Logger) *readBarrier {
 	if wait <= 0 {
 		wait = defaultBarrierWait
 	}
-	return &readBarrier{read: read, wait: wait, log: log, advanced: make(chan struct{})}
+	return &readBarrier{read: read, wait: wait, stop: stop, log: log, advanced: make(chan struct{})}
 }
 
 // advance records that the watch applied the entry at revision rev.
@@ -66,7 +70,7 @@ func (b *readBarrier) advance(rev uint64) {
 
 // sync returns once the view holds every change the store held when sync
 // was called, or after b.wait (logging how far behind the view is), or
-// when ctx ends. what names the request, for the log.
+// when ctx ends or the server closes. what names the request, for the log.
 func (b *readBarrier) sync(ctx context.Context, what string) {
 	if b == nil {
 		return
@@ -88,6 +92,8 @@ func (b *readBarrier) sync(ctx context.Context, what string) {
 		}
 		select {
 		case <-advanced:
+		case <-b.stop:
+			return
 		case <-ctx.Done():
 			b.log.Warn("registry view served behind the registry: its watch lags", "for", what, "revisions_behind", rev-applied, "applied", applied, "registry", rev, "waited", time.Since(start))
 			return

@@ -180,7 +180,7 @@ func TestBarrierSharesReads(t *testing.T) {
 		rev := revision.Load()
 		time.Sleep(time.Millisecond) // the rest of a JetStream round trip
 		return rev, nil
-	}, time.Second, slog.New(slog.DiscardHandler))
+	}, time.Second, nil, slog.New(slog.DiscardHandler))
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	for range requests {

@@ -66,7 +66,7 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 		return nil
 	}
 	if !s.cfg.noBarrier {
-		s.barrier = newReadBarrier(w.lastNodeRevision, s.cfg.barrierWait, s.log)
+		s.barrier = newReadBarrier(w.lastNodeRevision, s.cfg.barrierWait, watchCtx.Done(), s.log)
 	}
 	ready := make(chan struct{})
 	var once bool
