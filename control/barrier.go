@@ -8,16 +8,19 @@ import (
 	"time"
 )
 
-// An instance sharing the registry with others answers peer lists (and a
-// registration's first page of peers) from its view, which follows the
-// bucket through a watch and so may lag another instance's write. A node
+// An instance sharing the registry with others answers peer lists from
+// its view, which follows the bucket through a watch and so may lag
+// another instance's write. A node
 // that applied a PeerAdded event (published after that write) and then
 // asks for its list must find the peer in it, or its reconcile removes the
 // peer until its next event. So before the view is read for a list, the
 // instance reads the bucket's last node revision and waits, bounded, until
 // its watch has applied it: a read barrier. One read serves every request
 // that arrived before it was sent: at most one is in flight, and the
-// requests arriving meanwhile share the next.
+// requests arriving meanwhile share the next. A registration's own peers
+// go without it: the read costs the server O(nodes) (the last message
+// over node.>; docs/PERFORMANCE.md), and the node's session asks for its
+// list, behind the barrier, next.
 
 // defaultBarrierWait bounds a read barrier: past it the list is served
 // from the view as it is, with a warning.

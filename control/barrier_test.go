@@ -115,24 +115,6 @@ func TestPeerListWaitsForLaggingWatch(t *testing.T) {
 	assert.Contains(t, peerIDs(peers), x.NodeID, "B's list lacks the node A registered before it was asked")
 }
 
-// TestRegistrationPeersWaitForLaggingWatch: the peers a registration on
-// B carries include a node A registered just before, though B's watch
-// has not brought it yet.
-func TestRegistrationPeersWaitForLaggingWatch(t *testing.T) {
-	ctx := ctxT(t)
-	a, b, gate, _ := laggingPair(t, Config{})
-	xKey := newPriv(t)
-	gate.holding(xKey)
-	x, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "x", Key: xKey})
-	require.NoError(t, err)
-	require.False(t, b.view.has(x.NodeID), "B's watch was to lag")
-
-	openOnRead(ctx, t, b, gate)
-	y := mustRegister(ctx, t, b.NATS().URL(), "y")
-	require.False(t, y.MorePeers)
-	assert.Contains(t, peerIDs(y.Peers), x.NodeID, "B's registration answer lacks the node A registered before")
-}
-
 // TestPeerListBarrierTimesOut: a watch that stays behind past the
 // barrier's bound does not hold the list: it is served from the view as
 // it is, and the lag is logged.

@@ -161,7 +161,6 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 		return nil, err
 	}
 	resp.Address, resp.Epoch = n.Address, n.Epoch
-	s.barrier.sync(ctx, "registration")
 	b, sent, err := s.encodeRegistration(resp, id, s.maxReply())
 	if err != nil {
 		if uerr := s.undoStore(ctx, n, prev); uerr != nil {
