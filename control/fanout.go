@@ -43,7 +43,11 @@ func (s *Server) publishEvent(ev controlapi.PeerEvent) {
 // watcher is a Store shared with other instances, whose changes this
 // instance follows (KVStore.Watch).
 type watcher interface {
-	Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), ready func()) (<-chan struct{}, error)
+	Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), seen func(rev uint64), ready func()) (<-chan struct{}, error)
+	// lastNodeRevision is the revision of the store's last change to a
+	// node: seen reports it once the watch delivered every change made
+	// before the call.
+	lastNodeRevision(ctx context.Context) (uint64, error)
 }
 
 // loadView fills the view from the store and, for a shared store, keeps
@@ -61,9 +65,15 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 		}
 		return nil
 	}
+	if !s.cfg.noBarrier {
+		s.barrier = newReadBarrier(w.lastNodeRevision, s.cfg.barrierWait, watchCtx.Done(), s.log)
+	}
 	ready := make(chan struct{})
 	var once bool
 	stopped, err := w.Watch(watchCtx, func(id string, n *Node, rev uint64) {
+		if s.cfg.watchHook != nil {
+			s.cfg.watchHook(id, rev)
+		}
 		if n == nil {
 			s.view.removeAt(id, rev)
 			return
@@ -80,6 +90,10 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 			// offline may have been the goodbye of its earlier life,
 			// taken here before the watch brought the new epoch.
 			s.announcePresence(watchCtx, []string{id}, controlapi.PeerOnline)
+		}
+	}, func(rev uint64) {
+		if s.barrier != nil {
+			s.barrier.advance(rev)
 		}
 	}, func() {
 		if !once {

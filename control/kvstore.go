@@ -21,7 +21,9 @@ import (
 // "name.<name>" keys, so two instances can never hand out the same one;
 // nodes live under "node.<id>".
 type KVStore struct {
-	kv jetstream.KeyValue
+	kv     jetstream.KeyValue
+	stream jetstream.Stream // the bucket's, for lastNodeRevision
+	nodes  string           // the subjects of the bucket's node keys
 }
 
 var _ Store = (*KVStore)(nil)
@@ -64,7 +66,11 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 	if err != nil {
 		return nil, fmt.Errorf("registry bucket %s (%d replicas): %w", o.Bucket, o.Replicas, err)
 	}
-	return &KVStore{kv: kv}, nil
+	st, err := js.Stream(ctx, "KV_"+o.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("registry bucket %s: %w", o.Bucket, err)
+	}
+	return &KVStore{kv: kv, stream: st, nodes: "$KV." + o.Bucket + ".node.>"}, nil
 }
 
 // createBucket binds to the bucket, creating it if there is none, trying
@@ -439,12 +445,27 @@ func (s *KVStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// lastNodeRevision is the revision of the bucket's last change to a node
+// (0: none), as the stream's leader has it: the watch's entries reach it
+// once it delivered every change made before this call.
+func (s *KVStore) lastNodeRevision(ctx context.Context) (uint64, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, s.nodes)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("registry last revision: %w", err)
+	}
+	return m.Sequence, nil
+}
+
 // Watch calls apply with every node in the bucket, then with every later
 // change (n nil: id was deleted) by any instance, in the bucket's order,
-// until ctx ends; ready runs once the nodes stored now were delivered.
-// It returns once the watch is set up; the updates arrive on a goroutine
-// that ends with ctx.
-func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), ready func()) (stopped <-chan struct{}, err error) {
+// until ctx ends; ready runs once the nodes stored now were delivered,
+// and seen after each entry, applied or not (a corrupt one is skipped),
+// with its revision. It returns once the watch is set up; the updates
+// arrive on a goroutine that ends with ctx.
+func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), seen func(rev uint64), ready func()) (stopped <-chan struct{}, err error) {
 	w, err := s.kv.Watch(ctx, "node.>")
 	if err != nil {
 		return nil, fmt.Errorf("registry watch: %w", err)
@@ -466,15 +487,16 @@ func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev 
 					continue
 				}
 				id := strings.TrimPrefix(e.Key(), "node.")
-				if e.Operation() != jetstream.KeyValuePut {
-					apply(id, nil, e.Revision())
-					continue
-				}
 				var n Node
-				if json.Unmarshal(e.Value(), &n) != nil || n.ID != id {
-					continue // corrupt: Get reports it to whoever asks
+				switch {
+				case e.Operation() != jetstream.KeyValuePut:
+					apply(id, nil, e.Revision())
+				case json.Unmarshal(e.Value(), &n) != nil || n.ID != id:
+					// corrupt: Get reports it to whoever asks
+				default:
+					apply(id, &n, e.Revision())
 				}
-				apply(id, &n, e.Revision())
+				seen(e.Revision())
 			}
 		}
 	}()

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -24,6 +25,11 @@ func (s *Server) onPeerList(m *nats.Msg) {
 			s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: "malformed peer list request: " + err.Error()}})
 			return
 		}
+	}
+	// Only the first page needs the barrier: the node that asks for the
+	// next ones asked for the first after the events it applied.
+	if req.After == "" {
+		s.barrier.sync(context.Background(), "peer list")
 	}
 	limit := s.maxReply()
 	if !paged {

@@ -79,6 +79,13 @@ type Config struct {
 	// addrsFor replaces preferredAddrs in tests that make every key
 	// contend for the same addresses.
 	addrsFor func(key.Public) func(yield func(netip.Addr) bool)
+	// watchHook, if not nil, runs before the view applies each entry of
+	// the registry's watch (tests make the watch lag with it).
+	watchHook func(id string, rev uint64)
+	// barrierWait bounds the read barrier (barrier.go). If zero, 2s.
+	barrierWait time.Duration
+	// noBarrier turns the read barrier off (benchmarks compare).
+	noBarrier bool
 }
 
 // Stats counts what a Server did.
@@ -122,6 +129,7 @@ type Server struct {
 	idLocks [64]sync.Mutex
 
 	view      *view           // the registry, in memory (view.go)
+	barrier   *readBarrier    // the view caught up before it is read (barrier.go); nil: none
 	watchDone <-chan struct{} // closed when the view's watch ended; nil: none
 	// challengeSecret derives registration challenges' keys (proof.go);
 	// shared through the Store by every instance that shares it.
@@ -327,6 +335,10 @@ func (s *Server) secretHash(id string) []byte {
 // registerWorkers is how many registrations one instance handles at once.
 const registerWorkers = 16
 
+// peerListWorkers is how many peer list requests one instance handles at
+// once.
+const peerListWorkers = 16
+
 func (s *Server) subscribe() error {
 	const queue = "lattice-control"
 	subs := []struct {
@@ -351,6 +363,13 @@ func (s *Server) subscribe() error {
 	for range registerWorkers - 1 {
 		if _, err := s.nc.QueueSubscribe(controlapi.SubjectRegister, queue, s.onRegister); err != nil {
 			return fmt.Errorf("control: subscribe %s: %w", controlapi.SubjectRegister, err)
+		}
+	}
+	// Peer lists wait for the view to catch up (barrier.go): requests
+	// waiting together share one read of the registry's revision.
+	for range peerListWorkers - 1 {
+		if _, err := s.nc.QueueSubscribe(subjectNodes+"*."+controlapi.LeafPeerList, queue, s.onPeerList); err != nil {
+			return fmt.Errorf("control: subscribe %s: %w", controlapi.LeafPeerList, err)
 		}
 	}
 	// Every instance hears every heartbeat (no queue group), so all agree

@@ -15,7 +15,7 @@ import (
 // sharedPair starts two control instances, each with its own NATS for
 // nodes, sharing one KV registry (a's JetStream): a and b are the given
 // configs with the test token, the bucket and the servers filled in.
-func sharedPair(t *testing.T, a, b Config) (*Server, *Server) {
+func sharedPair(t testing.TB, a, b Config) (*Server, *Server) {
 	t.Helper()
 	a.Tokens, a.KVBucket = []JoinToken{{Value: testToken}}, "shared"
 	a.EmbeddedNATS = &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()}

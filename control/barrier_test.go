@@ -1,0 +1,271 @@
+package control
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/key"
+	"github.com/latticelab/lattice/netx"
+)
+
+// watchGate holds the watch's entry for one node until released: the
+// instance whose watch it is lags another's write of that node.
+type watchGate struct {
+	hold    atomic.Pointer[string] // the node ID whose entry waits
+	release chan struct{}
+	once    sync.Once
+}
+
+func newWatchGate() *watchGate { return &watchGate{release: make(chan struct{})} }
+
+func (g *watchGate) hook(id string, _ uint64) {
+	if h := g.hold.Load(); h != nil && *h == id {
+		<-g.release
+	}
+}
+
+func (g *watchGate) open() { g.once.Do(func() { close(g.release) }) }
+
+// holding makes the gate hold k's node.
+func (g *watchGate) holding(k key.Private) {
+	id := nodeID(k.Public())
+	g.hold.Store(&id)
+}
+
+func peerIDs(peers []controlapi.Peer) []string {
+	var ids []string
+	for _, p := range peers {
+		ids = append(ids, p.NodeID)
+	}
+	return ids
+}
+
+// laggingPair is sharedPair with b's watch held by the gate it returns
+// (opened at cleanup, before the servers close), and an observer node
+// registered on b with its session on b, so its list is served by b.
+func laggingPair(t *testing.T, b Config) (sa, sb *Server, gate *watchGate, obs *controlapi.Session) {
+	t.Helper()
+	ctx := ctxT(t)
+	gate = newWatchGate()
+	b.watchHook = gate.hook
+	sa, sb = sharedPair(t, Config{}, b)
+	t.Cleanup(gate.open)
+	r := mustRegister(ctx, t, sb.NATS().URL(), "observer")
+	obs, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	t.Cleanup(obs.Close)
+	return sa, sb, gate, obs
+}
+
+// openOnRead opens the gate once b's barrier sent a read after the one
+// count it had made: so a list is answered without the node while no
+// barrier reads (the bug), and with it once one does.
+func openOnRead(ctx context.Context, t *testing.T, b *Server, gate *watchGate) {
+	t.Helper()
+	if b.barrier == nil {
+		return // no barrier: the gate opens at cleanup
+	}
+	from := b.barrier.reads.Load()
+	done, stop := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stop); <-done })
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for b.barrier.reads.Load() == from {
+			select {
+			case <-ctx.Done():
+				return
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+		gate.open()
+	}()
+}
+
+// TestPeerListWaitsForLaggingWatch: a node registered on instance A, its
+// PeerAdded event already out, is in the peer list instance B serves
+// right after, though B's watch has not brought it yet: B's list waits
+// for its view to catch up with the registry. Without that the node,
+// which applied the event before asking, removed the new peer from its
+// list, and no event brought it back while that peer stayed up.
+func TestPeerListWaitsForLaggingWatch(t *testing.T) {
+	ctx := ctxT(t)
+	a, b, gate, obs := laggingPair(t, Config{})
+	xKey := newPriv(t)
+	gate.holding(xKey)
+	x, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "x", Key: xKey})
+	require.NoError(t, err)
+	require.False(t, b.view.has(x.NodeID), "B's watch was to lag")
+
+	openOnRead(ctx, t, b, gate)
+	peers, err := obs.Peers(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, peerIDs(peers), x.NodeID, "B's list lacks the node A registered before it was asked")
+}
+
+// TestPeerListBarrierTimesOut: a watch that stays behind past the
+// barrier's bound does not hold the list: it is served from the view as
+// it is, and the lag is logged.
+func TestPeerListBarrierTimesOut(t *testing.T) {
+	ctx := ctxT(t)
+	var logs lockedBuffer
+	const wait = 200 * time.Millisecond
+	a, b, gate, obs := laggingPair(t, Config{barrierWait: wait, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	xKey := newPriv(t)
+	gate.holding(xKey)
+	x, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "x", Key: xKey})
+	require.NoError(t, err)
+
+	start := time.Now()
+	peers, err := obs.Peers(ctx)
+	require.NoError(t, err, "the list is served though the view lags")
+	took := time.Since(start)
+	assert.GreaterOrEqual(t, took, wait, "served before the barrier's bound")
+	assert.Less(t, took, 5*wait, "held well past the barrier's bound")
+	assert.NotContains(t, peerIDs(peers), x.NodeID, "the watch was held: the view cannot have it")
+	assert.Contains(t, logs.String(), "registry view served behind the registry")
+	assert.Contains(t, logs.String(), "revisions_behind=")
+
+	// Once the watch catches up, lists have the node at once.
+	gate.open()
+	require.Eventually(t, func() bool { return b.view.has(x.NodeID) }, 5*time.Second, time.Millisecond)
+	peers, err = obs.Peers(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, peerIDs(peers), x.NodeID)
+}
+
+// TestBarrierSharesReads: requests waiting together share one read of
+// the registry's revision (one in flight at a time, the requests arriving
+// meanwhile joining the next), and each gets a revision read after it
+// arrived: at least the one the registry had then.
+func TestBarrierSharesReads(t *testing.T) {
+	const requests = 1000
+	var inflight, most atomic.Int32
+	var revision atomic.Uint64
+	b := newReadBarrier(func(ctx context.Context) (uint64, error) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		rev := revision.Load()
+		time.Sleep(time.Millisecond) // the rest of a JetStream round trip
+		return rev, nil
+	}, time.Second, nil, slog.New(slog.DiscardHandler))
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() {
+			want := revision.Add(1) // the registry changed, then the request came
+			got, err := b.target(ctx)
+			assert.NoError(t, err)
+			assert.GreaterOrEqual(t, got, want, "a revision read before the request came")
+		})
+	}
+	wg.Wait()
+	reads := b.reads.Load()
+	t.Logf("%d concurrent requests, %d reads", requests, reads)
+	assert.Equal(t, int32(1), most.Load(), "reads in flight at once")
+	assert.Less(t, reads, uint64(requests/10), "requests waiting together did not share reads")
+}
+
+// TestFileStoreHasNoBarrier: a store of one instance needs no barrier.
+func TestFileStoreHasNoBarrier(t *testing.T) {
+	env := startServer(t, "")
+	assert.Nil(t, env.srv.barrier)
+}
+
+// BenchmarkPeerListBarrier: peer list requests served by an instance
+// sharing a KV registry, with and without the read barrier, one at a time
+// (ns/op is each request's latency) and 32 at once (ns/op is over the
+// throughput); reads/op is the JetStream calls the barrier made per
+// request.
+func BenchmarkPeerListBarrier(b *testing.B) {
+	for _, bench := range []struct {
+		name     string
+		off      bool
+		parallel bool
+	}{{"serial/barrier", false, false}, {"serial/none", true, false}, {"parallel/barrier", false, true}, {"parallel/none", true, true}} {
+		b.Run(bench.name, func(b *testing.B) {
+			ctx := ctxT(b)
+			sa, sb := sharedPair(b, Config{}, Config{noBarrier: bench.off})
+			for i := range 20 {
+				mustRegister(ctx, b, sa.NATS().URL(), "n"+string(rune('a'+i)))
+			}
+			r := mustRegister(ctx, b, sb.NATS().URL(), "observer")
+			obs, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
+			require.NoError(b, err)
+			defer obs.Close()
+			var from uint64
+			if sb.barrier != nil {
+				from = sb.barrier.reads.Load()
+			}
+			b.ResetTimer()
+			if bench.parallel {
+				b.SetParallelism(32 / runtime.GOMAXPROCS(0))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := obs.Peers(context.Background()); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			} else {
+				for b.Loop() {
+					if _, err := obs.Peers(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			if sb.barrier != nil {
+				b.ReportMetric(float64(sb.barrier.reads.Load()-from)/float64(b.N), "reads/op")
+			}
+		})
+	}
+}
+
+// TestConcurrentPeerListsShareReads: many nodes asking for their lists
+// at once (a reconnect after an outage) cost the registry far fewer
+// reads than requests, and each list is whole.
+func TestConcurrentPeerListsShareReads(t *testing.T) {
+	const requests = 400
+	ctx := ctxT(t)
+	a, b := sharedPair(t, Config{}, Config{})
+	for _, name := range []string{"p", "q", "r"} {
+		mustRegister(ctx, t, a.NATS().URL(), name)
+	}
+	r := mustRegister(ctx, t, b.NATS().URL(), "observer")
+	obs, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer obs.Close()
+	from := b.barrier.reads.Load()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() {
+			<-start
+			peers, err := obs.Peers(ctx)
+			if assert.NoError(t, err) {
+				assert.Len(t, peers, 3)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	reads := b.barrier.reads.Load() - from
+	t.Logf("%d concurrent peer lists, %d registry reads", requests, reads)
+	assert.Less(t, reads, uint64(requests/2), "concurrent lists did not share reads")
+}
