@@ -27,7 +27,7 @@ var (
 func staticFake(t *testing.T) string {
 	t.Helper()
 	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "runsc-fake")
+		dir, err := buildDir("runsc-fake")
 		if err != nil {
 			fakeErr = err
 			return

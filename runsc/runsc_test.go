@@ -30,7 +30,7 @@ var (
 func staticAgent(t *testing.T) string {
 	t.Helper()
 	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "runsc-agent")
+		dir, err := buildDir("runsc-agent")
 		if err != nil {
 			agentErr = err
 			return
