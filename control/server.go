@@ -341,35 +341,28 @@ const peerListWorkers = 16
 
 func (s *Server) subscribe() error {
 	const queue = "lattice-control"
+	// nats.go runs one subscription's handler for one message at a time;
+	// more subscriptions in the queue group take registrations in
+	// parallel (the store's round trips dominate them), and peer lists,
+	// which wait for the view to catch up (barrier.go), while requests
+	// waiting together share one read of the registry's revision.
 	subs := []struct {
 		subject string
 		h       nats.MsgHandler
+		workers int
 	}{
-		{controlapi.SubjectRegister, s.onRegister},
-		{controlapi.SubjectServers, s.onServers},
-		{subjectNodes + "*." + controlapi.LeafSignalOut, s.onSignal},
-		{subjectNodes + "*." + controlapi.LeafPeerList, s.onPeerList},
-		{subjectNodes + "*." + controlapi.LeafDeregister, s.onDeregister},
-		{subjectNodes + "*." + controlapi.LeafRelayToken, s.onRelayToken},
+		{controlapi.SubjectRegister, s.onRegister, registerWorkers},
+		{controlapi.SubjectServers, s.onServers, 1},
+		{subjectNodes + "*." + controlapi.LeafSignalOut, s.onSignal, 1},
+		{subjectNodes + "*." + controlapi.LeafPeerList, s.onPeerList, peerListWorkers},
+		{subjectNodes + "*." + controlapi.LeafDeregister, s.onDeregister, 1},
+		{subjectNodes + "*." + controlapi.LeafRelayToken, s.onRelayToken, 1},
 	}
 	for _, sub := range subs {
-		if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
-			return fmt.Errorf("control: subscribe %s: %w", sub.subject, err)
-		}
-	}
-	// nats.go runs one subscription's handler for one message at a time;
-	// more subscriptions in the queue group take registrations in
-	// parallel (the store's round trips dominate them).
-	for range registerWorkers - 1 {
-		if _, err := s.nc.QueueSubscribe(controlapi.SubjectRegister, queue, s.onRegister); err != nil {
-			return fmt.Errorf("control: subscribe %s: %w", controlapi.SubjectRegister, err)
-		}
-	}
-	// Peer lists wait for the view to catch up (barrier.go): requests
-	// waiting together share one read of the registry's revision.
-	for range peerListWorkers - 1 {
-		if _, err := s.nc.QueueSubscribe(subjectNodes+"*."+controlapi.LeafPeerList, queue, s.onPeerList); err != nil {
-			return fmt.Errorf("control: subscribe %s: %w", controlapi.LeafPeerList, err)
+		for range sub.workers {
+			if _, err := s.nc.QueueSubscribe(sub.subject, queue, sub.h); err != nil {
+				return fmt.Errorf("control: subscribe %s: %w", sub.subject, err)
+			}
 		}
 	}
 	// Every instance hears every heartbeat (no queue group), so all agree
