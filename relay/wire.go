@@ -426,11 +426,8 @@ func remoteClose(code uint8, msg string) *CloseError {
 	return &CloseError{Code: CloseCode(code), Message: closeMessage(msg), Remote: true}
 }
 
-// peerClosed ends w on the peer's CLOSE frame.
-func (w *wire) peerClosed(f *frame) {
-	ce := remoteClose(f.reason, string(f.data))
-	w.fail(ce.Code, ce.Message, nil, true)
-}
+// peerClosed ends w on the peer's CLOSE frame (fail cleans its message).
+func (w *wire) peerClosed(f *frame) { w.fail(CloseCode(f.reason), string(f.data), nil, true) }
 
 // closeMessage bounds a close message to MaxCloseMessage bytes of valid
 // UTF-8 and replaces control and format characters with '?'. A peer's
