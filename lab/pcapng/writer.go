@@ -135,7 +135,13 @@ func NewWriter(w io.Writer, opts Options) (*Writer, error) {
 // Wireshark running as another user can open it, and starts a Writer on
 // it. Close closes the file.
 func Create(path string, opts Options) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644) //nolint:gosec // captures are meant to be shared; path is the caller's choice
+	return CreateWith(path, opts, os.OpenFile)
+}
+
+// CreateWith is Create opening the file with open (for example one that
+// gives the file it creates to another user, internal/owner).
+func CreateWith(path string, opts Options, open func(name string, flag int, perm os.FileMode) (*os.File, error)) (*Writer, error) {
+	f, err := open(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644) //nolint:gosec // captures are meant to be shared; path is the caller's choice
 	if err != nil {
 		return nil, fmt.Errorf("pcapng: create: %w", err)
 	}

@@ -94,8 +94,7 @@ type capture struct {
 	network string
 	path    string
 	w       *pcapng.Writer
-	f       *os.File // w's, closed after w
-	removed bool     // empty, so Close removed it
+	removed bool // empty, so Close removed it
 }
 
 // Up builds the plan's network, starts its services and its nodes, and
@@ -208,21 +207,13 @@ func (l *Lab) startCaptures(dir string) error {
 	}
 	for _, n := range l.plan.Networks {
 		path := filepath.Join(dir, n.Config.Name+".pcapng")
-		// 0644, as pcapng.Create makes them: Wireshark running as another
-		// user can open them.
-		f, err := l.cfg.Owner.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
-		}
-		w, err := pcapng.NewWriter(f, pcapng.Options{
+		w, err := pcapng.CreateWith(path, pcapng.Options{
 			Comment: fmt.Sprintf("lattice-lab, topology %s, seed %d: network %s %v", l.plan.Name, l.plan.Seed, n.Config.Name, n.Config.Prefix),
-		})
+		}, l.cfg.Owner.OpenFile)
 		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(path)
 			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
 		}
-		l.captures = append(l.captures, &capture{network: n.Config.Name, path: path, w: w, f: f})
+		l.captures = append(l.captures, &capture{network: n.Config.Name, path: path, w: w})
 		if err := l.f.Network(n.Config.Name).Capture(w); err != nil {
 			return fmt.Errorf("capture %s: %w", n.Config.Name, err)
 		}
@@ -251,11 +242,7 @@ func (l *Lab) closeCaptures() error {
 	var quiet []string
 	var err error
 	for _, c := range l.captures {
-		cerr := c.w.Close()
-		if ferr := c.f.Close(); cerr == nil {
-			cerr = ferr
-		}
-		if cerr != nil {
+		if cerr := c.w.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("capture %s: %w", c.network, cerr))
 			continue
 		}
