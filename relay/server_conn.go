@@ -293,7 +293,9 @@ func (c *sconn) readLoop() {
 		case frameFeatures:
 			c.w.handleFeatures(&f)
 		case frameClose:
-			c.w.peerClosed(&f)
+			if err := c.w.peerClosed(&f); err != nil {
+				c.protocolError(err)
+			}
 			return
 		default:
 			if f.typ >= firstUnknownFrame {
