@@ -559,7 +559,9 @@ func (c *Client) readLoop(w *wire) {
 		case frameFeatures:
 			w.handleFeatures(&f)
 		case frameClose:
-			w.peerClosed(&f)
+			if err := w.peerClosed(&f); err != nil {
+				w.fail(CloseProtocol, err.Error(), err, false)
+			}
 			return
 		default:
 			if f.typ >= firstUnknownFrame {

@@ -50,7 +50,6 @@ func TestClientCloseMessageCleaned(t *testing.T) {
 		want      string
 	}{
 		{"tcp CLOSE frame", transportTCP, closeFrame(dirtyClose), cleanClose},
-		{"quic CLOSE frame", transportQUIC, closeFrame(dirtyClose), cleanClose},
 		{"quic CONNECTION_CLOSE", transportQUIC, connClose(0, dirtyClose), cleanClose},
 		{"quic CONNECTION_CLOSE too long", transportQUIC, connClose(0, long), longWant},
 		// A code beyond LRP's 8 bits is no close code: the read fails with

@@ -236,6 +236,8 @@ func TestGarbledFramesCloseTheConnection(t *testing.T) {
 		{"bind on tcp", transportTCP, mustFrame(t, frame{typ: frameBind, id: 1}), "BIND on TCP"},
 		{"ack of unassigned id", transportQUIC, mustFrame(t, frame{typ: frameBindAck, id: 77}), "BIND_ACK for unassigned peer id 77"},
 		{"rebind", transportQUIC, append(mustFrame(t, frame{typ: frameBind, id: 5, key: key.Public{1}}), mustFrame(t, frame{typ: frameBind, id: 5, key: key.Public{2}})...), "BIND rebinds peer id 5"},
+		// CLOSE is TCP only: a QUIC client closes with CONNECTION_CLOSE.
+		{"close on quic", transportQUIC, mustFrame(t, frame{typ: frameClose, reason: uint8(CloseNormal), data: []byte("bye")}), "CLOSE on QUIC"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,8 +29,9 @@ type ServerConfig struct {
 	// "127.0.0.1:0"; an empty host ("":443) binds every address.
 	Addr string
 	// TLS is the server's TLS configuration (cloned; NextProtos and
-	// MinVersion are overridden with ALPN and TLS 1.3). If nil, the key
-	// pair in CertFile and KeyFile is loaded; if those are empty too, a
+	// MinVersion are overridden with ALPN and TLS 1.3, and so are they in
+	// the configs its GetConfigForClient returns). If nil, the key pair
+	// in CertFile and KeyFile is loaded; if those are empty too, a
 	// self-signed certificate is generated, whose fingerprint (see
 	// Fingerprint) control publishes for clients to pin.
 	TLS               *tls.Config
@@ -232,7 +233,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // (reason alpn): on QUIC here, as the connection never reaches Accept; on
 // TCP when its handshake fails (tcpConn). On TCP the check also lifts the
 // deadline that bounded the wait for the ClientHello (HelloTimeout):
-// AuthTimeout bounds the rest of the handshake.
+// AuthTimeout bounds the rest of the handshake. A config that tc's own
+// GetConfigForClient returns gets the overrides tc got (enforceLRP).
 func (s *Server) handshakeTLS(tc *tls.Config, tcp bool) *tls.Config {
 	out := tc.Clone()
 	next := tc.GetConfigForClient
@@ -250,10 +252,18 @@ func (s *Server) handshakeTLS(tc *tls.Config, tcp bool) *tls.Config {
 				return nil, fmt.Errorf("relay: client offers no ALPN, want %q", ALPN)
 			}
 		}
-		if next != nil {
-			return next(hi)
+		if next == nil {
+			return nil, nil
 		}
-		return nil, nil
+		// crypto/tls uses the config returned as it is: without this,
+		// an operator's callback would decide ALPN and TLS version.
+		c, err := next(hi)
+		if c == nil || err != nil {
+			return c, err
+		}
+		c = c.Clone()
+		enforceLRP(c)
+		return c, nil
 	}
 	return out
 }

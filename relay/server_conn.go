@@ -293,7 +293,9 @@ func (c *sconn) readLoop() {
 		case frameFeatures:
 			c.w.handleFeatures(&f)
 		case frameClose:
-			c.w.peerClosed(&f)
+			if err := c.w.peerClosed(&f); err != nil {
+				c.protocolError(err)
+			}
 			return
 		default:
 			if f.typ >= firstUnknownFrame {
@@ -319,6 +321,11 @@ func (c *sconn) protocolError(err error) {
 // forward queues pkt for dst. owned means pkt is the caller's to give
 // away (a datagram quic-go allocated); otherwise it is copied.
 func (c *sconn) forward(rc routeCache, dst key.Public, pkt []byte, owned bool) {
+	if c.w.failed() {
+		// The relay closed the connection (replaced, idle, shutting
+		// down): what its readers still had buffered is left unread.
+		return
+	}
 	s := c.srv
 	s.m.received(len(pkt))
 	if !c.lim.allow(time.Now()) {

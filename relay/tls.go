@@ -64,15 +64,21 @@ func serverTLS(cfg *ServerConfig) (*tls.Config, string, error) {
 	if len(tc.Certificates) == 0 && tc.GetCertificate == nil && tc.GetConfigForClient == nil {
 		return nil, "", errors.New("relay: TLS config has no certificate")
 	}
-	// QUIC requires TLS 1.3; TCP gets the same so both transports offer
-	// the same security.
-	tc.MinVersion = tls.VersionTLS13
-	tc.NextProtos = []string{ALPN}
+	enforceLRP(tc)
 	fp := ""
 	if len(tc.Certificates) > 0 && len(tc.Certificates[0].Certificate) > 0 {
 		fp = CertFingerprint(tc.Certificates[0].Certificate[0])
 	}
 	return tc, fp, nil
+}
+
+// enforceLRP sets what every server TLS configuration of LRP has, the
+// static one and those a GetConfigForClient returns: TLS 1.3, which QUIC
+// requires and TCP gets too so that both transports offer the same
+// security, and LRP's ALPN alone.
+func enforceLRP(tc *tls.Config) {
+	tc.MinVersion = tls.VersionTLS13
+	tc.NextProtos = []string{ALPN}
 }
 
 // SelfSigned makes the certificate a relay presents when it is given none:

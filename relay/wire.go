@@ -427,7 +427,16 @@ func remoteClose(code uint8, msg string) *CloseError {
 }
 
 // peerClosed ends w on the peer's CLOSE frame (fail cleans its message).
-func (w *wire) peerClosed(f *frame) { w.fail(CloseCode(f.reason), string(f.data), nil, true) }
+// CLOSE is a TCP frame: on QUIC the close code travels in CONNECTION_CLOSE,
+// so a CLOSE on the control stream is a violation, and the caller fails w
+// with the error returned.
+func (w *wire) peerClosed(f *frame) error {
+	if w.qc != nil {
+		return fmt.Errorf("%w: %s on QUIC", ErrProtocol, f.typ)
+	}
+	w.fail(CloseCode(f.reason), string(f.data), nil, true)
+	return nil
+}
 
 // closeMessage bounds a close message to MaxCloseMessage bytes of valid
 // UTF-8 and replaces control and format characters with '?'. A peer's
