@@ -82,5 +82,5 @@ type Node struct {
 }
 
 func (n *Node) peer() controlapi.Peer {
-	return controlapi.Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address, Epoch: n.Epoch, Tags: n.Tags}
+	return controlapi.Peer{NodeID: n.ID, Name: n.Name, PublicKey: n.PublicKey, Address: n.Address, Epoch: n.Epoch, Tags: n.Tags, Rev: n.rev}
 }

@@ -71,6 +71,17 @@ func (b *readBarrier) advance(rev uint64) {
 	}
 }
 
+// appliedRev is the last revision the watch applied to the view: the
+// view holds every change up to it. 0 for a nil barrier.
+func (b *readBarrier) appliedRev() uint64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.applied
+}
+
 // sync returns once the view holds every change the store held when sync
 // was called, or after b.wait (logging how far behind the view is), or
 // when ctx ends or the server closes. what names the request, for the log.

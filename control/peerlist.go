@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -57,17 +58,23 @@ func (s *Server) onPeerList(m *nats.Msg) {
 // encodePeerPage encodes the page of self's peers after the ID after that
 // fits in limit bytes, from the view.
 func (s *Server) encodePeerPage(after, self string, limit int) ([]byte, error) {
-	peers, n, more, err := s.view.page(after, self, limit-len(`{"peers":,"more":true}`), s.offline)
+	// Read before the page: the view holds every change up to it.
+	rev := s.barrier.appliedRev()
+	revField := ""
+	if rev > 0 {
+		revField = `,"rev":` + strconv.FormatUint(rev, 10)
+	}
+	peers, n, more, err := s.view.page(after, self, limit-len(`{"peers":,"more":true}`)-len(revField), s.offline)
 	if err != nil {
 		return nil, fmt.Errorf("encode peer page: %w", err)
 	}
 	if n == 0 && more {
 		return nil, fmt.Errorf("the peer after %q alone is over the %d bytes a message may carry", truncate(after, 40), limit)
 	}
-	b := make([]byte, 0, len(peers)+len(`{"peers":,"more":true}`))
-	b = append(append(append(b, `{"peers":`...), peers...), `}`...)
+	b := make([]byte, 0, len(peers)+len(`{"peers":,"more":true}`)+len(revField))
+	b = append(append(b, `{"peers":`...), peers...)
 	if more {
-		b = append(b[:len(b)-1], `,"more":true}`...)
+		b = append(b, `,"more":true`...)
 	}
-	return b, nil
+	return append(append(b, revField...), '}'), nil
 }

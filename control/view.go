@@ -42,11 +42,11 @@ func (v *view) put(n *Node, rev uint64) {
 		if rev != 0 && e.rev > rev {
 			return
 		}
-		e.node, e.rev, e.enc = &c, max(rev, e.rev), [2][]byte{}
+		e.node, e.rev, e.enc = &c, max(rev, c.rev, e.rev), [2][]byte{}
 	} else {
 		i, _ := slices.BinarySearch(v.ids, n.ID)
 		v.ids = slices.Insert(v.ids, i, n.ID)
-		v.byID[n.ID] = &viewEntry{node: &c, rev: rev}
+		v.byID[n.ID] = &viewEntry{node: &c, rev: max(rev, c.rev)}
 	}
 	if n.SharedEvents {
 		delete(v.legacy, n.ID)
@@ -84,6 +84,7 @@ func (v *view) get(id string) *Node {
 		return nil
 	}
 	c := *e.node
+	c.rev = max(c.rev, e.rev)
 	return &c
 }
 
@@ -162,7 +163,7 @@ func (e *viewEntry) encoded(offline bool) ([]byte, error) {
 	}
 	if e.enc[k] == nil {
 		p := e.node.peer()
-		p.Offline = offline
+		p.Offline, p.Rev = offline, max(p.Rev, e.rev)
 		b, err := json.Marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("encode peer %s: %w", e.node.ID, err)

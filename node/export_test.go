@@ -79,7 +79,28 @@ func (n *Node) PeerMTUCounts() (clamped, tooBig, fragmented uint64) {
 
 // SetPeerForTest applies a peer event's peer as control's announcement
 // of it would: online (added or updated) or offline.
-func (n *Node) SetPeerForTest(info controlapi.Peer) { n.setPeer(info) }
+func (n *Node) SetPeerForTest(info controlapi.Peer) {
+	kind := revRecord
+	if info.Offline {
+		kind = revPresence
+	}
+	n.setPeer(info, kind)
+}
+
+// PeerEventForTest applies ev as it came from control.
+func (n *Node) PeerEventForTest(ev controlapi.PeerEvent) { n.onPeerEvent(ev) }
+
+// ReconcileForTest brings the peers to l as a peer list asked for now
+// would, applying what meanwhile does (events) between the ask and the
+// answer.
+func (n *Node) ReconcileForTest(l controlapi.PeerList, meanwhile func()) {
+	mark := n.beginList()
+	defer n.endList()
+	if meanwhile != nil {
+		meanwhile()
+	}
+	n.reconcile(l, mark)
+}
 
 // TrimmedCount is how many peers the TUN wrapper counts as trimmed.
 func (n *Node) TrimmedCount() int32 { return n.tun.trimmed.Load() }

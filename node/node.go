@@ -130,6 +130,9 @@ type Node struct {
 	// from two goroutines; an offline and an online applied at once left
 	// the node running a peer WireGuard no longer held.
 	peerMu sync.Mutex
+	// revs is the registry revisions applied of each peer (peerrev.go).
+	// Guarded by peerMu.
+	revs revBook
 
 	mu      sync.Mutex
 	peers   map[string]*peer        // online peers, by node ID
@@ -334,7 +337,7 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 // join opens the control session on nw, brings the peers to control's
 // list as the session sees it and starts the heartbeat.
 func (n *Node) join(ctx context.Context, nw netx.Network, resp *controlapi.RegisterResponse) error {
-	var peers []controlapi.Peer
+	var peers *controlapi.PeerList
 	mark := n.beginList()
 	defer n.endList()
 	if err := retryControl(ctx, n.log, "control session", func(ctx context.Context) (err error) {
@@ -348,7 +351,7 @@ func (n *Node) join(ctx context.Context, nw netx.Network, resp *controlapi.Regis
 	// once they were in place has them. Without it, the registration's
 	// list stays.
 	if peers != nil {
-		n.reconcile(peers, mark)
+		n.reconcile(*peers, mark)
 	}
 	n.startHeartbeat()
 	return nil

@@ -12,17 +12,30 @@ import (
 )
 
 // setPeer brings the peer to what control says: online or offline.
-func (n *Node) setPeer(info controlapi.Peer) {
+// kind says whether info is the peer's record (revRecord) or news of its
+// presence (revPresence), for the revision it carries (peerrev.go).
+func (n *Node) setPeer(info controlapi.Peer, kind revKind) {
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
-	if n.earlierLife(info, "an update") {
+	if n.earlierLife(info, "an update") || n.staleRev(info, kind) {
 		return
 	}
+	n.revs.applied(info, kind, time.Now())
 	if info.Offline {
 		n.peerOffline(info)
 		return
 	}
 	n.addPeer(info)
+}
+
+// staleRev reports whether info is older than what the node applied of
+// the peer (revBook.stale), and logs it so. Under peerMu.
+func (n *Node) staleRev(info controlapi.Peer, kind revKind) bool {
+	stale, known := n.revs.stale(info, kind)
+	if stale {
+		n.log.Debug("peer event older than what was applied ignored", "peer", info.Name, "kind", kind, "rev", info.Rev, "known", known)
+	}
+	return stale
 }
 
 func (n *Node) addPeer(info controlapi.Peer) {
@@ -130,9 +143,10 @@ const (
 func (n *Node) removePeer(info controlapi.Peer) {
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
-	if n.earlierLife(info, "a removal") {
+	if n.earlierLife(info, "a removal") || n.staleRev(info, revRemoved) {
 		return
 	}
+	n.revs.applied(info, revRemoved, time.Now())
 	n.mu.Lock()
 	p := n.peers[info.NodeID]
 	delete(n.peers, info.NodeID)

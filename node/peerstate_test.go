@@ -171,3 +171,90 @@ func TestEventsFromAnEarlierLife(t *testing.T) {
 	assert.Zero(t, n.PeerCount(), "a removal of a later life")
 	assert.Zero(t, n.WireGuardPeers())
 }
+
+// TestEventsOutOfRegistryOrder: control instances sharing a registry
+// publish events and answer lists each on their own, so a node gets them
+// out of the registry's order: an add after the removal it preceded, an
+// older update after a newer one, an add a later list already left out.
+// The revisions they carry put them back in order; presence news from
+// an instance with an older copy of the record still applies.
+func TestEventsOutOfRegistryOrder(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
+	fake := func(id string, rev uint64, tags ...string) controlapi.Peer {
+		return controlapi.Peer{NodeID: id, Name: id, PublicKey: key.NewPrivate().Public(),
+			Address: netip.MustParsePrefix("100.96.0.9/10"), Epoch: 1000, Tags: tags, Rev: rev}
+	}
+	ev := func(t controlapi.PeerEventType, p controlapi.Peer) controlapi.PeerEvent {
+		return controlapi.PeerEvent{Type: t, Peer: p}
+	}
+	find := func(id string) (controlapi.Peer, bool) {
+		for _, p := range n.Peers() {
+			if p.NodeID == id {
+				return p, true
+			}
+		}
+		return controlapi.Peer{}, false
+	}
+
+	// Added at 5 (instance A), removed at 5 (instance B); A's add comes last.
+	p5 := fake("one", 5)
+	n.PeerEventForTest(ev(controlapi.PeerAdded, p5))
+	n.PeerEventForTest(ev(controlapi.PeerRemoved, p5))
+	n.PeerEventForTest(ev(controlapi.PeerAdded, p5))
+	_, held := find("one")
+	assert.False(t, held, "an add that came after its own record's removal brought the peer back")
+	assert.Zero(t, n.WireGuardPeers())
+
+	// Registered again (a new record, 9) and updated (12); the update of
+	// 9 and the removal of 9 come late.
+	p9 := fake("one", 9, "old")
+	p9.Epoch = 2000
+	n.PeerEventForTest(ev(controlapi.PeerAdded, p9))
+	_, held = find("one")
+	require.True(t, held, "a new record after the removal")
+	p12 := p9
+	p12.Rev, p12.Tags = 12, []string{"new"}
+	n.PeerEventForTest(ev(controlapi.PeerUpdated, p12))
+	n.PeerEventForTest(ev(controlapi.PeerUpdated, p9))
+	got, _ := find("one")
+	assert.Equal(t, []string{"new"}, got.Tags, "an older update replaced a newer one")
+	n.PeerEventForTest(ev(controlapi.PeerRemoved, p9))
+	_, held = find("one")
+	assert.True(t, held, "the removal of an older record removed the newer one")
+
+	// An instance whose copy of the record is older saw it go offline:
+	// news all the same.
+	off := p9
+	off.Offline = true
+	n.PeerEventForTest(ev(controlapi.PeerOffline, off))
+	got, _ = find("one")
+	assert.True(t, got.Offline, "an offline from an instance with an older copy of the record was dropped")
+	n.PeerEventForTest(ev(controlapi.PeerOnline, p12))
+	got, _ = find("one")
+	assert.False(t, got.Offline)
+
+	// A list that holds every change up to 20 and not "two": two's add
+	// at 15, late, stays out; a registration after the list (21) comes in.
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p12}, Rev: 20}, nil)
+	n.PeerEventForTest(ev(controlapi.PeerAdded, fake("two", 15)))
+	_, held = find("two")
+	assert.False(t, held, "an add older than a list that left the peer out")
+	n.PeerEventForTest(ev(controlapi.PeerAdded, fake("two", 21)))
+	_, held = find("two")
+	assert.True(t, held, "an add after the list")
+
+	// A list behind what the node applied (its barrier timed out: it holds
+	// changes up to 20 only) does not remove two (21), which it cannot
+	// know; an add of three at 18 applied while the list was asked for
+	// is older than the list, which left three out: it goes.
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p12}, Rev: 20}, func() {
+		n.PeerEventForTest(ev(controlapi.PeerAdded, fake("three", 18)))
+	})
+	_, held = find("two")
+	assert.True(t, held, "a list older than the peer's record removed it")
+	_, held = find("three")
+	assert.False(t, held, "an add older than the list, applied while it was asked for, outlived it")
+	_, held = find("one")
+	assert.True(t, held)
+}

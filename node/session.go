@@ -49,7 +49,7 @@ func (n *Node) learnControlKey(k key.Public) {
 // connectSession opens the control session on nw with resp's credentials
 // and returns control's peer list, asked once the session's
 // subscriptions are in place; nil (logged) if only the list failed.
-func (n *Node) connectSession(ctx context.Context, nw netx.Network, resp *controlapi.RegisterResponse) ([]controlapi.Peer, error) {
+func (n *Node) connectSession(ctx context.Context, nw netx.Network, resp *controlapi.RegisterResponse) (*controlapi.PeerList, error) {
 	s, peers, err := controlapi.ConnectPeers(ctx, nw, resp.NodeID, resp.NATS, controlapi.Handlers{
 		Peer: n.onPeerEvent, Signal: n.onSignal, Reconnected: n.resync, Rejected: n.reregister,
 	})
@@ -97,7 +97,7 @@ type relayWaiter interface {
 // has is dropped by its Bind (duplicate) or WireGuard (replay).
 func (n *Node) addEarlyPeers(peers []controlapi.Peer) {
 	for _, p := range peers {
-		n.setPeer(p)
+		n.setPeer(p, revRecord)
 	}
 	w, ok := n.relay.(relayWaiter)
 	if !ok || len(peers) == 0 || w.Transport() != "" {
@@ -124,11 +124,13 @@ func (n *Node) addEarlyPeers(peers []controlapi.Peer) {
 func (n *Node) onPeerEvent(ev controlapi.PeerEvent) {
 	n.notePeerEvent(ev.Peer.NodeID)
 	switch ev.Type {
-	case controlapi.PeerAdded, controlapi.PeerUpdated, controlapi.PeerOnline:
-		n.setPeer(ev.Peer)
+	case controlapi.PeerAdded, controlapi.PeerUpdated:
+		n.setPeer(ev.Peer, revRecord)
+	case controlapi.PeerOnline:
+		n.setPeer(ev.Peer, revPresence)
 	case controlapi.PeerOffline:
 		ev.Peer.Offline = true
-		n.setPeer(ev.Peer)
+		n.setPeer(ev.Peer, revPresence)
 	case controlapi.PeerRemoved:
 		n.removePeer(ev.Peer)
 	}
@@ -215,7 +217,7 @@ func (n *Node) rejoin(ctx context.Context) error {
 	}
 	n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
 	if peers != nil {
-		n.reconcile(peers, mark)
+		n.reconcile(*peers, mark)
 	} else {
 		n.resync()
 	}
@@ -229,14 +231,14 @@ func (n *Node) resync() {
 	defer cancel()
 	mark := n.beginList()
 	defer n.endList()
-	peers, err := n.session.Load().Peers(ctx)
+	l, err := n.session.Load().PeerList(ctx)
 	if err != nil {
 		n.log.Warn("resync peers after reconnect", "err", err)
 		return
 	}
-	n.reconcile(peers, mark)
+	n.reconcile(l, mark)
 	n.tellPeers(peerEvent{reconnected: true})
-	n.log.Info("resynced peers after reconnect", "peers", len(peers))
+	n.log.Info("resynced peers after reconnect", "peers", len(l.Peers))
 }
 
 // notePeerEvent numbers a peer event as it is applied and, while a
@@ -281,33 +283,56 @@ func (n *Node) endList() {
 // connection but from different publishers, in either order: a peer
 // announced just after control took the list would otherwise be added
 // by its event, then removed by the older list (nodes starting at once
-// each missed a peer so).
-func (n *Node) reconcile(peers []controlapi.Peer, mark uint64) {
+// each missed a peer so). Where the list and the node both know a
+// peer's registry revision (replicated control, peerrev.go), they decide
+// instead: a peer the list does not hold is removed if the node's copy
+// of it is no newer than the list.
+func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
 	newer := func(id string) bool { return n.eventAt[id] > mark } // under n.mu
 	want := map[string]controlapi.Peer{}
-	for _, p := range peers {
+	for _, p := range l.Peers {
 		want[p.NodeID] = p
 		n.mu.Lock()
 		skip := newer(p.NodeID)
 		n.mu.Unlock()
 		if !skip {
-			n.setPeer(p)
+			n.setPeer(p, revRecord)
 		}
 	}
 	n.mu.Lock()
-	var gone []controlapi.Peer
+	var absent []controlapi.Peer
+	recent := map[string]bool{}
 	for id, p := range n.peers {
-		if _, ok := want[id]; !ok && !newer(id) {
-			gone = append(gone, p.info)
+		if _, ok := want[id]; !ok {
+			absent, recent[id] = append(absent, p.info), newer(id)
 		}
 	}
 	for id, p := range n.offline {
-		if _, ok := want[id]; !ok && !newer(id) {
-			gone = append(gone, p.info)
+		if _, ok := want[id]; !ok {
+			absent, recent[id] = append(absent, p.info), newer(id)
 		}
 	}
 	n.mu.Unlock()
+	var gone []controlapi.Peer
+	n.peerMu.Lock()
+	for _, p := range absent {
+		rev := n.revs.known(p.NodeID)
+		switch {
+		case l.Rev > 0 && rev > 0:
+			if rev <= l.Rev {
+				p.Rev = rev // removePeer finds it stale if an event moved it on meanwhile
+				gone = append(gone, p)
+			}
+		case !recent[p.NodeID]:
+			p.Rev = rev
+			gone = append(gone, p)
+		}
+	}
+	n.peerMu.Unlock()
 	for _, p := range gone {
 		n.removePeer(p)
 	}
+	n.peerMu.Lock()
+	n.revs.listed(l.Rev)
+	n.peerMu.Unlock()
 }

@@ -103,8 +103,11 @@ type RegisterResponse struct {
 	Peers      []Peer       `json:"peers"`
 	// MorePeers: Peers is the first page of the peer list only (the whole
 	// would not fit a NATS message); Session.Peers fetches all of it.
-	MorePeers bool      `json:"more_peers,omitempty"`
-	NATS      NATSCreds `json:"nats"`
+	MorePeers bool `json:"more_peers,omitempty"`
+	// PeersRev: Peers is the registry as of at least this revision (see
+	// PeerPage.Rev); 0: unknown.
+	PeersRev uint64    `json:"peers_rev,omitempty"`
+	NATS     NATSCreds `json:"nats"`
 	// Epoch is this registration's epoch (see Peer.Epoch).
 	Epoch uint64 `json:"epoch,omitempty"`
 	// PresenceTTLMillis is how long control keeps the node online without
@@ -154,9 +157,17 @@ type Peer struct {
 	// Tags are the tags of the join token the node last registered with
 	// (JoinToken.Tags): an operator's, never the node's own claim.
 	Tags []string `json:"tags,omitempty"`
+	// Rev is the registry's revision of the peer's record as the sender
+	// had it (0: unknown; a registry of one control instance). Control
+	// instances sharing a registry publish events and answer lists
+	// independently, so what a node receives from two of them has no
+	// order of its own: revisions give it one (see PeerPage.Rev). In a
+	// PeerRemoved event it is the revision of the record removed.
+	Rev uint64 `json:"rev,omitempty"`
 }
 
-// Equal reports whether p and q describe the peer alike.
+// Equal reports whether p and q describe the peer alike. Rev, where the
+// description came from, is not compared.
 func (p Peer) Equal(q Peer) bool {
 	return p.NodeID == q.NodeID && p.Name == q.Name && p.PublicKey == q.PublicKey && p.Address == q.Address &&
 		p.Offline == q.Offline && p.Epoch == q.Epoch && slices.Equal(p.Tags, q.Tags)

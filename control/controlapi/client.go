@@ -368,21 +368,21 @@ func Connect(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds
 	return s, nil
 }
 
-// ConnectPeers is Connect then Peers, a round trip shorter: NATS handles
+// ConnectPeers is Connect then PeerList, a round trip shorter: NATS handles
 // a connection's messages in order, so the answer to the peer list, asked
 // right behind the subscriptions, says they are in place as Connect's
 // flush does, and every peer event published after control read the list
 // reaches the session. If the list fails, the session is flushed instead
 // and returned all the same, with the list's error: a caller that can do
 // without the list keeps it.
-func ConnectPeers(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*Session, []Peer, error) {
+func ConnectPeers(ctx context.Context, n netx.Network, nodeID string, creds NATSCreds, h Handlers) (*Session, *PeerList, error) {
 	s, err := dialSession(n, nodeID, creds, h)
 	if err != nil {
 		return nil, nil, err
 	}
-	peers, listErr := s.Peers(ctx)
+	l, listErr := s.PeerList(ctx)
 	if listErr == nil {
-		return s, peers, nil
+		return s, &l, nil
 	}
 	if err := s.flush(ctx); err != nil {
 		s.Close()
@@ -510,24 +510,34 @@ func (s *Session) Signal(ctx context.Context, to string, payload []byte) error {
 
 // Peers asks control for the current peer list, page by page.
 func (s *Session) Peers(ctx context.Context) ([]Peer, error) {
-	all := []Peer{}
+	l, err := s.PeerList(ctx)
+	return l.Peers, err
+}
+
+// PeerList asks control for the current peer list, page by page, with
+// the registry revision it holds every change up to.
+func (s *Session) PeerList(ctx context.Context) (PeerList, error) {
+	all := PeerList{Peers: []Peer{}}
 	var req PeerListRequest
-	for {
+	for first := true; ; first = false {
 		body, _ := json.Marshal(req)
 		r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPeerList), body)
 		if err != nil {
-			return nil, fmt.Errorf("peer list: %w", err)
+			return PeerList{}, fmt.Errorf("peer list: %w", err)
 		}
 		var page PeerPage
 		if err := DecodeReply(r.Data, &page); err != nil {
-			return nil, fmt.Errorf("peer list: %w", err)
+			return PeerList{}, fmt.Errorf("peer list: %w", err)
 		}
-		all = append(all, page.Peers...)
+		all.Peers = append(all.Peers, page.Peers...)
+		if first || page.Rev < all.Rev {
+			all.Rev = page.Rev
+		}
 		if !page.More {
 			return all, nil
 		}
 		if len(page.Peers) == 0 {
-			return nil, errors.New("peer list: control announced more peers but sent an empty page")
+			return PeerList{}, errors.New("peer list: control announced more peers but sent an empty page")
 		}
 		req.After = page.Peers[len(page.Peers)-1].NodeID
 	}

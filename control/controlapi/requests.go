@@ -28,6 +28,19 @@ type PeerListRequest struct {
 type PeerPage struct {
 	Peers []Peer `json:"peers"`
 	More  bool   `json:"more,omitempty"`
+	// Rev: the page holds every registry change up to this revision, so
+	// a node absent from it (within the page's range of IDs) was removed
+	// at or before Rev, or registered after. 0: unknown (a registry of
+	// one control instance, or a control from before revisions).
+	Rev uint64 `json:"rev,omitempty"`
+}
+
+// PeerList is the whole peer list, as Session.PeerList assembles it from
+// its pages. Rev is the lowest of the pages' (PeerPage.Rev): the list
+// holds every change up to it.
+type PeerList struct {
+	Peers []Peer
+	Rev   uint64
 }
 
 // PresenceRequest is a node's heartbeat (Online) or its goodbye.

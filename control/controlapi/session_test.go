@@ -63,8 +63,9 @@ func TestConnectPeers(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, int32(1), n.Dials(), "the session logged in on the connection dialed ahead")
-	require.Len(t, peers, 1)
-	assert.Equal(t, b.NodeID, peers[0].NodeID)
+	require.NotNil(t, peers)
+	require.Len(t, peers.Peers, 1)
+	assert.Equal(t, b.NodeID, peers.Peers[0].NodeID)
 
 	c := register(ctx, t, url, "gamma")
 	select {

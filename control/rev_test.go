@@ -1,0 +1,84 @@
+package control
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/latticelab/lattice/control/controlapi"
+	"github.com/latticelab/lattice/netx"
+)
+
+// TestEventsAndListsCarryRevisions: instances sharing a registry give
+// what they publish and answer the registry revision it is as of, so a
+// node can put events and lists from different instances in order: an
+// event carries its peer's record revision (a removal, the record's it
+// removed), a list page the revision its view holds every change up to.
+// A page served behind the registry (its watch held past the barrier)
+// says so: a node that applied a newer event then keeps that peer.
+func TestEventsAndListsCarryRevisions(t *testing.T) {
+	ctx := ctxT(t)
+	a, b, gate, obs := laggingPair(t, Config{barrierWait: 100 * time.Millisecond})
+	kv, ok := a.cfg.Store.(*KVStore)
+	require.True(t, ok)
+	watcher := mustRegister(ctx, t, a.NATS().URL(), "watcher")
+	events := make(chan controlapi.PeerEvent, 16)
+	sw, err := controlapi.Connect(ctx, netx.OS, watcher.NodeID, watcher.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sw.Close()
+	next := func(id string) controlapi.PeerEvent {
+		t.Helper()
+		for {
+			select {
+			case ev := <-events:
+				if ev.Peer.NodeID == id {
+					return ev
+				}
+			case <-ctx.Done():
+				t.Fatalf("no event about %s", id)
+			}
+		}
+	}
+	require.Eventually(t, func() bool { return b.view.has(watcher.NodeID) }, 5*time.Second, time.Millisecond)
+
+	xKey := newPriv(t)
+	gate.holding(xKey)
+	x, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), controlapi.Join{Token: testToken, Name: "x", Key: xKey})
+	require.NoError(t, err)
+	_, xRev, err := kv.get(ctx, x.NodeID)
+	require.NoError(t, err)
+	added := next(x.NodeID)
+	assert.Equal(t, controlapi.PeerAdded, added.Type)
+	assert.Equal(t, xRev, added.Peer.Rev, "the add names the record's revision")
+
+	behind, err := obs.PeerList(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, peerIDs(behind.Peers), x.NodeID, "B's watch was held")
+	assert.Positive(t, behind.Rev, "a shared registry's list says how current it is")
+	assert.Less(t, behind.Rev, xRev, "a list served behind the registry claims x's revision")
+
+	gate.open()
+	require.Eventually(t, func() bool { return b.view.has(x.NodeID) }, 5*time.Second, time.Millisecond)
+	l, err := obs.PeerList(ctx)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, l.Rev, xRev)
+	for _, p := range l.Peers {
+		if p.NodeID == x.NodeID {
+			assert.Equal(t, xRev, p.Rev, "x's entry names its record's revision")
+		}
+	}
+	late := mustRegister(ctx, t, b.NATS().URL(), "late")
+	assert.GreaterOrEqual(t, late.PeersRev, xRev, "a registration's peers say how current they are")
+
+	sx, err := controlapi.Connect(ctx, netx.OS, x.NodeID, x.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer sx.Close()
+	require.NoError(t, sx.Deregister(ctx))
+	removed := next(x.NodeID)
+	for removed.Type != controlapi.PeerRemoved {
+		removed = next(x.NodeID)
+	}
+	assert.Equal(t, xRev, removed.Peer.Rev, "the removal names the record it removed")
+}
