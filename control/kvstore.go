@@ -430,9 +430,21 @@ func isWrongRevision(err error) bool {
 // Delete removes id's record at the revision read, then frees its name
 // and address if they are still id's.
 func (s *KVStore) Delete(ctx context.Context, id string) error {
+	return s.deleteAt(ctx, id, 0)
+}
+
+var _ revisionDeleter = (*KVStore)(nil)
+
+// deleteAt is Delete of the record at revision want only (0: the one
+// read): a record another instance wrote since (updated, or deleted and
+// created again) is left, with the claims it holds.
+func (s *KVStore) deleteAt(ctx context.Context, id string, want uint64) error {
 	n, rev, err := s.get(ctx, id)
 	if err != nil {
 		return err
+	}
+	if want != 0 && rev != want {
+		return fmt.Errorf("registry delete %s at revision %d: at %d now: %w", id, want, rev, ErrConflict)
 	}
 	if err := s.kv.Purge(ctx, "node."+id, jetstream.LastRevision(rev)); err != nil {
 		if isWrongRevision(err) {
