@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -268,4 +269,77 @@ func TestConcurrentPeerListsShareReads(t *testing.T) {
 	reads := b.barrier.reads.Load() - from
 	t.Logf("%d concurrent peer lists, %d registry reads", requests, reads)
 	assert.Less(t, reads, uint64(requests/2), "concurrent lists did not share reads")
+}
+
+// recordHandler keeps the records logged through it.
+type recordHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// logged is the records with message msg, each as its attributes.
+func (h *recordHandler) logged(msg string) []map[string]slog.Value {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]slog.Value
+	for _, r := range h.records {
+		if r.Message != msg {
+			continue
+		}
+		attrs := map[string]slog.Value{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
+		out = append(out, attrs)
+	}
+	return out
+}
+
+// TestBarrierLagWarningRateLimited: behind a stuck watch every request
+// waits out the bound, and each would warn; at most one warning goes out
+// per barrierWarnEvery, and the next one counts those held back.
+func TestBarrierLagWarningRateLimited(t *testing.T) {
+	const lags = "registry view served behind the registry: its watch lags"
+	const fails = "registry view served without catching up: reading the registry's revision failed"
+	for _, tt := range []struct {
+		name string
+		read func(ctx context.Context) (uint64, error)
+		msg  string
+	}{
+		{"stuck watch", func(context.Context) (uint64, error) { return 7, nil }, lags},
+		{"read fails", func(context.Context) (uint64, error) { return 0, errors.New("no leader") }, fails},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &recordHandler{}
+			b := newReadBarrier(tt.read, time.Millisecond, nil, slog.New(h))
+			now := time.Unix(1_800_000_000, 0)
+			b.now = func() time.Time { return now }
+			ctx := ctxT(t)
+			const requests = 50
+			for range requests {
+				b.sync(ctx, "peer list")
+			}
+			got := h.logged(tt.msg)
+			require.Equal(t, 1, len(got), "warnings for %d requests within %v", requests, barrierWarnEvery)
+			assert.NotContains(t, got[0], "suppressed")
+
+			now = now.Add(barrierWarnEvery - time.Millisecond)
+			b.sync(ctx, "peer list")
+			require.Equal(t, 1, len(h.logged(tt.msg)), "a warning before barrierWarnEvery passed")
+
+			now = now.Add(time.Millisecond)
+			b.sync(ctx, "peer list")
+			got = h.logged(tt.msg)
+			require.Equal(t, 2, len(got), "no warning once barrierWarnEvery passed")
+			assert.Equal(t, int64(requests), got[1]["suppressed"].Int64(), "the warnings held back, counted in the next")
+		})
+	}
 }
