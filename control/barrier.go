@@ -14,13 +14,14 @@ import (
 // that applied a PeerAdded event (published after that write) and then
 // asks for its list must find the peer in it, or its reconcile removes the
 // peer until its next event. So before the view is read for a list, the
-// instance reads the bucket's last node revision and waits, bounded, until
-// its watch has applied it: a read barrier. One read serves every request
-// that arrived before it was sent: at most one is in flight, and the
-// requests arriving meanwhile share the next. A registration's own peers
-// go without it: the read costs the server O(nodes) (the last message
-// over node.>; docs/PERFORMANCE.md), and the node's session asks for its
-// list, behind the barrier, next.
+// instance reads the bucket's last revision (the stream's state: the same
+// cost for any number of nodes) and waits, bounded, until its watch, which
+// follows every key, has applied it: a read barrier. One read serves every
+// request that arrived before it was sent: at most one is in flight, and
+// the requests arriving meanwhile share the next. A registration's own
+// peers go without it: on a replicated bucket it costs registrations a
+// quarter of their throughput (docs/PERFORMANCE.md), and the node's
+// session asks for its list, behind the barrier, next.
 
 // defaultBarrierWait bounds a read barrier: past it the list is served
 // from the view as it is, with a warning.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -197,10 +198,21 @@ func BenchmarkPeerListBarrier(b *testing.B) {
 		name     string
 		off      bool
 		parallel bool
-	}{{"serial/barrier", false, false}, {"serial/none", true, false}, {"parallel/barrier", false, true}, {"parallel/none", true, true}} {
+		pre      int // nodes stored before the run (the observer's lists are of its first page)
+	}{
+		{"serial/barrier", false, false, 0}, {"serial/none", true, false, 0},
+		{"parallel/barrier", false, true, 0}, {"parallel/none", true, true, 0},
+		{"serial/barrier/10000", false, false, 10_000}, {"serial/none/10000", true, false, 10_000},
+	} {
 		b.Run(bench.name, func(b *testing.B) {
 			ctx := ctxT(b)
 			sa, sb := sharedPair(b, Config{}, Config{noBarrier: bench.off})
+			if bench.pre > 0 {
+				pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				populate(b, pctx, sa.Store(), bench.pre)
+				require.Eventually(b, func() bool { return sb.view.len() == bench.pre }, time.Minute, 10*time.Millisecond, "the view follows the store")
+			}
 			for i := range 20 {
 				mustRegister(ctx, b, sa.NATS().URL(), "n"+string(rune('a'+i)))
 			}
@@ -212,12 +224,21 @@ func BenchmarkPeerListBarrier(b *testing.B) {
 			if sb.barrier != nil {
 				from = sb.barrier.reads.Load()
 			}
+			list := obs.Peers
+			if bench.pre > 0 {
+				// The first page alone: the one behind the barrier, and
+				// not 10,000 peers to decode.
+				list = func(ctx context.Context) ([]controlapi.Peer, error) {
+					_, err := obs.Conn().RequestWithContext(ctx, controlapi.NodeSubject(r.NodeID, controlapi.LeafPeerList), []byte("{}"))
+					return nil, err
+				}
+			}
 			b.ResetTimer()
 			if bench.parallel {
 				b.SetParallelism(32 / runtime.GOMAXPROCS(0))
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						if _, err := obs.Peers(context.Background()); err != nil {
+						if _, err := list(context.Background()); err != nil {
 							b.Error(err)
 							return
 						}
@@ -225,7 +246,7 @@ func BenchmarkPeerListBarrier(b *testing.B) {
 				})
 			} else {
 				for b.Loop() {
-					if _, err := obs.Peers(ctx); err != nil {
+					if _, err := list(ctx); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -342,4 +363,37 @@ func TestBarrierLagWarningRateLimited(t *testing.T) {
 			assert.Equal(t, int64(requests), got[1]["suppressed"].Int64(), "the warnings held back, counted in the next")
 		})
 	}
+}
+
+// TestBarrierReadsStreamEnd: the barrier reads the bucket's last
+// revision, which the stream's state keeps (the server's cost does not
+// grow with the nodes, unlike the last message over node.>), and the
+// watch, following every key, reaches it though the bucket's last writes
+// are claims: here a deletion's, which frees the name and address after
+// the node's record.
+func TestBarrierReadsStreamEnd(t *testing.T) {
+	ctx := ctxT(t)
+	_, b := sharedPair(t, Config{}, Config{})
+	kv := b.cfg.Store.(*KVStore)
+	pub := newKey(t)
+	n := &Node{ID: nodeID(pub), Name: "gone", PublicKey: pub, Address: netip.MustParsePrefix("100.64.9.9/10"), Epoch: 1}
+	require.NoError(t, kv.Create(ctx, n))
+	require.NoError(t, kv.Delete(ctx, n.ID))
+	info, err := kv.stream.Info(ctx)
+	require.NoError(t, err)
+	last := info.State.LastSeq
+	require.Greater(t, last, n.rev+1, "the claims freed after the record")
+
+	rev, err := kv.lastNodeRevision(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, last, rev, "the barrier's read")
+	require.Eventually(t, func() bool {
+		b.barrier.mu.Lock()
+		defer b.barrier.mu.Unlock()
+		return b.barrier.applied >= last
+	}, 5*time.Second, time.Millisecond,
+		"the watch never reached the bucket's last revision, a claim's")
+	start := time.Now()
+	b.barrier.sync(ctx, "peer list")
+	assert.Less(t, time.Since(start), b.barrier.wait, "the barrier waited out its bound")
 }
