@@ -59,3 +59,53 @@ func TestLostAnswerTakenBack(t *testing.T) {
 	_, err = env.srv.cfg.Store.Get(ctx, got[0].Peer.NodeID)
 	assert.ErrorIs(t, err, ErrNotFound, "not stored")
 }
+
+// TestLostAnswerUndoKeepsNewerRecord: a new node's registration on one
+// instance loses its answer, and before it is undone the node registers
+// again through another instance sharing the registry. The undo takes
+// back only the record it created: the newer registration stays, with its
+// address and name claimed, and the first instance's view keeps it.
+func TestLostAnswerUndoKeepsNewerRecord(t *testing.T) {
+	ctx := ctxT(t)
+	a, b := sharedPair(t, Config{}, Config{})
+	onB := b.NATS().URL()
+	priv := newPriv(t)
+	join := controlapi.Join{Token: testToken, Name: "again", Key: priv}
+
+	lost := errors.New("the answer was lost on the way")
+	var newer *controlapi.RegisterResponse
+	answers := 0
+	_, err := controlapi.Register(ctx, join, func(ctx context.Context, body []byte) ([]byte, error) {
+		var out []byte
+		_, err := a.registerAndSend(ctx, body, func(answer []byte) error {
+			answers++
+			if answers < 2 { // the challenge
+				out = answer
+				return nil
+			}
+			// Stored on a, not yet answered: the node registers again
+			// through the other instance.
+			var err error
+			newer, err = controlapi.RegisterNATS(ctx, netx.OS, onB, join)
+			require.NoError(t, err)
+			return lost
+		})
+		return out, err
+	})
+	require.ErrorIs(t, err, lost)
+	require.NotNil(t, newer)
+
+	kv := a.cfg.Store.(*KVStore)
+	held, err := kv.Get(ctx, newer.NodeID)
+	require.NoError(t, err, "the newer registration, through the other instance, was deleted by the undo")
+	assert.Equal(t, newer.Epoch, held.Epoch)
+	for _, k := range []string{addrKey(held), nameKey(held)} {
+		e, err := kv.kv.Get(ctx, k)
+		require.NoError(t, err, "claim %s", k)
+		assert.Equal(t, newer.NodeID, string(e.Value()), "claim %s", k)
+	}
+	require.Eventually(t, func() bool {
+		n := a.view.get(newer.NodeID)
+		return n != nil && n.Epoch == newer.Epoch
+	}, 5*time.Second, 10*time.Millisecond, "a's view holds the newer registration")
+}

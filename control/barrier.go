@@ -14,17 +14,23 @@ import (
 // that applied a PeerAdded event (published after that write) and then
 // asks for its list must find the peer in it, or its reconcile removes the
 // peer until its next event. So before the view is read for a list, the
-// instance reads the bucket's last node revision and waits, bounded, until
-// its watch has applied it: a read barrier. One read serves every request
-// that arrived before it was sent: at most one is in flight, and the
-// requests arriving meanwhile share the next. A registration's own peers
-// go without it: the read costs the server O(nodes) (the last message
-// over node.>; docs/PERFORMANCE.md), and the node's session asks for its
-// list, behind the barrier, next.
+// instance reads the bucket's last revision (the stream's state: the same
+// cost for any number of nodes) and waits, bounded, until its watch, which
+// follows every key, has applied it: a read barrier. One read serves every
+// request that arrived before it was sent: at most one is in flight, and
+// the requests arriving meanwhile share the next. A registration's own
+// peers go without it: on a replicated bucket it costs registrations a
+// quarter of their throughput (docs/PERFORMANCE.md), and the node's
+// session asks for its list, behind the barrier, next.
 
 // defaultBarrierWait bounds a read barrier: past it the list is served
 // from the view as it is, with a warning.
 const defaultBarrierWait = 2 * time.Second
+
+// barrierWarnEvery is the least time between two warnings of one kind:
+// behind a stuck watch every request waits out the bound, and under load
+// one warning each would flood the log.
+const barrierWarnEvery = 10 * time.Second
 
 // readBarrier makes the view catch up with the shared store. A nil
 // *readBarrier (a store of this instance alone) is a no-op.
@@ -33,7 +39,10 @@ type readBarrier struct {
 	wait  time.Duration
 	stop  <-chan struct{} // closed when the server closes: waits end
 	log   *slog.Logger
-	reads atomic.Uint64 // calls of read
+	now   func() time.Time // the clock of the warnings' rate limit
+	reads atomic.Uint64    // calls of read
+
+	lagWarn, readWarn warnLimit
 
 	mu       sync.Mutex    // guards the following fields
 	applied  uint64        // the last revision the watch applied to the view
@@ -57,7 +66,41 @@ func newReadBarrier(read func(ctx context.Context) (uint64, error), wait time.Du
 	if wait <= 0 {
 		wait = defaultBarrierWait
 	}
-	return &readBarrier{read: read, wait: wait, stop: stop, log: log, advanced: make(chan struct{})}
+	return &readBarrier{read: read, wait: wait, stop: stop, log: log, now: time.Now, advanced: make(chan struct{})}
+}
+
+// warnLimit lets one warning through per barrierWarnEvery; the next one
+// let through counts those held back meanwhile.
+type warnLimit struct {
+	mu   sync.Mutex // guards the following fields
+	last time.Time  // when the last one was let through; zero: never
+	held int        // held back since
+}
+
+// allow reports whether a warning at now goes out, and how many were
+// held back before it.
+func (l *warnLimit) allow(now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < barrierWarnEvery {
+		l.held++
+		return false, 0
+	}
+	l.last, suppressed, l.held = now, l.held, 0
+	return true, suppressed
+}
+
+// warn logs msg through l: at most one per barrierWarnEvery, with the
+// count of those held back since the last.
+func (b *readBarrier) warn(l *warnLimit, msg string, args ...any) {
+	ok, suppressed := l.allow(b.now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed", suppressed)
+	}
+	b.log.Warn(msg, args...)
 }
 
 // advance records that the watch applied the entry at revision rev.
@@ -94,7 +137,7 @@ func (b *readBarrier) sync(ctx context.Context, what string) {
 	defer cancel()
 	rev, err := b.target(ctx)
 	if err != nil {
-		b.log.Warn("registry view served without catching up: reading the registry's revision failed", "for", what, "err", err, "waited", time.Since(start))
+		b.warn(&b.readWarn, "registry view served without catching up: reading the registry's revision failed", "for", what, "err", err, "waited", time.Since(start))
 		return
 	}
 	for {
@@ -109,7 +152,7 @@ func (b *readBarrier) sync(ctx context.Context, what string) {
 		case <-b.stop:
 			return
 		case <-ctx.Done():
-			b.log.Warn("registry view served behind the registry: its watch lags", "for", what, "revisions_behind", rev-applied, "applied", applied, "registry", rev, "waited", time.Since(start))
+			b.warn(&b.lagWarn, "registry view served behind the registry: its watch lags", "for", what, "revisions_behind", rev-applied, "applied", applied, "registry", rev, "waited", time.Since(start))
 			return
 		}
 	}

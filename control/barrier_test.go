@@ -2,7 +2,9 @@ package control
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -196,10 +198,21 @@ func BenchmarkPeerListBarrier(b *testing.B) {
 		name     string
 		off      bool
 		parallel bool
-	}{{"serial/barrier", false, false}, {"serial/none", true, false}, {"parallel/barrier", false, true}, {"parallel/none", true, true}} {
+		pre      int // nodes stored before the run (the observer's lists are of its first page)
+	}{
+		{"serial/barrier", false, false, 0}, {"serial/none", true, false, 0},
+		{"parallel/barrier", false, true, 0}, {"parallel/none", true, true, 0},
+		{"serial/barrier/10000", false, false, 10_000}, {"serial/none/10000", true, false, 10_000},
+	} {
 		b.Run(bench.name, func(b *testing.B) {
 			ctx := ctxT(b)
 			sa, sb := sharedPair(b, Config{}, Config{noBarrier: bench.off})
+			if bench.pre > 0 {
+				pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				populate(b, pctx, sa.Store(), bench.pre)
+				require.Eventually(b, func() bool { return sb.view.len() == bench.pre }, time.Minute, 10*time.Millisecond, "the view follows the store")
+			}
 			for i := range 20 {
 				mustRegister(ctx, b, sa.NATS().URL(), "n"+string(rune('a'+i)))
 			}
@@ -211,12 +224,21 @@ func BenchmarkPeerListBarrier(b *testing.B) {
 			if sb.barrier != nil {
 				from = sb.barrier.reads.Load()
 			}
+			list := obs.Peers
+			if bench.pre > 0 {
+				// The first page alone: the one behind the barrier, and
+				// not 10,000 peers to decode.
+				list = func(ctx context.Context) ([]controlapi.Peer, error) {
+					_, err := obs.Conn().RequestWithContext(ctx, controlapi.NodeSubject(r.NodeID, controlapi.LeafPeerList), []byte("{}"))
+					return nil, err
+				}
+			}
 			b.ResetTimer()
 			if bench.parallel {
 				b.SetParallelism(32 / runtime.GOMAXPROCS(0))
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						if _, err := obs.Peers(context.Background()); err != nil {
+						if _, err := list(context.Background()); err != nil {
 							b.Error(err)
 							return
 						}
@@ -224,7 +246,7 @@ func BenchmarkPeerListBarrier(b *testing.B) {
 				})
 			} else {
 				for b.Loop() {
-					if _, err := obs.Peers(ctx); err != nil {
+					if _, err := list(ctx); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -268,4 +290,110 @@ func TestConcurrentPeerListsShareReads(t *testing.T) {
 	reads := b.barrier.reads.Load() - from
 	t.Logf("%d concurrent peer lists, %d registry reads", requests, reads)
 	assert.Less(t, reads, uint64(requests/2), "concurrent lists did not share reads")
+}
+
+// recordHandler keeps the records logged through it.
+type recordHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// logged is the records with message msg, each as its attributes.
+func (h *recordHandler) logged(msg string) []map[string]slog.Value {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []map[string]slog.Value
+	for _, r := range h.records {
+		if r.Message != msg {
+			continue
+		}
+		attrs := map[string]slog.Value{}
+		r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
+		out = append(out, attrs)
+	}
+	return out
+}
+
+// TestBarrierLagWarningRateLimited: behind a stuck watch every request
+// waits out the bound, and each would warn; at most one warning goes out
+// per barrierWarnEvery, and the next one counts those held back.
+func TestBarrierLagWarningRateLimited(t *testing.T) {
+	const lags = "registry view served behind the registry: its watch lags"
+	const fails = "registry view served without catching up: reading the registry's revision failed"
+	for _, tt := range []struct {
+		name string
+		read func(ctx context.Context) (uint64, error)
+		msg  string
+	}{
+		{"stuck watch", func(context.Context) (uint64, error) { return 7, nil }, lags},
+		{"read fails", func(context.Context) (uint64, error) { return 0, errors.New("no leader") }, fails},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &recordHandler{}
+			b := newReadBarrier(tt.read, time.Millisecond, nil, slog.New(h))
+			now := time.Unix(1_800_000_000, 0)
+			b.now = func() time.Time { return now }
+			ctx := ctxT(t)
+			const requests = 50
+			for range requests {
+				b.sync(ctx, "peer list")
+			}
+			got := h.logged(tt.msg)
+			require.Equal(t, 1, len(got), "warnings for %d requests within %v", requests, barrierWarnEvery)
+			assert.NotContains(t, got[0], "suppressed")
+
+			now = now.Add(barrierWarnEvery - time.Millisecond)
+			b.sync(ctx, "peer list")
+			require.Equal(t, 1, len(h.logged(tt.msg)), "a warning before barrierWarnEvery passed")
+
+			now = now.Add(time.Millisecond)
+			b.sync(ctx, "peer list")
+			got = h.logged(tt.msg)
+			require.Equal(t, 2, len(got), "no warning once barrierWarnEvery passed")
+			assert.Equal(t, int64(requests), got[1]["suppressed"].Int64(), "the warnings held back, counted in the next")
+		})
+	}
+}
+
+// TestBarrierReadsStreamEnd: the barrier reads the bucket's last
+// revision, which the stream's state keeps (the server's cost does not
+// grow with the nodes, unlike the last message over node.>), and the
+// watch, following every key, reaches it though the bucket's last writes
+// are claims: here a deletion's, which frees the name and address after
+// the node's record.
+func TestBarrierReadsStreamEnd(t *testing.T) {
+	ctx := ctxT(t)
+	_, b := sharedPair(t, Config{}, Config{})
+	kv := b.cfg.Store.(*KVStore)
+	pub := newKey(t)
+	n := &Node{ID: nodeID(pub), Name: "gone", PublicKey: pub, Address: netip.MustParsePrefix("100.64.9.9/10"), Epoch: 1}
+	require.NoError(t, kv.Create(ctx, n))
+	require.NoError(t, kv.Delete(ctx, n.ID))
+	info, err := kv.stream.Info(ctx)
+	require.NoError(t, err)
+	last := info.State.LastSeq
+	require.Greater(t, last, n.rev+1, "the claims freed after the record")
+
+	rev, err := kv.lastNodeRevision(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, last, rev, "the barrier's read")
+	require.Eventually(t, func() bool {
+		b.barrier.mu.Lock()
+		defer b.barrier.mu.Unlock()
+		return b.barrier.applied >= last
+	}, 5*time.Second, time.Millisecond,
+		"the watch never reached the bucket's last revision, a claim's")
+	start := time.Now()
+	b.barrier.sync(ctx, "peer list")
+	assert.Less(t, time.Since(start), b.barrier.wait, "the barrier waited out its bound")
 }

@@ -23,7 +23,6 @@ import (
 type KVStore struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream // the bucket's, for lastNodeRevision
-	nodes  string           // the subjects of the bucket's node keys
 }
 
 var _ Store = (*KVStore)(nil)
@@ -70,7 +69,7 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 	if err != nil {
 		return nil, fmt.Errorf("registry bucket %s: %w", o.Bucket, err)
 	}
-	return &KVStore{kv: kv, stream: st, nodes: "$KV." + o.Bucket + ".node.>"}, nil
+	return &KVStore{kv: kv, stream: st}, nil
 }
 
 // createBucket binds to the bucket, creating it if there is none, trying
@@ -430,9 +429,21 @@ func isWrongRevision(err error) bool {
 // Delete removes id's record at the revision read, then frees its name
 // and address if they are still id's.
 func (s *KVStore) Delete(ctx context.Context, id string) error {
+	return s.deleteAt(ctx, id, 0)
+}
+
+var _ revisionDeleter = (*KVStore)(nil)
+
+// deleteAt is Delete of the record at revision want only (0: the one
+// read): a record another instance wrote since (updated, or deleted and
+// created again) is left, with the claims it holds.
+func (s *KVStore) deleteAt(ctx context.Context, id string, want uint64) error {
 	n, rev, err := s.get(ctx, id)
 	if err != nil {
 		return err
+	}
+	if want != 0 && rev != want {
+		return fmt.Errorf("registry delete %s at revision %d: at %d now: %w", id, want, rev, ErrConflict)
 	}
 	if err := s.kv.Purge(ctx, "node."+id, jetstream.LastRevision(rev)); err != nil {
 		if isWrongRevision(err) {
@@ -445,28 +456,32 @@ func (s *KVStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// lastNodeRevision is the revision of the bucket's last change to a node
-// (0: none), as the stream's leader has it: the watch's entries reach it
-// once it delivered every change made before this call.
+// lastNodeRevision is the bucket's last revision, as the stream's leader
+// has it: at or past its last change to a node. The watch, which sees
+// every key, reaches it once it delivered every change made before this
+// call: a write's message stays until a later write of its key replaces
+// it (no TTL, no message deletes), so that one, or a later one, reaches
+// the watch. The stream's state keeps it, so reading it costs the server the
+// same for any number of nodes; the last message over node.> would cost
+// it a walk of every node's subject.
 func (s *KVStore) lastNodeRevision(ctx context.Context) (uint64, error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, s.nodes)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
+	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("registry last revision: %w", err)
 	}
-	return m.Sequence, nil
+	return info.State.LastSeq, nil
 }
 
 // Watch calls apply with every node in the bucket, then with every later
 // change (n nil: id was deleted) by any instance, in the bucket's order,
 // until ctx ends; ready runs once the nodes stored now were delivered,
-// and seen after each entry, applied or not (a corrupt one is skipped),
-// with its revision. It returns once the watch is set up; the updates
-// arrive on a goroutine that ends with ctx.
+// and seen after each entry of the bucket (claims too), applied or not (a
+// corrupt one is skipped), with its revision. It returns once the watch
+// is set up; the updates arrive on a goroutine that ends with ctx.
 func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), seen func(rev uint64), ready func()) (stopped <-chan struct{}, err error) {
-	w, err := s.kv.Watch(ctx, "node.>")
+	// Every key, not node.> alone: seen then follows the stream itself,
+	// up to its last revision (lastNodeRevision).
+	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("registry watch: %w", err)
 	}
@@ -486,9 +501,11 @@ func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev 
 					ready()
 					continue
 				}
-				id := strings.TrimPrefix(e.Key(), "node.")
+				id, isNode := strings.CutPrefix(e.Key(), "node.")
 				var n Node
 				switch {
+				case !isNode:
+					// a claim or the shared secret
 				case e.Operation() != jetstream.KeyValuePut:
 					apply(id, nil, e.Revision())
 				case json.Unmarshal(e.Value(), &n) != nil || n.ID != id:

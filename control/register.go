@@ -394,8 +394,17 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 // Over n only: a record another instance wrote since is left alone.
 func (s *Server) undoStore(ctx context.Context, n, prev *Node) error {
 	if prev == nil {
-		s.view.remove(n.ID)
-		return s.cfg.Store.Delete(ctx, n.ID)
+		// A newer record the watch brought into the view is kept.
+		s.view.removeAt(n.ID, n.rev)
+		d, ok := s.cfg.Store.(revisionDeleter)
+		if !ok || n.rev == 0 {
+			return s.cfg.Store.Delete(ctx, n.ID)
+		}
+		err := d.deleteAt(ctx, n.ID, n.rev)
+		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+			return nil // rewritten or deleted since: n is gone already
+		}
+		return err
 	}
 	p := *prev
 	p.rev = n.rev

@@ -50,6 +50,18 @@ type Store interface {
 	Close() error
 }
 
+// revisionDeleter is an ability of a Store several instances share: a
+// registration whose answer was lost deletes the record it created, not
+// one another instance wrote since under the same ID. A store of one
+// instance needs none: registrations of an ID hold its lock (idLock)
+// from the create through the undo, so nothing writes it in between.
+type revisionDeleter interface {
+	// deleteAt deletes id's record, and frees the claims it holds, if
+	// it is at revision rev (Node.rev, as Create set it); ErrConflict if
+	// it changed since, ErrNotFound if there is none.
+	deleteAt(ctx context.Context, id string, rev uint64) error
+}
+
 // FileStore is a Store in a JSON snapshot file and an append-only
 // journal beside it (journal.go), both mode 0600: they hold hashes of
 // node secrets. A change is acknowledged once its journal line is
