@@ -192,13 +192,13 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	}
 	if err != nil {
 		s.registered.Add(^uint64(0))
-		uerr := s.undoStore(ctx, n, prev)
+		restored, uerr := s.undoStoreAt(ctx, n, prev)
 		s.announceMu.Lock()
 		if prev == nil {
 			s.markOffline(id)
 			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
 		} else {
-			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: prev.peer()})
+			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: restored.peer()})
 		}
 		s.announceMu.Unlock()
 		if uerr != nil {
@@ -393,22 +393,31 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 // undoStore puts the record storeNode wrote, n, back as it was, prev.
 // Over n only: a record another instance wrote since is left alone.
 func (s *Server) undoStore(ctx context.Context, n, prev *Node) error {
+	_, err := s.undoStoreAt(ctx, n, prev)
+	return err
+}
+
+// undoStoreAt is undoStore, returning prev as written back (at the
+// revision of that write, for its PeerUpdated event: nodes that applied
+// n's would take one at prev's own revision for an old event); nil if
+// prev is nil.
+func (s *Server) undoStoreAt(ctx context.Context, n, prev *Node) (*Node, error) {
 	if prev == nil {
 		// A newer record the watch brought into the view is kept.
 		s.view.removeAt(n.ID, n.rev)
 		d, ok := s.cfg.Store.(revisionDeleter)
 		if !ok || n.rev == 0 {
-			return s.cfg.Store.Delete(ctx, n.ID)
+			return nil, s.cfg.Store.Delete(ctx, n.ID)
 		}
 		err := d.deleteAt(ctx, n.ID, n.rev)
 		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
-			return nil // rewritten or deleted since: n is gone already
+			return nil, nil // rewritten or deleted since: n is gone already
 		}
-		return err
+		return nil, err
 	}
 	p := *prev
 	p.rev = n.rev
 	err := s.cfg.Store.Update(ctx, &p)
 	s.view.put(&p, p.rev)
-	return err
+	return &p, err
 }

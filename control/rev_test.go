@@ -1,6 +1,8 @@
 package control
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -81,4 +83,53 @@ func TestEventsAndListsCarryRevisions(t *testing.T) {
 		removed = next(x.NodeID)
 	}
 	assert.Equal(t, xRev, removed.Peer.Rev, "the removal names the record it removed")
+}
+
+// TestLostReregistrationUndoneInOrder: a node registers again, its answer
+// is lost and the update is taken back. The take-back's event names the
+// revision it wrote, after the update's: a node that applied the update
+// takes the take-back, rather than finding it older and dropping it.
+func TestLostReregistrationUndoneInOrder(t *testing.T) {
+	ctx := ctxT(t)
+	a, _ := sharedPair(t, Config{}, Config{})
+	w := mustRegister(ctx, t, a.NATS().URL(), "watcher")
+	events := make(chan controlapi.PeerEvent, 8)
+	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sw.Close()
+	join := controlapi.Join{Token: testToken, Name: "again", Key: newPriv(t)}
+	first, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
+	require.NoError(t, err)
+
+	lost := errors.New("the answer was lost on the way")
+	answers := 0
+	_, err = controlapi.Register(ctx, join, func(ctx context.Context, body []byte) ([]byte, error) {
+		var out []byte
+		_, err := a.registerAndSend(ctx, body, func(b []byte) error {
+			answers++
+			if answers == 2 {
+				return lost
+			}
+			out = b
+			return nil
+		})
+		return out, err
+	})
+	require.ErrorIs(t, err, lost)
+	var got []controlapi.PeerEvent
+	for len(got) < 3 {
+		select {
+		case ev := <-events:
+			if ev.Peer.NodeID == first.NodeID {
+				got = append(got, ev)
+			}
+		case <-ctx.Done():
+			t.Fatalf("events so far: %+v", got)
+		}
+	}
+	require.Equal(t, controlapi.PeerAdded, got[0].Type)
+	require.Equal(t, controlapi.PeerUpdated, got[1].Type, "the registration again")
+	require.Equal(t, controlapi.PeerUpdated, got[2].Type, "taken back")
+	assert.Equal(t, first.Epoch, got[2].Peer.Epoch, "taken back to the first registration")
+	assert.Greater(t, got[2].Peer.Rev, got[1].Peer.Rev, "the take-back is older than what it takes back")
 }
