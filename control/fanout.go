@@ -66,7 +66,14 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 		return nil
 	}
 	if !s.cfg.noBarrier {
-		s.barrier = newReadBarrier(w.lastNodeRevision, s.cfg.barrierWait, watchCtx.Done(), s.log)
+		read := w.lastNodeRevision
+		if hook := s.cfg.barrierReadHook; hook != nil {
+			read = func(ctx context.Context) (uint64, error) {
+				hook()
+				return w.lastNodeRevision(ctx)
+			}
+		}
+		s.barrier = newReadBarrier(read, s.cfg.barrierWait, watchCtx.Done(), s.log)
 	}
 	ready := make(chan struct{})
 	var once bool

@@ -86,6 +86,9 @@ type Config struct {
 	barrierWait time.Duration
 	// noBarrier turns the read barrier off (benchmarks compare).
 	noBarrier bool
+	// barrierReadHook, if not nil, runs before each read of the read
+	// barrier (tests make the read as slow as a distant JetStream's).
+	barrierReadHook func()
 }
 
 // Stats counts what a Server did.
