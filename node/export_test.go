@@ -161,3 +161,7 @@ func (n *Node) NoteInitiationForTest(nodeID string, at time.Time) {
 
 // RemovePeerForTest applies control's removal of info.
 func (n *Node) RemovePeerForTest(info controlapi.Peer) { n.removePeer(info) }
+
+// OnOnlineAgainForTest runs f as the TUN marks an offline peer's address
+// online again, before its packets pass.
+func (n *Node) OnOnlineAgainForTest(f func(netip.Addr)) { n.tun.onlineHook = f }

@@ -47,7 +47,11 @@ func (n *Node) addPeer(info controlapi.Peer) {
 	back := n.offline[info.NodeID]
 	if back != nil {
 		delete(n.offline, info.NodeID)
-		n.tun.setOffline(back.info.Address.Addr(), false)
+		// Its packets stay answered as unreachable until WireGuard holds
+		// the peer: one let through before would be dropped by WireGuard
+		// unseen (no peer for its address), and a TCP connect to a peer
+		// coming back waited out its SYN's retransmission, 1 s.
+		defer n.tun.setOffline(back.info.Address.Addr(), false)
 		n.log.Info("peer online", "peer", info.Name)
 	}
 	if old := n.peers[info.NodeID]; old != nil {

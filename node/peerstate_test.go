@@ -258,3 +258,31 @@ func TestEventsOutOfRegistryOrder(t *testing.T) {
 	_, held = find("one")
 	assert.True(t, held)
 }
+
+// TestBackOnlineOnceInWireGuard: a peer coming back online (restarted)
+// is let through the TUN only once WireGuard holds it again. A packet let
+// through before was dropped by WireGuard unseen (no peer for its
+// address): a TCP connect to the peer waited out its SYN's retransmission
+// (TestRestartFirstExchange took 1 s so in virtual time).
+func TestBackOnlineOnceInWireGuard(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
+	peer := controlapi.Peer{NodeID: "fake", Name: "peer", PublicKey: key.NewPrivate().Public(),
+		Address: netip.MustParsePrefix("100.96.0.9/10"), Epoch: 1000}
+	n.SetPeerForTest(peer)
+	off := peer
+	off.Offline = true
+	n.SetPeerForTest(off)
+	require.Zero(t, n.WireGuardPeers(), "offline: out of WireGuard")
+
+	atOnline := -1
+	n.OnOnlineAgainForTest(func(a netip.Addr) {
+		if a == peer.Address.Addr() {
+			atOnline = n.WireGuardPeers()
+		}
+	})
+	back := peer
+	back.Epoch = 2000
+	n.SetPeerForTest(back)
+	assert.Equal(t, 1, atOnline, "the peer's packets passed before WireGuard held it")
+}

@@ -38,6 +38,10 @@ type unreachableTUN struct {
 	rejected atomic.Uint64
 
 	mtu peerMTUs // the per-peer MTU toward peers relayed over QUIC (mtu.go)
+
+	// onlineHook, if set (tests), runs as an address is marked online
+	// again, before its packets pass.
+	onlineHook func(netip.Addr)
 }
 
 var _ tun.Device = (*unreachableTUN)(nil)
@@ -65,6 +69,9 @@ func (u *unreachableTUN) setOffline(addr netip.Addr, offline bool) {
 		if offline {
 			next[addr] = struct{}{}
 		} else {
+			if u.onlineHook != nil {
+				u.onlineHook(addr)
+			}
 			delete(next, addr)
 		}
 		if u.offline.CompareAndSwap(old, &next) {
