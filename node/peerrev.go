@@ -25,14 +25,23 @@ const goneKeep = time.Minute
 // revBook is the registry revisions a node has applied. Guarded by the
 // node's peerMu.
 type revBook struct {
-	live    map[string]uint64  // a peer's record as last applied
-	gone    map[string]goneRev // a removed peer's record, as removed
-	listRev uint64             // the last peer list held every change up to this
+	live    map[string]revAt // a peer's record as last applied
+	gone    map[string]revAt // a removed peer's record, as removed
+	listRev uint64           // the last peer list held every change up to this
 }
 
-type goneRev struct {
-	rev uint64
-	at  time.Time
+// revAt is a record's revision, the registration (epoch) it is of, and
+// (gone) when it was removed.
+type revAt struct {
+	rev, epoch uint64
+	at         time.Time
+}
+
+// newer reports whether info is of a later registration than r: its
+// record is then newer whatever the revisions say (a registry started
+// over numbers from 1 again; epochs, from the clock, keep growing).
+func (r revAt) newer(info controlapi.Peer) bool {
+	return info.Epoch != 0 && r.epoch != 0 && info.Epoch > r.epoch
 }
 
 // revKind is what an event or list entry says of a peer.
@@ -47,26 +56,32 @@ const (
 // stale reports whether info, applied as kind, would take the peer back
 // to a registry revision older than what the node applied: a record
 // (or presence) of a peer removed since or absent from a later list, a
-// record older than the one held, or the removal of an earlier one. A
-// presence event about a peer the node holds is never stale by revision:
-// the instance that saw the peer go offline may have an older copy of
-// its record, and its news is still news (earlierLife orders lives).
+// record older than the one held, or the removal of an earlier one;
+// unless info is of a later registration. A presence event about a peer
+// the node holds is never stale by revision: the instance that saw the
+// peer go offline may have an older copy of its record, and its news is
+// still news (earlierLife orders lives).
 func (b *revBook) stale(info controlapi.Peer, kind revKind) (bool, uint64) {
 	if info.Rev == 0 {
 		return false, 0
 	}
-	if g, ok := b.gone[info.NodeID]; ok && kind != revRemoved && info.Rev <= g.rev {
-		return true, g.rev
+	if g, ok := b.gone[info.NodeID]; ok && kind != revRemoved {
+		if g.newer(info) {
+			return false, 0
+		}
+		if info.Rev <= g.rev {
+			return true, g.rev
+		}
 	}
 	known, ok := b.live[info.NodeID]
 	switch {
 	case !ok:
 		// Absent from the last list, or removed since: a record it held.
 		return kind != revRemoved && info.Rev <= b.listRev, b.listRev
-	case known == 0 || kind == revPresence:
+	case known.rev == 0 || kind == revPresence || known.newer(info):
 		return false, 0
 	default:
-		return info.Rev < known, known
+		return info.Rev < known.rev, known.rev
 	}
 }
 
@@ -79,7 +94,7 @@ func (b *revBook) applied(info controlapi.Peer, kind revKind, now time.Time) {
 			return
 		}
 		if b.gone == nil {
-			b.gone = map[string]goneRev{}
+			b.gone = map[string]revAt{}
 		}
 		if len(b.gone) >= 64 {
 			for k, g := range b.gone {
@@ -88,18 +103,26 @@ func (b *revBook) applied(info controlapi.Peer, kind revKind, now time.Time) {
 				}
 			}
 		}
-		b.gone[id] = goneRev{rev: max(info.Rev, b.gone[id].rev), at: now}
+		g := b.gone[id]
+		b.gone[id] = revAt{rev: max(info.Rev, g.rev), epoch: max(info.Epoch, g.epoch), at: now}
 		return
 	}
 	delete(b.gone, id)
-	if b.live == nil {
-		b.live = map[string]uint64{}
+	if info.Rev == 0 {
+		return // nothing to judge by: a registry of one instance
 	}
-	b.live[id] = max(b.live[id], info.Rev)
+	if b.live == nil {
+		b.live = map[string]revAt{}
+	}
+	r := b.live[id]
+	if r.newer(info) {
+		r = revAt{}
+	}
+	b.live[id] = revAt{rev: max(r.rev, info.Rev), epoch: max(r.epoch, info.Epoch)}
 }
 
 // known is the revision of id's record as applied; 0: none, or unknown.
-func (b *revBook) known(id string) uint64 { return b.live[id] }
+func (b *revBook) known(id string) uint64 { return b.live[id].rev }
 
 // listed records a peer list that held every change up to rev: what it
 // does not hold was removed by then, so removals up to rev need no
@@ -115,3 +138,8 @@ func (b *revBook) listed(rev uint64) {
 		}
 	}
 }
+
+// reset forgets every revision: the node registered again after control
+// refused its session, perhaps on a registry started over, whose
+// revisions begin again from 1.
+func (b *revBook) reset() { *b = revBook{} }

@@ -206,6 +206,9 @@ func (n *Node) rejoin(ctx context.Context) error {
 		return err
 	}
 	n.epoch.Store(resp.Epoch)
+	n.peerMu.Lock()
+	n.revs.reset()
+	n.peerMu.Unlock()
 	mark := n.beginList()
 	defer n.endList()
 	peers, err := n.connectSession(ctx, n.cfg.Network, resp)
