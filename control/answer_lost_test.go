@@ -28,21 +28,8 @@ func TestLostAnswerTakenBack(t *testing.T) {
 	require.NoError(t, err)
 	defer sa.Close()
 
-	lost := errors.New("the answer was lost on the way")
-	answers := 0
-	_, err = controlapi.Register(ctx, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)}, func(ctx context.Context, body []byte) ([]byte, error) {
-		var out []byte
-		_, err := env.srv.registerAndSend(ctx, body, func(b []byte) error {
-			answers++
-			if answers == 2 { // the answer to the proof, after the challenge
-				return lost
-			}
-			out = b
-			return nil
-		})
-		return out, err
-	})
-	require.ErrorIs(t, err, lost)
+	err = registerLosingAnswer(ctx, env.srv, controlapi.Join{Token: testToken, Name: "beta", Key: newPriv(t)}, nil)
+	require.ErrorIs(t, err, errLostAnswer)
 	var got []controlapi.PeerEvent
 	for len(got) < 2 {
 		select {
@@ -72,27 +59,15 @@ func TestLostAnswerUndoKeepsNewerRecord(t *testing.T) {
 	priv := newPriv(t)
 	join := controlapi.Join{Token: testToken, Name: "again", Key: priv}
 
-	lost := errors.New("the answer was lost on the way")
 	var newer *controlapi.RegisterResponse
-	answers := 0
-	_, err := controlapi.Register(ctx, join, func(ctx context.Context, body []byte) ([]byte, error) {
-		var out []byte
-		_, err := a.registerAndSend(ctx, body, func(answer []byte) error {
-			answers++
-			if answers < 2 { // the challenge
-				out = answer
-				return nil
-			}
-			// Stored on a, not yet answered: the node registers again
-			// through the other instance.
-			var err error
-			newer, err = controlapi.RegisterNATS(ctx, netx.OS, onB, join)
-			require.NoError(t, err)
-			return lost
-		})
-		return out, err
+	err := registerLosingAnswer(ctx, a, join, func() {
+		// Stored on a, not yet answered: the node registers again
+		// through the other instance.
+		var err error
+		newer, err = controlapi.RegisterNATS(ctx, netx.OS, onB, join)
+		require.NoError(t, err)
 	})
-	require.ErrorIs(t, err, lost)
+	require.ErrorIs(t, err, errLostAnswer)
 	require.NotNil(t, newer)
 
 	kv := a.cfg.Store.(*KVStore)
@@ -109,3 +84,29 @@ func TestLostAnswerUndoKeepsNewerRecord(t *testing.T) {
 		return n != nil && n.Epoch == newer.Epoch
 	}, 5*time.Second, 10*time.Millisecond, "a's view holds the newer registration")
 }
+
+// registerLosingAnswer registers join on srv, whose answer to the proof
+// (after the challenge) is lost: beforeLoss, if not nil, runs first, the
+// registration stored and not yet answered. It returns the registration's
+// error, which wraps errLostAnswer.
+func registerLosingAnswer(ctx context.Context, srv *Server, join controlapi.Join, beforeLoss func()) error {
+	answers := 0
+	_, err := controlapi.Register(ctx, join, func(ctx context.Context, body []byte) ([]byte, error) {
+		var out []byte
+		_, err := srv.registerAndSend(ctx, body, func(answer []byte) error {
+			answers++
+			if answers < 2 { // the challenge
+				out = answer
+				return nil
+			}
+			if beforeLoss != nil {
+				beforeLoss()
+			}
+			return errLostAnswer
+		})
+		return out, err
+	})
+	return err
+}
+
+var errLostAnswer = errors.New("the answer was lost on the way")

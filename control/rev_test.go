@@ -1,8 +1,6 @@
 package control
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -101,21 +99,7 @@ func TestLostReregistrationUndoneInOrder(t *testing.T) {
 	first, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
 	require.NoError(t, err)
 
-	lost := errors.New("the answer was lost on the way")
-	answers := 0
-	_, err = controlapi.Register(ctx, join, func(ctx context.Context, body []byte) ([]byte, error) {
-		var out []byte
-		_, err := a.registerAndSend(ctx, body, func(b []byte) error {
-			answers++
-			if answers == 2 {
-				return lost
-			}
-			out = b
-			return nil
-		})
-		return out, err
-	})
-	require.ErrorIs(t, err, lost)
+	require.ErrorIs(t, registerLosingAnswer(ctx, a, join, nil), errLostAnswer)
 	var got []controlapi.PeerEvent
 	for len(got) < 3 {
 		select {

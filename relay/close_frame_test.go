@@ -56,24 +56,7 @@ func TestRelayCloseFrameOnQUIC(t *testing.T) {
 		}
 	})
 
-	logs := &logCapture{}
-	k := newKey(t)
-	c, err := NewClient(ClientConfig{
-		Server:      l.Addr().String(),
-		Fingerprint: CertFingerprint(cert.Certificate[0]),
-		Key:         k,
-		Token:       IssueToken(testSecret, k, time.Now().Add(time.Hour)),
-		Transport:   transportQUIC,
-		Logger:      logs.logger(),
-		MinBackoff:  time.Minute, // no second connection to a relay that serves one
-		MaxBackoff:  time.Minute,
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-
-	eventually(t, 5*time.Second, func() bool { return len(logs.find("relay connection lost", nil)) > 0 },
-		"the client logged no lost connection")
-	got := logs.find("relay connection lost", nil)[0].attrs["err"]
+	got := lostConnection(t, l.Addr().String(), cert, transportQUIC)
 	assert.Equal(t, "relay: protocol violation: CLOSE on QUIC", got)
 
 	select {

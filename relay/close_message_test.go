@@ -108,14 +108,23 @@ func TestRelayCloseMessageCleaned(t *testing.T) {
 		<-served
 	})
 
+	got := lostConnection(t, l.Addr().String(), cert, transportTCP)
+	assert.Equal(t, "relay: closed by relay: normal: "+cleanClose, got)
+}
+
+// lostConnection connects a client over transport to the one-client
+// relay at addr, presenting cert, and returns the error it logged when
+// that relay ended the connection.
+func lostConnection(t *testing.T, addr string, cert tls.Certificate, transport string) any {
+	t.Helper()
 	logs := &logCapture{}
 	k := newKey(t)
 	c, err := NewClient(ClientConfig{
-		Server:      l.Addr().String(),
+		Server:      addr,
 		Fingerprint: CertFingerprint(cert.Certificate[0]),
 		Key:         k,
 		Token:       IssueToken(testSecret, k, time.Now().Add(time.Hour)),
-		Transport:   transportTCP,
+		Transport:   transport,
 		Logger:      logs.logger(),
 		MinBackoff:  time.Minute, // no second connection to a relay that serves one
 		MaxBackoff:  time.Minute,
@@ -125,8 +134,7 @@ func TestRelayCloseMessageCleaned(t *testing.T) {
 
 	eventually(t, 5*time.Second, func() bool { return len(logs.find("relay connection lost", nil)) > 0 },
 		"the client logged no lost connection")
-	got := logs.find("relay connection lost", nil)[0].attrs["err"]
-	assert.Equal(t, "relay: closed by relay: normal: "+cleanClose, got)
+	return logs.find("relay connection lost", nil)[0].attrs["err"]
 }
 
 func TestCloseMessage(t *testing.T) {
