@@ -241,8 +241,6 @@ const firstPageBytes = 16 << 10
 // resp.Peers is left empty.
 func (s *Server) encodeRegistration(resp *controlapi.RegisterResponse, id string, limit int) (b []byte, sent int, err error) {
 	resp.Peers, resp.MorePeers = []controlapi.Peer{}, false
-	// Read before the page: the view holds every change up to it.
-	resp.PeersRev = s.barrier.appliedRev()
 	head, err := json.Marshal(resp)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode registration: %w", err)

@@ -103,11 +103,8 @@ type RegisterResponse struct {
 	Peers      []Peer       `json:"peers"`
 	// MorePeers: Peers is the first page of the peer list only (the whole
 	// would not fit a NATS message); Session.Peers fetches all of it.
-	MorePeers bool `json:"more_peers,omitempty"`
-	// PeersRev: Peers is the registry as of at least this revision (see
-	// PeerPage.Rev); 0: unknown.
-	PeersRev uint64    `json:"peers_rev,omitempty"`
-	NATS     NATSCreds `json:"nats"`
+	MorePeers bool      `json:"more_peers,omitempty"`
+	NATS      NATSCreds `json:"nats"`
 	// Epoch is this registration's epoch (see Peer.Epoch).
 	Epoch uint64 `json:"epoch,omitempty"`
 	// PresenceTTLMillis is how long control keeps the node online without
