@@ -20,23 +20,64 @@ func TestCrossingInitiations(t *testing.T) {
 	data := make([]byte, 64)
 	data[0] = 4
 
+	crossing := func(p *Path, pkt []byte) bool {
+		drop, _ := p.crossing(pkt, time.Now().UnixNano())
+		return drop
+	}
 	p := &Path{}
-	assert.False(t, p.crossing(init), "nothing sent yet")
+	assert.False(t, crossing(p, init), "nothing sent yet")
 	p.hs = &resend{init: []byte{1}, sent: time.Now(), timer: time.NewTimer(time.Hour)}
-	assert.False(t, p.crossing(init), "the side that does not lead answers every initiation")
+	assert.False(t, crossing(p, init), "the side that does not lead answers every initiation")
 
 	p.SetLeads(true)
-	assert.True(t, p.crossing(init), "ours is on its way: the peer's crosses it")
-	assert.False(t, p.crossing(data), "only initiations")
-	assert.False(t, p.crossing(init[:147]), "only whole initiations")
+	assert.True(t, crossing(p, init), "ours is on its way: the peer's crosses it")
+	assert.False(t, crossing(p, data), "only initiations")
+	assert.False(t, crossing(p, init[:147]), "only whole initiations")
 
 	hs := p.hs
 	p.stopResends()
-	assert.False(t, p.crossing(init), "ours was answered: a new one from the peer is a rekey")
+	assert.False(t, crossing(p, init), "ours was answered: a new one from the peer is a rekey")
 
 	hs.sent = time.Now().Add(-glareWindow)
 	p.hs = hs
-	assert.False(t, p.crossing(init), "ours has been unanswered too long to hold the peer's back")
+	assert.False(t, crossing(p, init), "ours has been unanswered too long to hold the peer's back")
+}
+
+// TestCrossingYieldsToAPeerThatDidNotAnswer: the peer resends its
+// initiation 100, 300 and 700 ms after it while ours goes unanswered: it
+// did not answer ours (its WireGuard dropped ours while making its own),
+// and our resends are replays to it. The leading side drops the copies
+// that could still have crossed ours (within glareYield of the first)
+// and lets the later one through, once, instead of both sides waiting
+// out the glare window and WireGuard's 3 s keepalive or 5 s retry. A
+// new initiation of the peer's starts over.
+func TestCrossingYieldsToAPeerThatDidNotAnswer(t *testing.T) {
+	initA := make([]byte, 148)
+	initA[0], initA[8] = 1, 0xa
+	initB := make([]byte, 148)
+	initB[0], initB[8] = 1, 0xb
+	p := &Path{}
+	p.SetLeads(true)
+	start := time.Now()
+	p.hs = &resend{init: []byte{1}, sent: start, timer: time.NewTimer(time.Hour)}
+	at := func(d time.Duration) int64 { return start.Add(d).UnixNano() }
+
+	for _, d := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond} {
+		drop, yield := p.crossing(initA, at(d))
+		assert.True(t, drop, "copy at %v: could still be crossing ours", d)
+		assert.False(t, yield)
+	}
+	drop, yield := p.crossing(initB, at(400*time.Millisecond))
+	assert.True(t, drop, "a new initiation of the peer's crosses ours afresh")
+	assert.False(t, yield)
+	drop, yield = p.crossing(initB, at(900*time.Millisecond))
+	assert.True(t, drop, "its copies are timed from its own first")
+	assert.False(t, yield)
+	drop, yield = p.crossing(initB, at(1000*time.Millisecond))
+	assert.False(t, drop, "a copy glareYield after the first: the peer did not answer ours")
+	assert.True(t, yield)
+	drop, _ = p.crossing(initB, at(1100*time.Millisecond))
+	assert.True(t, drop, "let through once; the next copy is dropped (as the duplicate it is)")
 }
 
 // recordRelay keeps what the Bind sends through the relay.

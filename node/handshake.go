@@ -24,7 +24,12 @@ import (
 //     to the other's replaces its own pending initiation, so neither
 //     completes until the 5 s retry; common over the relay's round trip).
 //     The leading side drops the peer's initiation while its own is
-//     unanswered.
+//     unanswered. Unless the peer still resends that initiation
+//     glareYield after its first copy came: it did not answer ours (its
+//     WireGuard can drop an initiation it took while making its own, with
+//     "handshake initiation must be consumed first"), and resends of ours
+//     are replays to it. The copy is let through once, and the leading
+//     side answers it instead of waiting out the glare window.
 //   - Peer heard: an initiation sent before the peer could take it (it
 //     had not joined the relay or did not know our key yet: the usual
 //     case when it has just registered) waited for the next resend, up to
@@ -82,6 +87,11 @@ type handshakes struct {
 	// guarded by hsMu: see duplicate.
 	peerInit   uint64
 	peerInitAt int64
+	// crossInit is the peer's latest initiation dropped as crossing ours
+	// (as peerInit) and crossAt when its first copy was (Unix ns; 0:
+	// none since the last let through), guarded by hsMu: see crossing.
+	crossInit uint64
+	crossAt   int64
 
 	// initAt is when an initiation last went either way (ours sent, or
 	// the peer's let through to WireGuard), and authAt when a response or
@@ -113,8 +123,11 @@ type sessions struct {
 	strays  map[netip.AddrPort]int64
 	staleRx atomic.Uint64 // transport messages for a session we do not have
 	crossed atomic.Uint64 // the peer's initiations dropped for ours (crossing)
-	dupInit atomic.Uint64 // copies of the peer's initiations dropped (duplicate)
-	kicked  atomic.Uint64 // our initiations sent again because the peer was heard (kick)
+	// glareYields counts the peer's initiations let through after all:
+	// it did not answer ours (crossing, glareYield).
+	glareYields atomic.Uint64
+	dupInit     atomic.Uint64 // copies of the peer's initiations dropped (duplicate)
+	kicked      atomic.Uint64 // our initiations sent again because the peer was heard (kick)
 }
 
 const (
@@ -123,6 +136,11 @@ const (
 	// glareWindow bounds how long a leading side ignores the peer's
 	// initiations while its own is unanswered.
 	glareWindow = 2 * time.Second
+	// glareYield is how long after its first copy a resend of the peer's
+	// initiation shows the peer did not answer ours: its resends go 100,
+	// 300 and 700 ms after it, and stop once it answers ours, which it
+	// has done by then unless ours takes over 600 ms one way.
+	glareYield = 600 * time.Millisecond
 	// dupInitWindow is how long a copy of the peer's last initiation is
 	// dropped (duplicate). A later copy goes through: if WireGuard lost
 	// the first (its queue full), the peer's resend at 3 s still helps;
@@ -161,16 +179,29 @@ func (p *Path) stale(now int64) {
 // the side with the lower key, as ICE's controlling role.
 func (p *Path) SetLeads(leads bool) { p.leads.Store(leads) }
 
-// crossing reports whether pkt is the peer's handshake initiation
-// crossing ours on the way, to be dropped: the peer answers ours, and
-// one handshake completes.
-func (p *Path) crossing(pkt []byte) bool {
+// crossing reports whether pkt, arriving at now (Unix ns), is the peer's
+// handshake initiation crossing ours on the way, to be dropped: the peer
+// answers ours, and one handshake completes. yield says it is a copy of
+// one dropped before that is let through (see glareYield).
+func (p *Path) crossing(pkt []byte, now int64) (drop, yield bool) {
 	if !isInitiation(pkt) || !p.leads.Load() {
-		return false
+		return false, false
 	}
+	eph := binary.LittleEndian.Uint64(pkt[8:16])
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	return p.hs != nil && time.Since(p.hs.sent) < glareWindow
+	if p.hs == nil || time.Since(p.hs.sent) >= glareWindow {
+		return false, false
+	}
+	switch {
+	case eph != p.crossInit || p.crossAt == 0:
+		p.crossInit, p.crossAt = eph, now
+		return true, false
+	case now-p.crossAt < int64(glareYield):
+		return true, false
+	}
+	p.crossAt = 0 // once: its later copies are duplicates
+	return false, true
 }
 
 // hasIndex reports whether idx is one of our sender indices for p, newest
@@ -417,9 +448,12 @@ func (b *Bind) matchIndexLocked(pkt []byte, from netip.AddrPort, now int64) *Pat
 // crossing ours, stale that it is a transport message for a session we do
 // not have (counted). Callers hold b.mu (read).
 func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale bool) {
-	if p.crossing(pkt) {
+	switch drop, yield := p.crossing(pkt, now); {
+	case drop:
 		b.crossed.Add(1)
 		return true, true, false
+	case yield:
+		b.glareYields.Add(1)
 	}
 	if p.duplicate(pkt, now) {
 		b.dupInit.Add(1)
@@ -491,6 +525,11 @@ func (b *Bind) ByIndex() uint64 { return b.byIndexRx.Load() }
 // Crossed counts the peers' handshake initiations dropped because ours
 // was on its way (see Path.crossing).
 func (b *Bind) Crossed() uint64 { return b.crossed.Load() }
+
+// GlareYields counts peers' initiations let through after copies of
+// them were dropped as crossing ours: the peer did not answer ours (see
+// Path.crossing).
+func (b *Bind) GlareYields() uint64 { return b.glareYields.Load() }
 
 // DuplicateInitiations counts copies of peers' initiations dropped.
 func (b *Bind) DuplicateInitiations() uint64 { return b.dupInit.Load() }
