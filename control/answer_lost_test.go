@@ -58,9 +58,14 @@ func TestLostAnswerUndoKeepsNewerRecord(t *testing.T) {
 	onB := b.NATS().URL()
 	priv := newPriv(t)
 	join := controlapi.Join{Token: testToken, Name: "again", Key: priv}
+	w := mustRegister(ctx, t, a.NATS().URL(), "watcher")
+	events := make(chan controlapi.PeerEvent, 16)
+	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sw.Close()
 
 	var newer *controlapi.RegisterResponse
-	err := registerLosingAnswer(ctx, a, join, func() {
+	err = registerLosingAnswer(ctx, a, join, func() {
 		// Stored on a, not yet answered: the node registers again
 		// through the other instance.
 		var err error
@@ -83,6 +88,27 @@ func TestLostAnswerUndoKeepsNewerRecord(t *testing.T) {
 		n := a.view.get(newer.NodeID)
 		return n != nil && n.Epoch == newer.Epoch
 	}, 5*time.Second, 10*time.Millisecond, "a's view holds the newer registration")
+
+	// a announced the registration it stored, and nothing more: the undo
+	// found the record rewritten and took nothing back. (a's events come
+	// in the order a published them: the marker's add follows any removal.)
+	marker := mustRegister(ctx, t, a.NATS().URL(), "marker")
+	var got []controlapi.PeerEventType
+	for done := false; !done; {
+		select {
+		case ev := <-events:
+			switch ev.Peer.NodeID {
+			case newer.NodeID:
+				got = append(got, ev.Type)
+			case marker.NodeID:
+				done = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("no event about the marker; about the node: %v", got)
+		}
+	}
+	assert.Equal(t, []controlapi.PeerEventType{controlapi.PeerAdded}, got, "a took back a registration another instance had made since")
+	assert.True(t, a.online(newer.NodeID), "a shows the registered node offline")
 }
 
 // registerLosingAnswer registers join on srv, whose answer to the proof

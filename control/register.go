@@ -192,15 +192,19 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	}
 	if err != nil {
 		s.registered.Add(^uint64(0))
-		restored, uerr := s.undoStoreAt(ctx, n, prev)
-		s.announceMu.Lock()
-		if prev == nil {
-			s.markOffline(id)
-			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
-		} else {
-			s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: restored.peer()})
+		restored, undone, uerr := s.undoStoreAt(ctx, n, prev)
+		// Nothing to take back if another instance rewrote or removed the
+		// record since (its events say so), nor if the undo failed.
+		if undone {
+			s.announceMu.Lock()
+			if prev == nil {
+				s.markOffline(id)
+				s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})
+			} else {
+				s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: restored.peer()})
+			}
+			s.announceMu.Unlock()
 		}
-		s.announceMu.Unlock()
 		if uerr != nil {
 			s.log.Error("registration not answered and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
@@ -391,31 +395,46 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 // undoStore puts the record storeNode wrote, n, back as it was, prev.
 // Over n only: a record another instance wrote since is left alone.
 func (s *Server) undoStore(ctx context.Context, n, prev *Node) error {
-	_, err := s.undoStoreAt(ctx, n, prev)
+	_, _, err := s.undoStoreAt(ctx, n, prev)
 	return err
 }
 
 // undoStoreAt is undoStore, returning prev as written back (at the
 // revision of that write, for its PeerUpdated event: nodes that applied
-// n's would take one at prev's own revision for an old event); nil if
-// prev is nil.
-func (s *Server) undoStoreAt(ctx context.Context, n, prev *Node) (*Node, error) {
+// n's would take one at prev's own revision for an old event; nil if
+// prev is nil) and whether anything was undone: not if another instance
+// rewrote or removed n since.
+func (s *Server) undoStoreAt(ctx context.Context, n, prev *Node) (restored *Node, undone bool, err error) {
 	if prev == nil {
-		// A newer record the watch brought into the view is kept.
-		s.view.removeAt(n.ID, n.rev)
-		d, ok := s.cfg.Store.(revisionDeleter)
-		if !ok || n.rev == 0 {
-			return nil, s.cfg.Store.Delete(ctx, n.ID)
-		}
-		err := d.deleteAt(ctx, n.ID, n.rev)
+		err := s.deleteRecord(ctx, n)
 		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
-			return nil, nil // rewritten or deleted since: n is gone already
+			return nil, false, nil // rewritten or deleted since: n is gone already
 		}
-		return nil, err
+		if err == nil {
+			// A newer record the watch brought into the view is kept.
+			s.view.removeAt(n.ID, n.rev)
+		}
+		return nil, err == nil, err
 	}
 	p := *prev
 	p.rev = n.rev
-	err := s.cfg.Store.Update(ctx, &p)
+	err = s.cfg.Store.Update(ctx, &p)
+	switch {
+	case errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound):
+		return nil, false, nil // rewritten or deleted since
+	case err != nil:
+		return nil, false, err
+	}
 	s.view.put(&p, p.rev)
-	return &p, err
+	return &p, true, nil
+}
+
+// deleteRecord deletes n's record: at the revision n was read or written
+// at where the store keeps revisions (a record another instance wrote
+// since is left, ErrConflict), else whatever record n's ID has.
+func (s *Server) deleteRecord(ctx context.Context, n *Node) error {
+	if d, ok := s.cfg.Store.(revisionDeleter); ok && n.rev != 0 {
+		return d.deleteAt(ctx, n.ID, n.rev)
+	}
+	return s.cfg.Store.Delete(ctx, n.ID)
 }

@@ -441,7 +441,9 @@ func (s *Server) onDeregister(m *nats.Msg) {
 	var err error
 	for range 5 { // again when another instance wrote the record meanwhile
 		if n, err = s.cfg.Store.Get(ctx, id); err == nil {
-			err = s.cfg.Store.Delete(ctx, id)
+			// The record read: its removal event names it, and a newer
+			// one written since is read again, not deleted unseen.
+			err = s.deleteRecord(ctx, n)
 		}
 		if !errors.Is(err, ErrConflict) {
 			break
@@ -451,7 +453,8 @@ func (s *Server) onDeregister(m *nats.Msg) {
 		s.reply(m, controlapi.ErrorReply{Error: asError(err)})
 		return
 	}
-	s.view.remove(id)
+	// A newer record the watch brought into the view meanwhile is kept.
+	s.view.removeAt(id, n.rev)
 	s.announceMu.Lock()
 	s.markOffline(id)
 	s.publishEvent(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: n.peer()})

@@ -55,9 +55,6 @@ func (v *view) put(n *Node, rev uint64) {
 	}
 }
 
-// remove forgets id.
-func (v *view) remove(id string) { v.removeAt(id, 0) }
-
 // removeAt forgets id, deleted at store revision rev (0: unknown). A
 // revision below the one held is an old watch entry arriving after a
 // newer local write (the node registered again) and is ignored.

@@ -44,7 +44,7 @@ func TestCrossingInitiations(t *testing.T) {
 }
 
 // TestCrossingYieldsToAPeerThatDidNotAnswer: the peer resends its
-// initiation 100, 300 and 700 ms after it while ours goes unanswered: it
+// initiation 100, 300, 700 and 1500 ms after it while ours goes unanswered: it
 // did not answer ours (its WireGuard dropped ours while making its own),
 // and our resends are replays to it. The leading side drops the copies
 // that could still have crossed ours (within glareYield of the first)
@@ -62,21 +62,21 @@ func TestCrossingYieldsToAPeerThatDidNotAnswer(t *testing.T) {
 	p.hs = &resend{init: []byte{1}, sent: start, timer: time.NewTimer(time.Hour)}
 	at := func(d time.Duration) int64 { return start.Add(d).UnixNano() }
 
-	for _, d := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond} {
+	for _, d := range []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond} {
 		drop, yield := p.crossing(initA, at(d))
 		assert.True(t, drop, "copy at %v: could still be crossing ours", d)
 		assert.False(t, yield)
 	}
-	drop, yield := p.crossing(initB, at(400*time.Millisecond))
+	drop, yield := p.crossing(initB, at(200*time.Millisecond))
 	assert.True(t, drop, "a new initiation of the peer's crosses ours afresh")
 	assert.False(t, yield)
-	drop, yield = p.crossing(initB, at(900*time.Millisecond))
+	drop, yield = p.crossing(initB, at(1400*time.Millisecond))
 	assert.True(t, drop, "its copies are timed from its own first")
 	assert.False(t, yield)
-	drop, yield = p.crossing(initB, at(1000*time.Millisecond))
+	drop, yield = p.crossing(initB, at(1500*time.Millisecond))
 	assert.False(t, drop, "a copy glareYield after the first: the peer did not answer ours")
 	assert.True(t, yield)
-	drop, _ = p.crossing(initB, at(1100*time.Millisecond))
+	drop, _ = p.crossing(initB, at(1600*time.Millisecond))
 	assert.True(t, drop, "let through once; the next copy is dropped (as the duplicate it is)")
 }
 

@@ -25,7 +25,7 @@ import (
 //     completes until the 5 s retry; common over the relay's round trip).
 //     The leading side drops the peer's initiation while its own is
 //     unanswered. Unless the peer still resends that initiation
-//     glareYield after its first copy came: it did not answer ours (its
+//     glareYield (1.3 s) after its first copy came: it did not answer ours (its
 //     WireGuard can drop an initiation it took while making its own, with
 //     "handshake initiation must be consumed first"), and resends of ours
 //     are replays to it. The copy is let through once, and the leading
@@ -138,9 +138,12 @@ const (
 	glareWindow = 2 * time.Second
 	// glareYield is how long after its first copy a resend of the peer's
 	// initiation shows the peer did not answer ours: its resends go 100,
-	// 300 and 700 ms after it, and stop once it answers ours, which it
-	// has done by then unless ours takes over 600 ms one way.
-	glareYield = 600 * time.Millisecond
+	// 300, 700 and 1500 ms after it and stop once it answers ours, which
+	// the kick its first copy set off (ours, sent again on it) has it do
+	// within a round trip. So the 1.5 s resend, let through, can only
+	// cross an answer of ours on a path over 750 ms one way; the 700 ms
+	// one would on one over 350 ms (a satellite hop and a relay).
+	glareYield = 1300 * time.Millisecond
 	// dupInitWindow is how long a copy of the peer's last initiation is
 	// dropped (duplicate). A later copy goes through: if WireGuard lost
 	// the first (its queue full), the peer's resend at 3 s still helps;

@@ -139,6 +139,17 @@ func (b *revBook) listed(rev uint64) {
 	}
 }
 
+// below reports whether every live record the node holds a revision of
+// is above rev (true if it holds none).
+func (b *revBook) below(rev uint64) bool {
+	for _, r := range b.live {
+		if r.rev <= rev {
+			return false
+		}
+	}
+	return true
+}
+
 // reset forgets every revision: the node registered again after control
 // refused its session, perhaps on a registry started over, whose
 // revisions begin again from 1.

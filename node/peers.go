@@ -17,15 +17,22 @@ import (
 func (n *Node) setPeer(info controlapi.Peer, kind revKind) {
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
+	n.setPeerLocked(info, kind)
+}
+
+// setPeerLocked is setPeer under peerMu; it reports whether info was
+// applied (not from an earlier registration, nor older than what was).
+func (n *Node) setPeerLocked(info controlapi.Peer, kind revKind) bool {
 	if n.earlierLife(info, "an update") || n.staleRev(info, kind) {
-		return
+		return false
 	}
 	n.revs.applied(info, kind, time.Now())
 	if info.Offline {
 		n.peerOffline(info)
-		return
+	} else {
+		n.addPeer(info)
 	}
-	n.addPeer(info)
+	return true
 }
 
 // staleRev reports whether info is older than what the node applied of
@@ -147,8 +154,14 @@ const (
 func (n *Node) removePeer(info controlapi.Peer) {
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
+	n.removePeerLocked(info)
+}
+
+// removePeerLocked is removePeer under peerMu; it reports whether the
+// removal was applied.
+func (n *Node) removePeerLocked(info controlapi.Peer) bool {
 	if n.earlierLife(info, "a removal") || n.staleRev(info, revRemoved) {
-		return
+		return false
 	}
 	n.revs.applied(info, revRemoved, time.Now())
 	n.mu.Lock()
@@ -160,7 +173,7 @@ func (n *Node) removePeer(info controlapi.Peer) {
 	}
 	n.mu.Unlock()
 	if p == nil {
-		return
+		return true
 	}
 	p.close()
 	n.forgetTrim(p)
@@ -168,6 +181,7 @@ func (n *Node) removePeer(info controlapi.Peer) {
 	_ = n.dev.IpcSet("public_key=" + info.PublicKey.Hex() + "\nremove=true\n")
 	n.bind.RemovePeer(info.PublicKey)
 	n.log.Info("peer removed", "peer", info.Name)
+	return true
 }
 
 // earlierLife reports whether info, from a peer event, is about an

@@ -286,3 +286,52 @@ func TestBackOnlineOnceInWireGuard(t *testing.T) {
 	n.SetPeerForTest(back)
 	assert.Equal(t, 1, atOnline, "the peer's packets passed before WireGuard held it")
 }
+
+// TestIgnoredEventDoesNotHoldTheListBack: an event ignored as older than
+// what the node applied, arriving while a list is asked for, does not
+// keep the list's newer entry for that peer from being applied (it did:
+// the peer, removed and registered again while the node missed it, stayed
+// away until its record changed again).
+func TestIgnoredEventDoesNotHoldTheListBack(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
+	p90 := controlapi.Peer{NodeID: "p", Name: "p", PublicKey: key.NewPrivate().Public(),
+		Address: netip.MustParsePrefix("100.96.0.9/10"), Epoch: 1000, Rev: 90}
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: p90})
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: p90})
+	p150 := p90
+	p150.Epoch, p150.Rev = 2000, 150
+	off90 := p90
+	off90.Offline = true
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p150}, Rev: 160}, func() {
+		n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerOffline, Peer: off90}) // late, ignored
+	})
+	held := false
+	for _, p := range n.Peers() {
+		held = held || (p.NodeID == "p" && !p.Offline)
+	}
+	assert.True(t, held, "the list's newer record of the peer was not applied")
+}
+
+// TestRegistryStartedOver: a list behind every revision the node applied
+// means the registry was recreated and counts from 1 again; the node
+// forgets the old revisions, so the new registry's peers are taken.
+func TestRegistryStartedOver(t *testing.T) {
+	w := newLabWorld(t)
+	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
+	old := controlapi.Peer{NodeID: "p", Name: "p", PublicKey: key.NewPrivate().Public(),
+		Address: netip.MustParsePrefix("100.96.0.9/10"), Epoch: 1000, Rev: 900}
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{old}, Rev: 1000}, nil)
+	fresh := old
+	fresh.Rev = 3
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{fresh}, Rev: 5}, nil)
+	newcomer := controlapi.Peer{NodeID: "q", Name: "q", PublicKey: key.NewPrivate().Public(),
+		Address: netip.MustParsePrefix("100.96.0.10/10"), Epoch: 5000, Rev: 6}
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: newcomer})
+	names := map[string]bool{}
+	for _, p := range n.Peers() {
+		names[p.Name] = true
+	}
+	assert.True(t, names["q"], "a peer of the new registry read as older than the old registry's last list")
+	assert.True(t, names["p"])
+}

@@ -121,18 +121,28 @@ func (n *Node) addEarlyPeers(peers []controlapi.Peer) {
 	}()
 }
 
+// onPeerEvent applies a peer event and, if it was applied (not from an
+// earlier registration, nor older than what was), numbers it for a list
+// being asked for meanwhile (notePeerEvent), under peerMu: a list's entry
+// is weighed against it whole (reconcile). An event ignored as old must
+// not hold the list's newer entry back.
 func (n *Node) onPeerEvent(ev controlapi.PeerEvent) {
-	n.notePeerEvent(ev.Peer.NodeID)
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
+	var applied bool
 	switch ev.Type {
 	case controlapi.PeerAdded, controlapi.PeerUpdated:
-		n.setPeer(ev.Peer, revRecord)
+		applied = n.setPeerLocked(ev.Peer, revRecord)
 	case controlapi.PeerOnline:
-		n.setPeer(ev.Peer, revPresence)
+		applied = n.setPeerLocked(ev.Peer, revPresence)
 	case controlapi.PeerOffline:
 		ev.Peer.Offline = true
-		n.setPeer(ev.Peer, revPresence)
+		applied = n.setPeerLocked(ev.Peer, revPresence)
 	case controlapi.PeerRemoved:
-		n.removePeer(ev.Peer)
+		applied = n.removePeerLocked(ev.Peer)
+	}
+	if applied {
+		n.notePeerEvent(ev.Peer.NodeID)
 	}
 }
 
@@ -292,15 +302,29 @@ func (n *Node) endList() {
 // of it is no newer than the list.
 func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
 	newer := func(id string) bool { return n.eventAt[id] > mark } // under n.mu
+	n.peerMu.Lock()
+	if l.Rev > 0 && l.Rev < n.revs.listRev && n.revs.below(l.Rev) {
+		// A list older than every record the node holds, and than the last
+		// list: the registry started over (recreated), its revisions
+		// counting from 1 again. Judged by the old ones, its new records
+		// would all read as old.
+		n.log.Warn("peer list behind every registry revision applied: the registry started over; revisions forgotten", "list", l.Rev, "last_list", n.revs.listRev)
+		n.revs.reset()
+	}
+	n.peerMu.Unlock()
 	want := map[string]controlapi.Peer{}
 	for _, p := range l.Peers {
 		want[p.NodeID] = p
+		// Weighed and applied under peerMu: an event applied between the
+		// two would be undone by the older entry.
+		n.peerMu.Lock()
 		n.mu.Lock()
 		skip := newer(p.NodeID)
 		n.mu.Unlock()
 		if !skip {
-			n.setPeer(p, revRecord)
+			n.setPeerLocked(p, revRecord)
 		}
+		n.peerMu.Unlock()
 	}
 	n.mu.Lock()
 	var absent []controlapi.Peer
