@@ -1,6 +1,7 @@
 package control
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -114,4 +115,53 @@ func TestLostReregistrationUndoneInOrder(t *testing.T) {
 	require.Equal(t, controlapi.PeerUpdated, got[2].Type, "taken back")
 	assert.Equal(t, first.Epoch, got[2].Peer.Epoch, "taken back to the first registration")
 	assert.Greater(t, got[2].Peer.Rev, got[1].Peer.Rev, "the take-back is older than what it takes back")
+}
+
+// TestDeregisterNamesTheRecordItRemoves: a node deregisters through one
+// instance while it registers again through another, between the first
+// one's read of its record and the delete. The delete takes the record
+// it read only; read again, the newer one goes, and the removal names it,
+// so nodes that hold the newer record take the removal rather than drop
+// it as older.
+func TestDeregisterNamesTheRecordItRemoves(t *testing.T) {
+	ctx := ctxT(t)
+	var again func()
+	var once sync.Once
+	a, b := sharedPair(t, Config{deregisterHook: func(string) { once.Do(again) }}, Config{})
+	kv := a.cfg.Store.(*KVStore)
+	w := mustRegister(ctx, t, a.NATS().URL(), "watcher")
+	events := make(chan controlapi.PeerEvent, 16)
+	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	defer sw.Close()
+
+	join := controlapi.Join{Token: testToken, Name: "p", Key: newPriv(t)}
+	p, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
+	require.NoError(t, err)
+	var newer uint64
+	again = func() {
+		_, err := controlapi.RegisterNATS(ctx, netx.OS, b.NATS().URL(), join)
+		require.NoError(t, err)
+		_, newer, err = kv.get(ctx, p.NodeID)
+		require.NoError(t, err)
+	}
+	sp, err := controlapi.Connect(ctx, netx.OS, p.NodeID, p.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer sp.Close()
+	require.NoError(t, sp.Deregister(ctx))
+	require.NotZero(t, newer, "the registration through b did not run")
+
+	_, err = kv.Get(ctx, p.NodeID)
+	require.ErrorIs(t, err, ErrNotFound, "deregistered")
+	for {
+		select {
+		case ev := <-events:
+			if ev.Peer.NodeID == p.NodeID && ev.Type == controlapi.PeerRemoved {
+				assert.Equal(t, newer, ev.Peer.Rev, "the removal names a record older than the one it removed")
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no removal")
+		}
+	}
 }

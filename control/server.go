@@ -89,6 +89,9 @@ type Config struct {
 	// barrierReadHook, if not nil, runs before each read of the read
 	// barrier (tests make the read as slow as a distant JetStream's).
 	barrierReadHook func()
+	// deregisterHook, if not nil, runs between a deregistration's read
+	// of the record and its delete (tests write the record meanwhile).
+	deregisterHook func(id string)
 }
 
 // Stats counts what a Server did.
@@ -441,6 +444,9 @@ func (s *Server) onDeregister(m *nats.Msg) {
 	var err error
 	for range 5 { // again when another instance wrote the record meanwhile
 		if n, err = s.cfg.Store.Get(ctx, id); err == nil {
+			if s.cfg.deregisterHook != nil {
+				s.cfg.deregisterHook(id)
+			}
 			// The record read: its removal event names it, and a newer
 			// one written since is read again, not deleted unseen.
 			err = s.deleteRecord(ctx, n)
