@@ -18,10 +18,7 @@ import (
 func TestALPNRequired(t *testing.T) {
 	logs := &logCapture{}
 	s := startServer(t, ServerConfig{Logger: logs.logger()})
-	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x", DialTimeout: 5 * time.Second}
-	require.NoError(t, cfg.setDefaults())
-	base, err := clientTLS(&cfg, "127.0.0.1")
-	require.NoError(t, err)
+	base := rawTLS(t, s)
 	withProtos := func(protos ...string) *tls.Config {
 		tc := base.Clone()
 		tc.NextProtos = protos
@@ -46,12 +43,7 @@ func TestALPNRequired(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := ctxT(t, 5*time.Second)
-			var proto string
-			if tt.transport == transportTCP {
-				proto, err = tcpHandshake(ctx, s.Addr().String(), withProtos(tt.protos...))
-			} else {
-				proto, err = quicHandshake(ctx, s.Addr().String(), withProtos(tt.protos...))
-			}
+			proto, err := handshake(ctx, tt.transport, s.Addr().String(), withProtos(tt.protos...))
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				assert.Equal(t, ALPN, proto)
@@ -136,13 +128,7 @@ func TestGetConfigForClientKeepsLRPTLS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := ctxT(t, 5*time.Second)
-			var proto string
-			var err error
-			if tt.transport == transportTCP {
-				proto, err = tcpHandshake(ctx, s.Addr().String(), tt.tls)
-			} else {
-				proto, err = quicHandshake(ctx, s.Addr().String(), tt.tls)
-			}
+			proto, err := handshake(ctx, tt.transport, s.Addr().String(), tt.tls)
 			if tt.wantErr == "" {
 				require.NoError(t, err)
 				assert.Equal(t, ALPN, proto)
@@ -157,4 +143,13 @@ func TestGetConfigForClientKeepsLRPTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// handshake completes a TLS handshake with addr over transport, with tc,
+// and returns the protocol ALPN settled on.
+func handshake(ctx context.Context, transport, addr string, tc *tls.Config) (string, error) {
+	if transport == transportTCP {
+		return tcpHandshake(ctx, addr, tc)
+	}
+	return quicHandshake(ctx, addr, tc)
 }

@@ -92,6 +92,17 @@ type rawConn struct {
 	cc *cconn
 }
 
+// rawTLS is the TLS configuration a client of s presents, for tests that
+// speak to s below the Client (their own TLS or QUIC dial).
+func rawTLS(t testing.TB, s *Server) *tls.Config {
+	t.Helper()
+	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x"}
+	require.NoError(t, cfg.setDefaults())
+	tc, err := clientTLS(&cfg, "127.0.0.1")
+	require.NoError(t, err)
+	return tc
+}
+
 // dialRaw authenticates key with tok over transport and returns the
 // connection, or the error the server answered with.
 func dialRaw(t testing.TB, s *Server, transport string, key key.Public, tok Token) (*rawConn, error) {

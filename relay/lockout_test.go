@@ -58,10 +58,7 @@ func idleTCP(t *testing.T, s *Server, local string, n int) {
 // sits on the connections without opening the control stream.
 func idleQUIC(t *testing.T, s *Server, n int) {
 	t.Helper()
-	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x"}
-	require.NoError(t, cfg.setDefaults())
-	tc, err := clientTLS(&cfg, "127.0.0.1")
-	require.NoError(t, err)
+	tc := rawTLS(t, s)
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	require.NoError(t, err)
 	tr := &quic.Transport{Conn: pc}
@@ -148,10 +145,7 @@ func TestIdleQUICFlood(t *testing.T) {
 func TestPreAuthTimeBounds(t *testing.T) {
 	const hello = 200 * time.Millisecond
 	s := startServer(t, ServerConfig{HelloTimeout: hello, AuthTimeout: 10 * time.Second})
-	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x"}
-	require.NoError(t, cfg.setDefaults())
-	tc, err := clientTLS(&cfg, "127.0.0.1")
-	require.NoError(t, err)
+	tc := rawTLS(t, s)
 
 	tests := []struct {
 		name string
@@ -225,10 +219,7 @@ func dialQUICRaw(t *testing.T, s *Server, tc *tls.Config) *quic.Conn {
 // abandoned, not as a timeout, over either transport.
 func TestClosedBeforeHello(t *testing.T) {
 	s := startServer(t, ServerConfig{HelloTimeout: 10 * time.Second, AuthTimeout: 10 * time.Second})
-	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x"}
-	require.NoError(t, cfg.setDefaults())
-	tc, err := clientTLS(&cfg, "127.0.0.1")
-	require.NoError(t, err)
+	tc := rawTLS(t, s)
 
 	nc, err := tls.Dial("tcp", s.Addr().String(), tc)
 	require.NoError(t, err)

@@ -18,10 +18,7 @@ import (
 // client below sends the header alone, and the relay answers at once.
 func TestFrameBeforeHelloRefusedOnItsHeader(t *testing.T) {
 	s := startServer(t, ServerConfig{HelloTimeout: 10 * time.Second, AuthTimeout: 10 * time.Second})
-	cfg := ClientConfig{Server: s.Addr().String(), Fingerprint: s.Fingerprint(), Key: newKey(t), Token: "x"}
-	require.NoError(t, cfg.setDefaults())
-	tc, err := clientTLS(&cfg, "127.0.0.1")
-	require.NoError(t, err)
+	tc := rawTLS(t, s)
 
 	tests := []struct {
 		name    string
