@@ -58,14 +58,10 @@ func TestLostAnswerUndoKeepsNewerRecord(t *testing.T) {
 	onB := b.NATS().URL()
 	priv := newPriv(t)
 	join := controlapi.Join{Token: testToken, Name: "again", Key: priv}
-	w := mustRegister(ctx, t, a.NATS().URL(), "watcher")
-	events := make(chan controlapi.PeerEvent, 16)
-	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
-	require.NoError(t, err)
-	defer sw.Close()
+	_, events := watchEvents(ctx, t, a.NATS().URL())
 
 	var newer *controlapi.RegisterResponse
-	err = registerLosingAnswer(ctx, a, join, func() {
+	err := registerLosingAnswer(ctx, a, join, func() {
 		// Stored on a, not yet answered: the node registers again
 		// through the other instance.
 		var err error

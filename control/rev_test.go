@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -24,24 +25,8 @@ func TestEventsAndListsCarryRevisions(t *testing.T) {
 	a, b, gate, obs := laggingPair(t, Config{barrierWait: 100 * time.Millisecond})
 	kv, ok := a.cfg.Store.(*KVStore)
 	require.True(t, ok)
-	watcher := mustRegister(ctx, t, a.NATS().URL(), "watcher")
-	events := make(chan controlapi.PeerEvent, 16)
-	sw, err := controlapi.Connect(ctx, netx.OS, watcher.NodeID, watcher.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
-	require.NoError(t, err)
-	defer sw.Close()
-	next := func(id string) controlapi.PeerEvent {
-		t.Helper()
-		for {
-			select {
-			case ev := <-events:
-				if ev.Peer.NodeID == id {
-					return ev
-				}
-			case <-ctx.Done():
-				t.Fatalf("no event about %s", id)
-			}
-		}
-	}
+	watcher, events := watchEvents(ctx, t, a.NATS().URL())
+	next := func(id string) controlapi.PeerEvent { t.Helper(); return nextAbout(ctx, t, events, id) }
 	require.Eventually(t, func() bool { return b.view.has(watcher.NodeID) }, 5*time.Second, time.Millisecond)
 
 	xKey := newPriv(t)
@@ -89,11 +74,7 @@ func TestEventsAndListsCarryRevisions(t *testing.T) {
 func TestLostReregistrationUndoneInOrder(t *testing.T) {
 	ctx := ctxT(t)
 	a, _ := sharedPair(t, Config{}, Config{})
-	w := mustRegister(ctx, t, a.NATS().URL(), "watcher")
-	events := make(chan controlapi.PeerEvent, 8)
-	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
-	require.NoError(t, err)
-	defer sw.Close()
+	_, events := watchEvents(ctx, t, a.NATS().URL())
 	join := controlapi.Join{Token: testToken, Name: "again", Key: newPriv(t)}
 	first, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
 	require.NoError(t, err)
@@ -101,14 +82,7 @@ func TestLostReregistrationUndoneInOrder(t *testing.T) {
 	require.ErrorIs(t, registerLosingAnswer(ctx, a, join, nil), errLostAnswer)
 	var got []controlapi.PeerEvent
 	for len(got) < 3 {
-		select {
-		case ev := <-events:
-			if ev.Peer.NodeID == first.NodeID {
-				got = append(got, ev)
-			}
-		case <-ctx.Done():
-			t.Fatalf("events so far: %+v", got)
-		}
+		got = append(got, nextAbout(ctx, t, events, first.NodeID))
 	}
 	require.Equal(t, controlapi.PeerAdded, got[0].Type)
 	require.Equal(t, controlapi.PeerUpdated, got[1].Type, "the registration again")
@@ -129,11 +103,7 @@ func TestDeregisterNamesTheRecordItRemoves(t *testing.T) {
 	var once sync.Once
 	a, b := sharedPair(t, Config{deregisterHook: func(string) { once.Do(again) }}, Config{})
 	kv := a.cfg.Store.(*KVStore)
-	w := mustRegister(ctx, t, a.NATS().URL(), "watcher")
-	events := make(chan controlapi.PeerEvent, 16)
-	sw, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
-	require.NoError(t, err)
-	defer sw.Close()
+	_, events := watchEvents(ctx, t, a.NATS().URL())
 
 	join := controlapi.Join{Token: testToken, Name: "p", Key: newPriv(t)}
 	p, err := controlapi.RegisterNATS(ctx, netx.OS, a.NATS().URL(), join)
@@ -153,15 +123,37 @@ func TestDeregisterNamesTheRecordItRemoves(t *testing.T) {
 
 	_, err = kv.Get(ctx, p.NodeID)
 	require.ErrorIs(t, err, ErrNotFound, "deregistered")
+	removed := nextAbout(ctx, t, events, p.NodeID)
+	for removed.Type != controlapi.PeerRemoved {
+		removed = nextAbout(ctx, t, events, p.NodeID)
+	}
+	assert.Equal(t, newer, removed.Peer.Rev, "the removal names a record older than the one it removed")
+}
+
+// watchEvents registers a node named "watcher" on the control at url and
+// returns it and the peer events its session gets, in the order it gets
+// them.
+func watchEvents(ctx context.Context, t *testing.T, url string) (*controlapi.RegisterResponse, <-chan controlapi.PeerEvent) {
+	t.Helper()
+	w := mustRegister(ctx, t, url, "watcher")
+	events := make(chan controlapi.PeerEvent, 64)
+	s, err := controlapi.Connect(ctx, netx.OS, w.NodeID, w.NATS, controlapi.Handlers{Peer: func(ev controlapi.PeerEvent) { events <- ev }})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return w, events
+}
+
+// nextAbout is the next of events about node id, the others skipped.
+func nextAbout(ctx context.Context, t *testing.T, events <-chan controlapi.PeerEvent, id string) controlapi.PeerEvent {
+	t.Helper()
 	for {
 		select {
 		case ev := <-events:
-			if ev.Peer.NodeID == p.NodeID && ev.Type == controlapi.PeerRemoved {
-				assert.Equal(t, newer, ev.Peer.Rev, "the removal names a record older than the one it removed")
-				return
+			if ev.Peer.NodeID == id {
+				return ev
 			}
 		case <-ctx.Done():
-			t.Fatal("no removal")
+			t.Fatalf("no event about %s", id)
 		}
 	}
 }
