@@ -163,7 +163,7 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	resp.Address, resp.Epoch = n.Address, n.Epoch
 	b, sent, err := s.encodeRegistration(resp, id, s.maxReply())
 	if err != nil {
-		if uerr := s.undoStore(ctx, n, prev); uerr != nil {
+		if _, _, uerr := s.undoStore(ctx, n, prev); uerr != nil {
 			s.log.Error("registration not encoded and not undone", "id", id, "err", err, "undo", uerr)
 			return nil, fmt.Errorf("answer registration of %s: %w (and undoing it failed: %w)", id, err, uerr)
 		}
@@ -192,7 +192,7 @@ func (s *Server) register(ctx context.Context, req *controlapi.RegisterRequest, 
 	}
 	if err != nil {
 		s.registered.Add(^uint64(0))
-		restored, undone, uerr := s.undoStoreAt(ctx, n, prev)
+		restored, undone, uerr := s.undoStore(ctx, n, prev)
 		// Nothing to take back if another instance rewrote or removed the
 		// record since (its events say so), nor if the undo failed.
 		if undone {
@@ -393,18 +393,12 @@ func nextEpoch(prev uint64, now time.Time) uint64 {
 }
 
 // undoStore puts the record storeNode wrote, n, back as it was, prev.
-// Over n only: a record another instance wrote since is left alone.
-func (s *Server) undoStore(ctx context.Context, n, prev *Node) error {
-	_, _, err := s.undoStoreAt(ctx, n, prev)
-	return err
-}
-
-// undoStoreAt is undoStore, returning prev as written back (at the
-// revision of that write, for its PeerUpdated event: nodes that applied
-// n's would take one at prev's own revision for an old event; nil if
-// prev is nil) and whether anything was undone: not if another instance
-// rewrote or removed n since.
-func (s *Server) undoStoreAt(ctx context.Context, n, prev *Node) (restored *Node, undone bool, err error) {
+// Over n only: a record another instance wrote since is left alone. It
+// returns prev as written back (at the revision of that write, for its
+// PeerUpdated event: nodes that applied n's would take one at prev's own
+// revision for an old event; nil if prev is nil) and whether anything
+// was undone: not if another instance rewrote or removed n since.
+func (s *Server) undoStore(ctx context.Context, n, prev *Node) (restored *Node, undone bool, err error) {
 	if prev == nil {
 		err := s.deleteRecord(ctx, n)
 		if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {

@@ -23,8 +23,7 @@ type view struct {
 }
 
 type viewEntry struct {
-	node *Node
-	rev  uint64    // store revision, 0 when unknown (a local write)
+	node *Node     // its rev: the store revision, 0 when unknown (a local write)
 	enc  [2][]byte // the encoded Peer, online [0] and offline [1], made on demand
 }
 
@@ -32,21 +31,24 @@ func newView() *view {
 	return &view{byID: map[string]*viewEntry{}, legacy: map[string]struct{}{}}
 }
 
-// put records n. A revision below the one held is an old watch entry
-// arriving after a newer local write and is ignored.
+// put records n at store revision rev (n's own if higher). A revision
+// below the one held is an old watch entry arriving after a newer local
+// write and is ignored.
 func (v *view) put(n *Node, rev uint64) {
 	c := *n
+	c.rev = max(c.rev, rev)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if e, ok := v.byID[n.ID]; ok {
-		if rev != 0 && e.rev > rev {
+		if rev != 0 && e.node.rev > rev {
 			return
 		}
-		e.node, e.rev, e.enc = &c, max(rev, c.rev, e.rev), [2][]byte{}
+		c.rev = max(c.rev, e.node.rev)
+		e.node, e.enc = &c, [2][]byte{}
 	} else {
 		i, _ := slices.BinarySearch(v.ids, n.ID)
 		v.ids = slices.Insert(v.ids, i, n.ID)
-		v.byID[n.ID] = &viewEntry{node: &c, rev: max(rev, c.rev)}
+		v.byID[n.ID] = &viewEntry{node: &c}
 	}
 	if n.SharedEvents {
 		delete(v.legacy, n.ID)
@@ -62,7 +64,7 @@ func (v *view) removeAt(id string, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.byID[id]
-	if !ok || rev != 0 && e.rev > rev {
+	if !ok || rev != 0 && e.node.rev > rev {
 		return
 	}
 	delete(v.byID, id)
@@ -81,7 +83,6 @@ func (v *view) get(id string) *Node {
 		return nil
 	}
 	c := *e.node
-	c.rev = max(c.rev, e.rev)
 	return &c
 }
 
@@ -160,7 +161,7 @@ func (e *viewEntry) encoded(offline bool) ([]byte, error) {
 	}
 	if e.enc[k] == nil {
 		p := e.node.peer()
-		p.Offline, p.Rev = offline, max(p.Rev, e.rev)
+		p.Offline = offline
 		b, err := json.Marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("encode peer %s: %w", e.node.ID, err)
