@@ -386,7 +386,7 @@ func TestBarrierReadsStreamEnd(t *testing.T) {
 	last := info.State.LastSeq
 	require.Greater(t, last, n.rev+1, "the claims freed after the record")
 
-	rev, err := kv.lastNodeRevision(ctx)
+	rev, err := kv.lastRevision(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, last, rev, "the barrier's read")
 	require.Eventually(t, func() bool {

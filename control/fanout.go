@@ -44,10 +44,10 @@ func (s *Server) publishEvent(ev controlapi.PeerEvent) {
 // instance follows (KVStore.Watch).
 type watcher interface {
 	Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), seen func(rev uint64), ready func()) (<-chan struct{}, error)
-	// lastNodeRevision is the revision of the store's last change to a
-	// node: seen reports it once the watch delivered every change made
-	// before the call.
-	lastNodeRevision(ctx context.Context) (uint64, error)
+	// lastRevision is the revision of the store's last change (to a
+	// node or a claim): seen reports it once the watch delivered every
+	// change made before the call.
+	lastRevision(ctx context.Context) (uint64, error)
 }
 
 // loadView fills the view from the store and, for a shared store, keeps
@@ -66,11 +66,11 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 		return nil
 	}
 	if !s.cfg.noBarrier {
-		read := w.lastNodeRevision
+		read := w.lastRevision
 		if hook := s.cfg.barrierReadHook; hook != nil {
 			read = func(ctx context.Context) (uint64, error) {
 				hook()
-				return w.lastNodeRevision(ctx)
+				return w.lastRevision(ctx)
 			}
 		}
 		s.barrier = newReadBarrier(read, s.cfg.barrierWait, watchCtx.Done(), s.log)

@@ -22,7 +22,7 @@ import (
 // nodes live under "node.<id>".
 type KVStore struct {
 	kv     jetstream.KeyValue
-	stream jetstream.Stream // the bucket's, for lastNodeRevision
+	stream jetstream.Stream // the bucket's, for lastRevision
 }
 
 var _ Store = (*KVStore)(nil)
@@ -456,7 +456,7 @@ func (s *KVStore) deleteAt(ctx context.Context, id string, want uint64) error {
 	return nil
 }
 
-// lastNodeRevision is the bucket's last revision, as the stream's leader
+// lastRevision is the bucket's last revision, as the stream's leader
 // has it: at or past its last change to a node. The watch, which sees
 // every key, reaches it once it delivered every change made before this
 // call: a write's message stays until a later write of its key replaces
@@ -464,7 +464,7 @@ func (s *KVStore) deleteAt(ctx context.Context, id string, want uint64) error {
 // the watch. The stream's state keeps it, so reading it costs the server the
 // same for any number of nodes; the last message over node.> would cost
 // it a walk of every node's subject.
-func (s *KVStore) lastNodeRevision(ctx context.Context) (uint64, error) {
+func (s *KVStore) lastRevision(ctx context.Context) (uint64, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("registry last revision: %w", err)
@@ -480,7 +480,7 @@ func (s *KVStore) lastNodeRevision(ctx context.Context) (uint64, error) {
 // is set up; the updates arrive on a goroutine that ends with ctx.
 func (s *KVStore) Watch(ctx context.Context, apply func(id string, n *Node, rev uint64), seen func(rev uint64), ready func()) (stopped <-chan struct{}, err error) {
 	// Every key, not node.> alone: seen then follows the stream itself,
-	// up to its last revision (lastNodeRevision).
+	// up to its last revision (lastRevision).
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("registry watch: %w", err)
