@@ -301,8 +301,11 @@ func (n *Node) endList() {
 // instead: a peer the list does not hold is removed if the node's copy
 // of it is no newer than the list.
 func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
-	newer := func(id string) bool { return n.eventAt[id] > mark } // under n.mu
+	// Whole under peerMu: an event applied midway would be undone by the
+	// list's older entry. Events wait; those applied since mark, while
+	// the list was asked for, are recent: the list does not undo them.
 	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
 	if l.Rev > 0 && l.Rev < n.revs.listRev && n.revs.below(l.Rev) {
 		// A list older than every record the node holds, and than the last
 		// list: the registry started over (recreated), its revisions
@@ -311,55 +314,44 @@ func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
 		n.log.Warn("peer list behind every registry revision applied: the registry started over; revisions forgotten", "list", l.Rev, "last_list", n.revs.listRev)
 		n.revs.reset()
 	}
-	n.peerMu.Unlock()
-	want := map[string]controlapi.Peer{}
-	for _, p := range l.Peers {
-		want[p.NodeID] = p
-		// Weighed and applied under peerMu: an event applied between the
-		// two would be undone by the older entry.
-		n.peerMu.Lock()
-		n.mu.Lock()
-		skip := newer(p.NodeID)
-		n.mu.Unlock()
-		if !skip {
-			n.setPeerLocked(p, revRecord)
-		}
-		n.peerMu.Unlock()
-	}
 	n.mu.Lock()
-	var absent []controlapi.Peer
 	recent := map[string]bool{}
-	for id, p := range n.peers {
-		if _, ok := want[id]; !ok {
-			absent, recent[id] = append(absent, p.info), newer(id)
-		}
-	}
-	for id, p := range n.offline {
-		if _, ok := want[id]; !ok {
-			absent, recent[id] = append(absent, p.info), newer(id)
+	for id, at := range n.eventAt {
+		if at > mark {
+			recent[id] = true
 		}
 	}
 	n.mu.Unlock()
-	var gone []controlapi.Peer
-	n.peerMu.Lock()
-	for _, p := range absent {
-		rev := n.revs.known(p.NodeID)
-		switch {
-		case l.Rev > 0 && rev > 0:
-			if rev <= l.Rev {
-				p.Rev = rev // removePeer finds it stale if an event moved it on meanwhile
-				gone = append(gone, p)
-			}
-		case !recent[p.NodeID]:
-			p.Rev = rev
-			gone = append(gone, p)
+	want := map[string]bool{}
+	for _, p := range l.Peers {
+		want[p.NodeID] = true
+		if !recent[p.NodeID] {
+			n.setPeerLocked(p, revRecord)
 		}
 	}
-	n.peerMu.Unlock()
-	for _, p := range gone {
-		n.removePeer(p)
+	n.mu.Lock()
+	var absent []controlapi.Peer
+	for id, p := range n.peers {
+		if !want[id] {
+			absent = append(absent, p.info)
+		}
 	}
-	n.peerMu.Lock()
+	for id, p := range n.offline {
+		if !want[id] {
+			absent = append(absent, p.info)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range absent {
+		rev := n.revs.known(p.NodeID)
+		keep := recent[p.NodeID]
+		if l.Rev > 0 && rev > 0 {
+			keep = rev > l.Rev // newer than the list, which cannot know it
+		}
+		if !keep {
+			p.Rev = rev
+			n.removePeerLocked(p)
+		}
+	}
 	n.revs.listed(l.Rev)
-	n.peerMu.Unlock()
 }
