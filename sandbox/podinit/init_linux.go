@@ -223,14 +223,69 @@ func setupAgentMounts(cfg Config) error {
 }
 
 // bindResolvConf puts content over /etc/resolv.conf (mount(2) follows a
-// symbolic link there to what it links to). The file bound is unlinked at
-// once; the mount keeps it alive for as long as the namespace lives, and
-// nothing is left behind.
+// symbolic link there to what it links to). The file bound lives in a tmpfs
+// of its own that no directory holds: the mount over /etc/resolv.conf keeps
+// it for as long as the namespace lives, and a SIGKILL at any moment leaves
+// nothing behind. Where the kernel or a seccomp profile refuses the mount
+// API that makes such a tmpfs (fsopen, Linux 5.2), the file is a temporary
+// one, unlinked once bound.
 func bindResolvConf(content string) error {
 	const target = "/etc/resolv.conf"
 	if _, err := os.Stat(target); err != nil {
 		return fmt.Errorf("resolv.conf: %w (the agent's name server cannot be set)", err)
 	}
+	err := bindResolvConfDetached(target, content)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		err = bindResolvConfFile(target, content)
+	}
+	return err
+}
+
+// bindResolvConfDetached writes content to a file in a new tmpfs mount
+// attached nowhere, and moves a mount of that file over target.
+func bindResolvConfDetached(target, content string) error {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("resolv.conf: making a tmpfs for it: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "size", "16k"); err != nil {
+		return fmt.Errorf("resolv.conf: sizing its tmpfs: %w", err)
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fmt.Errorf("resolv.conf: making a tmpfs for it: %w", err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return fmt.Errorf("resolv.conf: mounting its tmpfs: %w", err)
+	}
+	defer unix.Close(mnt)
+	fd, err := unix.Openat(mnt, "resolv.conf", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "resolv.conf")
+	_, err = f.WriteString(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	tree, err := unix.OpenTree(mnt, "resolv.conf", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("resolv.conf: binding over %s: %w", target, err)
+	}
+	return nil
+}
+
+// bindResolvConfFile binds a temporary file over target and unlinks it.
+// A SIGKILL between its creation and its unlinking leaves it behind.
+func bindResolvConfFile(target, content string) error {
 	f, err := os.CreateTemp("", "lattice-resolv-*.conf")
 	if err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
