@@ -277,7 +277,7 @@ func bindResolvConfDetached(target, content string) error {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
 	defer unix.Close(tree)
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS); err != nil {
 		return fmt.Errorf("resolv.conf: binding over %s: %w", target, err)
 	}
 	return nil
