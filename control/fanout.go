@@ -20,6 +20,9 @@ import (
 
 // publishEvent announces ev to every node but ev's own.
 func (s *Server) publishEvent(ev controlapi.PeerEvent) {
+	if ev.Peer.Rev != 0 {
+		ev.Peer.Reg = s.reg
+	}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		s.log.Error("encode peer event", "err", err)
@@ -48,6 +51,9 @@ type watcher interface {
 	// node or a claim): seen reports it once the watch delivered every
 	// change made before the call.
 	lastRevision(ctx context.Context) (uint64, error)
+	// registry names the store's incarnation (controlapi.Peer.Reg): when
+	// it was made, so a store made again names itself with a larger one.
+	registry() uint64
 }
 
 // loadView fills the view from the store and, for a shared store, keeps
@@ -65,6 +71,7 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 		}
 		return nil
 	}
+	s.reg = w.registry()
 	if !s.cfg.noBarrier {
 		read := w.lastRevision
 		if hook := s.cfg.barrierReadHook; hook != nil {

@@ -21,8 +21,9 @@ import (
 // "name.<name>" keys, so two instances can never hand out the same one;
 // nodes live under "node.<id>".
 type KVStore struct {
-	kv     jetstream.KeyValue
-	stream jetstream.Stream // the bucket's, for lastRevision
+	kv      jetstream.KeyValue
+	stream  jetstream.Stream // the bucket's, for lastRevision
+	created uint64           // when the bucket's stream was made, Unix ns (registry)
 }
 
 var _ Store = (*KVStore)(nil)
@@ -69,8 +70,17 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 	if err != nil {
 		return nil, fmt.Errorf("registry bucket %s: %w", o.Bucket, err)
 	}
-	return &KVStore{kv: kv, stream: st}, nil
+	created := st.CachedInfo().Created.UnixNano()
+	if created <= 0 {
+		return nil, fmt.Errorf("registry bucket %s: its stream has no creation time (%v)", o.Bucket, st.CachedInfo().Created)
+	}
+	return &KVStore{kv: kv, stream: st, created: uint64(created)}, nil
 }
+
+// registry names the bucket by when its stream was made: a bucket
+// deleted and made again, its revisions counting from 1 again, names
+// itself with a larger number (controlapi.Peer.Reg).
+func (s *KVStore) registry() uint64 { return s.created }
 
 // createBucket binds to the bucket, creating it if there is none, trying
 // again every few seconds until ctx ends: a cluster still electing its

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -38,12 +39,16 @@ func TestEventsAndListsCarryRevisions(t *testing.T) {
 	added := next(x.NodeID)
 	assert.Equal(t, controlapi.PeerAdded, added.Type)
 	assert.Equal(t, xRev, added.Peer.Rev, "the add names the record's revision")
+	reg := kv.registry()
+	require.NotZero(t, reg)
+	assert.Equal(t, reg, added.Peer.Reg, "the add names the registry its revision counts in")
 
 	behind, err := obs.PeerList(ctx)
 	require.NoError(t, err)
 	require.NotContains(t, peerIDs(behind.Peers), x.NodeID, "B's watch was held")
 	assert.Positive(t, behind.Rev, "a shared registry's list says how current it is")
 	assert.Less(t, behind.Rev, xRev, "a list served behind the registry claims x's revision")
+	assert.Equal(t, reg, behind.Reg, "a list names the registry its revision counts in")
 
 	gate.open()
 	require.Eventually(t, func() bool { return b.view.has(x.NodeID) }, 5*time.Second, time.Millisecond)
@@ -65,6 +70,31 @@ func TestEventsAndListsCarryRevisions(t *testing.T) {
 		removed = next(x.NodeID)
 	}
 	assert.Equal(t, xRev, removed.Peer.Rev, "the removal names the record it removed")
+	assert.Equal(t, reg, removed.Peer.Reg)
+}
+
+// TestRegistryMadeAgainNamesItselfLater: a registry bucket deleted and
+// made again numbers its revisions from 1 again; its Reg is larger, so a
+// node tells its revisions from the old one's.
+func TestRegistryMadeAgainNamesItselfLater(t *testing.T) {
+	ctx := ctxT(t)
+	srv, err := New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "again",
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	first, err := OpenKVStore(ctx, srv.Conn(), KVOptions{Bucket: "made-again"})
+	require.NoError(t, err)
+	again, err := OpenKVStore(ctx, srv.Conn(), KVOptions{Bucket: "made-again"})
+	require.NoError(t, err)
+	assert.Equal(t, first.registry(), again.registry(), "one bucket, opened twice, names itself alike")
+	js, err := jetstream.New(srv.Conn())
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteKeyValue(ctx, "made-again"))
+	remade, err := OpenKVStore(ctx, srv.Conn(), KVOptions{Bucket: "made-again"})
+	require.NoError(t, err)
+	assert.Greater(t, remade.registry(), first.registry())
 }
 
 // TestLostReregistrationUndoneInOrder: a node registers again, its answer

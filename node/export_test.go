@@ -165,3 +165,14 @@ func (n *Node) RemovePeerForTest(info controlapi.Peer) { n.removePeer(info) }
 // OnOnlineAgainForTest runs f as the TUN marks an offline peer's address
 // online again, before its packets pass.
 func (n *Node) OnOnlineAgainForTest(f func(netip.Addr)) { n.tun.onlineHook = f }
+
+// PeerEpochForTest is the registration epoch the node names in signals to
+// the peer id (0: no such running peer).
+func (n *Node) PeerEpochForTest(id string) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.peers[id]; p != nil {
+		return p.epoch.Load()
+	}
+	return 0
+}

@@ -10,12 +10,17 @@ import (
 // peer events and answer peer lists each on their own, so what a node
 // receives from two of them comes in no common order: a node's PeerAdded
 // from the instance it registered on can arrive after its PeerRemoved
-// from the one it left through, or after a list taken later. Epochs
-// order a node's registrations (earlierLife); within one, the registry
-// revision each event and list carries (controlapi.Peer.Rev,
-// PeerPage.Rev) orders the rest. revBook keeps what the node has applied
-// of them. Revisions of 0 (a control of one instance, or one from before
-// revisions) are never judged: events are then applied as they come.
+// from the one it left through, or after a list taken later. The
+// registry revision each event and list carries (controlapi.Peer.Rev,
+// PeerPage.Rev) orders them: every write of a record, a registration, a
+// take-back of a lost one (older epoch, later revision), a removal, has
+// a revision above the last. revBook keeps what the node has applied of
+// them. Revisions count within one registry (controlapi.Peer.Reg): one
+// made again counts from 1 again, and names itself with a larger Reg, so
+// the book starts over with it and ignores what still comes from the old
+// one. Revisions of 0 (a control of one instance, or one from before
+// revisions) are never judged: epochs then order a peer's registrations
+// (earlierLife) and events are applied as they come.
 
 // goneKeep is how long a removed peer's revision is kept to judge late
 // events about it by. Events that late are seconds late at most; a peer
@@ -25,6 +30,7 @@ const goneKeep = time.Minute
 // revBook is the registry revisions a node has applied. Guarded by the
 // node's peerMu.
 type revBook struct {
+	reg     uint64           // the registry they count in (controlapi.Peer.Reg); 0: none named yet
 	live    map[string]revAt // a peer's record as last applied
 	gone    map[string]revAt // a removed peer's record, as removed
 	listRev uint64           // the last peer list held every change up to this
@@ -37,13 +43,6 @@ type revAt struct {
 	at         time.Time
 }
 
-// newer reports whether info is of a later registration than r: its
-// record is then newer whatever the revisions say (a registry started
-// over numbers from 1 again; epochs, from the clock, keep growing).
-func (r revAt) newer(info controlapi.Peer) bool {
-	return info.Epoch != 0 && r.epoch != 0 && info.Epoch > r.epoch
-}
-
 // revKind is what an event or list entry says of a peer.
 type revKind int
 
@@ -53,33 +52,63 @@ const (
 	revRemoved                 // its record is removed
 )
 
+// registry reports whether reg, the registry an event or list counts
+// its revisions in, is one the book has left behind (an older one: its
+// news is stale). A later one starts the book over: its revisions count
+// from 1 again. 0 names none and is taken for the book's own.
+func (b *revBook) registry(reg uint64) (old bool) {
+	switch {
+	case reg == 0 || reg == b.reg:
+		return false
+	case reg < b.reg:
+		return true
+	}
+	if b.reg != 0 {
+		*b = revBook{}
+	}
+	b.reg = reg
+	return false
+}
+
+// judges reports whether the book can order info by revision: info has
+// one and the book holds one of the peer (applied, or removed). Where it
+// can, revisions decide alone; where not, epochs order the peer's lives
+// (earlierLife).
+func (b *revBook) judges(id string, rev uint64) bool {
+	if rev == 0 {
+		return false
+	}
+	if r, ok := b.live[id]; ok && r.rev != 0 {
+		return true
+	}
+	_, ok := b.gone[id]
+	return ok
+}
+
 // stale reports whether info, applied as kind, would take the peer back
-// to a registry revision older than what the node applied: a record
-// (or presence) of a peer removed since or absent from a later list, a
-// record older than the one held, or the removal of an earlier one;
-// unless info is of a later registration. A presence event about a peer
-// the node holds is never stale by revision: the instance that saw the
-// peer go offline may have an older copy of its record, and its news is
-// still news (earlierLife orders lives).
+// to a registry revision older than what the node applied: a record (or
+// presence) of a peer removed since or absent from a later list, a
+// record older than the one held, or the removal of an earlier one. A
+// presence event carries the peer's record as its sender had it: an
+// older copy of the record held is still news of the same registration
+// (the instance that saw the peer go offline may lag behind), but not of
+// another one (an earlier life, or one control took back).
 func (b *revBook) stale(info controlapi.Peer, kind revKind) (bool, uint64) {
 	if info.Rev == 0 {
 		return false, 0
 	}
-	if g, ok := b.gone[info.NodeID]; ok && kind != revRemoved {
-		if g.newer(info) {
-			return false, 0
-		}
-		if info.Rev <= g.rev {
-			return true, g.rev
-		}
+	if g, ok := b.gone[info.NodeID]; ok && kind != revRemoved && info.Rev <= g.rev {
+		return true, g.rev
 	}
 	known, ok := b.live[info.NodeID]
 	switch {
 	case !ok:
 		// Absent from the last list, or removed since: a record it held.
 		return kind != revRemoved && info.Rev <= b.listRev, b.listRev
-	case known.rev == 0 || kind == revPresence || known.newer(info):
+	case known.rev == 0:
 		return false, 0
+	case kind == revPresence:
+		return info.Rev < known.rev && info.Epoch != known.epoch, known.rev
 	default:
 		return info.Rev < known.rev, known.rev
 	}
@@ -104,7 +133,7 @@ func (b *revBook) applied(info controlapi.Peer, kind revKind, now time.Time) {
 			}
 		}
 		g := b.gone[id]
-		b.gone[id] = revAt{rev: max(info.Rev, g.rev), epoch: max(info.Epoch, g.epoch), at: now}
+		b.gone[id] = revAt{rev: max(info.Rev, g.rev), epoch: info.Epoch, at: now}
 		return
 	}
 	delete(b.gone, id)
@@ -114,11 +143,10 @@ func (b *revBook) applied(info controlapi.Peer, kind revKind, now time.Time) {
 	if b.live == nil {
 		b.live = map[string]revAt{}
 	}
-	r := b.live[id]
-	if r.newer(info) {
-		r = revAt{}
+	if r, ok := b.live[id]; !ok || info.Rev >= r.rev {
+		// (An older copy, in a presence event, leaves the record held.)
+		b.live[id] = revAt{rev: info.Rev, epoch: info.Epoch}
 	}
-	b.live[id] = revAt{rev: max(r.rev, info.Rev), epoch: max(r.epoch, info.Epoch)}
 }
 
 // known is the revision of id's record as applied; 0: none, or unknown.
@@ -139,18 +167,6 @@ func (b *revBook) listed(rev uint64) {
 	}
 }
 
-// below reports whether every live record the node holds a revision of
-// is above rev (true if it holds none).
-func (b *revBook) below(rev uint64) bool {
-	for _, r := range b.live {
-		if r.rev <= rev {
-			return false
-		}
-	}
-	return true
-}
-
 // reset forgets every revision: the node registered again after control
-// refused its session, perhaps on a registry started over, whose
-// revisions begin again from 1.
+// refused its session, perhaps on a registry made again.
 func (b *revBook) reset() { *b = revBook{} }

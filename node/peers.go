@@ -23,7 +23,7 @@ func (n *Node) setPeer(info controlapi.Peer, kind revKind) {
 // setPeerLocked is setPeer under peerMu; it reports whether info was
 // applied (not from an earlier registration, nor older than what was).
 func (n *Node) setPeerLocked(info controlapi.Peer, kind revKind) bool {
-	if n.earlierLife(info, "an update") || n.staleRev(info, kind) {
+	if n.outdated(info, kind, "an update") {
 		return false
 	}
 	n.revs.applied(info, kind, time.Now())
@@ -33,6 +33,22 @@ func (n *Node) setPeerLocked(info controlapi.Peer, kind revKind) bool {
 		n.addPeer(info)
 	}
 	return true
+}
+
+// outdated reports whether info, applied as kind (what names it for the
+// log), is older than what the node holds of the peer, and logs it so:
+// from a registry made again since, or by registry revision where the
+// node holds one of the peer (peerrev.go), or else by epoch (an earlier
+// registration, earlierLife). Under peerMu.
+func (n *Node) outdated(info controlapi.Peer, kind revKind, what string) bool {
+	if n.revs.registry(info.Reg) {
+		n.log.Debug("peer event from a registry made again since ignored", "peer", info.Name, "event", what, "reg", info.Reg, "current", n.revs.reg)
+		return true
+	}
+	if !n.revs.judges(info.NodeID, info.Rev) && n.earlierLife(info, what) {
+		return true
+	}
+	return n.staleRev(info, kind)
 }
 
 // staleRev reports whether info is older than what the node applied of
@@ -62,10 +78,14 @@ func (n *Node) addPeer(info controlapi.Peer) {
 		n.log.Info("peer online", "peer", info.Name)
 	}
 	if old := n.peers[info.NodeID]; old != nil {
-		if sameButEpoch(old.info, info) {
+		if sameButEpoch(old.info, info) && info.Epoch >= old.epoch.Load() {
 			old.learnEpoch(info.Epoch) // a re-registration: only the epoch moved
 			return
 		}
+		// (An earlier epoch comes here only as control's take-back of a
+		// registration whose answer was lost, by a later revision: the
+		// peer runs under it, and signals must name it. The peer starts
+		// over with it.)
 		old.close()
 		if n.canTrim() {
 			// The old peer's hooks go with it: one that fired later would
@@ -160,7 +180,7 @@ func (n *Node) removePeer(info controlapi.Peer) {
 // removePeerLocked is removePeer under peerMu; it reports whether the
 // removal was applied.
 func (n *Node) removePeerLocked(info controlapi.Peer) bool {
-	if n.earlierLife(info, "a removal") || n.staleRev(info, revRemoved) {
+	if n.outdated(info, revRemoved, "a removal") {
 		return false
 	}
 	n.revs.applied(info, revRemoved, time.Now())

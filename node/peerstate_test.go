@@ -313,25 +313,109 @@ func TestIgnoredEventDoesNotHoldTheListBack(t *testing.T) {
 	assert.True(t, held, "the list's newer record of the peer was not applied")
 }
 
-// TestRegistryStartedOver: a list behind every revision the node applied
-// means the registry was recreated and counts from 1 again; the node
-// forgets the old revisions, so the new registry's peers are taken.
+// TestRegistryStartedOver: a registry made again counts its revisions
+// from 1 again and names itself with a larger Reg; the node forgets the
+// old revisions, so the new registry's peers are taken, and what still
+// comes from the old one is not.
 func TestRegistryStartedOver(t *testing.T) {
-	w := newLabWorld(t)
-	n := startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
-	old := controlapi.Peer{NodeID: "p", Name: "p", PublicKey: key.NewPrivate().Public(),
-		Address: netip.MustParsePrefix("100.96.0.9/10"), Epoch: 1000, Rev: 900}
-	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{old}, Rev: 1000}, nil)
+	n := revNode(t)
+	old := revPeer("p", "100.96.0.9/10", 1000, 900)
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{old}, Rev: 1000, Reg: 1}, nil)
 	fresh := old
 	fresh.Rev = 3
-	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{fresh}, Rev: 5}, nil)
-	newcomer := controlapi.Peer{NodeID: "q", Name: "q", PublicKey: key.NewPrivate().Public(),
-		Address: netip.MustParsePrefix("100.96.0.10/10"), Epoch: 5000, Rev: 6}
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{fresh}, Rev: 5, Reg: 2}, nil)
+	newcomer := revPeer("q", "100.96.0.10/10", 5000, 6)
+	newcomer.Reg = 2
 	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: newcomer})
-	names := map[string]bool{}
+	assert.True(t, holds(n, "q"), "a peer of the new registry read as older than the old registry's last list")
+	assert.True(t, holds(n, "p"))
+	lateRemoval := old
+	lateRemoval.Reg = 1
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: lateRemoval})
+	assert.True(t, holds(n, "p"), "a removal from the old registry, late, removed the peer")
+}
+
+// TestRecentRemovalDoesNotHideTheNextRegistration: a peer's removal,
+// applied while a list was asked for, does not hold back the list's
+// newer record of it (its next registration); the registration's own
+// event, later still, is then no news.
+func TestRecentRemovalDoesNotHideTheNextRegistration(t *testing.T) {
+	n := revNode(t)
+	p50 := revPeer("p", "100.96.0.9/10", 1000, 50)
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: p50})
+	p60 := p50
+	p60.Epoch, p60.Rev = 2000, 60
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p60}, Rev: 70}, func() {
+		n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: p50})
+	})
+	assert.True(t, holds(n, "p"), "the list's next registration of the peer, held back by its removal")
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: p60})
+	assert.True(t, holds(n, "p"), "the next registration's own event, after the list, dropped")
+}
+
+// TestLaggingListAfterANewerOne: a list from an instance behind (its
+// revision below the last list's) neither removes a peer newer than it
+// nor brings back one removed since.
+func TestLaggingListAfterANewerOne(t *testing.T) {
+	n := revNode(t)
+	p := revPeer("p", "100.96.0.9/10", 1000, 95)
+	q := revPeer("q", "100.96.0.10/10", 1000, 50)
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p, q}, Rev: 96, Reg: 7}, nil)
+	q.Rev = 98
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerRemoved, Peer: q})
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p}, Rev: 100, Reg: 7}, nil)
+	q.Rev = 50
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{q}, Rev: 90, Reg: 7}, nil)
+	assert.True(t, holds(n, "p"), "p (revision 95) removed by a list at 90")
+	assert.False(t, holds(n, "q"), "q, removed at 98, brought back by a list at 90")
+}
+
+// TestTakeBackOfALostRegistration: control takes back a registration
+// whose answer was lost by writing the earlier record again, with its
+// earlier epoch, at a later revision. Nodes that applied the
+// registration take the take-back, and then the earlier registration's
+// presence; signals name the epoch the peer runs under.
+func TestTakeBackOfALostRegistration(t *testing.T) {
+	n := revNode(t)
+	e1 := revPeer("p", "100.96.0.9/10", 1000, 5)
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: e1})
+	e2 := e1
+	e2.Epoch, e2.Rev = 2000, 10
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: e2})
+	require.Equal(t, uint64(2000), n.PeerEpochForTest("p"))
+	back := e1
+	back.Rev = 11
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerUpdated, Peer: back})
+	assert.Equal(t, uint64(1000), n.PeerEpochForTest("p"), "the take-back dropped: signals name a registration the peer never learnt")
+	late := e2
+	late.Offline = true
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerOffline, Peer: late})
+	require.Len(t, n.Peers(), 1)
+	assert.False(t, n.Peers()[0].Offline, "an offline of the registration taken back, from a lagging instance, taken")
+	off := back
+	off.Offline = true
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerOffline, Peer: off})
+	require.Len(t, n.Peers(), 1)
+	assert.True(t, n.Peers()[0].Offline, "the offline of the record taken back dropped")
+}
+
+func revNode(t *testing.T) *node.Node {
+	t.Helper()
+	w := newLabWorld(t)
+	return startNode(t, w.site(t, "full-cone"), "alpha", &stockNetstack{}, func(c *node.Config) { c.ICE.Lazy = false })
+}
+
+func revPeer(id, addr string, epoch, rev uint64) controlapi.Peer {
+	return controlapi.Peer{NodeID: id, Name: id, PublicKey: key.NewPrivate().Public(),
+		Address: netip.MustParsePrefix(addr), Epoch: epoch, Rev: rev}
+}
+
+// holds reports whether n holds the peer id, online or not.
+func holds(n *node.Node, id string) bool {
 	for _, p := range n.Peers() {
-		names[p.Name] = true
+		if p.NodeID == id {
+			return true
+		}
 	}
-	assert.True(t, names["q"], "a peer of the new registry read as older than the old registry's last list")
-	assert.True(t, names["p"])
+	return false
 }

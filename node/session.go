@@ -298,21 +298,18 @@ func (n *Node) endList() {
 // by its event, then removed by the older list (nodes starting at once
 // each missed a peer so). Where the list and the node both know a
 // peer's registry revision (replicated control, peerrev.go), they decide
-// instead: a peer the list does not hold is removed if the node's copy
-// of it is no newer than the list.
+// instead: an entry is taken if it is newer than what an event applied,
+// and a peer the list does not hold is removed if the node's copy of it
+// is no newer than the list.
 func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
 	// Whole under peerMu: an event applied midway would be undone by the
 	// list's older entry. Events wait; those applied since mark, while
 	// the list was asked for, are recent: the list does not undo them.
 	n.peerMu.Lock()
 	defer n.peerMu.Unlock()
-	if l.Rev > 0 && l.Rev < n.revs.listRev && n.revs.below(l.Rev) {
-		// A list older than every record the node holds, and than the last
-		// list: the registry started over (recreated), its revisions
-		// counting from 1 again. Judged by the old ones, its new records
-		// would all read as old.
-		n.log.Warn("peer list behind every registry revision applied: the registry started over; revisions forgotten", "list", l.Rev, "last_list", n.revs.listRev)
-		n.revs.reset()
+	if n.revs.registry(l.Reg) {
+		n.log.Warn("peer list from a registry made again since ignored", "reg", l.Reg, "current", n.revs.reg)
+		return
 	}
 	n.mu.Lock()
 	recent := map[string]bool{}
@@ -325,7 +322,11 @@ func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
 	want := map[string]bool{}
 	for _, p := range l.Peers {
 		want[p.NodeID] = true
-		if !recent[p.NodeID] {
+		p.Reg = l.Reg
+		// A recent event and the entry, both with revisions: the later
+		// one stands (a removal applied meanwhile does not hold back the
+		// peer's next registration, whose own event may come after).
+		if !recent[p.NodeID] || l.Rev > 0 && n.revs.judges(p.NodeID, p.Rev) {
 			n.setPeerLocked(p, revRecord)
 		}
 	}

@@ -161,10 +161,16 @@ type Peer struct {
 	// order of its own: revisions give it one (see PeerPage.Rev). In a
 	// PeerRemoved event it is the revision of the record removed.
 	Rev uint64 `json:"rev,omitempty"`
+	// Reg names the registry Rev counts in, in a peer event: when it was
+	// made (Unix ns; 0: unknown). A registry made again (a bucket
+	// recreated) numbers its revisions from 1 again; a larger Reg is the
+	// later registry, and revisions of two registries are not compared.
+	// In a peer list, the list's Reg stands for its entries'.
+	Reg uint64 `json:"reg,omitempty"`
 }
 
-// Equal reports whether p and q describe the peer alike. Rev, where the
-// description came from, is not compared.
+// Equal reports whether p and q describe the peer alike. Rev and Reg,
+// where the description came from, are not compared.
 func (p Peer) Equal(q Peer) bool {
 	return p.NodeID == q.NodeID && p.Name == q.Name && p.PublicKey == q.PublicKey && p.Address == q.Address &&
 		p.Offline == q.Offline && p.Epoch == q.Epoch && slices.Equal(p.Tags, q.Tags)

@@ -519,6 +519,7 @@ func (s *Session) Peers(ctx context.Context) ([]Peer, error) {
 func (s *Session) PeerList(ctx context.Context) (PeerList, error) {
 	all := PeerList{Peers: []Peer{}}
 	var req PeerListRequest
+	mixed := false // pages of two registries: the list's revision is unknown
 	for first := true; ; first = false {
 		body, _ := json.Marshal(req)
 		r, err := s.nc.RequestWithContext(ctx, NodeSubject(s.id, LeafPeerList), body)
@@ -530,7 +531,12 @@ func (s *Session) PeerList(ctx context.Context) (PeerList, error) {
 			return PeerList{}, fmt.Errorf("peer list: %w", err)
 		}
 		all.Peers = append(all.Peers, page.Peers...)
-		if first || page.Rev < all.Rev {
+		switch {
+		case first:
+			all.Rev, all.Reg = page.Rev, page.Reg
+		case page.Reg != all.Reg:
+			all.Rev, all.Reg, mixed = 0, 0, true
+		case !mixed && page.Rev < all.Rev:
 			all.Rev = page.Rev
 		}
 		if !page.More {

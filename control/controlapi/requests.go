@@ -33,14 +33,19 @@ type PeerPage struct {
 	// at or before Rev, or registered after. 0: unknown (a registry of
 	// one control instance, or a control from before revisions).
 	Rev uint64 `json:"rev,omitempty"`
+	// Reg names the registry Rev counts in (Peer.Reg).
+	Reg uint64 `json:"reg,omitempty"`
 }
 
 // PeerList is the whole peer list, as Session.PeerList assembles it from
 // its pages. Rev is the lowest of the pages' (PeerPage.Rev): the list
-// holds every change up to it.
+// holds every change up to it, in the registry Reg names (PeerPage.Reg).
+// Pages of two registries (one made again while the list was asked for)
+// make a list of unknown revision: Rev and Reg 0.
 type PeerList struct {
 	Peers []Peer
 	Rev   uint64
+	Reg   uint64
 }
 
 // PresenceRequest is a node's heartbeat (Online) or its goodbye.
