@@ -102,8 +102,15 @@ func (s *Server) onPresence(m *nats.Msg) {
 		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: "malformed presence: " + err.Error()}})
 		return
 	}
-	if s.secretHash(id) == nil {
-		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}})
+	// Not found, the node registers again (its record was lost while it
+	// ran); a registry that cannot be read says so instead, or every node
+	// would register again at once over a store's passing failure.
+	if ok, err := s.isRegistered(id); !ok {
+		e := &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}
+		if err != nil {
+			e = asError(err)
+		}
+		s.reply(m, controlapi.ErrorReply{Error: e})
 		return
 	}
 	if n := s.view.get(id); n != nil && req.Epoch != 0 && req.Epoch < n.Epoch {

@@ -160,3 +160,45 @@ func TestMassExpiryListsOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return offline.Load() == silent }, 5*ttl, 10*time.Millisecond, "offline events: %d", offline.Load())
 	assert.LessOrEqual(t, st.lists.Load()-before, int64(2), "listings for %d expiries", silent)
 }
+
+// failingGetStore fails Get while fail is set, as a registry that cannot
+// be reached does.
+type failingGetStore struct {
+	*FileStore
+	fail atomic.Bool
+}
+
+func (s *failingGetStore) Get(ctx context.Context, id string) (*Node, error) {
+	if s.fail.Load() {
+		return nil, errors.New("registry unreachable")
+	}
+	return s.FileStore.Get(ctx, id)
+}
+
+// TestHeartbeatOfALostRecord: a heartbeat of a node the registry has no
+// record of is answered not found (the node then registers again); one
+// the registry cannot be read for is answered with the failure, not
+// "not found", so that a store's passing failure does not send every
+// node to register again.
+func TestHeartbeatOfALostRecord(t *testing.T) {
+	st := &failingGetStore{FileStore: NewMemStore()}
+	env := startServer(t, "", func(c *Config) { c.Store = st })
+	ctx := ctxT(t)
+	r, err := controlapi.RegisterNATS(ctx, netx.OS, env.url, controlapi.Join{Token: testToken, Name: "n", Key: newPriv(t)})
+	require.NoError(t, err)
+	s, err := controlapi.Connect(ctx, netx.OS, r.NodeID, r.NATS, controlapi.Handlers{})
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.Presence(ctx, true, r.Epoch))
+
+	st.fail.Store(true)
+	var e *controlapi.Error
+	require.ErrorAs(t, s.Presence(ctx, true, r.Epoch), &e)
+	assert.Equal(t, controlapi.CodeInternal, e.Code, "a registry that cannot be read: %v", e)
+	assert.Contains(t, e.Message, "registry unreachable")
+	st.fail.Store(false)
+
+	require.NoError(t, st.Delete(ctx, r.NodeID))
+	require.ErrorAs(t, s.Presence(ctx, true, r.Epoch), &e)
+	assert.Equal(t, controlapi.CodeNotFound, e.Code)
+}

@@ -327,16 +327,35 @@ func (s *Server) natsURL() string {
 // so every control instance sharing a registry accepts the nodes any of
 // them registered, and none accepts one deregistered anywhere.
 func (s *Server) secretHash(id string) []byte {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := s.cfg.Store.Get(ctx, id)
-	if err != nil {
-		if !errors.Is(err, ErrNotFound) {
-			s.log.Warn("registry lookup", "id", truncate(id, 40), "err", err)
-		}
+	n, err := s.lookup(id)
+	if err != nil || n == nil {
 		return nil
 	}
 	return n.SecretHash
+}
+
+// isRegistered reports whether id is in the registry; an error if the
+// registry cannot say (it is not taken for "no").
+func (s *Server) isRegistered(id string) (bool, error) {
+	n, err := s.lookup(id)
+	return n != nil, err
+}
+
+// lookup reads id's record from the Store: nil and no error if there is
+// none.
+func (s *Server) lookup(id string) (*Node, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := s.cfg.Store.Get(ctx, id)
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	default:
+		s.log.Warn("registry lookup", "id", truncate(id, 40), "err", err)
+		return nil, fmt.Errorf("registry lookup: %w", err)
+	}
 }
 
 // registerWorkers is how many registrations one instance handles at once.
@@ -405,9 +424,14 @@ func (s *Server) onSignal(m *nats.Msg) {
 		s.dropped.Add(1)
 		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), controlapi.MaxSignalBytes)}})
 		return
-	case s.secretHash(to) == nil:
+	}
+	if ok, err := s.isRegistered(to); !ok {
 		s.dropped.Add(1)
-		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}})
+		e := &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}
+		if err != nil {
+			e = asError(err)
+		}
+		s.reply(m, controlapi.ErrorReply{Error: e})
 		return
 	}
 	out := nats.NewMsg(controlapi.NodeSubject(to, controlapi.LeafSignalIn))

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/latticelab/lattice/control/controlapi"
@@ -121,11 +122,25 @@ func (n *Node) startHeartbeat() {
 		defer close(done)
 		t := time.NewTicker(ttl / 3)
 		defer t.Stop()
+		var lost uint64 // the registration control last said it has no record of
 		for {
 			hctx, hcancel := context.WithTimeout(ctx, ttl/3)
-			err := n.session.Load().Presence(hctx, true, n.epoch.Load())
+			epoch := n.epoch.Load()
+			err := n.session.Load().Presence(hctx, true, epoch)
 			hcancel()
-			if err != nil && ctx.Err() == nil {
+			var e *controlapi.Error
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.As(err, &e) && e.Code == controlapi.CodeNotFound && epoch != lost:
+				// The registry lost this node's record while its session
+				// stayed up (emptied, or made again): no peer hears of it,
+				// and it hears only of peers that list it. It registers
+				// again, as when control refuses its session; once per
+				// registration, the next heartbeats meanwhile aside.
+				lost = epoch
+				n.log.Warn("control has no record of this node (its registry was emptied or made again); registering again", "epoch", epoch)
+				go n.reregister()
+			default:
 				n.log.Debug("presence heartbeat", "err", err)
 			}
 			select {

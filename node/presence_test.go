@@ -126,3 +126,33 @@ func TestUncleanStopOfflineAfterTTL(t *testing.T) {
 	}, slow(10*time.Second), 10*time.Millisecond, "beta never came back online: %+v", a.Status())
 	eventuallyEcho(t, na, b.Address().Addr(), 7, slow(10*time.Second), "after the network came back")
 }
+
+// TestRecordLostWhileRunning: the registry loses a running node's record
+// while its session stays up (emptied behind control's back); the node's
+// next heartbeat is answered "not found", and it registers again, with
+// the same address, so a node that joins afterwards hears of it and
+// reaches it.
+func TestRecordLostWhileRunning(t *testing.T) {
+	const ttl = 900 * time.Millisecond
+	w := newLabWorld(t, func(c *control.Config) { c.PresenceTTL = ttl })
+	nb := &stockNetstack{}
+	b := startNode(t, w.site(t, "full-cone"), "beta", nb)
+	serveEcho(t, nb, 7)
+	id := b.Identity()
+	before, err := w.ctrl.Store().Get(t.Context(), id.NodeID)
+	require.NoError(t, err)
+
+	time.Sleep(ttl / 2) // past its first heartbeat: the record goes while the node runs
+	require.NoError(t, w.ctrl.Store().Delete(t.Context(), id.NodeID))
+	var again *control.Node
+	require.Eventually(t, func() bool {
+		again, err = w.ctrl.Store().Get(t.Context(), id.NodeID)
+		return err == nil
+	}, ttl+slow(5*time.Second), 20*time.Millisecond, "beta never registered again")
+	assert.Greater(t, again.Epoch, before.Epoch, "a new registration")
+	assert.Equal(t, before.Address, again.Address, "same key, same address")
+
+	nc := &stockNetstack{}
+	startNode(t, w.site(t, "full-cone"), "gamma", nc)
+	eventuallyEcho(t, nc, b.Address().Addr(), 7, slow(10*time.Second), "to beta after it registered again")
+}

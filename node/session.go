@@ -228,7 +228,7 @@ func (n *Node) rejoin(ctx context.Context) error {
 	if resp.Address != n.id.Address {
 		n.log.Warn("re-registered with a different address", "was", n.id.Address, "now", resp.Address)
 	}
-	n.log.Info("re-registered after control refused the session", "id", resp.NodeID, "address", resp.Address)
+	n.log.Info("registered again", "id", resp.NodeID, "address", resp.Address, "epoch", resp.Epoch)
 	if peers != nil {
 		n.reconcile(*peers, mark)
 	} else {
