@@ -21,7 +21,7 @@ import (
 // publishEvent announces ev to every node but ev's own.
 func (s *Server) publishEvent(ev controlapi.PeerEvent) {
 	if ev.Peer.Rev != 0 {
-		ev.Peer.Reg = s.reg
+		ev.Peer.Reg = s.registry()
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {
@@ -56,6 +56,15 @@ type watcher interface {
 	registry() uint64
 }
 
+// registry is the shared registry's Reg (controlapi.Peer.Reg): 0 for a
+// store of one instance.
+func (s *Server) registry() uint64 {
+	if s.regOf == nil {
+		return 0
+	}
+	return s.regOf()
+}
+
 // loadView fills the view from the store and, for a shared store, keeps
 // it following the store until ctx ends (the watch's goroutine is
 // waited for in Close). It returns once the nodes stored now are in.
@@ -71,13 +80,21 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 		}
 		return nil
 	}
-	s.reg = w.registry()
+	s.regOf = w.registry
 	if !s.cfg.noBarrier {
-		read := w.lastRevision
+		read := func(ctx context.Context) (uint64, error) {
+			was := w.registry()
+			rev, err := w.lastRevision(ctx)
+			if now := w.registry(); now != was {
+				s.log.Error("registry bucket made again while this instance ran: its view may hold records of the old one; restart it", "reg", now, "was", was)
+			}
+			return rev, err
+		}
 		if hook := s.cfg.barrierReadHook; hook != nil {
+			plain := read
 			read = func(ctx context.Context) (uint64, error) {
 				hook()
-				return w.lastRevision(ctx)
+				return plain(ctx)
 			}
 		}
 		s.barrier = newReadBarrier(read, s.cfg.barrierWait, watchCtx.Done(), s.log)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,7 +24,7 @@ import (
 type KVStore struct {
 	kv      jetstream.KeyValue
 	stream  jetstream.Stream // the bucket's, for lastRevision
-	created uint64           // when the bucket's stream was made, Unix ns (registry)
+	created atomic.Uint64    // when the bucket's stream was made, Unix ns (registry)
 }
 
 var _ Store = (*KVStore)(nil)
@@ -74,13 +75,18 @@ func OpenKVStore(ctx context.Context, nc *nats.Conn, o KVOptions) (*KVStore, err
 	if created <= 0 {
 		return nil, fmt.Errorf("registry bucket %s: its stream has no creation time (%v)", o.Bucket, st.CachedInfo().Created)
 	}
-	return &KVStore{kv: kv, stream: st, created: uint64(created)}, nil
+	s := &KVStore{kv: kv, stream: st}
+	s.created.Store(uint64(created))
+	return s, nil
 }
 
 // registry names the bucket by when its stream was made: a bucket
 // deleted and made again, its revisions counting from 1 again, names
-// itself with a larger number (controlapi.Peer.Reg).
-func (s *KVStore) registry() uint64 { return s.created }
+// itself with a larger number (controlapi.Peer.Reg). It is read again
+// with the bucket's last revision (lastRevision): an instance that lives
+// through the bucket's remaking writes into the new one, at its
+// revisions, and must name it.
+func (s *KVStore) registry() uint64 { return s.created.Load() }
 
 // createBucket binds to the bucket, creating it if there is none, trying
 // again every few seconds until ctx ends: a cluster still electing its
@@ -478,6 +484,9 @@ func (s *KVStore) lastRevision(ctx context.Context) (uint64, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("registry last revision: %w", err)
+	}
+	if c := info.Created.UnixNano(); c > 0 {
+		s.created.Store(uint64(c))
 	}
 	return info.State.LastSeq, nil
 }

@@ -63,8 +63,8 @@ func (s *Server) encodePeerPage(after, self string, limit int) ([]byte, error) {
 	revField := ""
 	if rev > 0 {
 		revField = `,"rev":` + strconv.FormatUint(rev, 10)
-		if s.reg != 0 {
-			revField += `,"reg":` + strconv.FormatUint(s.reg, 10)
+		if reg := s.registry(); reg != 0 {
+			revField += `,"reg":` + strconv.FormatUint(reg, 10)
 		}
 	}
 	peers, n, more, err := s.view.page(after, self, limit-len(`{"peers":,"more":true}`)-len(revField), s.offline)

@@ -92,9 +92,16 @@ func TestRegistryMadeAgainNamesItselfLater(t *testing.T) {
 	js, err := jetstream.New(srv.Conn())
 	require.NoError(t, err)
 	require.NoError(t, js.DeleteKeyValue(ctx, "made-again"))
+	was := first.registry()
 	remade, err := OpenKVStore(ctx, srv.Conn(), KVOptions{Bucket: "made-again"})
 	require.NoError(t, err)
-	assert.Greater(t, remade.registry(), first.registry())
+	assert.Greater(t, remade.registry(), was)
+	// A handle from before, which writes into the new bucket at its
+	// revisions, names the new one once it reads the last revision (as
+	// every peer list's barrier does).
+	_, err = first.lastRevision(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, remade.registry(), first.registry(), "a handle that outlived the remaking names the old registry")
 }
 
 // TestLostReregistrationUndoneInOrder: a node registers again, its answer

@@ -136,7 +136,7 @@ type Server struct {
 
 	view      *view           // the registry, in memory (view.go)
 	barrier   *readBarrier    // the view caught up before it is read (barrier.go); nil: none
-	reg       uint64          // the shared registry's Reg (controlapi.Peer.Reg), set before the watch starts; 0: none
+	regOf     func() uint64   // the shared registry's Reg (controlapi.Peer.Reg), set before the watch starts; nil: none
 	watchDone <-chan struct{} // closed when the view's watch ended; nil: none
 	// challengeSecret derives registration challenges' keys (proof.go);
 	// shared through the Store by every instance that shares it.

@@ -176,3 +176,13 @@ func (n *Node) PeerEpochForTest(id string) uint64 {
 	}
 	return 0
 }
+
+// LearnPeerEpochForTest teaches the running peer id the epoch e, as a
+// signal from it naming e does.
+func (n *Node) LearnPeerEpochForTest(id string, e uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.peers[id]; p != nil {
+		p.learnEpoch(e)
+	}
+}

@@ -92,6 +92,9 @@ type peer struct {
 	// epoch is the peer's registration epoch as we know it (see
 	// learnEpoch); unlike the rest, other goroutines write it.
 	epoch atomic.Uint64
+	// recordEpoch is the epoch of the record control last gave (addPeer):
+	// signals can teach epoch a later one first.
+	recordEpoch atomic.Uint64
 	// shared is the box key signals to and from the peer are sealed
 	// with, computed on first use (sharedKey) and kept for the peer's
 	// life: a peer whose key changes is a new peer (addPeer). A peer
@@ -168,6 +171,7 @@ func newPeer(env *peerEnv, info controlapi.Peer) *peer {
 	p.ended.Add(1)
 	p.box.drain = p.drain
 	p.epoch.Store(info.Epoch)
+	p.recordEpoch.Store(info.Epoch)
 	p.path.SetLeads(p.controlling)
 	p.record(PathRelay, netip.AddrPort{}, "peer registered: relay until a direct path is found")
 	p.post(peerEvent{begin: true})

@@ -85,6 +85,21 @@ func (b *revBook) judges(id string, rev uint64) bool {
 	return ok
 }
 
+// above reports whether rev is above every revision the book holds of
+// id (applied, or removed), and it holds one: a later write of the
+// peer's record than any the node applied.
+func (b *revBook) above(id string, rev uint64) bool {
+	if !b.judges(id, rev) {
+		return false
+	}
+	r, ok := b.live[id]
+	if ok && rev <= r.rev {
+		return false
+	}
+	g, ok := b.gone[id]
+	return !ok || rev > g.rev
+}
+
 // stale reports whether info, applied as kind, would take the peer back
 // to a registry revision older than what the node applied: a record (or
 // presence) of a peer removed since or absent from a later list, a
@@ -166,7 +181,3 @@ func (b *revBook) listed(rev uint64) {
 		}
 	}
 }
-
-// reset forgets every revision: the node registered again after control
-// refused its session, perhaps on a registry made again.
-func (b *revBook) reset() { *b = revBook{} }

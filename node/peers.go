@@ -78,14 +78,15 @@ func (n *Node) addPeer(info controlapi.Peer) {
 		n.log.Info("peer online", "peer", info.Name)
 	}
 	if old := n.peers[info.NodeID]; old != nil {
-		if sameButEpoch(old.info, info) && info.Epoch >= old.epoch.Load() {
+		if sameButEpoch(old.info, info) && info.Epoch >= old.recordEpoch.Load() {
+			old.recordEpoch.Store(info.Epoch)
 			old.learnEpoch(info.Epoch) // a re-registration: only the epoch moved
 			return
 		}
-		// (An earlier epoch comes here only as control's take-back of a
-		// registration whose answer was lost, by a later revision: the
-		// peer runs under it, and signals must name it. The peer starts
-		// over with it.)
+		// (A record of an earlier epoch than control's last comes here
+		// only as its take-back of a registration whose answer was lost,
+		// by a later revision: the peer runs under it, and signals must
+		// name it. The peer starts over with it.)
 		old.close()
 		if n.canTrim() {
 			// The old peer's hooks go with it: one that fired later would

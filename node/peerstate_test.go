@@ -399,6 +399,43 @@ func TestTakeBackOfALostRegistration(t *testing.T) {
 	assert.True(t, n.Peers()[0].Offline, "the offline of the record taken back dropped")
 }
 
+// TestListDoesNotUndoARecentPresence: a peer's offline (or online),
+// applied while a list was asked for, is not undone by the list's older
+// copy of the peer, which carries the same record revision.
+func TestListDoesNotUndoARecentPresence(t *testing.T) {
+	n := revNode(t)
+	p := revPeer("p", "100.96.0.9/10", 1000, 10)
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: p})
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p}, Rev: 20}, func() {
+		n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerOffline, Peer: p})
+	})
+	require.Len(t, n.Peers(), 1)
+	assert.True(t, n.Peers()[0].Offline, "the list's older copy undid the offline applied meanwhile")
+
+	off := p
+	off.Offline = true
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{off}, Rev: 30}, func() {
+		n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerOnline, Peer: p})
+	})
+	require.Len(t, n.Peers(), 1)
+	assert.False(t, n.Peers()[0].Offline, "the list's older copy undid the online applied meanwhile")
+}
+
+// TestOlderCopyKeepsTheSignalledEpoch: a peer that registered again
+// signals its new epoch before control's event of it arrives; a list
+// entry or presence event carrying the record held (its earlier epoch)
+// neither restarts the peer nor takes its epoch back.
+func TestOlderCopyKeepsTheSignalledEpoch(t *testing.T) {
+	n := revNode(t)
+	p := revPeer("p", "100.96.0.9/10", 1000, 10)
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerAdded, Peer: p})
+	n.LearnPeerEpochForTest("p", 2000)
+	n.ReconcileForTest(controlapi.PeerList{Peers: []controlapi.Peer{p}, Rev: 20}, nil)
+	assert.Equal(t, uint64(2000), n.PeerEpochForTest("p"), "a list's copy of the held record restarted the peer under its earlier epoch")
+	n.PeerEventForTest(controlapi.PeerEvent{Type: controlapi.PeerOnline, Peer: p})
+	assert.Equal(t, uint64(2000), n.PeerEpochForTest("p"), "a presence event's copy restarted the peer under its earlier epoch")
+}
+
 func revNode(t *testing.T) *node.Node {
 	t.Helper()
 	w := newLabWorld(t)

@@ -216,9 +216,8 @@ func (n *Node) rejoin(ctx context.Context) error {
 		return err
 	}
 	n.epoch.Store(resp.Epoch)
-	n.peerMu.Lock()
-	n.revs.reset()
-	n.peerMu.Unlock()
+	// The revisions applied stay: the registry is the one they count in,
+	// or its lists and events name another (Reg) and start them over.
 	mark := n.beginList()
 	defer n.endList()
 	peers, err := n.connectSession(ctx, n.cfg.Network, resp)
@@ -323,10 +322,12 @@ func (n *Node) reconcile(l controlapi.PeerList, mark uint64) {
 	for _, p := range l.Peers {
 		want[p.NodeID] = true
 		p.Reg = l.Reg
-		// A recent event and the entry, both with revisions: the later
-		// one stands (a removal applied meanwhile does not hold back the
-		// peer's next registration, whose own event may come after).
-		if !recent[p.NodeID] || l.Rev > 0 && n.revs.judges(p.NodeID, p.Rev) {
+		// A recent event stands, unless the entry is a later write of
+		// the peer's record than any the node applied (a removal applied
+		// meanwhile does not hold back the peer's next registration,
+		// whose own event may come after); a presence event leaves the
+		// revision as it was, and the older list does not undo it.
+		if !recent[p.NodeID] || l.Rev > 0 && n.revs.above(p.NodeID, p.Rev) {
 			n.setPeerLocked(p, revRecord)
 		}
 	}
