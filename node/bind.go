@@ -49,6 +49,9 @@ type Bind struct {
 	unanswered atomic.Pointer[func()]
 	// batch is what BatchSize returns; set before Open.
 	batch int
+	// gate keeps WireGuard's answer to a peer's initiation apart from a
+	// handshake our own packets open (answer.go).
+	gate answerGate
 }
 
 type relayed struct {
@@ -72,7 +75,10 @@ func NewBind(mux *Mux) *Bind {
 }
 
 // Peer returns the path for peer key pk, creating it.
-func (b *Bind) Peer(pk key.Public) *Path {
+func (b *Bind) Peer(pk key.Public) *Path { return b.peer(pk, false) }
+
+// peer is Peer; a path it makes is pending (Path.pending) if pending.
+func (b *Bind) peer(pk key.Public, pending bool) *Path {
 	b.mu.RLock()
 	p := b.peers[pk]
 	b.mu.RUnlock()
@@ -83,10 +89,15 @@ func (b *Bind) Peer(pk key.Public) *Path {
 	defer b.mu.Unlock()
 	if p = b.peers[pk]; p == nil {
 		p = &Path{Key: pk}
+		p.pending.Store(pending)
 		b.peers[pk] = p
 	}
 	return p
 }
+
+// Ready says the node's peer holds p, and WireGuard has started it: what
+// comes from it is passed on (see Path.pending).
+func (b *Bind) Ready(p *Path) { p.pending.Store(false) }
 
 // RemovePeer forgets a peer.
 func (b *Bind) RemovePeer(pk key.Public) {
@@ -144,11 +155,14 @@ func (b *Bind) DeliverRelayed(src key.Public, pkt []byte) {
 	now := time.Now().UnixNano()
 	b.mu.RLock()
 	p := b.peers[src]
-	var drop, crossed, stale bool
+	var drop, crossed, stale, held bool
 	if p != nil {
-		drop, crossed, stale = b.checkLocked(p, pkt, now)
+		drop, crossed, stale, held = b.checkLocked(p, pkt, now)
 	}
 	b.mu.RUnlock()
+	if held {
+		b.gate.settle()
+	}
 	if p == nil {
 		b.unknown.Add(1)
 		return
@@ -208,7 +222,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			if err != nil {
 				return 0, err
 			}
-			out := 0
+			out, held := 0, false
 			now := time.Now().UnixNano()
 			stale, trimmed, crossed = stale[:0], trimmed[:0], crossed[:0]
 			b.mu.RLock()
@@ -223,7 +237,8 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 						continue
 					}
 				} else {
-					drop, isCrossed, isStale := b.checkLocked(p, pkt, now)
+					drop, isCrossed, isStale, isHeld := b.checkLocked(p, pkt, now)
+					held = held || isHeld
 					if isCrossed {
 						crossed = append(crossed, p)
 					}
@@ -260,6 +275,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			// must not nest in b.mu: adding a peer parses its endpoint).
 			for _, p := range trimmed {
 				p.restoreWG()
+			}
+			if held {
+				b.gate.settle()
 			}
 			if out > 0 {
 				return out, nil
@@ -399,7 +417,9 @@ func (b *Bind) ParseEndpoint(s string) (conn.Endpoint, error) {
 	if err != nil || len(raw) != 32 {
 		return nil, fmt.Errorf("node: endpoint %q: bad key", s)
 	}
-	return &Endpoint{Path: b.Peer(key.Public(raw))}, nil
+	// WireGuard parses a new peer's endpoint before it starts the peer:
+	// a path made here waits for Ready.
+	return &Endpoint{Path: b.peer(key.Public(raw), true)}, nil
 }
 
 // Endpoint is a peer as WireGuard sees it.

@@ -65,6 +65,7 @@ func (n *Node) startWireGuard(ctx context.Context, addr netip.Prefix) error {
 		return fmt.Errorf("node: interface: %w", err)
 	}
 	n.tun = newUnreachableTUN(tdev)
+	n.tun.gate = &n.bind.gate // before the device reads: never changed after
 	if tr, ok := n.relay.(transportReporter); ok {
 		n.tun.mtu.relay = tr // before the device reads: never changed after
 	}

@@ -98,6 +98,13 @@ type handshakes struct {
 	// a transport message from the peer last arrived (Unix ns): see
 	// sessionSettled.
 	initAt, authAt atomic.Int64
+
+	// answerBy is when the hold on our packets to the peer ends while
+	// WireGuard answers its initiation (Unix ns; 0: answered, or none),
+	// heldInit that initiation (as peerInit) and heldAt when it came:
+	// see answerGate.
+	answerBy, heldAt atomic.Int64
+	heldInit         atomic.Uint64
 }
 
 // resend is an initiation of ours that waits for its response.
@@ -260,6 +267,7 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 			// WireGuard's handshake state: a response to ours would
 			// be refused, so resending it is useless.
 			p.stopResends()
+			b.gate.answered(p)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		}
 	}
@@ -448,21 +456,26 @@ func (b *Bind) matchIndexLocked(pkt []byte, from netip.AddrPort, now int64) *Pat
 }
 
 // checkLocked inspects a packet from p: drop says it is an initiation
-// crossing ours, stale that it is a transport message for a session we do
-// not have (counted). Callers hold b.mu (read).
-func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale bool) {
+// crossing ours or a copy of one passed (duplicate), stale that it is a transport message for a
+// session we do not have (counted), held that it is the peer's new
+// initiation, which waits for b.gate.settle before WireGuard takes it
+// (answerGate). Callers hold b.mu (read).
+func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale, held bool) {
 	switch drop, yield := p.crossing(pkt, now); {
 	case drop:
 		b.crossed.Add(1)
-		return true, true, false
+		return true, true, false, false
 	case yield:
 		b.glareYields.Add(1)
 	}
 	if p.duplicate(pkt, now) {
 		b.dupInit.Add(1)
-		return true, false, false
+		return true, false, false, false
 	}
-	return false, false, b.staleSessionLocked(p, pkt)
+	if isInitiation(pkt) {
+		return false, false, false, b.gate.hold(p, pkt, now)
+	}
+	return false, false, b.staleSessionLocked(p, pkt), false
 }
 
 // duplicate reports whether pkt is a copy of the peer's initiation passed
@@ -470,7 +483,9 @@ func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale
 // initiation if it is one (see "Duplicate initiations" above). An
 // initiation's ephemeral key is fresh for each: equal keys are copies.
 func (p *Path) duplicate(pkt []byte, now int64) bool {
-	if !isInitiation(pkt) {
+	if !isInitiation(pkt) || p.pending.Load() {
+		// (WireGuard may not have started a pending path's peer and
+		// drop the initiation: its copies must not be dropped here.)
 		return false
 	}
 	eph := binary.LittleEndian.Uint64(pkt[8:16])

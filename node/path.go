@@ -50,6 +50,13 @@ type Path struct {
 	lastDirectRx                         atomic.Int64  // Unix ns of the last direct packet
 	TxDirect, TxRelay, RxDirect, RxRelay atomic.Uint64 // bytes
 
+	// pending: WireGuard's configuration made the path (ParseEndpoint)
+	// for a peer it is still adding, and the node's peer does not hold it
+	// yet (Bind.Ready). WireGuard drops what comes from a peer it has not
+	// started: a peer's initiation it dropped so must not be taken for
+	// passed, or the Bind would drop its resends as copies (duplicate).
+	pending atomic.Bool
+
 	handshakes // the WireGuard workarounds' state (handshake.go)
 	lazyState  // traffic and wake-up for lazy connections (lazy.go)
 	liveness   // the direct path's watch while it carries traffic (liveness.go)

@@ -170,6 +170,7 @@ func newPeer(env *peerEnv, info controlapi.Peer) *peer {
 	}
 	p.ended.Add(1)
 	p.box.drain = p.drain
+	env.bind.Ready(p.path)
 	p.epoch.Store(info.Epoch)
 	p.recordEpoch.Store(info.Epoch)
 	p.path.SetLeads(p.controlling)

@@ -42,6 +42,9 @@ type unreachableTUN struct {
 	// onlineHook, if set (tests), runs as an address is marked online
 	// again, before its packets pass.
 	onlineHook func(netip.Addr)
+
+	// gate is the Bind's (answer.go), set before WireGuard reads; nil: none.
+	gate *answerGate
 }
 
 var _ tun.Device = (*unreachableTUN)(nil)
@@ -87,7 +90,13 @@ func (u *unreachableTUN) Read(bufs [][]byte, sizes []int, offset int) (int, erro
 	if len(u.mtu.pending) > 0 {
 		return u.mtu.takePending(bufs, sizes, offset, 0), nil
 	}
+	if u.gate != nil {
+		u.gate.enterRead()
+	}
 	n, err := u.Device.Read(bufs, sizes, offset)
+	if u.gate != nil {
+		u.holdForAnswers(bufs, sizes, offset, n)
+	}
 	u.restoreTrimmed(bufs, sizes, offset, n)
 	u.rejectOffline(bufs, sizes, offset, n)
 	if u.mtu.quic() {
