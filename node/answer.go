@@ -18,14 +18,18 @@ import (
 // WireGuard's retry (5 s). A restarted node's first exchange met this in
 // a few runs in a thousand (node TestRestartFirstExchange, virtual time).
 //
-// answerGate keeps the two apart. The Bind holds a peer's new initiation
-// back from WireGuard while the interface's reader is out of Read with
-// packets for WireGuard (an initiation of ours they open is then made
-// before the peer's is consumed, and its answer replaces ours, as when
-// two cross on the wire); and the reader holds packets to that peer
-// until our answer goes out, or answerHold passes (WireGuard refused the
-// initiation). A node whose Device has its own interface has no reader
-// here: the Bind does not wait for one.
+// answerGate keeps the two apart for a peer with no session (the race's
+// case: one of ours would carry our packets instead). The Bind holds the
+// peer's new initiation back from WireGuard while the interface's reader
+// is out of Read with packets for WireGuard (an initiation of ours they
+// open is then made before the peer's is consumed, and its answer
+// replaces ours, as when two cross on the wire); and the reader, whose
+// Read returns packets to that peer, waits until our answer goes out, or
+// answerHold passes (WireGuard refused the initiation). The reader is
+// wireguard-go's only one: the wait delays packets to every peer, so it
+// is bounded, once per 100 ms per peer, and only for a peer without a
+// session. A node whose Device has its own interface has no reader here:
+// the Bind does not wait for one.
 type answerGate struct {
 	// until is the latest end of a hold (Unix ns); 0: none.
 	until atomic.Int64
@@ -40,10 +44,11 @@ type answerGate struct {
 }
 
 const (
-	// answerHold bounds how long the reader holds packets to a peer
-	// whose initiation WireGuard is answering: the answer goes out within
-	// microseconds, unless WireGuard refused the initiation.
-	answerHold = 20 * time.Millisecond
+	// answerHold bounds how long the reader holds the packets of one
+	// Read (to every peer: wireguard-go has one reader) while WireGuard
+	// answers an initiation: the answer goes out within microseconds,
+	// unless WireGuard refused the initiation.
+	answerHold = 10 * time.Millisecond
 	// answerSettle bounds how long the Bind holds a peer's initiation
 	// for the reader to return to Read.
 	answerSettle = 5 * time.Millisecond
@@ -51,12 +56,22 @@ const (
 	// initiations (a flood, or forged ones) has its packets held once at
 	// most in this time.
 	answerEvery = 100 * time.Millisecond
+	// answerSession: a peer something authenticated came from this
+	// recently has a session (WireGuard keeps one 180 s), which our
+	// packets use instead of opening a handshake: nothing to keep apart,
+	// and no hold. The race is a fresh peer's (a restart, a peer just
+	// added).
+	answerSession = 180 * time.Second
 )
 
 // hold records that the peer's initiation pkt goes to WireGuard at now,
 // and reports whether the Bind must settle first: a new initiation (not
-// a copy of the last held), not within answerEvery of the last hold.
+// a copy of the last held) from a peer with no session, not within
+// answerEvery of the last hold.
 func (g *answerGate) hold(p *Path, pkt []byte, now int64) bool {
+	if auth := p.authAt.Load(); auth != 0 && now-auth < int64(answerSession) {
+		return false
+	}
 	eph := binary.LittleEndian.Uint64(pkt[8:16])
 	if eph == p.heldInit.Load() || now-p.heldAt.Load() < int64(answerEvery) {
 		return false
@@ -137,10 +152,12 @@ func (g *answerGate) wait(deadline time.Time, done func() bool) {
 // holdForAnswers is the reader's side, as Read returns n packets: while
 // one goes to a peer whose initiation WireGuard is answering, it waits
 // for the answer, not busy meanwhile (nothing it read reaches WireGuard
-// before). It leaves the reader busy.
+// before); answerHold in all, however many peers' holds follow one
+// another. It leaves the reader busy.
 func (u *unreachableTUN) holdForAnswers(bufs [][]byte, sizes []int, offset, n int) {
 	g := u.gate
 	g.busy.Store(true)
+	var limit int64
 	for {
 		until := g.until.Load()
 		if until == 0 {
@@ -151,13 +168,18 @@ func (u *unreachableTUN) holdForAnswers(bufs [][]byte, sizes []int, offset, n in
 			g.until.CompareAndSwap(until, 0)
 			return
 		}
+		if limit == 0 {
+			limit = now + int64(answerHold)
+		} else if now >= limit {
+			return
+		}
 		p, by := u.answering(bufs, sizes, offset, n, now)
 		if p == nil {
 			return
 		}
 		g.busy.Store(false)
 		g.wake()
-		g.wait(time.Unix(0, by), func() bool { return p.answerBy.Load() == 0 })
+		g.wait(time.Unix(0, min(by, limit)), func() bool { return p.answerBy.Load() == 0 })
 		g.busy.Store(true)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -104,4 +105,88 @@ func TestAnswerGate(t *testing.T) {
 	held = read()
 	assert.GreaterOrEqual(t, held, answerHold*3/4, "the hold of an unanswered initiation")
 	assert.Less(t, held, 10*answerHold, "the hold of an unanswered initiation has a bound")
+}
+
+// batchTUN returns every packet queued so far in one Read, as Linux TUN
+// with offloads does (BatchSize 128).
+type batchTUN struct {
+	fakeTUN
+	batch chan [][]byte
+}
+
+func (f *batchTUN) BatchSize() int { return 128 }
+func (f *batchTUN) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	pkts := <-f.batch
+	for i, p := range pkts {
+		sizes[i] = copy(bufs[i][offset:], p)
+	}
+	return len(pkts), nil
+}
+
+// TestAnswerGateBounds: the reader is wireguard-go's only one, so a hold
+// delays packets to every peer. It is bounded: one Read waits answerHold
+// in all while holds on many peers of its batch follow one another
+// (initiations forged for them, which WireGuard refuses unanswered), and
+// a peer with a session (something authenticated from it lately) holds
+// nothing, its initiation forged or not.
+func TestAnswerGateBounds(t *testing.T) {
+	b := NewBind(nil)
+	b.SetRelay(&recordRelay{})
+	f := &batchTUN{fakeTUN: fakeTUN{in: make(chan []byte)}, batch: make(chan [][]byte, 1)}
+	u := newUnreachableTUN(f)
+	t.Cleanup(func() { u.Close() })
+	u.gate = &b.gate
+	var paths []*Path
+	var batch [][]byte
+	for i := range 6 {
+		p := b.Peer(key.Public{byte(10 + i)})
+		t.Cleanup(p.stopResends)
+		dst := fmt.Sprintf("100.64.0.%d", 10+i)
+		u.setPath(netip.MustParseAddr(dst), p)
+		paths = append(paths, p)
+		batch = append(batch, ipv4("100.64.0.1", dst, 17, 0, []byte("x")))
+	}
+	bufs, sizes := make([][]byte, 128), make([]int, 128)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1500)
+	}
+	forged := make([]byte, 148)
+	forged[0] = 1
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // a hold on the next peer before the last one's ends
+		defer close(done)
+		for i := 0; ; i++ {
+			forged[8]++
+			b.DeliverRelayed(paths[i%len(paths)].Key, forged)
+			select {
+			case <-stop:
+				return
+			case <-time.After(answerHold * 9 / 10):
+			}
+		}
+	}()
+	time.Sleep(answerHold / 4)
+	f.batch <- batch
+	start := time.Now()
+	_, err := u.Read(bufs, sizes, 0)
+	held := time.Since(start)
+	close(stop)
+	<-done
+	require.NoError(t, err)
+	assert.Less(t, held, 2*answerHold, "one Read held beyond its bound")
+
+	// Peers with a session: a forged initiation attributed to one holds
+	// nothing.
+	time.Sleep(answerHold)
+	now := time.Now().UnixNano()
+	for _, p := range paths {
+		p.noteAuth(now)
+	}
+	forged[8]++
+	b.DeliverRelayed(paths[0].Key, forged)
+	f.batch <- batch
+	start = time.Now()
+	_, err = u.Read(bufs, sizes, 0)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), answerHold/2, "a peer with a session held the reader")
 }

@@ -95,6 +95,11 @@ func (n *Node) restoreWG(p *peer) {
 	p.wg.trimmed = false
 	p.path.restore.Store(nil)
 	n.tun.noteTrimmed(false)
+	// Pending while WireGuard adds the peer back (Path.pending): an
+	// initiation that comes meanwhile, past the hook cleared above, may
+	// be dropped by WireGuard, and its copies must pass.
+	p.path.pending.Store(true)
+	defer n.bind.Ready(p.path)
 	if err := n.dev.IpcSet(wgPeerConfig(p.info, 0)); err != nil {
 		n.log.Warn("restore WireGuard peer", "peer", p.info.Name, "err", err)
 	}
