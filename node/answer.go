@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,19 +63,17 @@ const (
 	answerSession = 180 * time.Second
 )
 
-// hold records that the peer's initiation pkt goes to WireGuard at now,
-// and reports whether the Bind must settle first: a new initiation (not
-// a copy of the last held) from a peer with no session, not within
-// answerEvery of the last hold.
-func (g *answerGate) hold(p *Path, pkt []byte, now int64) bool {
+// hold records that the peer's initiation goes to WireGuard at now (one
+// the Bind let through: not a copy of the last, see duplicate), and
+// reports whether the Bind must settle first: for a peer with no session,
+// not within answerEvery of the last hold.
+func (g *answerGate) hold(p *Path, now int64) bool {
 	if auth := p.authAt.Load(); auth != 0 && now-auth < int64(answerSession) {
 		return false
 	}
-	eph := binary.LittleEndian.Uint64(pkt[8:16])
-	if eph == p.heldInit.Load() || now-p.heldAt.Load() < int64(answerEvery) {
+	if now-p.heldAt.Load() < int64(answerEvery) {
 		return false
 	}
-	p.heldInit.Store(eph)
 	p.heldAt.Store(now)
 	end := now + int64(answerHold)
 	p.answerBy.Store(end)

@@ -101,10 +101,8 @@ type handshakes struct {
 
 	// answerBy is when the hold on our packets to the peer ends while
 	// WireGuard answers its initiation (Unix ns; 0: answered, or none),
-	// heldInit that initiation (as peerInit) and heldAt when it came:
-	// see answerGate.
+	// and heldAt when that initiation came: see answerGate.
 	answerBy, heldAt atomic.Int64
-	heldInit         atomic.Uint64
 }
 
 // resend is an initiation of ours that waits for its response.
@@ -473,7 +471,7 @@ func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale
 		return true, false, false, false
 	}
 	if isInitiation(pkt) {
-		return false, false, false, b.gate.hold(p, pkt, now)
+		return false, false, false, b.gate.hold(p, now)
 	}
 	return false, false, b.staleSessionLocked(p, pkt), false
 }
