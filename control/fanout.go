@@ -83,19 +83,15 @@ func (s *Server) loadView(ctx, watchCtx context.Context) error {
 	s.regOf = w.registry
 	if !s.cfg.noBarrier {
 		read := func(ctx context.Context) (uint64, error) {
+			if hook := s.cfg.barrierReadHook; hook != nil {
+				hook()
+			}
 			was := w.registry()
 			rev, err := w.lastRevision(ctx)
 			if now := w.registry(); now != was {
 				s.log.Error("registry bucket made again while this instance ran: its view may hold records of the old one; restart it", "reg", now, "was", was)
 			}
 			return rev, err
-		}
-		if hook := s.cfg.barrierReadHook; hook != nil {
-			plain := read
-			read = func(ctx context.Context) (uint64, error) {
-				hook()
-				return plain(ctx)
-			}
 		}
 		s.barrier = newReadBarrier(read, s.cfg.barrierWait, watchCtx.Done(), s.log)
 	}

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,11 +104,7 @@ func (s *Server) onPresence(m *nats.Msg) {
 	// Not found, the node registers again (its record was lost while it
 	// ran); a registry that cannot be read says so instead, or every node
 	// would register again at once over a store's passing failure.
-	if ok, err := s.isRegistered(id); !ok {
-		e := &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}
-		if err != nil {
-			e = asError(err)
-		}
+	if e := s.unregistered(id); e != nil {
 		s.reply(m, controlapi.ErrorReply{Error: e})
 		return
 	}

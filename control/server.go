@@ -334,11 +334,18 @@ func (s *Server) secretHash(id string) []byte {
 	return n.SecretHash
 }
 
-// isRegistered reports whether id is in the registry; an error if the
-// registry cannot say (it is not taken for "no").
-func (s *Server) isRegistered(id string) (bool, error) {
+// unregistered is the error a request about id gets if id is not in the
+// registry (not found), or if the registry cannot say (its failure, not
+// "not found": a node told so registers again); nil if id is there.
+func (s *Server) unregistered(id string) *controlapi.Error {
 	n, err := s.lookup(id)
-	return n != nil, err
+	switch {
+	case err != nil:
+		return asError(err)
+	case n == nil:
+		return &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(id, 40))}
+	}
+	return nil
 }
 
 // lookup reads id's record from the Store: nil and no error if there is
@@ -425,12 +432,8 @@ func (s *Server) onSignal(m *nats.Msg) {
 		s.reply(m, controlapi.ErrorReply{Error: &controlapi.Error{Code: controlapi.CodeBadRequest, Message: fmt.Sprintf("signal is %d bytes, at most %d", len(m.Data), controlapi.MaxSignalBytes)}})
 		return
 	}
-	if ok, err := s.isRegistered(to); !ok {
+	if e := s.unregistered(to); e != nil {
 		s.dropped.Add(1)
-		e := &controlapi.Error{Code: controlapi.CodeNotFound, Message: fmt.Sprintf("no node %q", truncate(to, 40))}
-		if err != nil {
-			e = asError(err)
-		}
 		s.reply(m, controlapi.ErrorReply{Error: e})
 		return
 	}
