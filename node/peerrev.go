@@ -31,7 +31,7 @@ const goneKeep = time.Minute
 // node's peerMu.
 type revBook struct {
 	reg     uint64           // the registry they count in (controlapi.Peer.Reg); 0: none named yet
-	live    map[string]revAt // a peer's record as last applied
+	live    map[string]revAt // a peer's record as last applied (never at revision 0: see applied)
 	gone    map[string]revAt // a removed peer's record, as removed
 	listRev uint64           // the last peer list held every change up to this
 }
@@ -75,14 +75,9 @@ func (b *revBook) registry(reg uint64) (old bool) {
 // can, revisions decide alone; where not, epochs order the peer's lives
 // (earlierLife).
 func (b *revBook) judges(id string, rev uint64) bool {
-	if rev == 0 {
-		return false
-	}
-	if r, ok := b.live[id]; ok && r.rev != 0 {
-		return true
-	}
-	_, ok := b.gone[id]
-	return ok
+	_, live := b.live[id]
+	_, gone := b.gone[id]
+	return rev != 0 && (live || gone)
 }
 
 // above reports whether rev is above every revision the book holds of
@@ -120,8 +115,6 @@ func (b *revBook) stale(info controlapi.Peer, kind revKind) (bool, uint64) {
 	case !ok:
 		// Absent from the last list, or removed since: a record it held.
 		return kind != revRemoved && info.Rev <= b.listRev, b.listRev
-	case known.rev == 0:
-		return false, 0
 	case kind == revPresence:
 		return info.Rev < known.rev && info.Epoch != known.epoch, known.rev
 	default:
