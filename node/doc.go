@@ -9,7 +9,9 @@
 //   - node.go: Config, Start and Close; start brings the pieces up in
 //     order (identity, socket, relay, WireGuard, the registration's
 //     peers, control session);
-//     peers.go adds, updates and removes peers as control reports them.
+//     peers.go adds, updates and removes peers as control reports them;
+//     peerrev.go orders what replicated control instances report by
+//     registry revision.
 //   - identity.go: the key pair, node ID and address, and the
 //     CredentialStore that keeps them.
 //   - session.go: registration and the control session (peer events,
@@ -26,7 +28,8 @@
 //     peer's endpoint is the peer, sent on its current path.
 //   - handshake.go: the workarounds for WireGuard's timing that ride on
 //     the Bind (handshake resends, crossing initiations, receiver-index
-//     routing, stale sessions).
+//     routing, stale sessions); answer.go keeps WireGuard's answer to a
+//     peer's initiation apart from a handshake our own packets open.
 //   - path.go: Path (a peer's current direct address and counters),
 //     PathKind and PathEvent.
 //   - peer.go: the per-peer actor, fed by events through mailbox.go,
