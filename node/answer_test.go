@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestPendingPathPassesCopies(t *testing.T) {
 	ep, err := b.ParseEndpoint(EndpointString(pk))
 	require.NoError(t, err)
 	p := ep.(*Endpoint).Path
-	t.Cleanup(p.stopResends)
+	t.Cleanup(func() { p.stopResends() })
 	assert.Same(t, p, b.Peer(pk), "the path WireGuard parsed is the peer's")
 	require.True(t, p.pending.Load(), "a path WireGuard's configuration made")
 
@@ -57,7 +58,7 @@ func TestAnswerGate(t *testing.T) {
 	b := NewBind(nil)
 	b.SetRelay(&recordRelay{})
 	p := b.Peer(key.Public{9})
-	t.Cleanup(p.stopResends)
+	t.Cleanup(func() { p.stopResends() })
 	f := &fakeTUN{in: make(chan []byte, 4)}
 	u := newUnreachableTUN(f)
 	t.Cleanup(func() { u.Close() })
@@ -85,13 +86,19 @@ func TestAnswerGate(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), answerSettle, "the initiation passed while the reader was busy")
 	require.Len(t, b.relayIn, 1)
 
-	// Our answer goes out 5 ms on: a packet to the peer waits for it.
+	// Our answer goes out once the reader waits: a packet to the peer
+	// waits for it.
+	var answering atomic.Int64 // when the answer was about to go (Unix ns)
 	go func() {
-		time.Sleep(5 * time.Millisecond)
+		for end := time.Now().Add(time.Second); b.gate.waiting.Load() == 0 && time.Now().Before(end); {
+			time.Sleep(100 * time.Microsecond)
+		}
+		answering.Store(time.Now().UnixNano())
 		_ = b.Send([][]byte{resp}, &Endpoint{Path: p})
 	}()
 	held := read()
-	assert.GreaterOrEqual(t, held, 5*time.Millisecond, "a packet to the peer passed before the answer")
+	at := answering.Load()
+	assert.True(t, at != 0 && time.Now().UnixNano() >= at, "a packet to the peer passed before the answer")
 	assert.Less(t, held, answerHold, "held past the answer")
 
 	// A copy of that initiation holds nothing; a new one WireGuard
@@ -140,7 +147,7 @@ func TestAnswerGateBounds(t *testing.T) {
 	var batch [][]byte
 	for i := range 6 {
 		p := b.Peer(key.Public{byte(10 + i)})
-		t.Cleanup(p.stopResends)
+		t.Cleanup(func() { p.stopResends() })
 		dst := fmt.Sprintf("100.64.0.%d", 10+i)
 		u.setPath(netip.MustParseAddr(dst), p)
 		paths = append(paths, p)

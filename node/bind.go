@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -52,6 +53,9 @@ type Bind struct {
 	// gate keeps WireGuard's answer to a peer's initiation apart from a
 	// handshake our own packets open (answer.go).
 	gate answerGate
+	// self is our key once SetSelf names it: a path made from then on
+	// leads (Path.SetLeads) from the start if our key is the lower.
+	self atomic.Pointer[key.Public]
 }
 
 type relayed struct {
@@ -90,10 +94,21 @@ func (b *Bind) peer(pk key.Public, pending bool) *Path {
 	if p = b.peers[pk]; p == nil {
 		p = &Path{Key: pk}
 		p.pending.Store(pending)
+		if self := b.self.Load(); self != nil {
+			p.leads.Store(bytes.Compare(self[:], pk[:]) < 0)
+		}
 		b.peers[pk] = p
 	}
 	return p
 }
+
+// SetSelf names our key: a path the Bind makes from now on leads when our
+// key is the lower, as the node's peer later says (Path.SetLeads). Adding
+// a peer to WireGuard makes its path (ParseEndpoint), and with a
+// keepalive WireGuard opens a handshake at once, before the node's peer
+// exists: the peer's initiation crossing that one must meet a path that
+// already knows which side wins.
+func (b *Bind) SetSelf(pub key.Public) { b.self.Store(&pub) }
 
 // Ready says the node's peer holds p, and WireGuard has started it: what
 // comes from it is passed on (see Path.pending).
@@ -348,7 +363,9 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	if !ok {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
-	b.noteSent(e.Path, bufs)
+	if bufs = b.noteSent(e.Path, bufs); len(bufs) == 0 {
+		return nil
+	}
 	e.Path.keepForReplay(bufs)
 	return b.send(e.Path, bufs)
 }

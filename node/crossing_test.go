@@ -4,9 +4,11 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/key"
 )
@@ -214,7 +216,7 @@ func relayedPath(t *testing.T) (b *Bind, p *Path, sent func(want []byte) [][]byt
 	r := &recordRelay{}
 	b.SetRelay(r)
 	p = b.Peer(key.Public{1})
-	t.Cleanup(p.stopResends)
+	t.Cleanup(func() { p.stopResends() })
 	return b, p, func(want []byte) [][]byte {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -250,4 +252,93 @@ func TestDuplicateInitiations(t *testing.T) {
 	assert.True(t, p.duplicate(other, now), "a copy of the latest")
 	assert.False(t, p.duplicate(other, now+int64(dupInitWindow)), "a copy after the window goes through")
 	assert.False(t, p.duplicate(make([]byte, 92), now), "only initiations")
+}
+
+// TestWithheldInitiation: an initiation of ours made while WireGuard owes
+// the peer an answer (its initiation passed within initHold) is not sent
+// at once. WireGuard's answer replaces it, so it is then never sent: had
+// it gone, the peer's WireGuard would have answered it in place of its
+// own pending initiation, and neither answer would complete a handshake
+// until WireGuard's retry 5 s later. With no answer within initHold (the
+// peer's initiation refused), ours goes, and its resends follow.
+func TestWithheldInitiation(t *testing.T) {
+	init, resp := handshakeMessages()
+	peerInit := append([]byte(nil), init...)
+	peerInit[8] = 0xaa
+	tests := []struct {
+		name      string
+		run       func(b *Bind, ep *Endpoint)
+		wantInits int // ours that reached the relay
+		withheld  uint64
+	}{
+		{"answered", func(b *Bind, ep *Endpoint) {
+			b.DeliverRelayed(ep.Path.Key, peerInit)
+			require.NoError(t, b.Send([][]byte{init}, ep))
+			b.PeerHeard(ep.Path) // a kick sends nothing withheld
+			b.RelayUp(ep.Path)
+			require.NoError(t, b.Send([][]byte{resp}, ep))
+			time.Sleep(time.Second)
+		}, 0, 1},
+		{"never answered", func(b *Bind, ep *Endpoint) {
+			b.DeliverRelayed(ep.Path.Key, peerInit)
+			require.NoError(t, b.Send([][]byte{init}, ep))
+			time.Sleep(initHold - time.Millisecond)
+			synctest.Wait()
+			assert.Equal(t, 0, countInits(b), "withheld while an answer is due")
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			assert.Equal(t, 1, countInits(b), "sent once initHold passed")
+			time.Sleep(handshakeResends[0])
+		}, 2, 0},
+		{"answered before ours was made", func(b *Bind, ep *Endpoint) {
+			b.DeliverRelayed(ep.Path.Key, peerInit)
+			require.NoError(t, b.Send([][]byte{resp}, ep))
+			require.NoError(t, b.Send([][]byte{init}, ep))
+		}, 1, 0},
+		{"the peer's initiation long passed", func(b *Bind, ep *Endpoint) {
+			b.DeliverRelayed(ep.Path.Key, peerInit)
+			time.Sleep(initHold)
+			require.NoError(t, b.Send([][]byte{init}, ep))
+		}, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := NewBind(nil)
+				b.SetRelay(&recordRelay{})
+				p := b.Peer(key.Public{1})
+				defer p.stopResends()
+				tt.run(b, &Endpoint{Path: p})
+				synctest.Wait()
+				assert.Equal(t, tt.wantInits, countInits(b))
+				assert.Equal(t, tt.withheld, b.Withheld())
+			})
+		})
+	}
+}
+
+// countInits counts the initiations b sent through its relay (a
+// recordRelay).
+func countInits(b *Bind) int {
+	r := b.relay.(*recordRelay)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, pkt := range r.sent {
+		if isInitiation(pkt) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPathLeadsFromItsMaking: once the Bind knows our key, a path it
+// makes (WireGuard's configuration makes one before the node's peer
+// exists) already knows which side's handshake wins a crossing.
+func TestPathLeadsFromItsMaking(t *testing.T) {
+	b := NewBind(nil)
+	assert.False(t, b.Peer(key.Public{5}).leads.Load(), "our key unknown")
+	b.SetSelf(key.Public{3})
+	assert.True(t, b.peer(key.Public{4}, true).leads.Load(), "ours is the lower key")
+	assert.False(t, b.Peer(key.Public{2}).leads.Load(), "the peer's is the lower key")
 }

@@ -30,6 +30,14 @@ import (
 //     "handshake initiation must be consumed first"), and resends of ours
 //     are replays to it. The copy is let through once, and the leading
 //     side answers it instead of waiting out the glare window.
+//     The leading side's initiation can also be made while WireGuard
+//     has the peer's in hand, passed before ours existed (a peer added
+//     with a keepalive opens a handshake at once, while the peer's
+//     initiation may be in WireGuard's queue): WireGuard's answer then
+//     replaces ours, and ours, reaching the peer, replaces the peer's
+//     own. So an initiation of ours made while WireGuard owes the peer an
+//     answer is withheld until the answer goes out (then never sent:
+//     WireGuard gave it up) or initHold passes (see noteInitiation).
 //   - Peer heard: an initiation sent before the peer could take it (it
 //     had not joined the relay or did not know our key yet: the usual
 //     case when it has just registered) waited for the next resend, up to
@@ -99,6 +107,11 @@ type handshakes struct {
 	// sessionSettled.
 	initAt, authAt atomic.Int64
 
+	// initDue is when WireGuard's answer to the peer's initiation last
+	// passed to it is due (Unix ns; 0: answered, or none): an initiation
+	// of ours made before then is withheld (see noteInitiation).
+	initDue atomic.Int64
+
 	// answerBy is when the hold on our packets to the peer ends while
 	// WireGuard answers its initiation (Unix ns; 0: answered, or none),
 	// and heldAt when that initiation came: see answerGate.
@@ -112,6 +125,9 @@ type resend struct {
 	timer  *time.Timer
 	try    int
 	kicked bool // sent again because the peer was heard (kick)
+	// held: not sent yet, while WireGuard answers the peer's
+	// initiation (see noteInitiation).
+	held bool
 }
 
 // sessions is the Bind's share of the workarounds.
@@ -133,6 +149,7 @@ type sessions struct {
 	glareYields atomic.Uint64
 	dupInit     atomic.Uint64 // copies of the peer's initiations dropped (duplicate)
 	kicked      atomic.Uint64 // our initiations sent again because the peer was heard (kick)
+	withheld    atomic.Uint64 // our initiations never sent: WireGuard answered the peer's instead (noteInitiation)
 }
 
 const (
@@ -149,6 +166,12 @@ const (
 	// cross an answer of ours on a path over 750 ms one way; the 700 ms
 	// one would on one over 350 ms (a satellite hop and a relay).
 	glareYield = 1300 * time.Millisecond
+	// initHold bounds how long an initiation of ours is withheld while
+	// WireGuard answers the peer's (noteInitiation): the answer goes out
+	// within microseconds of WireGuard reading the initiation, which the
+	// answer gate may hold back answerSettle first; past this WireGuard
+	// refused it (a replay), and ours goes.
+	initHold = 4 * answerSettle
 	// dupInitWindow is how long a copy of the peer's last initiation is
 	// dropped (duplicate). A later copy goes through: if WireGuard lost
 	// the first (its queue full), the peer's resend at 3 s still helps;
@@ -224,14 +247,17 @@ func (p *Path) hasIndex(idx uint32) bool {
 }
 
 // stopResends cancels pending handshake resends: answered, the peer is
-// gone, or WireGuard gave the initiation up.
-func (p *Path) stopResends() {
+// gone, or WireGuard gave the initiation up. It reports whether the
+// initiation was still withheld (noteInitiation), never sent.
+func (p *Path) stopResends() (withheld bool) {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
 	if p.hs != nil {
 		p.hs.timer.Stop()
+		withheld = p.hs.held
 		p.hs = nil
 	}
+	return withheld
 }
 
 // forgetIndicesLocked drops p's entries from the index table. Callers
@@ -245,10 +271,12 @@ func (b *Bind) forgetIndicesLocked(p *Path) {
 }
 
 // noteSent records what WireGuard sends p: an initiation to resend until
-// answered, and the sender index of each handshake message.
-func (b *Bind) noteSent(p *Path, bufs [][]byte) {
+// answered, and the sender index of each handshake message. It returns
+// bufs less an initiation withheld (see noteInitiation).
+func (b *Bind) noteSent(p *Path, bufs [][]byte) [][]byte {
 	var now int64
-	for _, buf := range bufs {
+	withheld := -1
+	for i, buf := range bufs {
 		switch {
 		case isData(buf):
 			if now == 0 {
@@ -258,17 +286,30 @@ func (b *Bind) noteSent(p *Path, bufs [][]byte) {
 		case isInitiation(buf):
 			p.initAt.Store(time.Now().UnixNano())
 			p.wakeIdle()
-			b.noteInitiation(p, buf)
+			if b.noteInitiation(p, buf) {
+				withheld = i
+			}
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		case isResponse(buf):
 			// Answering the peer's initiation replaced ours in
 			// WireGuard's handshake state: a response to ours would
-			// be refused, so resending it is useless.
-			p.stopResends()
+			// be refused, so resending it is useless, and one still
+			// withheld is never sent.
+			p.initDue.Store(0)
+			if p.stopResends() {
+				b.withheld.Add(1)
+			}
 			b.gate.answered(p)
 			b.noteIndex(p, binary.LittleEndian.Uint32(buf[4:8]))
 		}
 	}
+	if withheld < 0 {
+		return bufs
+	}
+	// (WireGuard sends an initiation alone: this copy is the rare case.)
+	rest := make([][]byte, 0, len(bufs)-1)
+	rest = append(rest, bufs[:withheld]...)
+	return append(rest, bufs[withheld+1:]...)
 }
 
 // noteReceived records what WireGuard receives from p: a response ends
@@ -309,7 +350,17 @@ func (p *Path) sessionSettled() bool {
 	return auth != 0 && auth >= p.initAt.Load()
 }
 
-func (b *Bind) noteInitiation(p *Path, pkt []byte) {
+// noteInitiation records our initiation pkt, to resend until answered,
+// and reports whether it is withheld instead of sent now: WireGuard has
+// the peer's initiation in hand (passed within initHold, no answer yet),
+// so ours was made before it read the peer's, and its answer will
+// replace ours in its handshake state. Sent, ours would also replace the
+// peer's pending one in the peer's WireGuard (a side that does not lead
+// answers every initiation), and neither answer would complete a
+// handshake until WireGuard's retry, 5 s later. Withheld, it is never
+// sent once the answer goes out (noteSent), or sent when initHold
+// passes without one.
+func (b *Bind) noteInitiation(p *Path, pkt []byte) (withheld bool) {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
 	hs := p.hs
@@ -319,11 +370,36 @@ func (b *Bind) noteInitiation(p *Path, pkt []byte) {
 	} else {
 		hs.timer.Stop()
 	}
+	now := time.Now()
 	hs.init = append(hs.init[:0], pkt...)
-	hs.sent = time.Now()
+	hs.sent = now
 	hs.try = 0
 	hs.kicked = false
+	if due := p.initDue.Load(); due > now.UnixNano() {
+		hs.held = true
+		hs.timer = time.AfterFunc(time.Duration(due-now.UnixNano()), func() { b.releaseInitiation(p, hs) })
+		return true
+	}
+	hs.held = false
 	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+	return false
+}
+
+// releaseInitiation sends our initiation withheld in hs
+// (noteInitiation): WireGuard did not answer the peer's within initHold.
+// Its resends are timed from now.
+func (b *Bind) releaseInitiation(p *Path, hs *resend) {
+	p.hsMu.Lock()
+	if p.hs != hs || !hs.held {
+		p.hsMu.Unlock()
+		return
+	}
+	hs.held = false
+	hs.sent = time.Now()
+	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+	pkt := append([]byte(nil), hs.init...)
+	p.hsMu.Unlock()
+	_ = b.send(p, [][]byte{pkt})
 }
 
 func (b *Bind) resendInitiation(p *Path) {
@@ -360,7 +436,7 @@ func (b *Bind) PeerHeard(p *Path) { b.kick(p) }
 // (duplicate), or refused by its WireGuard as a replay.
 func (b *Bind) kick(p *Path) {
 	p.hsMu.Lock()
-	if p.hs == nil || p.hs.kicked {
+	if p.hs == nil || p.hs.kicked || p.hs.held {
 		p.hsMu.Unlock()
 		return
 	}
@@ -381,7 +457,7 @@ func (b *Bind) RelayUp(p *Path) {
 		return
 	}
 	p.hsMu.Lock()
-	if p.hs == nil {
+	if p.hs == nil || p.hs.held {
 		p.hsMu.Unlock()
 		return
 	}
@@ -471,6 +547,8 @@ func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale
 		return true, false, false, false
 	}
 	if isInitiation(pkt) {
+		// WireGuard owes an answer from here (see noteInitiation).
+		p.initDue.Store(now + int64(initHold))
 		return false, false, false, b.gate.hold(p, now)
 	}
 	return false, false, b.staleSessionLocked(p, pkt), false
@@ -549,6 +627,11 @@ func (b *Bind) GlareYields() uint64 { return b.glareYields.Load() }
 
 // DuplicateInitiations counts copies of peers' initiations dropped.
 func (b *Bind) DuplicateInitiations() uint64 { return b.dupInit.Load() }
+
+// Withheld counts our initiations never sent: WireGuard made them while
+// it had the peer's in hand, and answered that instead (see
+// noteInitiation).
+func (b *Bind) Withheld() uint64 { return b.withheld.Load() }
 
 // Kicked counts our initiations sent again at once because the peer was
 // heard from while they were unanswered (see Bind.kick).

@@ -327,6 +327,7 @@ func (n *Node) openSocket(ctx context.Context, overlay netip.Addr) (transport.Ne
 	stunConn := &consentConn{PacketConn: n.mux.STUNConn(), table: n.consent}
 	n.udpMux = ice.NewUniversalUDPMuxDefault(ice.UniversalUDPMuxParams{UDPConn: stunConn, Net: pn, Logger: n.pionLogs().NewLogger("udpmux")})
 	n.bind = NewBind(n.mux)
+	n.bind.SetSelf(n.id.PublicKey())
 	if n.cfg.Batch > 0 {
 		n.bind.batch = n.cfg.Batch
 	}
