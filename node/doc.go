@@ -27,8 +27,8 @@
 //   - bind.go: Bind, wireguard-go's conn.Bind, a transport only: each
 //     peer's endpoint is the peer, sent on its current path.
 //   - handshake.go: the workarounds for WireGuard's timing that ride on
-//     the Bind (handshake resends, crossing initiations, receiver-index
-//     routing, stale sessions); answer.go keeps WireGuard's answer to a
+//     the Bind (handshake resends, crossing and withheld initiations,
+//     receiver-index routing, stale sessions); answer.go keeps WireGuard's answer to a
 //     peer's initiation apart from a handshake our own packets open.
 //   - path.go: Path (a peer's current direct address and counters),
 //     PathKind and PathEvent.
