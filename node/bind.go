@@ -230,7 +230,7 @@ func (b *Bind) Open(uint16) ([]conn.ReceiveFunc, uint16, error) {
 
 func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 	from := make([]netip.AddrPort, conn.IdealBatchSize)
-	var stale, trimmed, crossed []*Path
+	var stale, trimmed, crossed, inits []*Path
 	return func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 		for {
 			n, err := b.mux.ReadWireGuard(stop, bufs, sizes, from[:min(len(bufs), len(from))])
@@ -239,7 +239,7 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			}
 			out, held := 0, false
 			now := time.Now().UnixNano()
-			stale, trimmed, crossed = stale[:0], trimmed[:0], crossed[:0]
+			stale, trimmed, crossed, inits = stale[:0], trimmed[:0], crossed[:0], inits[:0]
 			b.mu.RLock()
 			for i := range n {
 				pkt := bufs[i][:sizes[i]]
@@ -267,6 +267,9 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 				}
 				p.RxDirect.Add(uint64(sizes[i]))
 				b.noteReceived(p, pkt)
+				if isInitiation(pkt) {
+					inits = append(inits, p)
+				}
 				if p.restore.Load() != nil {
 					trimmed = append(trimmed, p)
 				}
@@ -294,6 +297,13 @@ func (b *Bind) receiveDirect(stop chan struct{}) conn.ReceiveFunc {
 			if held {
 				b.gate.settle()
 			}
+			if len(inits) > 0 {
+				// WireGuard reads them now: its answers are due from here.
+				handed := time.Now().UnixNano()
+				for _, p := range inits {
+					p.owesAnswer(handed)
+				}
+			}
 			if out > 0 {
 				return out, nil
 			}
@@ -315,6 +325,10 @@ func (b *Bind) receiveRelayed(stop chan struct{}) conn.ReceiveFunc {
 			muxPool.Put(r.buf)
 			r.path.RxRelay.Add(uint64(sizes[i]))
 			b.noteReceived(r.path, bufs[i][:sizes[i]])
+			if isInitiation(bufs[i][:sizes[i]]) {
+				// WireGuard reads it now: its answer is due from here.
+				r.path.owesAnswer(time.Now().UnixNano())
+			}
 			eps[i] = &Endpoint{Path: r.path}
 			i++
 			if i == len(bufs) {

@@ -186,3 +186,11 @@ func (n *Node) LearnPeerEpochForTest(id string, e uint64) {
 		p.learnEpoch(e)
 	}
 }
+
+// LeadsOnMakingForTest reports whether a path the Bind makes now for pk,
+// as WireGuard's configuration does, leads; the path is then forgotten.
+func (n *Node) LeadsOnMakingForTest(pk key.Public) bool {
+	p := n.bind.peer(pk, true)
+	defer n.bind.RemovePeer(pk)
+	return p.leads.Load()
+}

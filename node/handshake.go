@@ -167,11 +167,12 @@ const (
 	// one would on one over 350 ms (a satellite hop and a relay).
 	glareYield = 1300 * time.Millisecond
 	// initHold bounds how long an initiation of ours is withheld while
-	// WireGuard answers the peer's (noteInitiation): the answer goes out
-	// within microseconds of WireGuard reading the initiation, which the
-	// answer gate may hold back answerSettle first; past this WireGuard
-	// refused it (a replay), and ours goes.
-	initHold = 4 * answerSettle
+	// WireGuard answers the peer's (noteInitiation), counted from when
+	// the Bind hands it over: the answer goes out once WireGuard's
+	// handshake workers reach it (milliseconds, more on a busy machine
+	// or behind other peers' initiations); past this WireGuard refused
+	// it (a replay), and ours goes. Only that case waits it out.
+	initHold = 50 * time.Millisecond
 	// dupInitWindow is how long a copy of the peer's last initiation is
 	// dropped (duplicate). A later copy goes through: if WireGuard lost
 	// the first (its queue full), the peer's resend at 3 s still helps;
@@ -363,25 +364,20 @@ func (p *Path) sessionSettled() bool {
 func (b *Bind) noteInitiation(p *Path, pkt []byte) (withheld bool) {
 	p.hsMu.Lock()
 	defer p.hsMu.Unlock()
-	hs := p.hs
-	if hs == nil {
-		hs = &resend{}
-		p.hs = hs
-	} else {
-		hs.timer.Stop()
+	if p.hs != nil {
+		p.hs.timer.Stop()
 	}
+	// A record of its own: a timer of the last one's that fired as this
+	// replaced it finds it replaced, and does nothing.
 	now := time.Now()
-	hs.init = append(hs.init[:0], pkt...)
-	hs.sent = now
-	hs.try = 0
-	hs.kicked = false
+	hs := &resend{init: append([]byte(nil), pkt...), sent: now}
+	p.hs = hs
 	if due := p.initDue.Load(); due > now.UnixNano() {
 		hs.held = true
 		hs.timer = time.AfterFunc(time.Duration(due-now.UnixNano()), func() { b.releaseInitiation(p, hs) })
 		return true
 	}
-	hs.held = false
-	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p, hs) })
 	return false
 }
 
@@ -396,23 +392,25 @@ func (b *Bind) releaseInitiation(p *Path, hs *resend) {
 	}
 	hs.held = false
 	hs.sent = time.Now()
-	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p) })
+	hs.timer = time.AfterFunc(handshakeResends[0], func() { b.resendInitiation(p, hs) })
 	pkt := append([]byte(nil), hs.init...)
 	p.hsMu.Unlock()
 	_ = b.send(p, [][]byte{pkt})
 }
 
-func (b *Bind) resendInitiation(p *Path) {
+// resendInitiation sends our initiation in hs again, if it is still the
+// one waiting for an answer and was sent (a timer that fired as a newer
+// one replaced it does nothing).
+func (b *Bind) resendInitiation(p *Path, hs *resend) {
 	p.hsMu.Lock()
-	hs := p.hs
-	if hs == nil {
+	if p.hs != hs || hs.held {
 		p.hsMu.Unlock()
 		return
 	}
 	pkt := append([]byte(nil), hs.init...)
 	hs.try++
 	if hs.try < len(handshakeResends) {
-		hs.timer = time.AfterFunc(handshakeResends[hs.try]-handshakeResends[hs.try-1], func() { b.resendInitiation(p) })
+		hs.timer = time.AfterFunc(handshakeResends[hs.try]-handshakeResends[hs.try-1], func() { b.resendInitiation(p, hs) })
 	}
 	try := hs.try
 	p.hsMu.Unlock()
@@ -479,7 +477,17 @@ const relayUnansweredTry = 3
 // none) nothing else would notice before TCP's or NATS' own timeouts.
 func (b *Bind) SetRelayUnanswered(f func()) { b.unanswered.Store(&f) }
 
-func (b *Bind) noteResponse(p *Path) { p.stopResends() }
+// noteResponse ends the resends of our initiation: answered. One still
+// withheld (noteInitiation) was never sent, so nothing received answers
+// it (a stale or forged response): it stays.
+func (b *Bind) noteResponse(p *Path) {
+	p.hsMu.Lock()
+	defer p.hsMu.Unlock()
+	if p.hs != nil && !p.hs.held {
+		p.hs.timer.Stop()
+		p.hs = nil
+	}
+}
 
 // noteIndex records the sender index of a handshake message we send p:
 // the peer's responses, cookie replies and transport messages carry it
@@ -547,8 +555,10 @@ func (b *Bind) checkLocked(p *Path, pkt []byte, now int64) (drop, crossed, stale
 		return true, false, false, false
 	}
 	if isInitiation(pkt) {
-		// WireGuard owes an answer from here (see noteInitiation).
-		p.initDue.Store(now + int64(initHold))
+		// WireGuard owes an answer from here (see noteInitiation), and
+		// again from when it is handed over (receiveDirect,
+		// receiveRelayed).
+		p.owesAnswer(now)
 		return false, false, false, b.gate.hold(p, now)
 	}
 	return false, false, b.staleSessionLocked(p, pkt), false
@@ -577,6 +587,11 @@ func (p *Path) duplicate(pkt []byte, now int64) bool {
 	p.initAt.Store(now)
 	return false
 }
+
+// owesAnswer records that WireGuard has the peer's initiation in hand as
+// of now (Unix ns): our initiations made within initHold are withheld
+// (noteInitiation).
+func (p *Path) owesAnswer(now int64) { p.initDue.Store(now + int64(initHold)) }
 
 // staleSessionLocked reports (and counts) whether pkt is a transport
 // message for none of our sessions with p. Callers hold b.mu (read).

@@ -456,3 +456,23 @@ func holds(n *node.Node, id string) bool {
 	}
 	return false
 }
+
+// TestPathsLeadFromTheirMaking: a path WireGuard's configuration makes
+// for a new peer, before the node's peer exists, already knows which
+// side's handshake wins a crossing: ours when our key is the lower.
+func TestPathsLeadFromTheirMaking(t *testing.T) {
+	n := revNode(t)
+	id := n.Identity()
+	me := id.PublicKey()
+	var above, below key.Public
+	for above.IsZero() || below.IsZero() {
+		k := key.NewPrivate().Public()
+		if bytes.Compare(me[:], k[:]) < 0 {
+			above = k
+		} else {
+			below = k
+		}
+	}
+	assert.True(t, n.LeadsOnMakingForTest(above), "our key is the lower: we lead")
+	assert.False(t, n.LeadsOnMakingForTest(below), "the peer's key is the lower")
+}
