@@ -56,6 +56,10 @@ type Bind struct {
 	// self is our key once SetSelf names it: a path made from then on
 	// leads (Path.SetLeads) from the start if our key is the lower.
 	self atomic.Pointer[key.Public]
+	// owed are removed paths' answers WireGuard still owed (Path.initDue,
+	// Unix ns) by key, guarded by mu: a path made again for the key
+	// within initHold takes its due over (see RemovePeer).
+	owed map[key.Public]int64
 }
 
 type relayed struct {
@@ -97,6 +101,12 @@ func (b *Bind) peer(pk key.Public, pending bool) *Path {
 		if self := b.self.Load(); self != nil {
 			p.leads.Store(bytes.Compare(self[:], pk[:]) < 0)
 		}
+		if due, ok := b.owed[pk]; ok {
+			delete(b.owed, pk)
+			if due > time.Now().UnixNano() {
+				p.initDue.Store(due)
+			}
+		}
 		b.peers[pk] = p
 	}
 	return p
@@ -114,7 +124,12 @@ func (b *Bind) SetSelf(pub key.Public) { b.self.Store(&pub) }
 // comes from it is passed on (see Path.pending).
 func (b *Bind) Ready(p *Path) { p.pending.Store(false) }
 
-// RemovePeer forgets a peer.
+// RemovePeer forgets a peer. If WireGuard still owed it an answer
+// (Path.initDue), a path made again for its key within initHold owes it
+// too: WireGuard reads a queued initiation by the key inside, so the
+// peer added again (a peer gone offline and back, as a restart's goodbye
+// and registration arrive together) answers it, and our initiation made
+// meanwhile must be withheld as on the old path.
 func (b *Bind) RemovePeer(pk key.Public) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -125,6 +140,28 @@ func (b *Bind) RemovePeer(pk key.Public) {
 		p.stopResends()
 		b.forgetIndicesLocked(p)
 		delete(b.peers, pk)
+		if due := p.initDue.Load(); due > time.Now().UnixNano() {
+			b.oweLocked(pk, due)
+		}
+	}
+}
+
+// oweLocked records due in b.owed, dropping entries past theirs once it
+// holds many (each lasts initHold). Callers hold b.mu.
+func (b *Bind) oweLocked(pk key.Public, due int64) {
+	if len(b.owed) >= 64 {
+		now := time.Now().UnixNano()
+		for k, d := range b.owed {
+			if d <= now {
+				delete(b.owed, k)
+			}
+		}
+	}
+	if b.owed == nil {
+		b.owed = map[key.Public]int64{}
+	}
+	if len(b.owed) < 1024 {
+		b.owed[pk] = due
 	}
 }
 

@@ -352,6 +352,45 @@ func TestWithheldFromHandOver(t *testing.T) {
 	})
 }
 
+// TestWithheldAcrossRemoval: a peer removed and added again at once (its
+// goodbye and its next registration, as after a restart) keeps what
+// WireGuard owes it: WireGuard reads a queued initiation by the key
+// inside, and the peer added again answers it, so our initiation made
+// meanwhile on the new path is withheld as on the old one. A path made
+// again after initHold owes nothing.
+func TestWithheldAcrossRemoval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		init, _ := handshakeMessages()
+		peerInit := append([]byte(nil), init...)
+		peerInit[8] = 0xaa
+		b := NewBind(nil)
+		b.SetRelay(&recordRelay{})
+		k := key.Public{1}
+		b.Peer(k)
+		b.DeliverRelayed(k, peerInit)
+		b.RemovePeer(k)
+		p := b.peer(k, true) // WireGuard's configuration adds it again
+		require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
+		synctest.Wait()
+		assert.Equal(t, 0, countInits(b), "withheld on the path made again")
+		time.Sleep(initHold)
+		synctest.Wait()
+		assert.Equal(t, 1, countInits(b), "no answer: sent at initHold")
+		p.stopResends()
+
+		next := append([]byte(nil), peerInit...)
+		next[8] = 0xbb
+		b.DeliverRelayed(k, next)
+		b.RemovePeer(k)
+		time.Sleep(initHold)
+		p = b.peer(k, true)
+		defer p.stopResends()
+		require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
+		synctest.Wait()
+		assert.Equal(t, 2, countInits(b), "made again after initHold: nothing owed")
+	})
+}
+
 // countInits counts the initiations b sent through its relay (a
 // recordRelay).
 func countInits(b *Bind) int {
