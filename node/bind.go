@@ -140,10 +140,26 @@ func (b *Bind) RemovePeer(pk key.Public) {
 		p.stopResends()
 		b.forgetIndicesLocked(p)
 		delete(b.peers, pk)
+		p.removed.Store(true)
 		if due := p.initDue.Load(); due > time.Now().UnixNano() {
 			b.oweLocked(pk, due)
 		}
 	}
+}
+
+// current is the path for p's key now: p, unless RemovePeer forgot it
+// and a path was made again for the key.
+func (b *Bind) current(p *Path) *Path {
+	if !p.removed.Load() {
+		return p
+	}
+	b.mu.RLock()
+	cur := b.peers[p.Key]
+	b.mu.RUnlock()
+	if cur == nil {
+		return p
+	}
+	return cur
 }
 
 // oweLocked records due in b.owed, dropping entries past theirs once it
@@ -360,13 +376,14 @@ func (b *Bind) receiveRelayed(stop chan struct{}) conn.ReceiveFunc {
 		for {
 			sizes[i] = copy(bufs[i], (*r.buf)[:r.n])
 			muxPool.Put(r.buf)
-			r.path.RxRelay.Add(uint64(sizes[i]))
-			b.noteReceived(r.path, bufs[i][:sizes[i]])
+			p := b.current(r.path) // made again since it was queued?
+			p.RxRelay.Add(uint64(sizes[i]))
+			b.noteReceived(p, bufs[i][:sizes[i]])
 			if isInitiation(bufs[i][:sizes[i]]) {
 				// WireGuard reads it now: its answer is due from here.
-				r.path.owesAnswer(time.Now().UnixNano())
+				p.owesAnswer(time.Now().UnixNano())
 			}
-			eps[i] = &Endpoint{Path: r.path}
+			eps[i] = &Endpoint{Path: p}
 			i++
 			if i == len(bufs) {
 				return i, nil
@@ -414,11 +431,12 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	if !ok {
 		return fmt.Errorf("node: foreign endpoint %T", ep)
 	}
-	if bufs = b.noteSent(e.Path, bufs); len(bufs) == 0 {
+	p := b.current(e.Path)
+	if bufs = b.noteSent(p, bufs); len(bufs) == 0 {
 		return nil
 	}
-	e.Path.keepForReplay(bufs)
-	return b.send(e.Path, bufs)
+	p.keepForReplay(bufs)
+	return b.send(p, bufs)
 }
 
 func (b *Bind) send(p *Path, bufs [][]byte) error { return b.sendWatched(p, bufs, true) }

@@ -360,16 +360,31 @@ func TestWithheldFromHandOver(t *testing.T) {
 // again after initHold owes nothing.
 func TestWithheldAcrossRemoval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		init, _ := handshakeMessages()
+		init, resp := handshakeMessages()
 		peerInit := append([]byte(nil), init...)
 		peerInit[8] = 0xaa
 		b := NewBind(nil)
 		b.SetRelay(&recordRelay{})
 		k := key.Public{1}
-		b.Peer(k)
+		old := b.Peer(k)
 		b.DeliverRelayed(k, peerInit)
 		b.RemovePeer(k)
 		p := b.peer(k, true) // WireGuard's configuration adds it again
+		require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
+		// WireGuard answers on the endpoint the initiation came with: the
+		// removed path's. The answer is the new path's, and ours, given
+		// up for it, is never sent.
+		require.NoError(t, b.Send([][]byte{resp}, &Endpoint{Path: old}))
+		time.Sleep(initHold)
+		synctest.Wait()
+		assert.Equal(t, 0, countInits(b), "answered on the removed path's endpoint")
+		assert.Equal(t, uint64(1), b.Withheld())
+
+		next0 := append([]byte(nil), peerInit...)
+		next0[8] = 0xcc
+		b.DeliverRelayed(k, next0)
+		b.RemovePeer(k)
+		p = b.peer(k, true)
 		require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
 		synctest.Wait()
 		assert.Equal(t, 0, countInits(b), "withheld on the path made again")

@@ -56,6 +56,10 @@ type Path struct {
 	// started: a peer's initiation it dropped so must not be taken for
 	// passed, or the Bind would drop its resends as copies (duplicate).
 	pending atomic.Bool
+	// removed: RemovePeer forgot the path. WireGuard may still hold it as
+	// an endpoint (a packet queued before, read by the peer added again):
+	// what it sends there goes by the key's current path (Bind.current).
+	removed atomic.Bool
 
 	handshakes // the WireGuard workarounds' state (handshake.go)
 	lazyState  // traffic and wake-up for lazy connections (lazy.go)
