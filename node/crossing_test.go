@@ -329,11 +329,7 @@ func TestWithheldInitiation(t *testing.T) {
 // still be withheld.
 func TestWithheldFromHandOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		init, _ := handshakeMessages()
-		peerInit := append([]byte(nil), init...)
-		peerInit[8] = 0xaa
-		b := NewBind(nil)
-		b.SetRelay(&recordRelay{})
+		b, init, _, peerInit := withheldBind()
 		p := b.Peer(key.Public{1})
 		defer p.stopResends()
 		restore := func() { time.Sleep(initHold) }
@@ -343,12 +339,7 @@ func TestWithheldFromHandOver(t *testing.T) {
 		n, err := b.receiveRelayed(make(chan struct{}))(bufs, sizes, eps)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
-		synctest.Wait()
-		assert.Equal(t, 0, countInits(b), "ours went while WireGuard had the peer's in hand")
-		time.Sleep(initHold)
-		synctest.Wait()
-		assert.Equal(t, 1, countInits(b), "no answer: ours went at initHold")
+		withheldThenSent(t, b, p, init, 0)
 	})
 }
 
@@ -360,11 +351,7 @@ func TestWithheldFromHandOver(t *testing.T) {
 // again after initHold owes nothing.
 func TestWithheldAcrossRemoval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		init, resp := handshakeMessages()
-		peerInit := append([]byte(nil), init...)
-		peerInit[8] = 0xaa
-		b := NewBind(nil)
-		b.SetRelay(&recordRelay{})
+		b, init, resp, peerInit := withheldBind()
 		k := key.Public{1}
 		old := b.Peer(k)
 		b.DeliverRelayed(k, peerInit)
@@ -385,12 +372,7 @@ func TestWithheldAcrossRemoval(t *testing.T) {
 		b.DeliverRelayed(k, next0)
 		b.RemovePeer(k)
 		p = b.peer(k, true)
-		require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
-		synctest.Wait()
-		assert.Equal(t, 0, countInits(b), "withheld on the path made again")
-		time.Sleep(initHold)
-		synctest.Wait()
-		assert.Equal(t, 1, countInits(b), "no answer: sent at initHold")
+		withheldThenSent(t, b, p, init, 0) // on the path made again
 		p.stopResends()
 
 		next := append([]byte(nil), peerInit...)
@@ -404,6 +386,31 @@ func TestWithheldAcrossRemoval(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 2, countInits(b), "made again after initHold: nothing owed")
 	})
+}
+
+// withheldBind is a Bind whose relay records what it is sent (see
+// countInits), with a WireGuard initiation and response of ours and an
+// initiation of the peer's (another ephemeral key).
+func withheldBind() (b *Bind, init, resp, peerInit []byte) {
+	init, resp = handshakeMessages()
+	peerInit = append([]byte(nil), init...)
+	peerInit[8] = 0xaa
+	b = NewBind(nil)
+	b.SetRelay(&recordRelay{})
+	return b, init, resp, peerInit
+}
+
+// withheldThenSent sends our initiation init on p and checks that it is
+// withheld (sent says how many of ours went before) until initHold
+// passes with no answer, and then sent. In a synctest bubble.
+func withheldThenSent(t *testing.T, b *Bind, p *Path, init []byte, sent int) {
+	t.Helper()
+	require.NoError(t, b.Send([][]byte{init}, &Endpoint{Path: p}))
+	synctest.Wait()
+	assert.Equal(t, sent, countInits(b), "ours went while WireGuard owed the peer an answer")
+	time.Sleep(initHold)
+	synctest.Wait()
+	assert.Equal(t, sent+1, countInits(b), "no answer: ours went at initHold")
 }
 
 // countInits counts the initiations b sent through its relay (a
