@@ -69,7 +69,7 @@ func (c *natsCluster) start(t testing.TB, o *server.Options) {
 	s, err := server.NewServer(o)
 	require.NoError(t, err)
 	s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server %s not ready", o.ServerName)
+	require.True(t, s.ReadyForConnections(30*time.Second), "nats-server %s not ready in 30 s", o.ServerName)
 	c.srvs = append(c.srvs, s)
 }
 
