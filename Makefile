@@ -61,11 +61,13 @@ soak: ## run scenarios/soak/ (20 nodes with churn, the 1-hour soak, 200 lazy nod
 runsc: ## build runsc (static, precompiled seccomp filters) into GOPATH/bin unless it is there
 	@GO=$(GO) scripts/runsc.sh
 
-lint: ## gofmt, go vet, golangci-lint (.golangci.yml, both editions: scripts/lint.sh)
+lint: ## gofmt, go vet (also for macOS; Windows builds), golangci-lint (.golangci.yml, both editions: scripts/lint.sh)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags pro ./...
+	GOOS=darwin $(GO) vet ./...
+	GOOS=windows $(GO) build ./...
 	@GO=$(GO) scripts/lint.sh
 
 bench: ## run the benchmarks the issues name (figures via b.ReportMetric)

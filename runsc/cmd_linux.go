@@ -20,3 +20,6 @@ func killGroupOnCancel(cmd *exec.Cmd) {
 		return err
 	}
 }
+
+// mkfifo makes a FIFO only its owner opens.
+func mkfifo(path string) error { return syscall.Mkfifo(path, 0o600) }

@@ -273,7 +273,7 @@ func (c *Container) makeGate() (*ociHook, error) {
 		return nil, fmt.Errorf("runsc: bundle: %w", err)
 	}
 	p := filepath.Join(c.bundle, gateFIFO)
-	if err := syscall.Mkfifo(p, 0o600); err != nil {
+	if err := mkfifo(p); err != nil {
 		return nil, fmt.Errorf("runsc: start gate: %w", err)
 	}
 	f, err := os.OpenFile(p, os.O_RDWR, 0)

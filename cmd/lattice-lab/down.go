@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,7 +60,7 @@ func down(ctx context.Context, dir string, out io.Writer) error {
 	if err != nil {
 		// It runs but does not answer: ask the way a terminal would.
 		fmt.Fprintf(out, "lab pid %d does not answer (%v); sending SIGTERM\n", rec.PID, err)
-		_ = syscall.Kill(rec.PID, syscall.SIGTERM)
+		_ = terminate(rec.PID)
 	}
 	if !waitGone(ctx, rec, 60*time.Second) {
 		fmt.Fprintf(out, "lab pid %d did not exit; killing it\n", rec.PID)

@@ -121,12 +121,12 @@ func liveDir(flag string, create bool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("state dir: %w", err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
+	uid, ok := ownerUID(fi)
 	switch {
 	case !fi.IsDir():
 		return "", cli.Usagef("state dir %s is not a directory", dir)
-	case ok && int(st.Uid) != os.Getuid():
-		return "", cli.Usagef("state dir %s belongs to uid %d, not to you", dir, st.Uid)
+	case ok && uid != os.Getuid():
+		return "", cli.Usagef("state dir %s belongs to uid %d, not to you", dir, uid)
 	case fi.Mode().Perm()&0o077 != 0:
 		return "", cli.Usagef("state dir %s is open to others (mode %04o); chmod 700 it", dir, fi.Mode().Perm())
 	}
@@ -176,9 +176,10 @@ func upStart(ctx context.Context, file, dir string, opts upOptions, out io.Write
 	args = append(args, "--log-format", *opts.logFormat)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = logf, logf, []*os.File{pw}
-	// Its own session: no terminal's hangup or Ctrl-C reaches it, and
-	// down finds what it started by the session id.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := newSession(cmd); err != nil {
+		pw.Close()
+		return fmt.Errorf("up: %w", err)
+	}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return fmt.Errorf("up: start the lab: %w", err)

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/latticelab/lattice/node"
-	"github.com/latticelab/lattice/wgdev"
 )
 
 // wireguardModes are --wireguard's values.
@@ -36,18 +35,5 @@ func (o wgOptions) apply(ctx context.Context, cfg *node.Config, log *slog.Logger
 		cfg.Provisioner = userspaceProvisioner()
 		return nil
 	}
-	mode := o.mode
-	if mode == "auto" {
-		mode = "kernel"
-		if err := wgdev.ProbeKernel(ctx); err != nil {
-			log.Info("kernel WireGuard unavailable; running wireguard-go (wg(8) sees it through its UAPI socket)", "err", err)
-			mode = "userspace"
-		}
-	}
-	if mode == "kernel" {
-		cfg.Device = &wgdev.Kernel{Name: o.ifname, NoFirewall: o.noFirewall, Logger: log}
-		return nil
-	}
-	cfg.Provisioner = &wgdev.Userspace{KernelProvisioner: node.KernelProvisioner{Name: o.ifname, NoFirewall: o.noFirewall, Logger: log}}
-	return nil
+	return o.device(ctx, cfg, log)
 }

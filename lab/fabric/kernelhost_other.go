@@ -60,3 +60,9 @@ func (k *KernelHost) Interfaces() ([]netx.Interface, error) { return nil, errLin
 
 // Name is empty off Linux.
 func (k *KernelHost) Name() string { return "" }
+
+// Interface is nil off Linux.
+func (k *KernelHost) Interface() *Interface { return nil }
+
+// Netns is empty off Linux.
+func (k *KernelHost) Netns() string { return "" }

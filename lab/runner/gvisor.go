@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/latticelab/lattice/internal/edition"
@@ -126,7 +125,7 @@ func spawnChild(name, netnsPath, cfgPath string, log *slog.Logger) (*gvisorChild
 	cmd.Env = append(os.Environ(), childEnv+"="+cfgPath)
 	// Its own process group: Ctrl-C reaches the lab, which stops the
 	// child in order, not the child behind the lab's back.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newProcessGroup(cmd)
 	c := &gvisorChild{name: name, cmd: cmd, done: make(chan struct{})}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, nil, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"syscall"
 	"time"
 
 	"github.com/latticelab/lattice/internal/netns"
@@ -30,8 +29,7 @@ func (l *Lab) Exec(ctx context.Context, host string, argv []string) (scenario.Ex
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Its own process group, so the kill on ctx reaches what it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	killGroupOnCancel(cmd)
 	cmd.WaitDelay = time.Second
 	if err := StartInNetns(k.NetnsPath(), cmd); err != nil {
 		return scenario.ExecResult{}, fmt.Errorf("exec on %s: %w", host, err)

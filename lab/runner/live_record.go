@@ -13,10 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The files a live lab keeps in its state directory.
@@ -178,9 +175,8 @@ func (r *LiveRecord) Find() (Leftovers, error) {
 			continue
 		}
 		lo.Namespaces = append(lo.Namespaces, e.Name())
-		var st unix.Stat_t
-		if unix.Stat(filepath.Join("/run/netns", e.Name()), &st) == nil {
-			inodes[st.Ino] = true
+		if ino, ok := inodeOf(filepath.Join("/run/netns", e.Name())); ok {
+			inodes[ino] = true
 		}
 	}
 	lo.Processes = r.processes(inodes)
@@ -214,8 +210,7 @@ func (r *LiveRecord) processes(netns map[uint64]bool) []int {
 			out = append(out, pid)
 			continue
 		}
-		var st unix.Stat_t
-		if len(netns) > 0 && unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && netns[st.Ino] {
+		if ino, ok := inodeOf(fmt.Sprintf("/proc/%d/ns/net", pid)); ok && len(netns) > 0 && netns[ino] {
 			out = append(out, pid)
 		}
 	}
@@ -272,11 +267,11 @@ func (r *LiveRecord) Clean(dir string) (Leftovers, error) {
 		return lo, err
 	}
 	for _, pid := range lo.Processes {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+		_ = killPID(pid)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range lo.Processes {
-		for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		for time.Now().Before(deadline) && pidExists(pid) && !zombie(pid) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
@@ -288,7 +283,7 @@ func (r *LiveRecord) Clean(dir string) (Leftovers, error) {
 	}
 	for _, m := range lo.Mounts {
 		if _, serr := os.Stat(m); serr == nil { // ip netns del unmounts its own; this is for strays
-			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := unmountDetached(m); err != nil {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
 			}
 		}
