@@ -36,9 +36,29 @@ func freePort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// startNATSCluster starts n servers on ports freePort found free. A port
+// taken again between that check and the server's listen (another test
+// process) leaves a server that never gets ready: the cluster starts over
+// on fresh ports, up to three times.
 func startNATSCluster(t testing.TB, n int) *natsCluster {
 	t.Helper()
-	c := &natsCluster{}
+	for try := 1; ; try++ {
+		c := &natsCluster{}
+		err := c.startAll(t, n)
+		if err == nil {
+			t.Cleanup(c.shutdown)
+			c.waitJetStream(t)
+			return c
+		}
+		c.shutdown()
+		if try == 3 {
+			t.Fatalf("NATS cluster: %v", err)
+		}
+		t.Logf("NATS cluster, try %d: %v; starting over on fresh ports", try, err)
+	}
+}
+
+func (c *natsCluster) startAll(t testing.TB, n int) error {
 	ports := make([]int, n)
 	for i := range ports {
 		ports[i] = freePort(t)
@@ -57,20 +77,37 @@ func startNATSCluster(t testing.TB, n int) *natsCluster {
 			Routes:  routes,
 		}
 		c.opts = append(c.opts, o)
-		c.start(t, o)
+		if err := c.start(o); err != nil {
+			return err
+		}
 	}
-	t.Cleanup(c.shutdown)
-	c.waitJetStream(t)
-	return c
+	return nil
 }
 
-func (c *natsCluster) start(t testing.TB, o *server.Options) {
-	t.Helper()
+func (c *natsCluster) start(o *server.Options) error {
 	s, err := server.NewServer(o)
-	require.NoError(t, err)
+	if err != nil {
+		return fmt.Errorf("nats-server %s: %w", o.ServerName, err)
+	}
 	s.Start()
-	require.True(t, s.ReadyForConnections(30*time.Second), "nats-server %s not ready in 30 s", o.ServerName)
 	c.srvs = append(c.srvs, s)
+	if !s.ReadyForConnections(30 * time.Second) {
+		return fmt.Errorf("nats-server %s not ready in 30 s (cluster port %d: %s)", o.ServerName, o.Cluster.Port, portState(o.Cluster.Port, s.ClusterAddr()))
+	}
+	return nil
+}
+
+// portState says whether port is this server's, another's, or free.
+func portState(port int, own *net.TCPAddr) string {
+	if own != nil {
+		return "listening"
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return fmt.Sprintf("not ours: %v", err)
+	}
+	ln.Close()
+	return "free, not listened on"
 }
 
 // waitJetStream waits for the cluster's JetStream meta leader.

@@ -247,6 +247,16 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 		// give it one on a loopback port of its choosing (same
 		// authenticator), besides the listener nodes use.
 		opts.DontListen, opts.Host, opts.Port = false, "127.0.0.1", -1
+		// nats-server reports a route listener it could not open only as
+		// a server that never gets ready: try the address first, for an
+		// error that says why.
+		if opts.Cluster.Port > 0 {
+			ln, err := net.Listen("tcp", cfg.Cluster.Listen)
+			if err != nil {
+				return nil, fmt.Errorf("embedded NATS: cluster listen: %w", err)
+			}
+			ln.Close()
+		}
 	}
 	var tc *tls.Config
 	if cfg.TLS != nil {
@@ -266,6 +276,9 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
+		if cfg.Cluster != nil && srv.ClusterAddr() == nil {
+			return nil, fmt.Errorf("start embedded NATS: not ready after 10s: no route listener on %s (taken meanwhile?)", cfg.Cluster.Listen)
+		}
 		return nil, errors.New("start embedded NATS: not ready after 10s")
 	}
 	ln, err := cfg.Network.Listen(ctx, "tcp", cfg.Listen)

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -114,33 +115,20 @@ func TestEmbeddedNATSCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const n = 3
-	var clientAddrs, routes []string
-	for range n {
-		clientAddrs = append(clientAddrs, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", freePort(t)))
-	}
+	var srvs []*Server
 	var advertise []string
-	for _, a := range clientAddrs {
-		advertise = append(advertise, "nats://"+a)
+	for try := 1; srvs == nil; try++ {
+		var err error
+		srvs, advertise, err = startEmbeddedCluster(ctx, t, n)
+		if err != nil && try == 3 {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Logf("try %d: %v; starting over on fresh ports", try, err)
+		}
 	}
-	srvs := make([]*Server, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			srvs[i], errs[i] = New(ctx, Config{
-				Tokens: []JoinToken{{Value: testToken}}, KVBucket: "registry", AdvertiseNATS: strings.Join(advertise, ","),
-				EmbeddedNATS: &EmbeddedNATSConfig{
-					Listen: clientAddrs[i], StoreDir: t.TempDir(), ServerName: fmt.Sprintf("control-%d", i),
-					Cluster: &NATSCluster{Listen: strings.TrimPrefix(routes[i], "nats-route://"), Routes: routes, Secret: "route-secret-0123456789"},
-				},
-			})
-		})
-	}
-	wg.Wait()
-	for i := range n {
-		require.NoError(t, errs[i], "control %d", i)
-		t.Cleanup(func() { srvs[i].Close() })
+	for _, s := range srvs {
+		t.Cleanup(func() { s.Close() })
 	}
 	r, err := controlapi.RegisterNATS(ctx, netx.OS, advertise[0], controlapi.Join{Token: testToken, Name: "roamer", Key: key.NewPrivate()})
 	require.NoError(t, err)
@@ -164,6 +152,65 @@ func TestEmbeddedNATSCluster(t *testing.T) {
 	info, err := kv.kv.Status(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 3, info.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
+}
+
+// TestEmbeddedNATSClusterPortTaken: a cluster listen address another
+// process holds is refused at once, with the system's reason, not after
+// a wait for a server that never gets ready.
+func TestEmbeddedNATSClusterPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	start := time.Now()
+	_, err = New(t.Context(), Config{
+		Tokens: []JoinToken{{Value: testToken}}, KVBucket: "registry",
+		EmbeddedNATS: &EmbeddedNATSConfig{Listen: "127.0.0.1:0", ServerName: "c", StoreDir: t.TempDir(),
+			Cluster: &NATSCluster{Listen: ln.Addr().String(), Secret: "route-secret-0123456789"}},
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cluster listen")
+	assert.Contains(t, err.Error(), "address already in use")
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// startEmbeddedCluster starts n control instances whose embedded NATS
+// servers form one cluster, on ports freePort found free. If one fails
+// (a port taken again meanwhile), it closes the others and says why.
+func startEmbeddedCluster(ctx context.Context, t *testing.T, n int) (srvs []*Server, advertise []string, err error) {
+	var clientAddrs, routes []string
+	for range n {
+		clientAddrs = append(clientAddrs, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", freePort(t)))
+	}
+	for _, a := range clientAddrs {
+		advertise = append(advertise, "nats://"+a)
+	}
+	srvs = make([]*Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			srvs[i], errs[i] = New(ctx, Config{
+				Tokens: []JoinToken{{Value: testToken}}, KVBucket: "registry", AdvertiseNATS: strings.Join(advertise, ","),
+				EmbeddedNATS: &EmbeddedNATSConfig{
+					Listen: clientAddrs[i], StoreDir: t.TempDir(), ServerName: fmt.Sprintf("control-%d", i),
+					Cluster: &NATSCluster{Listen: strings.TrimPrefix(routes[i], "nats-route://"), Routes: routes, Secret: "route-secret-0123456789"},
+				},
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, s := range srvs {
+				if s != nil {
+					s.Close()
+				}
+			}
+			return nil, nil, fmt.Errorf("control %d: %w", i, err)
+		}
+	}
+	return srvs, advertise, nil
 }
 
 func stripQuery(urls []string) []string {
