@@ -91,23 +91,34 @@ func (c *natsCluster) start(o *server.Options) error {
 	}
 	s.Start()
 	c.srvs = append(c.srvs, s)
-	if !s.ReadyForConnections(30 * time.Second) {
-		return fmt.Errorf("nats-server %s not ready in 30 s (cluster port %d: %s)", o.ServerName, o.Cluster.Port, portState(o.Cluster.Port, s.ClusterAddr()))
+	// nats-server waits out the whole time when its route listener
+	// failed: look between shorter waits for a port someone else holds.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		if s.ReadyForConnections(500 * time.Millisecond) {
+			return nil
+		}
+		if err := portTaken(o.Cluster.Port, s); err != nil {
+			return fmt.Errorf("nats-server %s: %w", o.ServerName, err)
+		}
 	}
-	return nil
+	return fmt.Errorf("nats-server %s not ready in 30 s", o.ServerName)
 }
 
-// portState says whether port is this server's, another's, or free.
-func portState(port int, own *net.TCPAddr) string {
-	if own != nil {
-		return "listening"
+// portTaken says whether the cluster port s should listen on is held by
+// someone else: s has no route listener, and the port cannot be bound.
+func portTaken(port int, s *server.Server) error {
+	if s.ClusterAddr() != nil {
+		return nil
 	}
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return fmt.Sprintf("not ours: %v", err)
+	if err == nil {
+		ln.Close()
+		return nil
 	}
-	ln.Close()
-	return "free, not listened on"
+	if s.ClusterAddr() != nil { // it bound the port meanwhile
+		return nil
+	}
+	return fmt.Errorf("cluster port %d taken: %w", port, err)
 }
 
 // waitJetStream waits for the cluster's JetStream meta leader.

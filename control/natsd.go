@@ -275,8 +275,10 @@ func startEmbeddedNATS(ctx context.Context, cfg EmbeddedNATSConfig, auth *authen
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
+		noRoutes := cfg.Cluster != nil && srv.ClusterAddr() == nil // before Shutdown, which clears it
 		srv.Shutdown()
-		if cfg.Cluster != nil && srv.ClusterAddr() == nil {
+		srv.WaitForShutdown()
+		if noRoutes {
 			return nil, fmt.Errorf("start embedded NATS: not ready after 10s: no route listener on %s (taken meanwhile?)", cfg.Cluster.Listen)
 		}
 		return nil, errors.New("start embedded NATS: not ready after 10s")

@@ -177,6 +177,15 @@ func TestEmbeddedNATSClusterPortTaken(t *testing.T) {
 // servers form one cluster, on ports freePort found free. If one fails
 // (a port taken again meanwhile), it closes the others and says why.
 func startEmbeddedCluster(ctx context.Context, t *testing.T, n int) (srvs []*Server, advertise []string, err error) {
+	// The others wait for peers to make the 3-replica bucket: cut their
+	// wait short when one fails, so that the next try has the time.
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		if err != nil {
+			cancel()
+		}
+	}()
+	t.Cleanup(cancel)
 	var clientAddrs, routes []string
 	for range n {
 		clientAddrs = append(clientAddrs, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
@@ -190,6 +199,11 @@ func startEmbeddedCluster(ctx context.Context, t *testing.T, n int) (srvs []*Ser
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
+			defer func() {
+				if errs[i] != nil {
+					cancel()
+				}
+			}()
 			srvs[i], errs[i] = New(ctx, Config{
 				Tokens: []JoinToken{{Value: testToken}}, KVBucket: "registry", AdvertiseNATS: strings.Join(advertise, ","),
 				EmbeddedNATS: &EmbeddedNATSConfig{

@@ -8,9 +8,10 @@ import (
 )
 
 // newSession fails: a lab in the background is handed its start-up pipe
-// as an extra file, which Windows cannot pass.
+// as an extra file, which Windows cannot pass (and live labs need Linux:
+// liveDir refuses first).
 func newSession(*exec.Cmd) error {
-	return errors.New("a lab in the background (lattice-lab up) needs a unix system; lattice-lab run works here")
+	return errors.New("a lab in the background (lattice-lab up) needs Linux")
 }
 
 // terminate stops process pid (Windows has no SIGTERM: it is killed).

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -97,6 +98,11 @@ func addStateFlag(cmd *cobra.Command, dir *string) {
 // directory of this user's, closed to others, since it holds the control
 // socket and the nodes' keys.
 func liveDir(flag string, create bool) (string, error) {
+	if runtime.GOOS != "linux" {
+		// The lab in the background finds its processes, namespaces and
+		// mounts through /proc.
+		return "", fmt.Errorf("live labs (up, inspect, exec, do, capture, down) need Linux, this is %s; lattice-lab run works here", runtime.GOOS)
+	}
 	dir := flag
 	if dir == "" {
 		if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
