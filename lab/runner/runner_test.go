@@ -14,7 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	MaybeRunChild() // the gvisor sandboxes' children are this test binary
+	MaybeRunChild()   // the gvisor sandboxes' children are this test binary
 	dialUnixIfAsked() // TestCheckPeer's client, as nobody (Linux; a no-op elsewhere)
 	goleak.VerifyTestMain(m)
 }
