@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/latticelab/lattice/internal/cli"
+	"github.com/latticelab/lattice/internal/testbin"
 	"github.com/latticelab/lattice/meshtest"
 	"github.com/latticelab/lattice/node"
 	"github.com/latticelab/lattice/sandbox"
@@ -92,29 +93,17 @@ func procStatus(t testing.TB, pid int) map[string]string {
 	return out
 }
 
-// privateCopy makes a copy of this test binary that the unprivileged
-// user can run, and a state directory it owns.
+// unprivilegedSetup makes a copy of this test binary that the
+// unprivileged user can run (testbin), and a state directory it owns.
 func unprivilegedSetup(t testing.TB) (bin, state, token string) {
 	t.Helper()
-	dir := t.TempDir()
-	self, err := os.Executable()
-	require.NoError(t, err)
-	b, err := os.ReadFile(self)
-	require.NoError(t, err)
-	bin = filepath.Join(dir, "lattice")
-	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	bin = testbin.ForAnyone(t, "lattice")
+	dir := filepath.Dir(bin)
 	state = filepath.Join(dir, "state")
 	require.NoError(t, os.Mkdir(state, 0o700))
 	token = filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(token, []byte(meshtest.Token+"\n"), 0o600))
 	if os.Geteuid() == 0 {
-		// The test's temporary directories are root's and private.
-		for d := dir; d != filepath.Dir(os.TempDir()) && d != "/"; d = filepath.Dir(d) {
-			if d == os.TempDir() {
-				break
-			}
-			require.NoError(t, os.Chmod(d, 0o755))
-		}
 		require.NoError(t, os.Chown(state, unprivileged, unprivileged))
 		require.NoError(t, os.Chown(token, unprivileged, unprivileged))
 	}

@@ -3,13 +3,12 @@ package bpf
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/latticelab/lattice/internal/testbin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,19 +28,7 @@ func runUnprivChild() int {
 // fallback.
 func TestUnprivilegedIsUnavailable(t *testing.T) {
 	requireKernel(t)
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o755))
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o755))
-	bin := filepath.Join(dir, "bpf.test")
-	src, err := os.Open(os.Args[0])
-	require.NoError(t, err)
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	require.NoError(t, err)
-	require.NoError(t, dst.Close())
-
+	bin := testbin.ForAnyone(t, "bpf.test")
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), unprivEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

@@ -8,17 +8,17 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/latticelab/lattice/internal/testbin"
 	"github.com/stretchr/testify/require"
 )
 
 // TestCheckPeer: a live lab's socket admits this process's user and, as
 // root, refuses a client run as nobody, whatever the socket's mode.
 func TestCheckPeer(t *testing.T) {
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // t.TempDir's are 0700
-		require.NoError(t, os.Chmod(d, 0o755))
-	}
-	path := filepath.Join(dir, "live.sock")
+	// The client run as nobody is this test binary; the socket sits
+	// beside its copy, where nobody may reach it.
+	exe := testbin.ForAnyone(t, "client")
+	path := filepath.Join(filepath.Dir(exe), "live.sock")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	require.NoError(t, err)
 	defer ln.Close()
@@ -46,13 +46,6 @@ func TestCheckPeer(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("dialing as another user needs root")
 	}
-	// The client is this test binary, copied where nobody may run it.
-	self, err := os.Executable()
-	require.NoError(t, err)
-	bin, err := os.ReadFile(self)
-	require.NoError(t, err)
-	exe := filepath.Join(dir, "client")
-	require.NoError(t, os.WriteFile(exe, bin, 0o755))
 	err = verdict(func() {
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), dialUnixEnv+"="+path)
