@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -99,7 +98,7 @@ func (b *Bind) peer(pk key.Public, pending bool) *Path {
 		p = &Path{Key: pk}
 		p.pending.Store(pending)
 		if self := b.self.Load(); self != nil {
-			p.leads.Store(bytes.Compare(self[:], pk[:]) < 0)
+			p.leads.Store(leads(*self, pk))
 		}
 		if due, ok := b.owed[pk]; ok {
 			delete(b.owed, pk)

@@ -1,11 +1,14 @@
 package node
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/latticelab/lattice/key"
 )
 
 // Workarounds for WireGuard's timing, which assumes a fixed endpoint and
@@ -210,6 +213,11 @@ func (p *Path) stale(now int64) {
 // one at once. Exactly one side of a pair must lead: the node gives it to
 // the side with the lower key, as ICE's controlling role.
 func (p *Path) SetLeads(leads bool) { p.leads.Store(leads) }
+
+// leads reports whether self leads toward peer: its key is the lower.
+// The same side leads the pair's handshakes (SetLeads), controls ICE and
+// opens the first handshake (Node.addPeer).
+func leads(self, peer key.Public) bool { return bytes.Compare(self[:], peer[:]) < 0 }
 
 // crossing reports whether pkt, arriving at now (Unix ns), is the peer's
 // handshake initiation crossing ours on the way, to be dropped: the peer

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -165,7 +164,7 @@ func newPeer(env *peerEnv, info controlapi.Peer) *peer {
 		path:        env.bind.Peer(info.PublicKey),
 		ctx:         ctx,
 		cancel:      cancel,
-		controlling: bytes.Compare(env.pub[:], info.PublicKey[:]) < 0,
+		controlling: leads(env.pub, info.PublicKey),
 		kind:        PathRelay,
 	}
 	p.ended.Add(1)

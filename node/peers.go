@@ -4,7 +4,6 @@ package node
 // them.
 
 import (
-	"bytes"
 	"fmt"
 	"time"
 
@@ -106,7 +105,7 @@ func (n *Node) addPeer(info controlapi.Peer) {
 	// neither completes until WireGuard retries 5 s later. So one side,
 	// the one that leads ICE too, opens at once; the other turns its
 	// keepalive on once that handshake has had time to land.
-	first := bytes.Compare(n.env.pub[:], info.PublicKey[:]) < 0
+	first := leads(n.env.pub, info.PublicKey)
 	keepalive := persistentKeepalive
 	lazy := n.lazyPeer(info)
 	if !first || lazy {
