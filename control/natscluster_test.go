@@ -42,19 +42,33 @@ func freePort(t testing.TB) int {
 // on fresh ports, up to three times.
 func startNATSCluster(t testing.TB, n int) *natsCluster {
 	t.Helper()
+	var c *natsCluster
+	startOver(t, "NATS cluster", func() error {
+		c = &natsCluster{}
+		if err := c.startAll(t, n); err != nil {
+			c.shutdown()
+			return err
+		}
+		return nil
+	})
+	t.Cleanup(c.shutdown)
+	c.waitJetStream(t)
+	return c
+}
+
+// startOver runs start (servers on ports freePort found free) up to three
+// times: a port may be taken again before a server listens on it.
+func startOver(t testing.TB, what string, start func() error) {
+	t.Helper()
 	for try := 1; ; try++ {
-		c := &natsCluster{}
-		err := c.startAll(t, n)
+		err := start()
 		if err == nil {
-			t.Cleanup(c.shutdown)
-			c.waitJetStream(t)
-			return c
+			return
 		}
-		c.shutdown()
 		if try == 3 {
-			t.Fatalf("NATS cluster: %v", err)
+			t.Fatalf("%s: %v", what, err)
 		}
-		t.Logf("NATS cluster, try %d: %v; starting over on fresh ports", try, err)
+		t.Logf("%s, try %d: %v; starting over on fresh ports", what, try, err)
 	}
 }
 

@@ -117,16 +117,10 @@ func TestEmbeddedNATSCluster(t *testing.T) {
 	const n = 3
 	var srvs []*Server
 	var advertise []string
-	for try := 1; srvs == nil; try++ {
-		var err error
+	startOver(t, "control cluster", func() (err error) {
 		srvs, advertise, err = startEmbeddedCluster(ctx, t, n)
-		if err != nil && try == 3 {
-			t.Fatal(err)
-		}
-		if err != nil {
-			t.Logf("try %d: %v; starting over on fresh ports", try, err)
-		}
-	}
+		return err
+	})
 	for _, s := range srvs {
 		t.Cleanup(func() { s.Close() })
 	}
