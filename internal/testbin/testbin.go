@@ -18,13 +18,13 @@ func ForAnyone(t testing.TB, name string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
-		require.NoError(t, os.Chmod(d, 0o755))
+		require.NoError(t, os.Chmod(d, 0o755)) //nolint:gosec // the point: another user enters it
 	}
 	self, err := os.Executable()
 	require.NoError(t, err)
 	b, err := os.ReadFile(self)
 	require.NoError(t, err)
 	bin := filepath.Join(dir, name)
-	require.NoError(t, os.WriteFile(bin, b, 0o755))
+	require.NoError(t, os.WriteFile(bin, b, 0o755)) //nolint:gosec // the point: another user runs it
 	return bin
 }
